@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Idempotent setup for a fresh machine of this kind (run as root): Debian packages the sandbox
+# and the coding suites need, then a project virtualenv with assay and its dev tools.
+# Re-running is cheap: each step checks before it acts.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need_apt=()
+command -v bwrap >/dev/null 2>&1 || need_apt+=(bubblewrap)
+command -v node >/dev/null 2>&1 || need_apt+=(nodejs)
+if [ ${#need_apt[@]} -gt 0 ]; then
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "bootstrap: missing ${need_apt[*]}; install them (apt-get install ${need_apt[*]}) or run as root" >&2
+    exit 1
+  fi
+  echo "bootstrap: installing Debian packages: ${need_apt[*]}"
+  DEBIAN_FRONTEND=noninteractive apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null
+fi
+
+PY=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  "$PY" -m venv .venv
+fi
+stamp=.venv/.assay-installed
+want=$(sha256sum pyproject.toml | cut -d' ' -f1)
+if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+  .venv/bin/python -m pip install -q --upgrade pip
+  .venv/bin/python -m pip install -q -e '.[dev]'
+  echo "$want" > "$stamp"
+fi

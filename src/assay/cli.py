@@ -1,0 +1,2 @@
+def main() -> None:
+    raise SystemExit("assay: CLI not built yet")
