@@ -1,2 +1,288 @@
+"""The ``assay`` command line: parse, call, print. Logic lives in the modules it calls.
+
+Exit codes: 0 done; 2 bad input (nothing was run, no run directory left behind); 3 the run
+finished but some cases ended in infra errors (resume with the same ``--out``); 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import signal
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+
+from assay.suites.errors import SuiteError
+
+EXIT_OK = 0
+EXIT_BAD_INPUT = 2
+EXIT_INFRA = 3
+EXIT_INTERRUPTED = 130
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="Evidence-first evals of models and coding agents on your own tasks.")
+out = Console()
+err = Console(stderr=True)
+
+
+def fail(message: str, code: int = EXIT_BAD_INPUT) -> typer.Exit:
+    err.print(f"[bold red]assay:[/] {message}", highlight=False)
+    return typer.Exit(code)
+
+
+class TerminalProgress:
+    """A rich progress bar on a terminal; a quiet line every few seconds when not a TTY (CI
+    logs), so long runs show life without flooding the log."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        self.live = console.is_terminal
+        self.total = 0
+        self.done = 0
+        self.invalid = 0
+        self.errors = 0
+        self._last_line = 0.0
+        self._bar: Any = None
+        self._task: Any = None
+
+    def start(self, total: int, done: int) -> None:
+        import time
+
+        self.total, self.done = total, done
+        self._last_line = time.monotonic()
+        if done:
+            self.console.print(f"resuming: {done} of {total} already answered", highlight=False)
+        if self.live:
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                TextColumn,
+                TimeElapsedColumn,
+                TimeRemainingColumn,
+            )
+
+            self._bar = Progress(TextColumn("[bold]asking"), BarColumn(), MofNCompleteColumn(),
+                                 TextColumn("{task.fields[note]}"), TimeElapsedColumn(),
+                                 TimeRemainingColumn(), console=self.console, transient=True)
+            self._bar.start()
+            self._task = self._bar.add_task("run", total=total, completed=done, note="")
+
+    def advance(self, row: dict[str, Any]) -> None:
+        import time
+
+        self.done += 1
+        self.invalid += bool(row.get("invalid_reason"))
+        self.errors += bool(row.get("error"))
+        note = f"invalid {self.invalid} · errors {self.errors}"
+        if self._bar is not None:
+            self._bar.update(self._task, advance=1, note=note)
+        elif time.monotonic() - self._last_line >= 5 or self.done == self.total:
+            self._last_line = time.monotonic()
+            self.console.print(f"assay: {self.done}/{self.total} answered ({note})",
+                               highlight=False)
+
+    def warn(self, message: str) -> None:
+        self.console.print(f"[yellow]warning:[/] {message}", highlight=False)
+
+    def finish(self) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+            self._bar = None
+
+
+def _raise_interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def _resolve_endpoint(model: str | None, base_url: str | None, api_key_env: str | None,
+                      is_builtin_ok: bool = True) -> tuple[str, str | None, str, str | None]:
+    """(model, base_url, api_key, key source) from flags first, then the MODEL_* variables."""
+    model = model or os.environ.get("MODEL_NAME")
+    if not model:
+        raise fail("no model: pass --model or set MODEL_NAME (or use --model builtin/baseline)")
+    from assay.models.builtin import BUILTIN_PREFIX
+
+    if model.startswith(BUILTIN_PREFIX) and is_builtin_ok:
+        return model, None, "", None
+    base_url = base_url or os.environ.get("MODEL_BASE_URL")
+    if not base_url:
+        raise fail("no endpoint: pass --base-url or set MODEL_BASE_URL "
+                   "(e.g. http://localhost:8000/v1 for vLLM, http://localhost:11434/v1 for Ollama)")
+    key_source = api_key_env or "MODEL_API_KEY"
+    key = os.environ.get(key_source)
+    if api_key_env and key is None:
+        raise fail(f"--api-key-env {api_key_env}: that environment variable is not set")
+    if key is None:
+        err.print("[dim]no MODEL_API_KEY set: sending a placeholder key (fine for local "
+                  "servers)[/]")
+        key_source = None
+    return model, base_url, key or "", key_source
+
+
+@app.command()
+def run(
+    suite_path: Annotated[Path, typer.Argument(metavar="SUITE", help="Suite directory.")],
+    model: Annotated[str | None, typer.Option(help="Model name; env MODEL_NAME. "
+                                              "builtin/baseline or builtin/oracle run locally.")]
+    = None,
+    base_url: Annotated[str | None, typer.Option(help="OpenAI-compatible base URL; env "
+                                                 "MODEL_BASE_URL.")] = None,
+    api_key_env: Annotated[str | None, typer.Option(help="Read the API key from this variable "
+                                                    "instead of MODEL_API_KEY.")] = None,
+    temperature: Annotated[float | None, typer.Option(help="Default from suite.yaml, else 0.")]
+    = None,
+    repeats: Annotated[int | None, typer.Option(min=1, help="Ask every case N times.")] = None,
+    concurrency: Annotated[int, typer.Option("-j", "--concurrency", min=1)] = 16,
+    max_tokens: Annotated[int | None, typer.Option(min=1)] = None,
+    timeout: Annotated[float, typer.Option(help="Seconds per request.")] = 120.0,
+    max_tries: Annotated[int, typer.Option(min=1, help="Transport tries per request.")] = 5,
+    split: Annotated[str | None, typer.Option(help="A split named in suite.yaml.")] = None,
+    out_dir: Annotated[Path | None, typer.Option("--out", help="Run directory; reuse it to "
+                                                 "resume.")] = None,
+) -> None:
+    """Evaluate a model on a suite; resume by passing the same --out again."""
+    from assay.models.builtin import BUILTIN_PREFIX, load_builtin
+    from assay.models.server import BackgroundServer
+    from assay.runner.narrow import Endpoint, NarrowParams, RunConflict, default_run_dir, run_narrow
+    from assay.suites.cases import load_suite
+
+    try:
+        suite = load_suite(suite_path, split=split)
+    except SuiteError as exc:
+        raise fail(f"invalid suite:\n{exc}") from None
+    model_name, url, key, key_source = _resolve_endpoint(model, base_url, api_key_env)
+    builtin = None
+    if model_name.startswith(BUILTIN_PREFIX):
+        try:
+            builtin = load_builtin(model_name, suite)
+        except SuiteError as exc:
+            raise fail(str(exc)) from None
+        except ValueError as exc:
+            raise fail(str(exc)) from None
+    params = NarrowParams(
+        temperature=suite.config.temperature if temperature is None else temperature,
+        repeats=suite.config.repeats if repeats is None else repeats,
+        concurrency=concurrency, max_tokens=max_tokens or suite.config.max_tokens,
+        timeout_s=timeout, max_tries=max_tries, split=split)
+    if suite.labels_source == "cases":
+        err.print(f"labels taken from the expected values in {suite.cases_path.name} "
+                  f"(no labels in suite.yaml): {', '.join(suite.labels)}", highlight=False)
+    run_dir = out_dir or default_run_dir(suite, model_name)
+    created = not run_dir.exists()
+    progress = TerminalProgress(err)
+    old_term = signal.signal(signal.SIGTERM, _raise_interrupt)
+    try:
+        if builtin is not None:
+            with BackgroundServer(builtin) as server:
+                endpoint = Endpoint(server.base_url, model_name, "", None, builtin=True)
+                result = asyncio.run(run_narrow(suite, endpoint, params, run_dir, progress))
+        else:
+            assert url is not None
+            endpoint = Endpoint(url, model_name, key, key_source)
+            result = asyncio.run(run_narrow(suite, endpoint, params, run_dir, progress))
+    except RunConflict as exc:
+        raise fail(str(exc)) from None
+    except KeyboardInterrupt:
+        progress.finish()
+        if created and run_dir.exists() and not (run_dir / "manifest.json").exists():
+            shutil.rmtree(run_dir, ignore_errors=True)
+        err.print(f"[yellow]interrupted.[/] Answers so far are kept; resume with: "
+                  f"assay run {suite_path} --out {run_dir}", highlight=False)
+        raise typer.Exit(EXIT_INTERRUPTED) from None
+    finally:
+        signal.signal(signal.SIGTERM, old_term)
+    rep = _write_narrow_report(run_dir)
+    err.print(f"run directory: {run_dir}", highlight=False)
+    if result.status == "aborted":
+        raise fail(f"run stopped early: {result.message}", EXIT_INFRA)
+    if rep["infra_errors"] or rep["missing_rows"]:
+        err.print(f"[yellow]{rep['infra_errors']} cases ended in infra errors;[/] resume with: "
+                  f"assay run {suite_path} --out {run_dir}", highlight=False)
+        raise typer.Exit(EXIT_INFRA)
+
+
+def _write_narrow_report(run_dir: Path) -> dict[str, Any]:
+    from assay.report.files import write_reports
+    from assay.report.narrow import build_report
+    from assay.report.render_narrow import print_report, to_markdown
+
+    rep = build_report(run_dir)
+    write_reports(run_dir, rep, to_markdown(rep))
+    print_report(rep, out)
+    return rep
+
+
+@app.command()
+def report(run_dir: Annotated[Path, typer.Argument(metavar="RUN_DIR")]) -> None:
+    """Rebuild report.json and report.md from a run directory's raw rows alone."""
+    if not (run_dir / "manifest.json").is_file():
+        raise fail(f"{run_dir}: no manifest.json: not an assay run directory")
+    _write_narrow_report(run_dir)
+
+
+@app.command()
+def compare(
+    run_a: Annotated[Path, typer.Argument(metavar="RUN_A")],
+    run_b: Annotated[Path, typer.Argument(metavar="RUN_B")],
+    seed: Annotated[int, typer.Option(help="Bootstrap seed.")] = 0,
+    json_out: Annotated[Path | None, typer.Option("--json", help="Also write the comparison "
+                                                  "as JSON here.")] = None,
+) -> None:
+    """Paired comparison of two runs of the same suite (B − A)."""
+    from rich.markdown import Markdown
+
+    from assay.records.io import atomic_write_json
+    from assay.report.compare_narrow import NotComparable, compare_markdown, compare_runs
+
+    for d in (run_a, run_b):
+        if not (d / "manifest.json").is_file():
+            raise fail(f"{d}: no manifest.json: not an assay run directory")
+    try:
+        result = compare_runs(run_a, run_b, seed=seed)
+    except NotComparable as exc:
+        raise fail(str(exc)) from None
+    if json_out:
+        atomic_write_json(json_out, result)
+    out.print(Markdown(compare_markdown(result)))
+
+
+@app.command()
+def serve(
+    model: Annotated[str, typer.Argument(help="builtin/baseline or builtin/oracle")],
+    suite_path: Annotated[Path, typer.Option("--suite", help="Suite the model is built from.")],
+    port: Annotated[int, typer.Option(help="Port on 127.0.0.1 (0: any free port).")] = 8000,
+    host: Annotated[str, typer.Option(help="Bind address.")] = "127.0.0.1",
+) -> None:
+    """Serve a built-in model over /v1/chat/completions and /v1/models."""
+    from assay.models.builtin import load_builtin
+    from assay.models.server import serve_forever
+    from assay.suites.cases import load_suite
+
+    try:
+        suite = load_suite(suite_path)
+        built = load_builtin(model, suite)
+    except SuiteError as exc:
+        raise fail(str(exc)) from None
+    except ValueError as exc:
+        raise fail(str(exc)) from None
+    err.print(f"serving {model} on http://{host}:{port}/v1 (Ctrl-C to stop)", highlight=False)
+    try:
+        serve_forever(built, host, port)
+    except KeyboardInterrupt:
+        raise typer.Exit(EXIT_OK) from None
+
+
 def main() -> None:
-    raise SystemExit("assay: CLI not built yet")
+    try:
+        app()
+    except BrokenPipeError:  # e.g. `assay report X | head`
+        sys.stderr.close()
+        raise SystemExit(EXIT_OK) from None
+
+

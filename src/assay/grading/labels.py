@@ -1,0 +1,119 @@
+"""Turning a model's answer text into a label, or into a named reason why it is not one.
+
+Model output is data, never instructions: we only ever look for one JSON object in it. The rules
+are strict on purpose (a real JSON parser, exactly one top-level object) but forgiving about what
+models commonly wrap around an answer (reasoning blocks, code fences, a sentence of prose), so
+that "invalid output" measures what a production parser would reject.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+INVALID_REASONS = (
+    "empty",
+    "not_json",
+    "no_object",
+    "multiple_objects",
+    "missing_field",
+    "label_not_allowed",
+    "refusal",
+)
+
+_THINK_BLOCK = re.compile(r"<(think|thinking)>.*?</\1>", re.DOTALL | re.IGNORECASE)
+# Some reasoning models omit the opening tag and start straight with the thoughts.
+_LEADING_UNOPENED = re.compile(r"^.*?</(think|thinking)>", re.DOTALL | re.IGNORECASE)
+_FENCE = re.compile(r"```[^\n`]*\n(.*?)```", re.DOTALL)
+
+
+@dataclass(frozen=True)
+class Parsed:
+    label: str  # "" when invalid
+    reason: str | None  # None when valid, else one of INVALID_REASONS
+    detail: str | None = None
+
+    @property
+    def valid(self) -> bool:
+        return self.reason is None
+
+
+def strip_reasoning(text: str) -> str:
+    text = _THINK_BLOCK.sub("", text)
+    if re.search(r"</(think|thinking)>", text, re.IGNORECASE):
+        text = _LEADING_UNOPENED.sub("", text, count=1)
+    return text.strip()
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+_DECODER = json.JSONDecoder(parse_constant=_reject_constant, strict=True)
+
+
+def find_top_level_objects(text: str) -> tuple[list[dict[str, Any]], bool]:
+    """All JSON objects that are not inside another one, and whether any ``{`` was seen.
+
+    A brace that does not start a valid object is skipped, so prose like "use {x}" before the
+    answer does not hide it; an object nested in a found object is not counted twice.
+    """
+    objects: list[dict[str, Any]] = []
+    saw_brace = False
+    pos = 0
+    while True:
+        start = text.find("{", pos)
+        if start == -1:
+            return objects, saw_brace
+        saw_brace = True
+        try:
+            obj, end = _DECODER.raw_decode(text, start)
+        except ValueError:
+            pos = start + 1
+            continue
+        objects.append(obj)
+        pos = end
+
+
+def parse_answer(text: str | None, *, output_field: str, labels: Iterable[str],
+                 refusal: str | None = None) -> Parsed:
+    """Apply the suite's parsing rules to one answer."""
+    if refusal:
+        return Parsed("", "refusal", refusal[:200])
+    if text is None or not text.strip():
+        return Parsed("", "empty")
+    body = strip_reasoning(text)
+    if not body:
+        return Parsed("", "empty", "only a reasoning block")
+    fence = _FENCE.search(body)
+    if fence:
+        body = fence.group(1).strip()
+    objects, saw_brace = find_top_level_objects(body)
+    if not objects:
+        if saw_brace:
+            return Parsed("", "not_json", "braces present but no strict JSON object parses")
+        return Parsed("", "no_object")
+    if len(objects) > 1:
+        return Parsed("", "multiple_objects", f"{len(objects)} objects")
+    obj = objects[0]
+    value = obj.get(output_field)
+    if not isinstance(value, str):
+        got = "absent" if output_field not in obj else type(value).__name__
+        return Parsed("", "missing_field", f"{output_field!r} {got}")
+    label = value.strip().lower()
+    allowed = set(labels)
+    if label not in allowed:
+        return Parsed("", "label_not_allowed", repr(label)[:100])
+    return Parsed(label, None)
+
+
+def retry_instruction(output_field: str, labels: Iterable[str]) -> str:
+    """The one format-retry message: what exactly to send back, nothing else."""
+    choices = ", ".join(f'"{x}"' for x in labels)
+    return (
+        "Your previous answer could not be used. Reply with only one JSON object and nothing "
+        f'else, exactly of the form {{"{output_field}": "<one of {choices}>"}}.'
+    )

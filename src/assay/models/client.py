@@ -1,0 +1,218 @@
+"""One chat completion against any OpenAI-compatible endpoint, with honest transport retries.
+
+Transport trouble (429, 5xx, timeouts, dropped connections, bodies that are not JSON) is the
+endpoint's problem, not the model's answer, so it is retried here with backoff and never uses up
+the suite's single *format* retry. Every try is recorded so a reader can see what the endpoint
+did. The official client's own retries are switched off: they would hide tries from the record.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import time
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import httpx
+import openai
+
+# Status codes that say "try again later" rather than "your request is wrong".
+RETRYABLE_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
+# Status codes that no retry and no other case will fix: stop the run instead of burning cases.
+FATAL_STATUS = {401, 403, 404}
+MAX_RETRY_AFTER_S = 300.0
+
+
+@dataclass
+class Try:
+    """One HTTP request: what came back and how long we waited before the next one."""
+
+    status: int | None
+    error: str | None
+    ms: float
+    wait_s: float = 0.0
+
+    def to_record(self) -> dict[str, Any]:
+        rec: dict[str, Any] = {"status": self.status, "ms": round(self.ms, 1)}
+        if self.error:
+            rec["error"] = self.error
+        if self.wait_s:
+            rec["wait_s"] = round(self.wait_s, 3)
+        return rec
+
+
+@dataclass
+class Completion:
+    content: str | None
+    refusal: str | None
+    served_model: str | None
+    system_fingerprint: str | None
+    usage: dict[str, Any] | None
+    finish_reason: str | None
+    latency_ms: float  # the successful try only: backoff waits are the endpoint's, not the answer's
+    tries: list[Try] = field(default_factory=list)
+
+
+class TransportError(Exception):
+    """The endpoint did not give a usable answer within the retry budget."""
+
+    def __init__(self, message: str, tries: list[Try], *, fatal: bool = False) -> None:
+        super().__init__(message)
+        self.tries = tries
+        self.fatal = fatal
+
+
+def redact_url(url: str) -> str:
+    """Base URLs sometimes carry credentials (user:pass@host, ?key=...): keep only what locates
+    the endpoint, because the manifest is shared and secrets never reach a record."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if parts.port:
+        host = f"{host}:{parts.port}"
+    return urlunsplit((parts.scheme, host, parts.path, "", ""))
+
+
+def _retry_after_seconds(headers: httpx.Headers) -> float | None:
+    value = headers.get("retry-after-ms")
+    if value:
+        try:
+            return max(0.0, float(value) / 1000.0)
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:  # HTTP-date form
+        from email.utils import parsedate_to_datetime
+
+        when = parsedate_to_datetime(value)
+        return max(0.0, when.timestamp() - time.time())
+    except (TypeError, ValueError):
+        return None
+
+
+class ChatClient:
+    """A thin layer over ``openai.AsyncOpenAI`` that owns retries, timing and usage."""
+
+    def __init__(self, base_url: str, api_key: str, model: str, *, timeout_s: float = 120.0,
+                 max_tries: int = 5, backoff_base_s: float = 0.5, backoff_max_s: float = 30.0,
+                 max_connections: int = 64, seed: int | None = None) -> None:
+        self.model = model
+        self.max_tries = max(1, max_tries)
+        self.backoff_base_s = backoff_base_s
+        self.backoff_max_s = backoff_max_s
+        self.timeout_s = timeout_s
+        self._rng = random.Random(seed)
+        http = httpx.AsyncClient(
+            timeout=httpx.Timeout(timeout_s, connect=min(timeout_s, 10.0)),
+            limits=httpx.Limits(max_connections=max_connections,
+                                max_keepalive_connections=max_connections),
+        )
+        self._client = openai.AsyncOpenAI(base_url=base_url, api_key=api_key or "EMPTY",
+                                          max_retries=0, http_client=http, timeout=timeout_s)
+
+    async def aclose(self) -> None:
+        await self._client.close()
+
+    def _backoff(self, n: int) -> float:
+        """Exponential backoff with jitter, so many cases hitting one 503 do not retry in step."""
+        ceiling = min(self.backoff_max_s, self.backoff_base_s * (2 ** (n - 1)))
+        return ceiling * (0.5 + 0.5 * self._rng.random())
+
+    async def complete(self, messages: list[dict[str, str]], *, temperature: float,
+                       max_tokens: int | None = None) -> Completion:
+        tries: list[Try] = []
+        kwargs: dict[str, Any] = {"model": self.model, "messages": messages,
+                                  "temperature": temperature}
+        if max_tokens is not None:
+            kwargs["max_tokens"] = max_tokens
+        for n in range(1, self.max_tries + 1):
+            start = time.perf_counter()
+            retry_after: float | None = None
+            try:
+                raw = await self._client.chat.completions.with_raw_response.create(**kwargs)
+                ms = (time.perf_counter() - start) * 1000
+                text = raw.http_response.text
+                parsed = _parse_body(text)
+                if isinstance(parsed, str):
+                    tries.append(Try(raw.http_response.status_code, parsed, ms))
+                else:
+                    tries.append(Try(raw.http_response.status_code, None, ms))
+                    parsed.latency_ms = ms
+                    parsed.tries = tries
+                    return parsed
+            except openai.APIStatusError as exc:
+                ms = (time.perf_counter() - start) * 1000
+                status = exc.status_code
+                tries.append(Try(status, f"http_{status}", ms))
+                if status in FATAL_STATUS:
+                    raise TransportError(_status_message(exc), tries, fatal=True) from exc
+                if status not in RETRYABLE_STATUS:
+                    raise TransportError(_status_message(exc), tries) from exc
+                retry_after = _retry_after_seconds(exc.response.headers)
+            except openai.APITimeoutError:
+                tries.append(Try(None, "timeout", (time.perf_counter() - start) * 1000))
+            except openai.APIConnectionError as exc:
+                cause = type(exc.__cause__).__name__ if exc.__cause__ else "connection"
+                tries.append(Try(None, f"connection_error:{cause}",
+                                 (time.perf_counter() - start) * 1000))
+            if n == self.max_tries:
+                break
+            wait = (min(retry_after, MAX_RETRY_AFTER_S) if retry_after is not None
+                    else self._backoff(n))
+            tries[-1].wait_s = wait
+            await asyncio.sleep(wait)
+        last = tries[-1].error if tries else "no try"
+        raise TransportError(f"no usable answer after {len(tries)} tries (last: {last})", tries)
+
+
+def _status_message(exc: openai.APIStatusError) -> str:
+    try:
+        body = exc.response.json()
+        msg = body.get("error", {}).get("message") if isinstance(body, dict) else None
+    except (ValueError, AttributeError):
+        msg = None
+    text = f"HTTP {exc.status_code}"
+    if msg:
+        text += f": {str(msg)[:300]}"
+    return text
+
+
+def _parse_body(text: str) -> Completion | str:
+    """The response body as a Completion, or a short reason why it cannot be one (retried)."""
+    try:
+        body = json.loads(text)
+    except ValueError:
+        return "non_json_body"
+    if not isinstance(body, dict):
+        return "malformed_body"
+    choices = body.get("choices")
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        return "malformed_body"
+    message = choices[0].get("message") or {}
+    if not isinstance(message, dict):
+        return "malformed_body"
+    content = message.get("content")
+    if content is not None and not isinstance(content, str):
+        # Some gateways return content parts; keep the text parts, in order.
+        if isinstance(content, list):
+            content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
+        else:
+            return "malformed_body"
+    usage = body.get("usage")
+    return Completion(
+        content=content,
+        refusal=message.get("refusal") or None,
+        served_model=body.get("model") if isinstance(body.get("model"), str) else None,
+        system_fingerprint=body.get("system_fingerprint") or None,
+        usage=usage if isinstance(usage, dict) else None,
+        finish_reason=choices[0].get("finish_reason"),
+        latency_ms=0.0,
+    )

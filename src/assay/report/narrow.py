@@ -1,0 +1,154 @@
+"""Figures for a narrow-task run, computed from the raw rows and the manifest alone.
+
+Nothing here calls a model: ``assay report RUN_DIR`` rebuilds every number from disk, which is
+what lets a reader check any figure against the rows behind it.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Any
+
+from assay.records.io import scan_jsonl
+from assay.records.manifest import read_manifest
+from assay.runner.narrow import RAW_PREDICTIONS
+from assay.stats import nearest_rank, wilson
+
+INVALID_COLUMN = "(invalid)"
+
+
+def final_rows(rows: list[dict[str, Any]]) -> dict[tuple[str, int], dict[str, Any]]:
+    """The row that stands for each (case, repeat): the last answered one; an infra-error row
+    only when no answer ever arrived. Older rows stay on disk as the history of the run."""
+    out: dict[tuple[str, int], dict[str, Any]] = {}
+    for row in rows:
+        key = (row["id"], int(row["repeat"]))
+        prev = out.get(key)
+        if prev is None or not row.get("error") or prev.get("error"):
+            out[key] = row
+    return out
+
+
+def _ratio(num: int, den: int) -> float | None:
+    return num / den if den else None
+
+
+def per_label(answered: list[dict[str, Any]], labels: list[str]) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    for label in labels:
+        tp = sum(1 for r in answered if r["expected"] == label and r["label"] == label)
+        predicted = sum(1 for r in answered if r["label"] == label)
+        support = sum(1 for r in answered if r["expected"] == label)
+        precision = _ratio(tp, predicted)
+        recall = _ratio(tp, support)
+        f1 = (2 * precision * recall / (precision + recall)
+              if precision is not None and recall is not None and precision + recall > 0
+              else (0.0 if precision == 0 or recall == 0 else None))
+        out[label] = {"precision": precision, "recall": recall, "f1": f1, "support": support,
+                      "predicted": predicted}
+    return out
+
+
+def agreement(answered: list[dict[str, Any]], repeats: int) -> dict[str, Any] | None:
+    """How often repeats of a case agree: only cases with every repeat answered count."""
+    if repeats <= 1:
+        return None
+    by_case: dict[str, list[str]] = defaultdict(list)
+    for r in answered:
+        by_case[r["id"]].append(r["label"])
+    full = {cid: labels for cid, labels in by_case.items() if len(labels) == repeats}
+    consistent = sorted(cid for cid, labels in full.items() if len(set(labels)) == 1)
+    unstable = sorted(cid for cid in full if cid not in set(consistent))
+    return {
+        "cases_with_all_repeats": len(full),
+        "consistent_cases": len(consistent),
+        "rate": _ratio(len(consistent), len(full)),
+        "unstable_cases": unstable,
+    }
+
+
+def usage_totals(answered: list[dict[str, Any]]) -> dict[str, Any]:
+    """Token totals that admit what they do not know: ``incomplete`` is true as soon as one
+    answer lacked usage, and a total no answer reported is ``None``, never 0."""
+    totals: dict[str, Any] = {}
+    incomplete = False
+    rows_without = 0
+    for key in ("prompt_tokens", "completion_tokens", "total_tokens"):
+        values = []
+        for r in answered:
+            u = r.get("usage")
+            v = u.get(key) if isinstance(u, dict) else None
+            if v is None:
+                incomplete = True
+            else:
+                values.append(v)
+        totals[key] = sum(values) if values else None
+    for r in answered:
+        u = r.get("usage")
+        if not isinstance(u, dict) or u.get("incomplete"):
+            rows_without += 1
+            incomplete = True
+    totals["incomplete"] = incomplete
+    totals["rows_missing_usage"] = rows_without
+    return totals
+
+
+def build_report(run_dir: Path) -> dict[str, Any]:
+    manifest = read_manifest(run_dir)
+    scan = scan_jsonl(run_dir / RAW_PREDICTIONS)
+    labels: list[str] = manifest["suite"]["labels"]
+    repeats: int = manifest["parameters"]["repeats"]
+    expected_total = manifest["suite"]["n_cases"] * repeats
+    finals = final_rows(scan.rows)
+    answered = [r for r in finals.values() if not r.get("error")]
+    errors = [r for r in finals.values() if r.get("error")]
+    n = len(answered)
+    correct = sum(1 for r in answered if r.get("correct"))
+    latencies = [r["latency_ms"] for r in answered if r.get("latency_ms") is not None]
+    confusion: dict[str, dict[str, int]] = {
+        e: {p: 0 for p in [*labels, INVALID_COLUMN]} for e in labels}
+    for r in answered:
+        predicted = r["label"] or INVALID_COLUMN
+        confusion.setdefault(r["expected"], {}).setdefault(predicted, 0)
+        confusion[r["expected"]][predicted] += 1
+    served = Counter(r.get("served_model") or "(not reported)" for r in answered)
+    interval = wilson(correct, n) if n else None
+    return {
+        "schema": "assay.narrow.report/1",
+        "run_id": manifest["run_id"],
+        "suite": manifest["suite"]["name"],
+        "model": manifest["model"]["requested"],
+        "served_models": dict(served),
+        "system_fingerprints": manifest["model"]["system_fingerprints"],
+        "isolation_note": None,
+        "expected_rows": expected_total,
+        "n": n,
+        "correct": correct,
+        "accuracy": _ratio(correct, n),
+        "accuracy_ci95": list(interval) if interval else None,
+        "invalid_remaining": sum(1 for r in answered if r.get("invalid_reason")),
+        "invalid_first_try": sum(1 for r in answered if r.get("first_invalid_reason")),
+        "retried": sum(1 for r in answered if r.get("attempts", 1) > 1),
+        "invalid_reasons": dict(Counter(r["invalid_reason"] for r in answered
+                                        if r.get("invalid_reason"))),
+        "infra_errors": len(errors),
+        "infra_error_ids": sorted({r["id"] for r in errors}),
+        "missing_rows": expected_total - len(finals),
+        "latency_ms": {
+            "p50": nearest_rank(latencies, 50),
+            "p95": nearest_rank(latencies, 95),
+            "max": nearest_rank(latencies, 100),
+        },
+        "confusion": confusion,
+        "per_label": per_label(answered, labels),
+        "agreement": agreement(answered, repeats),
+        "usage": usage_totals(answered),
+        "torn_tail_bytes": len(scan.torn_tail),
+        "warnings": manifest.get("warnings", []),
+        "labels": labels,
+        "labels_source": manifest["suite"].get("labels_source"),
+        "parameters": manifest["parameters"],
+        "started_at": manifest.get("started_at"),
+        "ended_at": manifest.get("ended_at"),
+    }

@@ -1,0 +1,129 @@
+"""A narrow-task report as a person reads it: Markdown on disk and the same tables on a terminal.
+
+Unknown figures print as "n/a", never as 0, so a table cannot suggest a measurement that was
+never made.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from assay.report.narrow import INVALID_COLUMN
+
+NA = "n/a"
+
+
+def pct(x: float | None) -> str:
+    return NA if x is None else f"{100 * x:.1f}%"
+
+
+def num(x: float | None, digits: int = 0) -> str:
+    if x is None:
+        return NA
+    return f"{x:,.{digits}f}"
+
+
+def ci(interval: list[float] | None) -> str:
+    return NA if not interval else f"[{pct(interval[0])}, {pct(interval[1])}]"
+
+
+def headline_rows(rep: dict[str, Any]) -> list[tuple[str, str]]:
+    lat = rep["latency_ms"]
+    usage = rep["usage"]
+    tokens = num(usage["total_tokens"])
+    if usage["incomplete"]:
+        tokens += f" (incomplete: {usage['rows_missing_usage']} answers without usage)"
+    rows = [
+        ("cases × repeats answered", f"{rep['n']} of {rep['expected_rows']}"),
+        ("correct", str(rep["correct"])),
+        ("accuracy (95% Wilson CI)", f"{pct(rep['accuracy'])} {ci(rep['accuracy_ci95'])}"),
+        ("invalid after retry", str(rep["invalid_remaining"])),
+        ("invalid on first try", str(rep["invalid_first_try"])),
+        ("format retries sent", str(rep["retried"])),
+        ("infra errors (excluded)", str(rep["infra_errors"])),
+        ("latency p50 / p95 / max (ms)",
+         f"{num(lat['p50'])} / {num(lat['p95'])} / {num(lat['max'])}"),
+        ("tokens (total)", tokens),
+        ("served model", ", ".join(f"{k} ({v})" for k, v in rep["served_models"].items()) or NA),
+    ]
+    if rep["missing_rows"]:
+        rows.insert(1, ("not yet answered", f"{rep['missing_rows']} (resume with the same --out)"))
+    if rep["agreement"]:
+        ag = rep["agreement"]
+        rows.append(("agreement across repeats",
+                     f"{pct(ag['rate'])} ({ag['consistent_cases']} of "
+                     f"{ag['cases_with_all_repeats']} cases identical)"))
+    if rep["invalid_reasons"]:
+        rows.append(("invalid reasons", ", ".join(f"{k}: {v}" for k, v in
+                                                   sorted(rep["invalid_reasons"].items()))))
+    return rows
+
+
+def to_markdown(rep: dict[str, Any]) -> str:
+    labels = rep["labels"]
+    cols = [*labels, INVALID_COLUMN]
+    out = [f"# assay report: {rep['suite']} × {rep['model']}", "",
+           f"Run `{rep['run_id']}`, {rep['started_at']} → {rep['ended_at'] or 'not finished'}.",
+           ""]
+    for w in rep["warnings"]:
+        out.append(f"> **Warning:** {w}")
+    if rep["warnings"]:
+        out.append("")
+    out += ["| figure | value |", "|---|---|"]
+    out += [f"| {k} | {v} |" for k, v in headline_rows(rep)]
+    out += ["", "## Confusion matrix (rows: expected, columns: answered)", "",
+            "| expected | " + " | ".join(cols) + " |",
+            "|---|" + "---:|" * len(cols)]
+    for e in labels:
+        row = rep["confusion"].get(e, {})
+        out.append(f"| {e} | " + " | ".join(str(row.get(c, 0)) for c in cols) + " |")
+    out += ["", "## Per label", "", "| label | precision | recall | F1 | support |",
+            "|---|---:|---:|---:|---:|"]
+    for label, m in rep["per_label"].items():
+        out.append(f"| {label} | {pct(m['precision'])} | {pct(m['recall'])} | "
+                   f"{pct(m['f1'])} | {m['support']} |")
+    if rep["infra_error_ids"]:
+        out += ["", "## Infra errors", "",
+                "Cases without an answer (endpoint trouble, not wrong answers): "
+                + ", ".join(f"`{i}`" for i in rep["infra_error_ids"][:50])]
+    if rep["agreement"] and rep["agreement"]["unstable_cases"]:
+        out += ["", "## Unstable across repeats", "",
+                ", ".join(f"`{i}`" for i in rep["agreement"]["unstable_cases"][:50])]
+    out += ["", f"Labels from {rep['labels_source']}. Accuracy counts invalid answers as wrong "
+            "and leaves infra errors out of the denominator.", ""]
+    return "\n".join(out)
+
+
+def print_report(rep: dict[str, Any], console: Console) -> None:
+    for w in rep["warnings"]:
+        console.print(f"[yellow]warning:[/] {w}")
+    head = Table(title=f"{rep['suite']} × {rep['model']}", show_header=False, title_justify="left")
+    head.add_column("figure", style="bold")
+    head.add_column("value")
+    for k, v in headline_rows(rep):
+        head.add_row(k, v)
+    console.print(head)
+    labels = rep["labels"]
+    cols = [*labels, INVALID_COLUMN]
+    conf = Table(title="confusion (rows expected, columns answered)", title_justify="left")
+    conf.add_column("expected", style="bold")
+    for c in cols:
+        conf.add_column(c, justify="right")
+    for e in labels:
+        row = rep["confusion"].get(e, {})
+        cells = []
+        for c in cols:
+            v = row.get(c, 0)
+            cells.append(f"[green]{v}[/]" if c == e and v else
+                         (f"[red]{v}[/]" if v and c != e else str(v)))
+        conf.add_row(e, *cells)
+    console.print(conf)
+    pl = Table(title="per label", title_justify="left")
+    for name in ("label", "precision", "recall", "F1", "support"):
+        pl.add_column(name, justify="left" if name == "label" else "right")
+    for label, m in rep["per_label"].items():
+        pl.add_row(label, pct(m["precision"]), pct(m["recall"]), pct(m["f1"]), str(m["support"]))
+    console.print(pl)

@@ -1,0 +1,328 @@
+"""Running a narrow-task suite: one chat completion per case and repeat, rows streamed to disk.
+
+The raw rows are the run's state. A case/repeat is done when it has a row without ``error``;
+resuming re-reads the rows (dropping a line torn by a crash) and asks only for what is missing,
+so a ``kill -9`` loses at most the answers in flight and never duplicates a finished row.
+Cases are pulled lazily by a fixed pool of workers, so memory stays flat however large the suite.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from assay.grading.labels import parse_answer, retry_instruction
+from assay.models.client import ChatClient, Completion, TransportError, redact_url
+from assay.records.io import JsonlAppender, scan_jsonl
+from assay.records.manifest import MANIFEST, ManifestWriter, read_manifest, tool_identity, utc_now
+from assay.suites.cases import Case, NarrowSuite
+
+RAW_PREDICTIONS = "raw_predictions.jsonl"
+MANIFEST_SCHEMA = "assay.narrow.manifest/1"
+
+
+class RunConflict(Exception):
+    """Resuming into a run directory whose suite, prompt or settings differ: refused."""
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    base_url: str
+    model: str
+    api_key: str = field(repr=False)  # never recorded anywhere
+    api_key_env: str | None = None
+    builtin: bool = False
+
+
+@dataclass(frozen=True)
+class NarrowParams:
+    temperature: float = 0.0
+    repeats: int = 1
+    concurrency: int = 16
+    max_tokens: int | None = None
+    timeout_s: float = 120.0
+    max_tries: int = 5
+    split: str | None = None
+
+
+class Progress(Protocol):
+    def start(self, total: int, done: int) -> None: ...
+    def advance(self, row: dict[str, Any]) -> None: ...
+    def warn(self, message: str) -> None: ...
+    def finish(self) -> None: ...
+
+
+class NullProgress:
+    def start(self, total: int, done: int) -> None:
+        pass
+
+    def advance(self, row: dict[str, Any]) -> None:
+        pass
+
+    def warn(self, message: str) -> None:
+        pass
+
+    def finish(self) -> None:
+        pass
+
+
+@dataclass
+class RunResult:
+    run_dir: Path
+    status: str  # "complete", "infra_errors", "aborted", "interrupted"
+    rows_written: int
+    infra_errors: int
+    message: str | None = None
+
+
+def default_run_dir(suite: NarrowSuite, model: str, root: Path = Path("runs")) -> Path:
+    stamp = utc_now().replace(":", "").replace("-", "").replace(".", "")[:15] + "Z"
+    safe_model = re.sub(r"[^A-Za-z0-9._-]+", "_", model).strip("_") or "model"
+    return root / f"{suite.name}-{safe_model}-{stamp}"
+
+
+def comparable_settings(suite: NarrowSuite, endpoint: Endpoint,
+                        params: NarrowParams) -> dict[str, Any]:
+    """What must be identical for rows written by two sessions to belong to one run."""
+    return {
+        "cases_sha256": suite.cases_sha256,
+        "prompt_sha256": suite.prompt_sha256,
+        "labels": list(suite.labels),
+        "output_field": suite.config.output_field,
+        "split": params.split,
+        "model": endpoint.model,
+        "temperature": params.temperature,
+        "repeats": params.repeats,
+        "max_tokens": params.max_tokens,
+    }
+
+
+def build_manifest(run_id: str, suite: NarrowSuite, endpoint: Endpoint,
+                   params: NarrowParams) -> dict[str, Any]:
+    return {
+        "schema": MANIFEST_SCHEMA,
+        "kind": "narrow",
+        "run_id": run_id,
+        "assay": tool_identity(),
+        "suite": {
+            "name": suite.name,
+            "path": str(suite.root.resolve()),
+            "cases_file": str(suite.cases_path.relative_to(suite.root)),
+            "split": params.split,
+            "n_cases": len(suite.cases),
+            "cases_sha256": suite.cases_sha256,
+            "prompt_sha256": suite.prompt_sha256,
+            "train_sha256": suite.train_sha256,
+            "labels": list(suite.labels),
+            "labels_source": suite.labels_source,
+            "output_field": suite.config.output_field,
+        },
+        "model": {
+            "requested": endpoint.model,
+            "builtin": endpoint.builtin,
+            "base_url": "(built-in, local)" if endpoint.builtin else redact_url(endpoint.base_url),
+            "api_key_env": endpoint.api_key_env,
+            "served_models": [],
+            "system_fingerprints": [],
+        },
+        "parameters": {
+            "temperature": params.temperature,
+            "repeats": params.repeats,
+            "max_tokens": params.max_tokens,
+            "format_retries": 1,
+        },
+        "limits": {
+            "concurrency": params.concurrency,
+            "request_timeout_s": params.timeout_s,
+            "transport_max_tries": params.max_tries,
+        },
+        "comparable": comparable_settings(suite, endpoint, params),
+        "started_at": utc_now(),
+        "ended_at": None,
+        "warnings": [],
+        "sessions": [],
+    }
+
+
+def _messages(suite: NarrowSuite, case: Case) -> list[dict[str, str]]:
+    return [{"role": "system", "content": suite.system_prompt},
+            {"role": "user", "content": case.input}]
+
+
+def _sum_usage(answers: list[Completion]) -> dict[str, Any] | None:
+    """Token usage over every answer of a case; ``None`` when no answer reported any, and an
+    ``incomplete`` flag when only some did: a missing figure is unknown, not zero."""
+    have = [a.usage for a in answers if a.usage]
+    if not have:
+        return None
+    total: dict[str, Any] = {}
+    for key in ("prompt_tokens", "completion_tokens", "total_tokens"):
+        vals = [u.get(key) for u in have]
+        nums = [v for v in vals if isinstance(v, int | float)]
+        total[key] = sum(nums) if len(nums) == len(vals) else None
+    if len(have) < len(answers) or any(v is None for v in total.values()):
+        total["incomplete"] = True
+    return total
+
+
+async def answer_case(client: ChatClient, suite: NarrowSuite, case: Case, repeat: int,
+                      params: NarrowParams) -> dict[str, Any]:
+    """One case, one repeat: an answer, at most one format retry, and the row that records it."""
+    row: dict[str, Any] = {"id": case.id, "repeat": repeat, "expected": case.expected}
+    labels = suite.labels
+    field_name = suite.config.output_field
+    messages = _messages(suite, case)
+    answers: list[Completion] = []
+    tries: list[dict[str, Any]] = []
+    error: str | None = None
+    parsed = None
+    first_reason: str | None = None
+    try:
+        first = await client.complete(messages, temperature=params.temperature,
+                                      max_tokens=params.max_tokens)
+        answers.append(first)
+        tries += [t.to_record() for t in first.tries]
+        parsed = parse_answer(first.content, output_field=field_name, labels=labels,
+                              refusal=first.refusal)
+        if not parsed.valid:
+            first_reason = parsed.reason
+            retry = messages + [
+                {"role": "assistant", "content": first.content or ""},
+                {"role": "user", "content": retry_instruction(field_name, labels)},
+            ]
+            second = await client.complete(retry, temperature=params.temperature,
+                                           max_tokens=params.max_tokens)
+            answers.append(second)
+            tries += [t.to_record() for t in second.tries]
+            parsed = parse_answer(second.content, output_field=field_name, labels=labels,
+                                  refusal=second.refusal)
+    except TransportError as exc:
+        tries += [t.to_record() for t in exc.tries]
+        error = str(exc)
+        row["fatal"] = exc.fatal or None
+    last = answers[-1] if answers else None
+    row.update({
+        "raw": last.content if last else None,
+        "raws": [a.content for a in answers],
+        "label": parsed.label if (parsed and error is None) else "",
+        "correct": (parsed.label == case.expected) if (parsed and error is None) else None,
+        "attempts": len(answers),
+        "invalid_reason": parsed.reason if (parsed and error is None) else None,
+        "first_invalid_reason": first_reason,
+        "latency_ms": round(sum(a.latency_ms for a in answers), 1) if error is None else None,
+        "usage": _sum_usage(answers),
+        "served_model": last.served_model if last else None,
+        "system_fingerprint": last.system_fingerprint if last else None,
+        "finish_reason": last.finish_reason if last else None,
+        "error": error,
+        "tries": tries,
+    })
+    if row.get("fatal") is None:
+        row.pop("fatal", None)
+    return row
+
+
+def completed_keys(run_dir: Path) -> set[tuple[str, int]]:
+    """(case id, repeat) pairs that already have an answer; infra-error rows are redone."""
+    rows = scan_jsonl(run_dir / RAW_PREDICTIONS).rows
+    return {(r["id"], int(r["repeat"])) for r in rows if not r.get("error")}
+
+
+def open_run_dir(run_dir: Path, suite: NarrowSuite, endpoint: Endpoint,
+                 params: NarrowParams) -> ManifestWriter:
+    """Create a new run directory, or re-open one for resume after checking it is the same run."""
+    manifest_path = run_dir / MANIFEST
+    if manifest_path.exists():
+        old = read_manifest(run_dir)
+        if old.get("kind") != "narrow":
+            raise RunConflict(f"{run_dir} holds a {old.get('kind')!r} run, not a narrow run")
+        want = comparable_settings(suite, endpoint, params)
+        have = old.get("comparable", {})
+        diffs = [k for k in want if have.get(k) != want[k]]
+        if diffs:
+            lines = [f"  {k}: was {have.get(k)!r}, now {want[k]!r}" for k in diffs]
+            raise RunConflict(
+                f"{run_dir} was started with different settings; refusing to mix rows:\n"
+                + "\n".join(lines) + "\nUse a new --out directory for a new run.")
+        old["limits"] = build_manifest(old["run_id"], suite, endpoint, params)["limits"]
+        return ManifestWriter(run_dir, old)
+    if run_dir.exists() and any(run_dir.iterdir()):
+        raise RunConflict(f"{run_dir} exists, is not empty and has no {MANIFEST}")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    writer = ManifestWriter(run_dir, build_manifest(run_dir.name, suite, endpoint, params))
+    writer.save()
+    return writer
+
+
+def _pending(suite: NarrowSuite, repeats: int,
+             done: set[tuple[str, int]]) -> Iterator[tuple[Case, int]]:
+    for repeat in range(repeats):
+        for case in suite.cases:
+            if (case.id, repeat) not in done:
+                yield case, repeat
+
+
+async def run_narrow(suite: NarrowSuite, endpoint: Endpoint, params: NarrowParams,
+                     run_dir: Path, progress: Progress | None = None) -> RunResult:
+    """Run (or resume) a suite into ``run_dir``; the caller has validated everything."""
+    progress = progress or NullProgress()
+    manifest = open_run_dir(run_dir, suite, endpoint, params)
+    appender = JsonlAppender(run_dir / RAW_PREDICTIONS)
+    if appender.repaired_tail:
+        progress.warn(f"dropped a torn last line ({len(appender.repaired_tail)} bytes) left by "
+                      "an interrupted run; that case will be asked again")
+    done = completed_keys(run_dir)
+    total = len(suite.cases) * params.repeats
+    todo = total - len(done & {(c.id, r) for c in suite.cases for r in range(params.repeats)})
+    session = manifest.start_session()
+    client = ChatClient(endpoint.base_url, endpoint.api_key, endpoint.model,
+                        timeout_s=params.timeout_s, max_tries=params.max_tries,
+                        max_connections=params.concurrency)
+    pending = _pending(suite, params.repeats, done)
+    stop = asyncio.Event()
+    written = 0
+    infra = 0
+    fatal_message: str | None = None
+    progress.start(total, total - todo)
+
+    async def worker() -> None:
+        nonlocal written, infra, fatal_message
+        while not stop.is_set():
+            try:
+                case, repeat = next(pending)
+            except StopIteration:
+                return
+            row = await answer_case(client, suite, case, repeat, params)
+            appender.append(row)
+            written += 1
+            if row["error"]:
+                infra += 1
+                if row.get("fatal"):
+                    fatal_message = row["error"]
+                    stop.set()
+            warning = manifest.note_served(row.get("served_model"),
+                                           row.get("system_fingerprint"))
+            if warning:
+                progress.warn(warning)
+            progress.advance(row)
+
+    status = "interrupted"
+    try:
+        workers = [asyncio.create_task(worker()) for _ in range(max(1, params.concurrency))]
+        await asyncio.gather(*workers)
+        if fatal_message:
+            status = "aborted"
+        elif infra:
+            status = "infra_errors"
+        else:
+            status = "complete"
+    finally:
+        appender.close()
+        await client.aclose()
+        progress.finish()
+        manifest.end_session(session, status, rows_written=written, infra_errors=infra)
+    return RunResult(run_dir, status, written, infra, fatal_message)

@@ -1,0 +1,233 @@
+"""Narrow-task suites: the layout teams already keep (cases JSONL, a fixed prompt, optional YAML).
+
+Everything is validated before any model is called, so a typo costs a second, not a paid run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from assay.suites.errors import Problem, SuiteError
+from assay.suites.jsonl import read_jsonl_objects
+
+CASES_FILE = Path("data/cases.jsonl")
+TRAIN_FILE = Path("data/train.jsonl")
+PROMPT_FILE = Path("prompts/system.txt")
+CONFIG_FILE = Path("suite.yaml")
+
+
+def normalize_label(value: str) -> str:
+    """Labels compare stripped and lower-cased: 'Bug ' and 'bug' are the same verdict."""
+    return value.strip().lower()
+
+
+class SuiteConfig(BaseModel):
+    """``suite.yaml``. Unknown keys are refused: a misspelt ``temprature`` must not be ignored."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    description: str | None = None
+    labels: list[str] | None = None
+    output_field: str = "label"
+    temperature: float = Field(default=0.0, ge=0.0, le=2.0)
+    repeats: int = Field(default=1, ge=1, le=100)
+    max_tokens: int | None = Field(default=None, ge=1)
+    splits: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("labels")
+    @classmethod
+    def _labels_ok(cls, v: list[str] | None) -> list[str] | None:
+        if v is None:
+            return v
+        norm = [normalize_label(x) for x in v]
+        if not norm or any(not x for x in norm):
+            raise ValueError("labels must be a non-empty list of non-empty strings")
+        if len(set(norm)) != len(norm):
+            raise ValueError("labels repeat after lower-casing")
+        return norm
+
+    @field_validator("output_field")
+    @classmethod
+    def _field_ok(cls, v: str) -> str:
+        if not v.strip():
+            raise ValueError("output_field must not be empty")
+        return v
+
+
+@dataclass(frozen=True)
+class Case:
+    id: str
+    input: str
+    expected: str
+    line: int
+
+
+@dataclass(frozen=True)
+class NarrowSuite:
+    root: Path
+    name: str
+    cases: tuple[Case, ...]
+    system_prompt: str
+    labels: tuple[str, ...]
+    labels_source: str  # "suite.yaml" or "cases": the run output says which
+    config: SuiteConfig
+    cases_path: Path
+    prompt_path: Path
+    cases_sha256: str
+    prompt_sha256: str
+    train_path: Path | None
+    train_sha256: str | None
+
+    def train_cases(self) -> list[Case]:
+        """Examples for the built-in baseline, validated like the cases themselves."""
+        if self.train_path is None:
+            raise SuiteError.one(self.root / TRAIN_FILE,
+                                 "builtin/baseline needs training examples: add "
+                                 "data/train.jsonl (same shape as data/cases.jsonl)")
+        cases, _ = _load_cases(self.train_path, set(self.labels))
+        return list(cases)
+
+
+def sha256_file(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _yaml_key_lines(path: Path, text: str) -> dict[str, int]:
+    """Line of every top-level key, so a pydantic error can name it."""
+    try:
+        node = yaml.compose(text)
+    except yaml.YAMLError:
+        return {}
+    lines: dict[str, int] = {}
+    if isinstance(node, yaml.MappingNode):
+        for key, _value in node.value:
+            if isinstance(key, yaml.ScalarNode):
+                lines[str(key.value)] = key.start_mark.line + 1
+    return lines
+
+
+def load_config(root: Path) -> SuiteConfig:
+    path = root / CONFIG_FILE
+    if not path.exists():
+        return SuiteConfig()
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise SuiteError.one(path, f"not valid UTF-8: {exc.reason}") from exc
+    try:
+        data: Any = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        raise SuiteError.one(path, f"invalid YAML: {getattr(exc, 'problem', exc)}",
+                             line=mark.line + 1 if mark else None) from exc
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise SuiteError.one(path, "expected a mapping of settings at the top level")
+    try:
+        return SuiteConfig.model_validate(data)
+    except ValidationError as exc:
+        key_lines = _yaml_key_lines(path, text)
+        problems = []
+        for err in exc.errors():
+            loc = [str(x) for x in err["loc"]]
+            field = ".".join(loc) if loc else None
+            msg = err["msg"]
+            if err["type"] == "extra_forbidden":
+                msg = "unknown setting (allowed: " + ", ".join(SuiteConfig.model_fields) + ")"
+            problems.append(Problem(path, key_lines.get(loc[0]) if loc else None, field, msg))
+        raise SuiteError(problems) from exc
+
+
+def _load_cases(path: Path, labels: set[str] | None) -> tuple[tuple[Case, ...], list[Problem]]:
+    objects, problems = read_jsonl_objects(path)
+    cases: list[Case] = []
+    seen: dict[str, int] = {}
+    for lineno, obj in objects:
+        ok = True
+        for key in ("id", "input", "expected"):
+            if key not in obj:
+                problems.append(Problem(path, lineno, key, "missing"))
+                ok = False
+            elif not isinstance(obj[key], str):
+                problems.append(Problem(path, lineno, key,
+                                        f"must be a string, got {type(obj[key]).__name__}"))
+                ok = False
+            elif not obj[key].strip():
+                problems.append(Problem(path, lineno, key, "must not be empty"))
+                ok = False
+        if not ok:
+            continue
+        cid = obj["id"]
+        if cid in seen:
+            problems.append(Problem(path, lineno, "id",
+                                    f"duplicate id {cid!r} (first on line {seen[cid]})"))
+            continue
+        seen[cid] = lineno
+        expected = normalize_label(obj["expected"])
+        if labels is not None and expected not in labels:
+            problems.append(Problem(path, lineno, "expected",
+                                    f"{obj['expected']!r} is not one of the labels "
+                                    f"{sorted(labels)}"))
+            continue
+        cases.append(Case(id=cid, input=obj["input"], expected=expected, line=lineno))
+    if problems:
+        raise SuiteError(problems)
+    return tuple(cases), problems
+
+
+def load_suite(root: Path, *, split: str | None = None) -> NarrowSuite:
+    """Load and validate a narrow-task suite directory; raise :class:`SuiteError` on any problem."""
+    root = Path(root)
+    if not root.is_dir():
+        raise SuiteError.one(root, "suite directory not found")
+    config = load_config(root)
+    if split is not None:
+        if split not in config.splits:
+            known = ", ".join(sorted(config.splits)) or "none defined"
+            raise SuiteError.one(root / CONFIG_FILE, f"unknown split {split!r} ({known})",
+                                 field="splits")
+        cases_path = root / config.splits[split]
+    else:
+        cases_path = root / CASES_FILE
+    prompt_path = root / PROMPT_FILE
+    if not prompt_path.is_file():
+        raise SuiteError.one(prompt_path, "system prompt file not found: the suite needs its "
+                             "fixed, strict prompt in prompts/system.txt")
+    try:
+        system_prompt = prompt_path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise SuiteError.one(prompt_path, f"not valid UTF-8: {exc.reason}") from exc
+    if not system_prompt.strip():
+        raise SuiteError.one(prompt_path, "system prompt is empty")
+
+    if config.labels is not None:
+        labels = tuple(config.labels)
+        source = "suite.yaml"
+        cases, _ = _load_cases(cases_path, set(labels))
+    else:
+        cases, _ = _load_cases(cases_path, None)
+        labels = tuple(sorted({c.expected for c in cases}))
+        source = "cases"
+    train_path = root / TRAIN_FILE
+    return NarrowSuite(
+        root=root,
+        name=root.resolve().name,
+        cases=cases,
+        system_prompt=system_prompt,
+        labels=labels,
+        labels_source=source,
+        config=config,
+        cases_path=cases_path,
+        prompt_path=prompt_path,
+        cases_sha256=sha256_file(cases_path),
+        prompt_sha256=hashlib.sha256(system_prompt.encode("utf-8")).hexdigest(),
+        train_path=train_path if train_path.is_file() else None,
+        train_sha256=sha256_file(train_path) if train_path.is_file() else None,
+    )
