@@ -1,0 +1,280 @@
+"""Narrow runs end to end: the real CLI, the real openai client, a real local HTTP server."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from conftest import SECRET, assert_no_secret, read_rows, run_cli, write_suite
+from support.scripted_server import (
+    Answer,
+    Drop,
+    Garbage,
+    RecordedRequest,
+    ScriptedServer,
+    Status,
+    by_input,
+    echo_label,
+)
+
+CASES = [
+    ("c1", "Title: crash on start\nBody: segfault", "bug"),
+    ("c2", "Title: add dark mode\nBody: please", "feature"),
+    ("c3", "Title: how to configure?\nBody: docs unclear", "question"),
+    ("c4", "Title: wrong total\nBody: off by one", "bug"),
+]
+TRUTH = {text: label for _, text, label in CASES}
+
+
+def j(label: str) -> Answer:
+    return Answer(json.dumps({"label": label}))
+
+
+def test_end_to_end_records_and_manifest(tmp_path: Path, server: ScriptedServer,
+                                         endpoint_env: dict[str, str]) -> None:
+    server.handler = echo_label(labels_by_input=TRUTH)
+    suite = write_suite(tmp_path / "suite", CASES)
+    run = tmp_path / "run"
+    res = run_cli(["run", str(suite), "--out", str(run)])
+    assert res.code == 0, res.stderr
+    rows = read_rows(run)
+    assert sorted(r["id"] for r in rows) == ["c1", "c2", "c3", "c4"]
+    for r in rows:
+        assert r["correct"] is True and r["attempts"] == 1 and r["error"] is None
+        assert r["raws"] == [r["raw"]] and r["served_model"] == "scripted-model"
+        assert set(r) >= {"id", "repeat", "expected", "raw", "raws", "label", "correct",
+                          "attempts", "invalid_reason", "latency_ms", "usage", "served_model",
+                          "error"}
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["model"]["requested"] == "test-model"
+    assert manifest["model"]["served_models"] == ["scripted-model"]
+    assert manifest["model"]["base_url"] == server.base_url
+    assert len(manifest["suite"]["cases_sha256"]) == 64
+    assert len(manifest["suite"]["prompt_sha256"]) == 64
+    assert manifest["assay"]["version"]
+    assert manifest["sessions"][0]["status"] == "complete"
+    assert manifest["ended_at"]
+    rep = json.loads((run / "report.json").read_text())
+    assert rep["n"] == 4 and rep["correct"] == 4 and rep["accuracy"] == 1.0
+    assert (run / "report.md").read_text().startswith("# assay report")
+    # every request: system prompt + case input, temperature 0 by default
+    for req in server.chat_requests():
+        assert req.messages[0]["role"] == "system"
+        assert req.body["temperature"] == 0
+        assert req.headers["authorization"] == f"Bearer {SECRET}"
+    assert_no_secret(run)
+
+
+def test_format_retry_carries_original_input(tmp_path: Path, server: ScriptedServer,
+                                             endpoint_env: dict[str, str]) -> None:
+    text = CASES[0][1]
+    server.handler = by_input({text: [Answer("It is a bug."), j("bug")]},
+                              default=echo_label(labels_by_input=TRUTH))
+    suite = write_suite(tmp_path / "suite", CASES)
+    run = tmp_path / "run"
+    assert run_cli(["run", str(suite), "--out", str(run)]).code == 0
+    row = next(r for r in read_rows(run) if r["id"] == "c1")
+    assert row["attempts"] == 2
+    assert row["raws"] == ["It is a bug.", '{"label": "bug"}']
+    assert row["first_invalid_reason"] == "no_object"
+    assert row["invalid_reason"] is None and row["correct"] is True
+    first, second = server.requests_for(text)
+    assert second.messages[:2] == first.messages  # same system prompt and original input
+    assert second.messages[2] == {"role": "assistant", "content": "It is a bug."}
+    assert "JSON object" in second.messages[3]["content"]
+    rep = json.loads((run / "report.json").read_text())
+    assert rep["invalid_first_try"] == 1 and rep["retried"] == 1
+    assert rep["invalid_remaining"] == 0
+
+
+def test_still_invalid_after_retry(tmp_path: Path, server: ScriptedServer,
+                                   endpoint_env: dict[str, str]) -> None:
+    text = CASES[1][1]
+    server.handler = by_input({text: [Answer("{'label': 'feature'}"),
+                                      Answer('{"label": "enhancement"}')]},
+                              default=echo_label(labels_by_input=TRUTH))
+    suite = write_suite(tmp_path / "suite", CASES)
+    run = tmp_path / "run"
+    assert run_cli(["run", str(suite), "--out", str(run)]).code == 0
+    row = next(r for r in read_rows(run) if r["id"] == "c2")
+    assert row["label"] == "" and row["correct"] is False
+    assert row["first_invalid_reason"] == "not_json"
+    assert row["invalid_reason"] == "label_not_allowed"
+    assert len(server.requests_for(text)) == 2  # exactly one format retry
+    rep = json.loads((run / "report.json").read_text())
+    assert rep["invalid_remaining"] == 1 and rep["n"] == 4 and rep["correct"] == 3
+    assert rep["confusion"]["feature"]["(invalid)"] == 1
+
+
+def test_refusal_is_an_invalid_reason(tmp_path: Path, server: ScriptedServer,
+                                      endpoint_env: dict[str, str]) -> None:
+    text = CASES[2][1]
+    server.handler = by_input({text: Answer(None, refusal="I cannot help with that.")},
+                              default=echo_label(labels_by_input=TRUTH))
+    suite = write_suite(tmp_path / "suite", CASES)
+    run = tmp_path / "run"
+    assert run_cli(["run", str(suite), "--out", str(run)]).code == 0
+    row = next(r for r in read_rows(run) if r["id"] == "c3")
+    assert row["first_invalid_reason"] == "refusal" and row["invalid_reason"] == "refusal"
+
+
+@pytest.mark.parametrize("fault", [
+    Status(429, headers={"Retry-After": "0.3"}),
+    Status(500),
+    Status(503),
+    Drop(),
+    Garbage(),
+], ids=["429", "500", "503", "drop", "garbage"])
+def test_transport_faults_are_retried_without_using_the_format_retry(
+        tmp_path: Path, server: ScriptedServer, endpoint_env: dict[str, str], fault) -> None:
+    text = CASES[0][1]
+    server.handler = by_input({text: [fault, fault, j("bug")]},
+                              default=echo_label(labels_by_input=TRUTH))
+    suite = write_suite(tmp_path / "suite", CASES)
+    run = tmp_path / "run"
+    res = run_cli(["run", str(suite), "--out", str(run)])
+    assert res.code == 0, res.stderr
+    row = next(r for r in read_rows(run) if r["id"] == "c1")
+    assert row["attempts"] == 1 and row["correct"] is True and row["error"] is None
+    assert len(row["tries"]) == 3
+    assert row["tries"][-1]["status"] == 200
+    assert all(t.get("error") for t in row["tries"][:2])
+    if isinstance(fault, Status) and fault.code == 429:
+        assert [t["wait_s"] for t in row["tries"][:2]] == [0.3, 0.3]  # Retry-After honoured
+        reqs = server.requests_for(text)
+        assert reqs[1].received_at - reqs[0].received_at >= 0.29
+
+
+def test_infra_error_then_resume(tmp_path: Path, server: ScriptedServer,
+                                 endpoint_env: dict[str, str]) -> None:
+    text = CASES[3][1]
+    server.handler = by_input({text: Status(503)}, default=echo_label(labels_by_input=TRUTH))
+    suite = write_suite(tmp_path / "suite", CASES)
+    run = tmp_path / "run"
+    res = run_cli(["run", str(suite), "--out", str(run), "--max-tries", "2"])
+    assert res.code == 3
+    assert "resume" in res.stderr
+    rows = read_rows(run)
+    bad = [r for r in rows if r["id"] == "c4"]
+    assert len(bad) == 1 and bad[0]["error"] and bad[0]["correct"] is None
+    assert len(bad[0]["tries"]) == 2
+    rep = json.loads((run / "report.json").read_text())
+    assert rep["infra_errors"] == 1 and rep["n"] == 3 and rep["accuracy"] == 1.0
+    # the endpoint recovers; resuming asks only for the missing case
+    server.handler = echo_label(labels_by_input=TRUTH)
+    before = len(server.chat_requests())
+    res = run_cli(["run", str(suite), "--out", str(run), "--max-tries", "2"])
+    assert res.code == 0, res.stderr
+    assert len(server.chat_requests()) == before + 1
+    rows = read_rows(run)
+    assert len(rows) == 5  # the error row stays as history; nothing duplicated
+    answered = [r for r in rows if not r["error"]]
+    assert sorted(r["id"] for r in answered) == ["c1", "c2", "c3", "c4"]
+    rep = json.loads((run / "report.json").read_text())
+    assert rep["infra_errors"] == 0 and rep["n"] == 4
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert [s["status"] for s in manifest["sessions"]] == ["infra_errors", "complete"]
+
+
+def test_slow_answers_time_out_and_are_retried(tmp_path: Path, server: ScriptedServer,
+                                               endpoint_env: dict[str, str]) -> None:
+    text = CASES[0][1]
+    server.handler = by_input({text: [Answer('{"label": "bug"}', delay=2.0), j("bug")]},
+                              default=echo_label(labels_by_input=TRUTH))
+    suite = write_suite(tmp_path / "suite", CASES)
+    run = tmp_path / "run"
+    assert run_cli(["run", str(suite), "--out", str(run), "--timeout", "0.5"]).code == 0
+    row = next(r for r in read_rows(run) if r["id"] == "c1")
+    assert row["tries"][0]["error"] == "timeout" and row["correct"] is True
+
+
+def test_auth_error_stops_the_run(tmp_path: Path, server: ScriptedServer,
+                                  endpoint_env: dict[str, str]) -> None:
+    server.handler = lambda req, n: Status(401, body='{"error": {"message": "bad key"}}')
+    cases = [(f"c{i}", f"text {i}", "bug") for i in range(40)]
+    suite = write_suite(tmp_path / "suite", cases)
+    run = tmp_path / "run"
+    res = run_cli(["run", str(suite), "--out", str(run), "-j", "2"])
+    assert res.code == 3
+    assert "HTTP 401" in res.stderr and "bad key" in res.stderr
+    assert len(server.chat_requests()) < 40  # stopped instead of burning every case
+    assert_no_secret(run)
+
+
+def test_resume_refuses_changed_suite(tmp_path: Path, server: ScriptedServer,
+                                      endpoint_env: dict[str, str]) -> None:
+    server.handler = echo_label(labels_by_input=TRUTH)
+    suite = write_suite(tmp_path / "suite", CASES)
+    run = tmp_path / "run"
+    assert run_cli(["run", str(suite), "--out", str(run)]).code == 0
+    write_suite(tmp_path / "suite", CASES, prompt="A different prompt.")
+    res = run_cli(["run", str(suite), "--out", str(run)])
+    assert res.code == 2 and "prompt_sha256" in res.stderr
+    write_suite(tmp_path / "suite", CASES[:3])
+    res = run_cli(["run", str(suite), "--out", str(run)])
+    assert res.code == 2 and "cases_sha256" in res.stderr
+    assert len(read_rows(run)) == 4
+
+
+def test_served_model_change_is_warned(tmp_path: Path, server: ScriptedServer,
+                                       endpoint_env: dict[str, str]) -> None:
+    def handler(req: RecordedRequest, n: int) -> Answer:
+        model = "model-v1" if req.case_input in (CASES[0][1], CASES[1][1]) else "model-v2"
+        return Answer(json.dumps({"label": TRUTH[req.case_input]}), model=model)
+
+    server.handler = handler
+    suite = write_suite(tmp_path / "suite", CASES)
+    run = tmp_path / "run"
+    res = run_cli(["run", str(suite), "--out", str(run), "-j", "1"])
+    assert res.code == 0
+    assert "served model changed mid-run" in res.stderr
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["model"]["served_models"] == ["model-v1", "model-v2"]
+    assert manifest["warnings"]
+
+
+def test_repeats_and_agreement(tmp_path: Path, server: ScriptedServer,
+                               endpoint_env: dict[str, str]) -> None:
+    flaky = CASES[2][1]
+
+    def handler(req: RecordedRequest, n: int) -> Answer:
+        if req.case_input == flaky:
+            return j("question" if n % 2 == 0 else "bug")
+        return j(TRUTH[req.case_input])
+
+    server.handler = handler
+    suite = write_suite(tmp_path / "suite", CASES)
+    run = tmp_path / "run"
+    res = run_cli(["run", str(suite), "--out", str(run), "--repeats", "2",
+                   "--temperature", "0.7"])
+    assert res.code == 0
+    rows = read_rows(run)
+    assert sorted((r["id"], r["repeat"]) for r in rows) == [
+        (c, r) for c in ("c1", "c2", "c3", "c4") for r in (0, 1)]
+    rep = json.loads((run / "report.json").read_text())
+    assert rep["n"] == 8 and rep["correct"] == 7
+    assert rep["agreement"] == {"cases_with_all_repeats": 4, "consistent_cases": 3,
+                                "rate": 0.75, "unstable_cases": ["c3"]}
+    assert all(req.body["temperature"] == 0.7 for req in server.chat_requests())
+
+
+def test_builtin_oracle_scores_everything(tmp_path: Path) -> None:
+    suite = write_suite(tmp_path / "suite", CASES)
+    run = tmp_path / "run"
+    res = run_cli(["run", str(suite), "--model", "builtin/oracle", "--out", str(run)])
+    assert res.code == 0, res.stderr
+    rep = json.loads((run / "report.json").read_text())
+    assert rep["accuracy"] == 1.0 and rep["served_models"] == {"builtin/oracle": 4}
+
+
+def test_builtin_baseline_on_example_suite(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    example = Path(__file__).parent.parent / "examples" / "triage"
+    res = run_cli(["run", str(example), "--model", "builtin/baseline", "--out", str(run)])
+    assert res.code == 0, res.stderr
+    rep = json.loads((run / "report.json").read_text())
+    assert rep["n"] == rep["expected_rows"] >= 60
+    assert rep["invalid_remaining"] == 0
+    # an honest baseline: clearly better than chance, clearly not perfect
+    assert 0.4 < rep["accuracy"] < 1.0
