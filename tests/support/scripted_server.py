@@ -10,9 +10,9 @@ Only the standard library is used. The HTTP parser is deliberately small: reques
 headers, ``Content-Length`` or ``chunked`` bodies, keep-alive (several requests per
 connection) unless the client asks for ``Connection: close``.
 
-Typical use::
+Typical use (tests/ is on sys.path, so import it as ``support.scripted_server``)::
 
-    handler = by_input({"q1": [Status(429, {"Retry-After": "0"}), Answer('{"label": "bug"}')]})
+    handler = by_input({"q1": [Status(429, {"Retry-After": "0.01"}), Answer('{"label": "bug"}')]})
     with ScriptedServer(handler) as server:
         client = openai.AsyncOpenAI(base_url=server.base_url, api_key="test")
         ...
@@ -416,7 +416,7 @@ class ScriptedServer:
             try:
                 reply = self.handler(request, attempt)
                 if not isinstance(reply, _REPLY_TYPES):
-                    raise TypeError(_not_a_reply(reply))
+                    raise TypeError(f"handler returned {_not_a_reply(reply)}")
             except Exception as exc:  # surfaced to the test as a 500
                 request.error = f"{type(exc).__name__}: {exc}"
                 error = {"error": {"message": request.error, "type": "scripted_handler_error"}}
@@ -501,7 +501,7 @@ class ScriptedServer:
 
 
 def _not_a_reply(reply: object) -> str:
-    message = f"handler returned {reply!r}, not a Reply"
+    message = f"{reply!r} is not a Reply"
     if type(reply).__name__ in {t.__name__ for t in _REPLY_TYPES}:
         # Same class from a second copy of this module (tests.support... vs support...).
         message += (

@@ -12,11 +12,11 @@ import asyncio
 import json
 import random
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-import httpx
 import openai
 
 # Status codes that say "try again later" rather than "your request is wrong".
@@ -75,7 +75,7 @@ def redact_url(url: str) -> str:
     return urlunsplit((parts.scheme, host, parts.path, "", ""))
 
 
-def _retry_after_seconds(headers: httpx.Headers) -> float | None:
+def _retry_after_seconds(headers: Mapping[str, str]) -> float | None:
     value = headers.get("retry-after-ms")
     if value:
         try:
@@ -103,20 +103,17 @@ class ChatClient:
 
     def __init__(self, base_url: str, api_key: str, model: str, *, timeout_s: float = 120.0,
                  max_tries: int = 5, backoff_base_s: float = 0.5, backoff_max_s: float = 30.0,
-                 max_connections: int = 64, seed: int | None = None) -> None:
+                 seed: int | None = None) -> None:
         self.model = model
         self.max_tries = max(1, max_tries)
         self.backoff_base_s = backoff_base_s
         self.backoff_max_s = backoff_max_s
         self.timeout_s = timeout_s
         self._rng = random.Random(seed)
-        http = httpx.AsyncClient(
-            timeout=httpx.Timeout(timeout_s, connect=min(timeout_s, 10.0)),
-            limits=httpx.Limits(max_connections=max_connections,
-                                max_keepalive_connections=max_connections),
-        )
+        # openai's own HTTP client (its pool allows 1000 connections, 100 kept alive), not one
+        # of ours: the openai package moved to httpx2, and a foreign client is a legacy path.
         self._client = openai.AsyncOpenAI(base_url=base_url, api_key=api_key or "EMPTY",
-                                          max_retries=0, http_client=http, timeout=timeout_s)
+                                          max_retries=0, timeout=timeout_s)
 
     async def aclose(self) -> None:
         await self._client.close()

@@ -8,25 +8,28 @@ Cases are pulled lazily by a fixed pool of workers, so memory stays flat however
 
 from __future__ import annotations
 
-import asyncio
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from assay.grading.labels import parse_answer, retry_instruction
 from assay.models.client import ChatClient, Completion, TransportError, redact_url
-from assay.records.io import JsonlAppender, scan_jsonl
-from assay.records.manifest import MANIFEST, ManifestWriter, read_manifest, tool_identity, utc_now
+from assay.records.manifest import tool_identity, utc_now
+from assay.runner.engine import (
+    NullProgress,
+    Progress,
+    RunConflict,
+    RunResult,
+    done_keys,
+    drive,
+    open_run_dir,
+)
 from assay.suites.cases import Case, NarrowSuite
 
 RAW_PREDICTIONS = "raw_predictions.jsonl"
 MANIFEST_SCHEMA = "assay.narrow.manifest/1"
-
-
-class RunConflict(Exception):
-    """Resuming into a run directory whose suite, prompt or settings differ: refused."""
 
 
 @dataclass(frozen=True)
@@ -47,36 +50,6 @@ class NarrowParams:
     timeout_s: float = 120.0
     max_tries: int = 5
     split: str | None = None
-
-
-class Progress(Protocol):
-    def start(self, total: int, done: int) -> None: ...
-    def advance(self, row: dict[str, Any]) -> None: ...
-    def warn(self, message: str) -> None: ...
-    def finish(self) -> None: ...
-
-
-class NullProgress:
-    def start(self, total: int, done: int) -> None:
-        pass
-
-    def advance(self, row: dict[str, Any]) -> None:
-        pass
-
-    def warn(self, message: str) -> None:
-        pass
-
-    def finish(self) -> None:
-        pass
-
-
-@dataclass
-class RunResult:
-    run_dir: Path
-    status: str  # "complete", "infra_errors", "aborted", "interrupted"
-    rows_written: int
-    infra_errors: int
-    message: str | None = None
 
 
 def default_run_dir(suite: NarrowSuite, model: str, root: Path = Path("runs")) -> Path:
@@ -135,11 +108,7 @@ def build_manifest(run_id: str, suite: NarrowSuite, endpoint: Endpoint,
             "max_tokens": params.max_tokens,
             "format_retries": 1,
         },
-        "limits": {
-            "concurrency": params.concurrency,
-            "request_timeout_s": params.timeout_s,
-            "transport_max_tries": params.max_tries,
-        },
+        "limits": limits_of(params),
         "comparable": comparable_settings(suite, endpoint, params),
         "started_at": utc_now(),
         "ended_at": None,
@@ -226,38 +195,6 @@ async def answer_case(client: ChatClient, suite: NarrowSuite, case: Case, repeat
     return row
 
 
-def completed_keys(run_dir: Path) -> set[tuple[str, int]]:
-    """(case id, repeat) pairs that already have an answer; infra-error rows are redone."""
-    rows = scan_jsonl(run_dir / RAW_PREDICTIONS).rows
-    return {(r["id"], int(r["repeat"])) for r in rows if not r.get("error")}
-
-
-def open_run_dir(run_dir: Path, suite: NarrowSuite, endpoint: Endpoint,
-                 params: NarrowParams) -> ManifestWriter:
-    """Create a new run directory, or re-open one for resume after checking it is the same run."""
-    manifest_path = run_dir / MANIFEST
-    if manifest_path.exists():
-        old = read_manifest(run_dir)
-        if old.get("kind") != "narrow":
-            raise RunConflict(f"{run_dir} holds a {old.get('kind')!r} run, not a narrow run")
-        want = comparable_settings(suite, endpoint, params)
-        have = old.get("comparable", {})
-        diffs = [k for k in want if have.get(k) != want[k]]
-        if diffs:
-            lines = [f"  {k}: was {have.get(k)!r}, now {want[k]!r}" for k in diffs]
-            raise RunConflict(
-                f"{run_dir} was started with different settings; refusing to mix rows:\n"
-                + "\n".join(lines) + "\nUse a new --out directory for a new run.")
-        old["limits"] = build_manifest(old["run_id"], suite, endpoint, params)["limits"]
-        return ManifestWriter(run_dir, old)
-    if run_dir.exists() and any(run_dir.iterdir()):
-        raise RunConflict(f"{run_dir} exists, is not empty and has no {MANIFEST}")
-    run_dir.mkdir(parents=True, exist_ok=True)
-    writer = ManifestWriter(run_dir, build_manifest(run_dir.name, suite, endpoint, params))
-    writer.save()
-    return writer
-
-
 def _pending(suite: NarrowSuite, repeats: int,
              done: set[tuple[str, int]]) -> Iterator[tuple[Case, int]]:
     for repeat in range(repeats):
@@ -266,63 +203,33 @@ def _pending(suite: NarrowSuite, repeats: int,
                 yield case, repeat
 
 
+def limits_of(params: NarrowParams) -> dict[str, Any]:
+    return {"concurrency": params.concurrency, "request_timeout_s": params.timeout_s,
+            "transport_max_tries": params.max_tries}
+
+
 async def run_narrow(suite: NarrowSuite, endpoint: Endpoint, params: NarrowParams,
                      run_dir: Path, progress: Progress | None = None) -> RunResult:
     """Run (or resume) a suite into ``run_dir``; the caller has validated everything."""
     progress = progress or NullProgress()
-    manifest = open_run_dir(run_dir, suite, endpoint, params)
-    appender = JsonlAppender(run_dir / RAW_PREDICTIONS)
-    if appender.repaired_tail:
-        progress.warn(f"dropped a torn last line ({len(appender.repaired_tail)} bytes) left by "
-                      "an interrupted run; that case will be asked again")
-    done = completed_keys(run_dir)
-    total = len(suite.cases) * params.repeats
-    todo = total - len(done & {(c.id, r) for c in suite.cases for r in range(params.repeats)})
-    session = manifest.start_session()
+    manifest = open_run_dir(
+        run_dir, "narrow", comparable_settings(suite, endpoint, params),
+        lambda: build_manifest(run_dir.name, suite, endpoint, params), limits_of(params))
+    rows_path = run_dir / RAW_PREDICTIONS
+    wanted = {(c.id, r) for c in suite.cases for r in range(params.repeats)}
+    done = done_keys(rows_path, lambda r: (r["id"], int(r["repeat"]))) & wanted
     client = ChatClient(endpoint.base_url, endpoint.api_key, endpoint.model,
-                        timeout_s=params.timeout_s, max_tries=params.max_tries,
-                        max_connections=params.concurrency)
-    pending = _pending(suite, params.repeats, done)
-    stop = asyncio.Event()
-    written = 0
-    infra = 0
-    fatal_message: str | None = None
-    progress.start(total, total - todo)
+                        timeout_s=params.timeout_s, max_tries=params.max_tries)
 
-    async def worker() -> None:
-        nonlocal written, infra, fatal_message
-        while not stop.is_set():
-            try:
-                case, repeat = next(pending)
-            except StopIteration:
-                return
-            row = await answer_case(client, suite, case, repeat, params)
-            appender.append(row)
-            written += 1
-            if row["error"]:
-                infra += 1
-                if row.get("fatal"):
-                    fatal_message = row["error"]
-                    stop.set()
-            warning = manifest.note_served(row.get("served_model"),
-                                           row.get("system_fingerprint"))
-            if warning:
-                progress.warn(warning)
-            progress.advance(row)
+    async def work(item: tuple[Case, int]) -> dict[str, Any]:
+        return await answer_case(client, suite, item[0], item[1], params)
 
-    status = "interrupted"
     try:
-        workers = [asyncio.create_task(worker()) for _ in range(max(1, params.concurrency))]
-        await asyncio.gather(*workers)
-        if fatal_message:
-            status = "aborted"
-        elif infra:
-            status = "infra_errors"
-        else:
-            status = "complete"
+        return await drive(_pending(suite, params.repeats, done), work, rows_path=rows_path,
+                           manifest=manifest, progress=progress, total=len(wanted),
+                           already_done=len(done), concurrency=params.concurrency)
     finally:
-        appender.close()
         await client.aclose()
-        progress.finish()
-        manifest.end_session(session, status, rows_written=written, infra_errors=infra)
-    return RunResult(run_dir, status, written, infra, fatal_message)
+
+
+__all__ = ["Endpoint", "NarrowParams", "RunConflict", "RunResult", "run_narrow"]
