@@ -8,6 +8,10 @@ cd "$(dirname "$0")/.."
 need_apt=()
 command -v bwrap >/dev/null 2>&1 || need_apt+=(bubblewrap)
 command -v node >/dev/null 2>&1 || need_apt+=(nodejs)
+command -v git >/dev/null 2>&1 || need_apt+=(git)
+# Task verifiers run `python3 -m pytest` with the system interpreter inside the sandbox, which
+# sees /usr but not this project's virtualenv.
+/usr/bin/python3 -c 'import pytest' >/dev/null 2>&1 || need_apt+=(python3-pytest)
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" -ne 0 ]; then
     echo "bootstrap: missing ${need_apt[*]}; install them (apt-get install ${need_apt[*]}) or run as root" >&2

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import shutil
 import signal
 import sys
 from pathlib import Path
@@ -125,9 +124,36 @@ def _resolve_endpoint(model: str | None, base_url: str | None, api_key_env: str 
     return model, base_url, key or "", key_source
 
 
+def _suite_kind(path: Path) -> tuple[str, Path]:
+    """A ``.jsonl`` file (or a folder holding ``tasks.jsonl``) is a coding suite; a folder with
+    ``data/cases.jsonl`` is a narrow-task suite."""
+    if path.is_file():
+        return "coding", path
+    if (path / "tasks.jsonl").is_file() and not (path / "data" / "cases.jsonl").exists():
+        return "coding", path / "tasks.jsonl"
+    return "narrow", path
+
+
+def _require_sandbox(sandbox: str) -> None:
+    if sandbox not in ("bwrap", "none"):
+        raise fail("--sandbox must be bwrap or none")
+    if sandbox == "none":
+        err.print("[bold red]NOT ISOLATED:[/] candidate code runs without the sandbox "
+                  "(--sandbox none)")
+        return
+    from assay.sandbox import SandboxUnavailable, check_bwrap
+
+    try:
+        check_bwrap()
+    except SandboxUnavailable as exc:
+        raise fail(f"the sandbox cannot run here: {exc}\nInstall bubblewrap, or pass "
+                   "--sandbox none to run candidate code NOT ISOLATED.") from None
+
+
 @app.command()
 def run(
-    suite_path: Annotated[Path, typer.Argument(metavar="SUITE", help="Suite directory.")],
+    suite_path: Annotated[Path, typer.Argument(metavar="SUITE", help="Narrow suite directory, "
+                                               "or a coding tasks.jsonl.")],
     model: Annotated[str | None, typer.Option(help="Model name; env MODEL_NAME. "
                                               "builtin/baseline or builtin/oracle run locally.")]
     = None,
@@ -135,25 +161,35 @@ def run(
                                                  "MODEL_BASE_URL.")] = None,
     api_key_env: Annotated[str | None, typer.Option(help="Read the API key from this variable "
                                                     "instead of MODEL_API_KEY.")] = None,
-    temperature: Annotated[float | None, typer.Option(help="Default from suite.yaml, else 0.")]
+    temperature: Annotated[float | None, typer.Option(
+        help="Narrow: default from suite.yaml, else 0. Coding: default 0.2.")] = None,
+    repeats: Annotated[int | None, typer.Option(min=1, help="Narrow: ask every case N times.")]
     = None,
-    repeats: Annotated[int | None, typer.Option(min=1, help="Ask every case N times.")] = None,
+    samples: Annotated[int, typer.Option(min=1, help="Coding: answers per task.")] = 3,
     concurrency: Annotated[int, typer.Option("-j", "--concurrency", min=1)] = 16,
     max_tokens: Annotated[int | None, typer.Option(min=1)] = None,
     timeout: Annotated[float, typer.Option(help="Seconds per request.")] = 120.0,
     max_tries: Annotated[int, typer.Option(min=1, help="Transport tries per request.")] = 5,
-    split: Annotated[str | None, typer.Option(help="A split named in suite.yaml.")] = None,
+    split: Annotated[str | None, typer.Option(help="Narrow: a split named in suite.yaml.")]
+    = None,
+    sandbox: Annotated[str, typer.Option(help="Coding: bwrap, or none (NOT ISOLATED, only "
+                                         "when asked for).")] = "bwrap",
+    exec_timeout: Annotated[float, typer.Option(help="Coding: seconds per execution.")] = 30.0,
+    memory_mib: Annotated[int, typer.Option(help="Coding: memory limit per execution.")] = 1024,
+    pids: Annotated[int, typer.Option(help="Coding: process limit per execution.")] = 256,
     out_dir: Annotated[Path | None, typer.Option("--out", help="Run directory; reuse it to "
                                                  "resume.")] = None,
 ) -> None:
     """Evaluate a model on a suite; resume by passing the same --out again."""
     from assay.models.builtin import BUILTIN_PREFIX, load_builtin
-    from assay.models.server import BackgroundServer
-    from assay.runner.narrow import Endpoint, NarrowParams, RunConflict, default_run_dir, run_narrow
+    from assay.runner.coding import CodingParams, run_coding
+    from assay.runner.narrow import NarrowParams, default_run_dir, run_narrow
     from assay.suites.cases import load_suite
+    from assay.suites.coding import load_coding_suite
 
+    kind, path = _suite_kind(suite_path)
     try:
-        suite = load_suite(suite_path, split=split)
+        suite: Any = load_coding_suite(path) if kind == "coding" else load_suite(path, split=split)
     except SuiteError as exc:
         raise fail(f"invalid suite:\n{exc}") from None
     model_name, url, key, key_source = _resolve_endpoint(model, base_url, api_key_env)
@@ -161,54 +197,86 @@ def run(
     if model_name.startswith(BUILTIN_PREFIX):
         try:
             builtin = load_builtin(model_name, suite)
-        except SuiteError as exc:
+        except (SuiteError, ValueError) as exc:
             raise fail(str(exc)) from None
-        except ValueError as exc:
-            raise fail(str(exc)) from None
-    params = NarrowParams(
-        temperature=suite.config.temperature if temperature is None else temperature,
-        repeats=suite.config.repeats if repeats is None else repeats,
-        concurrency=concurrency, max_tokens=max_tokens or suite.config.max_tokens,
-        timeout_s=timeout, max_tries=max_tries, split=split)
-    if suite.labels_source == "cases":
-        err.print(f"labels taken from the expected values in {suite.cases_path.name} "
-                  f"(no labels in suite.yaml): {', '.join(suite.labels)}", highlight=False)
-    run_dir = out_dir or default_run_dir(suite, model_name)
-    created = not run_dir.exists()
+    params: Any
+    runner: Any
+    if kind == "coding":
+        _require_sandbox(sandbox)
+        params = CodingParams(
+            samples=samples, temperature=0.2 if temperature is None else temperature,
+            concurrency=concurrency, max_tokens=max_tokens, timeout_s=timeout,
+            max_tries=max_tries, exec_timeout_s=exec_timeout, memory_mib=memory_mib, pids=pids,
+            isolation=sandbox)  # type: ignore[arg-type]
+        runner = run_coding
+    else:
+        params = NarrowParams(
+            temperature=suite.config.temperature if temperature is None else temperature,
+            repeats=suite.config.repeats if repeats is None else repeats,
+            concurrency=concurrency, max_tokens=max_tokens or suite.config.max_tokens,
+            timeout_s=timeout, max_tries=max_tries, split=split)
+        runner = run_narrow
+        if suite.labels_source == "cases":
+            err.print(f"labels taken from the expected values in {suite.cases_path.name} "
+                      f"(no labels in suite.yaml): {', '.join(suite.labels)}", highlight=False)
+    run_dir = out_dir or default_run_dir(suite.name, model_name)
+    result = _execute(runner, suite, params, run_dir, builtin, model_name, url, key, key_source,
+                      suite_path)
+    rep = _write_report(run_dir)
+    err.print(f"run directory: {run_dir}", highlight=False)
+    if result.status == "aborted":
+        raise fail(f"run stopped early: {result.message}", EXIT_INFRA)
+    if rep["infra_errors"] or rep["missing_rows"]:
+        err.print(f"[yellow]{rep['infra_errors']} ended in infra errors;[/] resume with: "
+                  f"assay run {suite_path} --out {run_dir}", highlight=False)
+        raise typer.Exit(EXIT_INFRA)
+
+
+def _execute(runner: Any, suite: Any, params: Any, run_dir: Path, builtin: Any, model_name: str,
+             url: str | None, key: str, key_source: str | None, suite_path: Path) -> Any:
+    """Run to completion, or to Ctrl-C / SIGTERM (exit 130, rows kept, resumable)."""
+    from assay.models.server import BackgroundServer
+    from assay.runner.engine import RunConflict
+    from assay.runner.narrow import Endpoint
+
     progress = TerminalProgress(err)
     old_term = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
         if builtin is not None:
             with BackgroundServer(builtin) as server:
                 endpoint = Endpoint(server.base_url, model_name, "", None, builtin=True)
-                result = asyncio.run(run_narrow(suite, endpoint, params, run_dir, progress))
-        else:
-            assert url is not None
-            endpoint = Endpoint(url, model_name, key, key_source)
-            result = asyncio.run(run_narrow(suite, endpoint, params, run_dir, progress))
+                return asyncio.run(runner(suite, endpoint, params, run_dir, progress))
+        assert url is not None
+        endpoint = Endpoint(url, model_name, key, key_source)
+        return asyncio.run(runner(suite, endpoint, params, run_dir, progress))
     except RunConflict as exc:
         raise fail(str(exc)) from None
     except KeyboardInterrupt:
         progress.finish()
-        if created and run_dir.exists() and not (run_dir / "manifest.json").exists():
-            shutil.rmtree(run_dir, ignore_errors=True)
         err.print(f"[yellow]interrupted.[/] Answers so far are kept; resume with: "
                   f"assay run {suite_path} --out {run_dir}", highlight=False)
         raise typer.Exit(EXIT_INTERRUPTED) from None
     finally:
         signal.signal(signal.SIGTERM, old_term)
-    rep = _write_narrow_report(run_dir)
-    err.print(f"run directory: {run_dir}", highlight=False)
-    if result.status == "aborted":
-        raise fail(f"run stopped early: {result.message}", EXIT_INFRA)
-    if rep["infra_errors"] or rep["missing_rows"]:
-        err.print(f"[yellow]{rep['infra_errors']} cases ended in infra errors;[/] resume with: "
-                  f"assay run {suite_path} --out {run_dir}", highlight=False)
-        raise typer.Exit(EXIT_INFRA)
 
 
-def _write_narrow_report(run_dir: Path) -> dict[str, Any]:
+def _write_report(run_dir: Path) -> dict[str, Any]:
+    """Rebuild report.json / report.md from the records and print the tables."""
+    from assay.records.manifest import read_manifest
     from assay.report.files import write_reports
+
+    if read_manifest(run_dir).get("kind") == "coding":
+        from rich.markdown import Markdown
+
+        from assay.report.coding import NOT_ISOLATED, build_coding_report, coding_markdown
+
+        rep = build_coding_report(run_dir)
+        md = coding_markdown(rep)
+        write_reports(run_dir, rep, md)
+        if rep["not_isolated"]:
+            out.print(f"[bold red]{NOT_ISOLATED}[/]")
+        out.print(Markdown(md))
+        return rep
     from assay.report.narrow import build_report
     from assay.report.render_narrow import print_report, to_markdown
 
@@ -223,7 +291,7 @@ def report(run_dir: Annotated[Path, typer.Argument(metavar="RUN_DIR")]) -> None:
     """Rebuild report.json and report.md from a run directory's raw rows alone."""
     if not (run_dir / "manifest.json").is_file():
         raise fail(f"{run_dir}: no manifest.json: not an assay run directory")
-    _write_narrow_report(run_dir)
+    _write_report(run_dir)
 
 
 @app.command()
@@ -238,18 +306,29 @@ def compare(
     from rich.markdown import Markdown
 
     from assay.records.io import atomic_write_json
+    from assay.records.manifest import read_manifest
+    from assay.report.compare_coding import compare_coding_markdown, compare_coding_runs
     from assay.report.compare_narrow import NotComparable, compare_markdown, compare_runs
 
+    kinds = set()
     for d in (run_a, run_b):
         if not (d / "manifest.json").is_file():
             raise fail(f"{d}: no manifest.json: not an assay run directory")
+        kinds.add(read_manifest(d).get("kind"))
+    if len(kinds) != 1:
+        raise fail("cannot compare a narrow-task run with a coding run")
     try:
-        result = compare_runs(run_a, run_b, seed=seed)
+        if kinds == {"coding"}:
+            result = compare_coding_runs(run_a, run_b, seed=seed)
+            text = compare_coding_markdown(result)
+        else:
+            result = compare_runs(run_a, run_b, seed=seed)
+            text = compare_markdown(result)
     except NotComparable as exc:
         raise fail(str(exc)) from None
     if json_out:
         atomic_write_json(json_out, result)
-    out.print(Markdown(compare_markdown(result)))
+    out.print(Markdown(text))
 
 
 @app.command()
@@ -263,13 +342,13 @@ def serve(
     from assay.models.builtin import load_builtin
     from assay.models.server import serve_forever
     from assay.suites.cases import load_suite
+    from assay.suites.coding import load_coding_suite
 
+    kind, path = _suite_kind(suite_path)
     try:
-        suite = load_suite(suite_path)
+        suite: Any = load_coding_suite(path) if kind == "coding" else load_suite(path)
         built = load_builtin(model, suite)
-    except SuiteError as exc:
-        raise fail(str(exc)) from None
-    except ValueError as exc:
+    except (SuiteError, ValueError) as exc:
         raise fail(str(exc)) from None
     err.print(f"serving {model} on http://{host}:{port}/v1 (Ctrl-C to stop)", highlight=False)
     try:
@@ -278,11 +357,89 @@ def serve(
         raise typer.Exit(EXIT_OK) from None
 
 
+suite_app = typer.Typer(no_args_is_help=True, help="Check suites before blaming a model.")
+app.add_typer(suite_app, name="suite")
+
+
+@suite_app.command("check")
+def suite_check(
+    tasks: Annotated[Path, typer.Argument(metavar="TASKS", help="A coding tasks.jsonl.")],
+    sandbox: Annotated[str, typer.Option(help="bwrap, or none (NOT ISOLATED).")] = "bwrap",
+    exec_timeout: Annotated[float, typer.Option(help="Seconds per execution.")] = 30.0,
+) -> None:
+    """Every task's solution must pass and an empty answer must fail, through the same sandbox
+    and grader as a model's answer. Exit 1 when any task is broken."""
+    from rich.table import Table
+
+    from assay.grading.suite_check import check_suite
+    from assay.runner.coding import CodingParams
+    from assay.suites.coding import load_coding_suite
+
+    kind, path = _suite_kind(tasks)
+    if kind != "coding":
+        raise fail(f"{tasks}: not a coding tasks file")
+    try:
+        suite = load_coding_suite(path)
+    except SuiteError as exc:
+        raise fail(f"invalid suite:\n{exc}") from None
+    _require_sandbox(sandbox)
+    params = CodingParams(exec_timeout_s=exec_timeout, isolation=sandbox)  # type: ignore[arg-type]
+    checks = check_suite(suite, params)
+    table = Table(title=f"suite check: {path}", title_justify="left")
+    for col in ("task", "type", "solution", "empty answer", "status"):
+        table.add_column(col)
+    for c in checks:
+        sol = "n/a" if c.solution is None else ("pass" if c.solution.passed else
+                                                f"FAIL ({c.solution.reason})")
+        emp = "n/a" if c.empty is None else ("fails" if c.empty.passed is False else
+                                              f"PASSES ({c.empty.reason})")
+        status = {"ok": "[green]ok[/]", "broken": "[bold red]BROKEN[/]"}.get(c.status, c.status)
+        table.add_row(c.task.id, c.task.type, sol, emp, status)
+    out.print(table)
+    broken = [c for c in checks if c.status == "broken"]
+    for c in broken:
+        out.print(f"[bold red]{c.task.id}[/] (line {c.task.line}): " + "; ".join(c.problems),
+                  highlight=False)
+    if broken:
+        out.print(f"[bold red]{len(broken)} broken task(s)[/]: fix them before blaming a model.")
+        raise typer.Exit(1)
+    out.print(f"all {len(checks)} tasks sound")
+
+
+@app.command()
+def grade(
+    run_dirs: Annotated[list[Path], typer.Argument(metavar="RUN_DIR...")],
+    grader: Annotated[str | None, typer.Option(help="Your name, recorded with every grade.")]
+    = None,
+    seed: Annotated[int | None, typer.Option(help="Shuffle seed (recorded).")] = None,
+    regrade: Annotated[bool, typer.Option(help="Show answers that already have a grade.")]
+    = False,
+    export: Annotated[Path | None, typer.Option("--export", help="Write a blind CSV.")] = None,
+    import_: Annotated[Path | None, typer.Option("--import", help="Read grades from a CSV.")]
+    = None,
+) -> None:
+    """Blind human grading of rubric answers, one at a time or through a CSV."""
+    from assay.grading.rubric import GradingError, export_csv, import_csv, interactive_session
+
+    who = grader or os.environ.get("USER") or "grader"
+    try:
+        if export and import_:
+            raise GradingError("use --export or --import, not both")
+        if export:
+            summary = export_csv(run_dirs, export, seed=seed, regrade=regrade)
+        elif import_:
+            summary = import_csv(run_dirs, import_, grader=who)
+        else:
+            summary = interactive_session(run_dirs, grader=who, seed=seed, regrade=regrade,
+                                          console=out)
+    except GradingError as exc:
+        raise fail(str(exc)) from None
+    out.print(", ".join(f"{k}: {v}" for k, v in summary.items()), highlight=False)
+
+
 def main() -> None:
     try:
         app()
     except BrokenPipeError:  # e.g. `assay report X | head`
         sys.stderr.close()
         raise SystemExit(EXIT_OK) from None
-
-

@@ -21,6 +21,7 @@ from typing import Protocol
 import numpy as np
 
 from assay.suites.cases import NarrowSuite
+from assay.suites.coding import CodingSuite
 
 BUILTIN_PREFIX = "builtin/"
 BUILTIN_MODELS = ("builtin/baseline", "builtin/oracle")
@@ -114,7 +115,33 @@ class Oracle:
         return json.dumps({self.output_field: label})
 
 
-def load_builtin(name: str, suite: NarrowSuite) -> BuiltinModel:
+class CodingOracle:
+    """Answers every coding task with its reference solution, fenced like a model would: a run
+    against it checks extraction, sandbox and graders together (rubric tasks get no answer)."""
+
+    name = "builtin/oracle"
+
+    def __init__(self, suite: CodingSuite) -> None:
+        from assay.runner.coding import user_prompt
+
+        self.answers: dict[str, str] = {}
+        for task in suite.tasks:
+            if task.solution is None:
+                continue
+            tag = "diff" if task.type == "diff" else (task.language or "")
+            self.answers[user_prompt(task)] = f"```{tag}\n{task.solution.rstrip()}\n```\n"
+        self.fingerprint = "oracle-" + suite.sha256[:16]
+
+    def answer(self, messages: Sequence[dict[str, str]]) -> str:
+        return self.answers.get(case_input(messages), "No reference answer for this task.")
+
+
+def load_builtin(name: str, suite: NarrowSuite | CodingSuite) -> BuiltinModel:
+    if isinstance(suite, CodingSuite):
+        if name == "builtin/oracle":
+            return CodingOracle(suite)
+        raise ValueError(f"{name} answers narrow-task suites only; coding suites have "
+                         "builtin/oracle (their reference solutions)")
     if name == "builtin/baseline":
         return Baseline(suite)
     if name == "builtin/oracle":

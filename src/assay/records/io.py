@@ -18,6 +18,17 @@ from pathlib import Path
 from typing import Any
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+# mkstemp creates files readable by the owner only; records are ordinary files and should get
+# the mode any other file gets under the process umask.
+_FILE_MODE = 0o666 & ~_umask()
+
+
 def dumps_row(row: dict[str, Any]) -> str:
     """One JSON line; ``allow_nan=False`` because NaN is not JSON and would poison every reader."""
     return json.dumps(row, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
@@ -27,6 +38,7 @@ def atomic_write_text(path: Path, text: str) -> None:
     """Replace ``path`` with ``text`` so readers see the old or the new file, never a mix."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.fchmod(fd, _FILE_MODE)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
@@ -48,6 +60,7 @@ def write_new_text(path: Path, text: str) -> None:
     overwritten, a newer one goes beside the old one under a new name."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.fchmod(fd, _FILE_MODE)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)

@@ -52,10 +52,11 @@ class NarrowParams:
     split: str | None = None
 
 
-def default_run_dir(suite: NarrowSuite, model: str, root: Path = Path("runs")) -> Path:
+def default_run_dir(suite_name: str, model: str, root: Path = Path("runs")) -> Path:
+    """runs/<suite>-<model>-<UTC timestamp>, with the model name made path-safe."""
     stamp = utc_now().replace(":", "").replace("-", "").replace(".", "")[:15] + "Z"
     safe_model = re.sub(r"[^A-Za-z0-9._-]+", "_", model).strip("_") or "model"
-    return root / f"{suite.name}-{safe_model}-{stamp}"
+    return root / f"{suite_name}-{safe_model}-{stamp}"
 
 
 def comparable_settings(suite: NarrowSuite, endpoint: Endpoint,

@@ -1,0 +1,68 @@
+"""``assay suite check``: are the tasks themselves sound, before any model is blamed?
+
+Every unit and diff task's reference ``solution`` must pass and an empty answer must fail, both
+through the very sandbox and grader a model's answer goes through. A task whose solution fails,
+or whose tests an empty answer passes, measures nothing.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from assay.grading.unit import Verdict
+from assay.runner.coding import CodingParams, grade_answer
+from assay.suites.coding import CodingSuite, CodingTask
+
+
+@dataclass(frozen=True)
+class TaskCheck:
+    task: CodingTask
+    solution: Verdict | None  # None: no solution given
+    empty: Verdict | None  # None: not checkable (rubric)
+
+    @property
+    def problems(self) -> list[str]:
+        out: list[str] = []
+        if self.task.type == "rubric":
+            return out
+        if self.solution is None:
+            out.append("no reference solution")
+        elif self.solution.infra_error:
+            out.append(f"could not check the solution: {self.solution.infra_error}")
+        elif not self.solution.passed:
+            out.append(f"reference solution fails ({self.solution.reason})")
+        if self.empty is not None:
+            if self.empty.infra_error:
+                out.append(f"could not check an empty answer: {self.empty.infra_error}")
+            elif self.empty.passed:
+                out.append(f"an empty answer passes ({self.empty.reason})")
+        return out
+
+    @property
+    def status(self) -> str:
+        if self.task.type == "rubric":
+            return "human-graded"
+        return "broken" if self.problems else "ok"
+
+    def to_record(self) -> dict[str, Any]:
+        def v(x: Verdict | None) -> dict[str, Any] | None:
+            return None if x is None else {"passed": x.passed, "reason": x.reason}
+
+        return {"id": self.task.id, "type": self.task.type, "status": self.status,
+                "solution": v(self.solution), "empty": v(self.empty),
+                "problems": self.problems}
+
+
+def check_task(task: CodingTask, params: CodingParams) -> TaskCheck:
+    if task.type == "rubric":
+        return TaskCheck(task, None, None)
+    solution = grade_answer(task, task.solution, params)[1] if task.solution else None
+    empty = grade_answer(task, "", params)[1]
+    return TaskCheck(task, solution, empty)
+
+
+def check_suite(suite: CodingSuite, params: CodingParams) -> list[TaskCheck]:
+    with ThreadPoolExecutor(max_workers=params.exec_concurrency) as pool:
+        return list(pool.map(lambda t: check_task(t, params), suite.tasks))

@@ -1,0 +1,177 @@
+"""Figures for a coding run: per-task consistency first, suite means with task-clustered
+intervals second.
+
+A single best-of number hides a model that solves a task one time in three. So each task shows
+k of n, the reasons of its failures, and whether its samples disagree; the suite figures are
+means over tasks (each task weighs the same however many samples it has) with bootstrap
+intervals that resample tasks, not samples.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from assay.records.io import scan_jsonl
+from assay.records.manifest import read_manifest
+from assay.runner.coding import SAMPLES
+from assay.stats import cluster_bootstrap_mean, pass_at_k, pass_hat_k
+
+
+def final_sample_rows(rows: list[dict[str, Any]]) -> dict[tuple[str, int], dict[str, Any]]:
+    """The row standing for each (task, sample): the last graded one; an infra-error row only
+    when nothing better exists. Older rows stay on disk as history."""
+    out: dict[tuple[str, int], dict[str, Any]] = {}
+    for row in rows:
+        key = (row["id"], int(row["sample"]))
+        prev = out.get(key)
+        if prev is None or not row.get("error") or prev.get("error"):
+            out[key] = row
+    return out
+
+
+def _interval(values: list[float], seed: int = 0) -> dict[str, Any] | None:
+    if not values:
+        return None
+    mean, lo, hi = cluster_bootstrap_mean(values, seed=seed)
+    return {"mean": mean, "ci95": [lo, hi], "tasks": len(values)}
+
+
+def task_table(finals: dict[tuple[str, int], dict[str, Any]],
+               task_ids: list[str]) -> list[dict[str, Any]]:
+    by_task: dict[str, list[dict[str, Any]]] = {t: [] for t in task_ids}
+    for (tid, _), row in sorted(finals.items()):
+        by_task.setdefault(tid, []).append(row)
+    table = []
+    for tid, rows in by_task.items():
+        graded = [r for r in rows if not r.get("error") and r.get("passed") is not None]
+        kind = rows[0]["type"] if rows else None
+        passes = sum(1 for r in graded if r["passed"])
+        failures = [f"#{r['sample']}: {r['reason']}" for r in graded if not r["passed"]]
+        table.append({
+            "id": tid, "type": kind, "samples": len(graded), "passes": passes,
+            "pass_rate": passes / len(graded) if graded else None,
+            "mixed": 0 < passes < len(graded),
+            "failures": failures,
+            "infra_errors": sum(1 for r in rows if r.get("error")),
+            "rubric_answers": sum(1 for r in rows if r.get("type") == "rubric"
+                                  and not r.get("error")),
+        })
+    return table
+
+
+def rubric_summary(run_dir: Path, finals: dict[tuple[str, int], dict[str, Any]]) -> dict[str, Any]:
+    """Unblinded rubric figures from the newest grade of every answer (older ones are kept)."""
+    from assay.grading.rubric import latest_grades
+
+    answers = [r for r in finals.values() if r.get("type") == "rubric" and not r.get("error")]
+    grades = latest_grades(run_dir)
+    scores = [grades[(r["id"], int(r["sample"]))]["score"] for r in answers
+              if (r["id"], int(r["sample"])) in grades]
+    return {"answers": len(answers), "graded": len(scores),
+            "ungraded": len(answers) - len(scores),
+            "mean_score": sum(scores) / len(scores) if scores else None, "scale": "0-3"}
+
+
+def build_coding_report(run_dir: Path) -> dict[str, Any]:
+    manifest = read_manifest(run_dir)
+    scan = scan_jsonl(run_dir / SAMPLES)
+    finals = final_sample_rows(scan.rows)
+    samples = manifest["parameters"]["samples"]
+    tasks = task_table(finals, manifest["suite"]["task_ids"])
+    auto = [t for t in tasks if t["type"] in ("unit", "diff") and t["samples"]]
+    n_min = min((t["samples"] for t in auto), default=0)
+    pass_at: dict[str, Any] = {}
+    pass_hat: dict[str, Any] = {}
+    for k in range(1, n_min + 1):
+        pass_at[str(k)] = _interval([pass_at_k(t["samples"], t["passes"], k) for t in auto])
+        pass_hat[str(k)] = _interval([pass_hat_k(t["samples"], t["passes"], k) for t in auto])
+    all_pass = [1.0 if t["passes"] == t["samples"] else 0.0 for t in auto]
+    graded_rows = [r for r in finals.values() if not r.get("error") and r.get("passed") is not None]
+    errors = [r for r in finals.values() if r.get("error")]
+    return {
+        "schema": "assay.coding.report/1",
+        "run_id": manifest["run_id"],
+        "suite": manifest["suite"]["name"],
+        "model": manifest["model"]["requested"],
+        "not_isolated": bool(manifest.get("not_isolated")),
+        "samples_per_task": samples,
+        "expected_rows": manifest["suite"]["n_tasks"] * samples,
+        "missing_rows": manifest["suite"]["n_tasks"] * samples - len(finals),
+        "auto_graded_tasks": len(auto),
+        "pass_at_1": _interval([t["pass_rate"] for t in auto]),
+        "pass_all": _interval(all_pass),
+        "pass_all_k": n_min,
+        "pass_at_k": pass_at,
+        "pass_hat_k": pass_hat,
+        "mixed_tasks": [t["id"] for t in auto if t["mixed"]],
+        "failure_reasons": dict(Counter(r["reason"] for r in graded_rows if not r["passed"])),
+        "infra_errors": len(errors),
+        "tasks": tasks,
+        "rubric": rubric_summary(run_dir, finals),
+        "served_models": dict(Counter(r.get("served_model") or "(not reported)"
+                                      for r in finals.values() if not r.get("error"))),
+        "warnings": manifest.get("warnings", []),
+        "started_at": manifest.get("started_at"),
+        "ended_at": manifest.get("ended_at"),
+    }
+
+
+def _fmt(iv: dict[str, Any] | None) -> str:
+    if not iv:
+        return "n/a"
+    lo, hi = iv["ci95"]
+    return f"{100 * iv['mean']:.1f}% [{100 * lo:.1f}%, {100 * hi:.1f}%]"
+
+
+def coding_headline(rep: dict[str, Any]) -> list[tuple[str, str]]:
+    rub = rep["rubric"]
+    rows = [
+        ("tasks auto-graded", str(rep["auto_graded_tasks"])),
+        ("samples per task", str(rep["samples_per_task"])),
+        ("pass@1 (mean over samples, 95% CI by task)", _fmt(rep["pass_at_1"])),
+        (f"pass^{rep['pass_all_k']} (every sample passes)", _fmt(rep["pass_all"])),
+    ]
+    for k, iv in rep["pass_at_k"].items():
+        if k != "1":
+            rows.append((f"pass@{k} (unbiased)", _fmt(iv)))
+    rows += [
+        ("tasks with mixed outcomes", f"{len(rep['mixed_tasks'])}"
+         + (f" ({', '.join(rep['mixed_tasks'][:10])})" if rep["mixed_tasks"] else "")),
+        ("failure reasons", ", ".join(f"{k}: {v}" for k, v in
+                                      sorted(rep["failure_reasons"].items())) or "none"),
+        ("infra errors (excluded)", str(rep["infra_errors"])),
+        ("rubric answers graded", f"{rub['graded']} of {rub['answers']}"
+         + (f", mean {rub['mean_score']:.2f} / 3" if rub["mean_score"] is not None else "")),
+        ("served model", ", ".join(f"{k} ({v})" for k, v in rep["served_models"].items())
+         or "n/a"),
+    ]
+    if rep["missing_rows"]:
+        rows.insert(0, ("not yet answered", f"{rep['missing_rows']} (resume with the same --out)"))
+    return rows
+
+
+NOT_ISOLATED = ("NOT ISOLATED: candidate code ran without the sandbox (--sandbox none); "
+                "treat these results and this machine accordingly.")
+
+
+def coding_markdown(rep: dict[str, Any]) -> str:
+    out = [f"# assay coding report: {rep['suite']} × {rep['model']}", ""]
+    if rep["not_isolated"]:
+        out += [f"> **{NOT_ISOLATED}**", ""]
+    out += [f"> **Warning:** {w}" for w in rep["warnings"]]
+    out += ["| figure | value |", "|---|---|"]
+    out += [f"| {k} | {v} |" for k, v in coding_headline(rep)]
+    out += ["", "## Per task", "", "| task | type | passes | failures |", "|---|---|---:|---|"]
+    for t in rep["tasks"]:
+        if t["type"] == "rubric":
+            passes = f"{t['rubric_answers']} answers for human grading"
+        else:
+            passes = f"{t['passes']} of {t['samples']}" + (" (mixed)" if t["mixed"] else "")
+        fails = "; ".join(t["failures"]) or ""
+        if t["infra_errors"]:
+            fails += f" {t['infra_errors']} infra errors"
+        out.append(f"| {t['id']} | {t['type']} | {passes} | {fails} |")
+    out.append("")
+    return "\n".join(out)
