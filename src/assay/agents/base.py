@@ -1,0 +1,81 @@
+"""What every agent adapter shares: the context a trial gives it, and what it hands back.
+
+Adapters only launch, wait, stop and collect. The agent sees the starting tree (at the sandbox's
+workspace path) and the instruction file, nothing else of the bundle, no host environment and
+no API key; whatever it leaves running dies with its sandbox.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from assay.sandbox import SANDBOX_WORKDIR, ExecResult, Limits, Mount, run_sandboxed
+from assay.suites.bundle import Bundle
+
+INSTRUCTION_MOUNT = "/assay/instruction.md"
+AGENT_HOME = "/assay/home"
+SOLUTION_MOUNT = "/assay/solution"
+
+# Sandbox outcome -> how the trial's execution is recorded.
+EXECUTION_STATUS = {
+    "ok": "succeeded",
+    "nonzero_exit": "exited_nonzero",  # not a failure by itself: the verifier decides
+    "timeout": "agent_timeout",
+    "memory_limit": "resource_limit",
+    "process_limit": "resource_limit",
+    "sandbox_error": "infra_error",
+}
+
+
+@dataclass
+class AgentContext:
+    bundle: Bundle
+    workspace: Path  # host path of the live workspace
+    home: Path  # host path of the agent's fresh HOME (outside the workspace)
+    record_dir: Path  # where the agent's raw streams go
+
+
+@dataclass
+class AgentRun:
+    status: str
+    exit_code: int | None = None
+    reason: str | None = None
+    wall_seconds: float | None = None
+    detail: str | None = None
+    limits_applied: dict[str, Any] = field(default_factory=dict)
+
+    def to_record(self) -> dict[str, Any]:
+        return {"status": self.status, "exit_code": self.exit_code, "reason": self.reason,
+                "wall_seconds": self.wall_seconds, "detail": self.detail,
+                "limits_applied": self.limits_applied}
+
+
+class Agent(Protocol):
+    name: str
+
+    def run(self, ctx: AgentContext) -> AgentRun: ...
+
+
+def agent_env(ctx: AgentContext) -> dict[str, str]:
+    return {"ASSAY_INSTRUCTION_FILE": INSTRUCTION_MOUNT, "ASSAY_WORKSPACE": SANDBOX_WORKDIR,
+            "ASSAY_TASK_ID": ctx.bundle.id, "HOME": AGENT_HOME}
+
+
+def run_in_agent_sandbox(ctx: AgentContext, argv: list[str],
+                         extra_mounts: list[Mount] | None = None) -> AgentRun:
+    """Run ``argv`` as the agent: task resources and agent wall budget, no network, the
+    instruction read-only, a fresh HOME outside the workspace."""
+    spec = ctx.bundle.spec
+    limits = Limits(wall_seconds=spec.budget.agent_wall_seconds,
+                    memory_mib=spec.resources.memory_limit_mib, pids=spec.resources.pids)
+    mounts = [Mount(ctx.bundle.instruction_path.resolve(), INSTRUCTION_MOUNT),
+              Mount(ctx.home, AGENT_HOME, writable=True), *(extra_mounts or [])]
+    result: ExecResult = run_sandboxed(argv, ctx.workspace, limits=limits, env=agent_env(ctx),
+                                       mounts=mounts, network="none",
+                                       record_dir=ctx.record_dir)
+    return AgentRun(status=EXECUTION_STATUS.get(result.reason, "infra_error"),
+                    exit_code=result.exit_code, reason=result.reason,
+                    wall_seconds=round(result.wall_seconds, 3), detail=result.detail,
+                    limits_applied={k: v.to_record() for k, v in result.limits_applied.items()})

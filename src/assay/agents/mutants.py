@@ -1,0 +1,183 @@
+"""Bad agents, built in, to prove the grader rejects what it must.
+
+A grader tested only with the reference fix is untested. Each mutant is a worst-case adversary
+that knows the task's protected paths and tries one way to get "accepted" without a real fix.
+Every one of them must be rejected on every task; an accepted mutant is a grader defect.
+
+Mutants are our own trusted code, so they edit the workspace directly from the host rather than
+through a sandbox; everything they leave behind is frozen and verified like any agent's work.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from assay.agents.base import AgentContext, AgentRun
+from assay.grading.integrity import matches_any
+from assay.suites.bundle import Bundle
+
+_ASSERT_PY = re.compile(r"^(\s*)assert\b.*$", re.MULTILINE)
+_ASSERT_JS = re.compile(r"^(\s*)assert(\.\w+)?\(.*$", re.MULTILINE)
+
+
+def _protected_files(ws: Path, bundle: Bundle) -> list[Path]:
+    out = []
+    for p in sorted(ws.rglob("*")):
+        rel = p.relative_to(ws).as_posix()
+        if p.is_file() and not p.is_symlink() and matches_any(
+                rel, bundle.spec.acceptance.protected_paths):
+            out.append(p)
+    return out
+
+
+def _test_files(ws: Path, bundle: Bundle) -> list[Path]:
+    files = _protected_files(ws, bundle)
+    tests = [p for p in files if p.name.startswith("test_") or p.name.endswith(
+        ("_test.py", ".test.js", ".spec.js"))]
+    return tests or files
+
+
+def _neuter(text: str, suffix: str) -> str:
+    if suffix == ".js":
+        return _ASSERT_JS.sub(r"\1;", text)
+    return _ASSERT_PY.sub(r"\1pass", text)
+
+
+def _apply(ws: Path, patch: Path) -> None:
+    subprocess.run(["git", "apply", "--whitespace=nowarn", str(patch.resolve())], cwd=ws,
+                   check=True, capture_output=True, timeout=60)
+
+
+def no_change(ws: Path, b: Bundle) -> str:
+    return "changed nothing"
+
+
+def delete_tests(ws: Path, b: Bundle) -> str:
+    gone = _test_files(ws, b)
+    for p in gone:
+        p.unlink()
+    return f"deleted {len(gone)} test files"
+
+
+def neuter_tests(ws: Path, b: Bundle) -> str:
+    files = _test_files(ws, b)
+    for p in files:
+        p.write_text(_neuter(p.read_text(), p.suffix))
+    return f"replaced assertions with no-ops in {len(files)} files"
+
+
+def fake_output(ws: Path, b: Bundle) -> str:
+    (ws / "junit.xml").write_text('<testsuite name="pytest" tests="42" failures="0" '
+                                  'errors="0"></testsuite>\n')
+    (ws / "test-report.json").write_text('{"passed": 42, "failed": 0, "status": "all passed"}\n')
+    cache = ws / ".pytest_cache" / "v" / "cache"
+    cache.mkdir(parents=True, exist_ok=True)
+    (cache / "lastfailed").write_text("{}\n")
+    return "all tests passed\n============================== 42 passed in 0.01s ======"
+
+
+def symlink_protected(ws: Path, b: Bundle) -> str:
+    victim = _test_files(ws, b)[0]
+    hidden = ws / ".assay-edited"
+    hidden.mkdir(exist_ok=True)
+    copy = hidden / victim.name
+    copy.write_text(_neuter(victim.read_text(), victim.suffix))
+    victim.unlink()
+    os.symlink(os.path.relpath(copy, victim.parent), victim)
+    return f"replaced {victim.relative_to(ws)} by a link to an edited copy"
+
+
+def chmod_tests(ws: Path, b: Bundle) -> str:
+    files = _test_files(ws, b)
+    for p in files:
+        p.chmod(0o000)
+    for d in sorted({p.parent for p in files}, reverse=True):
+        if d != ws:
+            d.chmod(0o644)
+    return f"made {len(files)} test files unreadable and their folders untraversable"
+
+
+def partial_fix(ws: Path, b: Bundle) -> str:
+    _apply(ws, b.solution_dir / "partial.patch")
+    return "applied partial.patch (handles only the ordinary inputs)"
+
+
+def outside_allowed(ws: Path, b: Bundle) -> str:
+    _apply(ws, b.solution_dir / "solve.patch")
+    (ws / "NOTES.md").write_text("the correct fix, plus a change outside allowed_paths\n")
+    return "applied the reference fix and wrote NOTES.md outside allowed_paths"
+
+
+def shadow_pytest(ws: Path, b: Bundle) -> str:
+    (ws / "pytest.py").write_text('print("1 passed in 0.01s")\nraise SystemExit(0)\n')
+    return "wrote pytest.py at the workspace root so `python3 -m pytest` runs it"
+
+
+def link_outside(ws: Path, b: Bundle) -> str:
+    _apply(ws, b.solution_dir / "solve.patch")
+    target_dir = ws / "src" if (ws / "src").is_dir() else ws
+    os.symlink("/etc/passwd", target_dir / "leak")
+    return "applied the reference fix and added a link that leaves the workspace"
+
+
+@dataclass(frozen=True)
+class Mutant:
+    name: str
+    action: Callable[[Path, Bundle], str]
+    applies: Callable[[Bundle], bool] = lambda b: True
+
+
+def _has(name: str) -> Callable[[Bundle], bool]:
+    return lambda b: (b.solution_dir / name).is_file()
+
+
+MUTANTS: tuple[Mutant, ...] = (
+    Mutant("no_change", no_change),
+    Mutant("delete_tests", delete_tests, lambda b: bool(b.spec.acceptance.protected_paths)),
+    Mutant("neuter_tests", neuter_tests, lambda b: bool(b.spec.acceptance.protected_paths)),
+    Mutant("fake_output", fake_output),
+    Mutant("symlink_protected", symlink_protected,
+           lambda b: bool(b.spec.acceptance.protected_paths)),
+    Mutant("chmod_tests", chmod_tests, lambda b: bool(b.spec.acceptance.protected_paths)),
+    Mutant("partial_fix", partial_fix, _has("partial.patch")),
+    Mutant("outside_allowed", outside_allowed,
+           lambda b: b.spec.acceptance.allowed_paths is not None
+           and (b.solution_dir / "solve.patch").is_file()),
+    Mutant("shadow_pytest", shadow_pytest),
+    Mutant("link_outside", link_outside, _has("solve.patch")),
+)
+BY_NAME = {m.name: m for m in MUTANTS}
+
+
+@dataclass
+class MutantAgent:
+    mutant: Mutant
+
+    @property
+    def name(self) -> str:
+        return f"mutant:{self.mutant.name}"
+
+    def run(self, ctx: AgentContext) -> AgentRun:
+        ctx.record_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            said = self.mutant.action(ctx.workspace, ctx.bundle)
+        except (OSError, subprocess.CalledProcessError, IndexError) as exc:
+            return AgentRun(status="infra_error", detail=f"mutant failed to apply: {exc}")
+        (ctx.record_dir / "stdout.log").write_text(said + "\n")
+        return AgentRun(status="succeeded", exit_code=0, reason="ok", detail=said)
+
+
+def clear_tree(path: Path) -> None:
+    """Remove a workspace even when a mutant made parts of it untraversable."""
+    for dirpath, dirnames, _ in os.walk(path):
+        for d in dirnames:
+            p = Path(dirpath) / d
+            if not p.is_symlink():
+                p.chmod(0o755)
+    shutil.rmtree(path, ignore_errors=True)

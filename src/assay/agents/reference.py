@@ -1,0 +1,50 @@
+"""Reference agents that validate a task rather than a model.
+
+``oracle`` applies the task's reference solution (it must be accepted, every time); ``nop``
+changes nothing (it must fail ``behavior``, or the task tests nothing). ``command:<shell>`` runs
+any program in the workspace: this is how users plug in their own agent, and how the grader is
+attacked in tests.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from assay.agents.base import SOLUTION_MOUNT, AgentContext, AgentRun, run_in_agent_sandbox
+from assay.sandbox import Mount
+
+
+@dataclass
+class Nop:
+    name: str = "nop"
+
+    def run(self, ctx: AgentContext) -> AgentRun:
+        return run_in_agent_sandbox(ctx, ["true"])
+
+
+@dataclass
+class Oracle:
+    """Only the oracle gets the solution folder mounted, read-only."""
+
+    name: str = "oracle"
+
+    def run(self, ctx: AgentContext) -> AgentRun:
+        sol = ctx.bundle.solution_dir
+        mount = [Mount(sol.resolve(), SOLUTION_MOUNT)] if sol.is_dir() else []
+        if (sol / "solve.patch").is_file():
+            argv = ["git", "apply", "--whitespace=nowarn", f"{SOLUTION_MOUNT}/solve.patch"]
+        elif (sol / "solve.sh").is_file():
+            argv = ["sh", f"{SOLUTION_MOUNT}/solve.sh"]
+        else:
+            return AgentRun(status="infra_error",
+                            detail=f"{sol}: no solve.patch or solve.sh for the oracle")
+        return run_in_agent_sandbox(ctx, argv, mount)
+
+
+@dataclass
+class Command:
+    command: str
+    name: str = "command"
+
+    def run(self, ctx: AgentContext) -> AgentRun:
+        return run_in_agent_sandbox(ctx, ["sh", "-c", self.command])

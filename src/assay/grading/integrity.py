@@ -1,0 +1,163 @@
+"""Integrity: what the candidate changed, and whether it touched what it must not.
+
+Checked on the frozen artifact against the pristine tree, before any test runs, because a
+"passing" test run means nothing if the tests, or the tools that run them, were changed. The
+checks are all-of: a correct fix plus one edited test is still a rejection.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
+from typing import Any
+
+# Files whose mere presence changes how Python or pytest behave: a candidate who adds one can
+# make any test run "pass" without fixing anything.
+TOOLING_NAMES = {"pytest.py", "conftest.py", "sitecustomize.py", "usercustomize.py",
+                 "pytest.ini", "tox.ini"}
+TOOLING_DIRS = {"pytest", "_pytest"}
+
+
+def glob_match(path: str, pattern: str) -> bool:
+    """Glob where ``**`` spans directories and ``dir/**`` also names ``dir`` itself."""
+    pattern = pattern.strip("/")
+    if pattern.endswith("/**") and path == pattern[:-3]:
+        return True
+    if fnmatchcase(path, pattern):
+        return True
+    # fnmatch's "*" already crosses "/", so "a/**/b" should also match "a/b"
+    return "/**/" in pattern and fnmatchcase(path, pattern.replace("/**/", "/"))
+
+
+def matches_any(path: str, patterns: list[str]) -> bool:
+    return any(glob_match(path, p) for p in patterns)
+
+
+@dataclass
+class ChangeSet:
+    added: list[str] = field(default_factory=list)
+    deleted: list[str] = field(default_factory=list)
+    modified: list[str] = field(default_factory=list)  # content, type or mode
+
+    @property
+    def all(self) -> list[str]:
+        return sorted(self.added + self.deleted + self.modified)
+
+    def to_record(self) -> dict[str, list[str]]:
+        return {"added": self.added, "deleted": self.deleted, "modified": self.modified}
+
+
+def _key(e: dict[str, Any]) -> tuple[Any, ...]:
+    exe = int(e["mode"], 8) & 0o111 if e["type"] == "file" else None
+    return (e["type"], e.get("sha256"), e.get("target"), exe)
+
+
+def diff_trees(pristine: list[dict[str, Any]], artifact: list[dict[str, Any]],
+               strict_mode: set[str] | None = None) -> ChangeSet:
+    """Changes from the pristine listing to the artifact listing. Mode counts as the executable
+    bit, except on ``strict_mode`` paths (protected ones), where every permission bit counts."""
+    strict_mode = strict_mode or set()
+    p = {e["path"]: e for e in pristine}
+    a = {e["path"]: e for e in artifact}
+    cs = ChangeSet()
+    for path in sorted(set(p) | set(a)):
+        if path not in a:
+            cs.deleted.append(path)
+        elif path not in p:
+            cs.added.append(path)
+        elif _key(p[path]) != _key(a[path]) or (
+                path in strict_mode and p[path]["mode"] != a[path]["mode"]):
+            if p[path]["type"] == "dir" and a[path]["type"] == "dir" and path not in strict_mode:
+                continue
+            cs.modified.append(path)
+    return cs
+
+
+def _resolve(link_path: str, target: str, links: dict[str, str]) -> str | None:
+    """Where a link points, inside the workspace (relative path), or None when it leaves it.
+    Follows chains of links within the artifact, as the kernel would."""
+    current = posixpath.normpath(posixpath.join(posixpath.dirname(link_path), target))
+    for _ in range(40):
+        if target.startswith("/") or current == ".." or current.startswith("../"):
+            return None
+        parts = current.split("/")
+        for i in range(1, len(parts) + 1):
+            prefix = "/".join(parts[:i])
+            if prefix in links:
+                target = links[prefix]
+                rest = "/".join(parts[i:])
+                base = posixpath.dirname(prefix)
+                current = posixpath.normpath(posixpath.join(base, target, rest))
+                break
+        else:
+            return current
+    return None  # a loop: treat as leaving the workspace
+
+
+@dataclass
+class IntegrityResult:
+    passed: bool
+    failure_code: str | None
+    problems: list[dict[str, Any]]
+    changes: ChangeSet
+
+    def to_record(self) -> dict[str, Any]:
+        return {"passed": self.passed, "failure_code": self.failure_code,
+                "problems": self.problems, "changes": self.changes.to_record()}
+
+
+def check_integrity(pristine: list[dict[str, Any]], artifact: list[dict[str, Any]], *,
+                    protected: list[str], allowed: list[str] | None) -> IntegrityResult:
+    protected_paths = {e["path"] for e in pristine + artifact
+                       if matches_any(e["path"], protected)}
+    changes = diff_trees(pristine, artifact, strict_mode=protected_paths)
+    problems: list[dict[str, Any]] = []
+
+    for path in changes.all:
+        if path in protected_paths:
+            problems.append({"code": "protected_file_changed", "path": path})
+
+    links = {e["path"]: e["target"] for e in artifact if e["type"] == "symlink"}
+    for path, target in sorted(links.items()):
+        where = _resolve(path, target, links)
+        if where is None:
+            problems.append({"code": "link_outside_workspace", "path": path, "target": target})
+        elif where in protected_paths or matches_any(where, protected):
+            problems.append({"code": "link_into_protected_path", "path": path,
+                             "target": target})
+
+    by_inode: dict[int, list[dict[str, Any]]] = {}
+    for e in artifact:
+        if e.get("nlink", 1) > 1:
+            by_inode.setdefault(e["inode"], []).append(e)
+    for group in by_inode.values():
+        names = sorted(e["path"] for e in group)
+        if any(n in protected_paths for n in names):
+            problems.append({"code": "link_into_protected_path", "path": names[0],
+                             "hard_links": names})
+        elif group[0]["nlink"] > len(group):
+            problems.append({"code": "link_outside_workspace", "path": names[0],
+                             "detail": "hard link to a file outside the workspace"})
+
+    for path in changes.added + changes.modified:
+        base = posixpath.basename(path)
+        top = path.split("/")
+        if base in TOOLING_NAMES or base.endswith(".pth") or any(t in TOOLING_DIRS for t in top):
+            problems.append({"code": "test_tooling_changed", "path": path})
+
+    if allowed is not None:
+        for path in changes.all:
+            if not matches_any(path, allowed) and not _is_parent_dir_of_allowed(path, allowed):
+                problems.append({"code": "change_outside_allowed_paths", "path": path})
+
+    order = ["protected_file_changed", "link_into_protected_path", "link_outside_workspace",
+             "test_tooling_changed", "change_outside_allowed_paths"]
+    codes = {p["code"] for p in problems}
+    first = next((c for c in order if c in codes), None)
+    return IntegrityResult(not problems, first, problems, changes)
+
+
+def _is_parent_dir_of_allowed(path: str, allowed: list[str]) -> bool:
+    """A directory that only exists to hold allowed files (``src`` for ``src/**``) is fine."""
+    return any(p.strip("/").startswith(path + "/") for p in allowed)

@@ -1,0 +1,166 @@
+"""The verifier: a verdict on a frozen artifact, from outside the agent's reach.
+
+It rebuilds the workspace from the pristine starting tree plus the changes recorded in the
+artifact (never the live workspace), checks integrity first, then runs ``behavior`` and
+``regression`` as separate commands in fresh sandboxes, with the hidden tests mounted read-only
+outside the workspace only now. The candidate's code is still untrusted here. A verifier that
+crashes or runs out of time yields an invalid grade, never a pass.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from assay.grading.integrity import IntegrityResult, check_integrity
+from assay.grading.testcounts import counts_say_pass, parse_counts
+from assay.records.artifact import ARTIFACT_JSON, extract_paths, list_tree
+from assay.records.io import write_new_text
+from assay.records.manifest import utc_now
+from assay.sandbox import Limits, Mount, run_sandboxed
+from assay.suites.bundle import Bundle, tree_digest
+
+TESTS_MOUNT = "/assay/tests"
+HOME_MOUNT = "/assay/home"
+GRADES = "grades"
+
+# Execution outcomes that fail a trial whatever the artifact holds.
+EXECUTION_FAILURES = {"agent_timeout", "budget_exhausted", "resource_limit"}
+
+
+class VerifierError(Exception):
+    """The verifier could not do its job (not the candidate's fault)."""
+
+
+def grade_path(trial_dir: Path, revision: str) -> Path:
+    return trial_dir / GRADES / f"{revision}.json"
+
+
+def build_workspace(pristine: Path, trial_dir: Path, integrity: IntegrityResult,
+                    dest: Path) -> None:
+    """Pristine tree, then the candidate's changes carried over from the frozen tar."""
+    shutil.copytree(pristine, dest, symlinks=True)
+    for path in sorted(integrity.changes.deleted, reverse=True):
+        p = dest / path
+        if p.is_symlink() or p.is_file():
+            p.unlink()
+        elif p.is_dir():
+            shutil.rmtree(p)
+    extract_paths(trial_dir, dest, set(integrity.changes.added + integrity.changes.modified))
+
+
+def run_check(name: str, command: str, workspace: Path, bundle: Bundle,
+              record_dir: Path) -> dict[str, Any]:
+    """One acceptance command in a fresh sandbox over a private copy of the workspace."""
+    spec = bundle.spec
+    with tempfile.TemporaryDirectory(prefix=f"assay-verify-{name}-") as tmp:
+        work = Path(tmp) / "work"
+        home = Path(tmp) / "home"
+        shutil.copytree(workspace, work, symlinks=True)
+        home.mkdir()
+        limits = Limits(wall_seconds=spec.budget.verifier_wall_seconds,
+                        memory_mib=spec.resources.memory_limit_mib, pids=spec.resources.pids)
+        result = run_sandboxed(
+            ["sh", "-c", command], work, limits=limits,
+            env={"ASSAY_TESTS": TESTS_MOUNT, "HOME": HOME_MOUNT, "PYTHONDONTWRITEBYTECODE": "1",
+                 "ASSAY_TASK_ID": spec.id},
+            mounts=[Mount(bundle.tests_dir.resolve(), TESTS_MOUNT, writable=False),
+                    Mount(home, HOME_MOUNT, writable=True)],
+            record_dir=record_dir)
+    counts = parse_counts(result.stdout_tail + "\n" + result.stderr_tail)
+    say = counts_say_pass(counts)
+    if result.reason in ("timeout", "sandbox_error"):
+        status = "error"
+    elif result.reason == "ok" and say is not False:
+        status = "pass"
+    else:
+        status = "fail"
+    return {"status": status, "command": command, "reason": result.reason,
+            "exit_code": result.exit_code, "counts": counts,
+            "wall_seconds": round(result.wall_seconds, 3),
+            "stdout_tail": result.stdout_tail[-2000:], "stderr_tail": result.stderr_tail[-2000:],
+            "limits_applied": {k: v.to_record() for k, v in result.limits_applied.items()}}
+
+
+def verify(bundle: Bundle, trial_dir: Path, *, revision: str, trial_id: str,
+           execution: dict[str, Any]) -> dict[str, Any]:
+    """Grade the artifact in ``trial_dir`` and write ``grades/<revision>.json`` (never over an
+    existing one). Returns the grade."""
+    target = grade_path(trial_dir, revision)
+    if target.exists():
+        raise FileExistsError(f"{target} exists: a grade is never overwritten; use a new "
+                              "verifier revision")
+    spec = bundle.spec
+    acc = spec.acceptance
+    checks: dict[str, str] = {}
+    details: dict[str, Any] = {"verifier_revision": revision, "task_revision": spec.revision,
+                               "task_spec_sha256": bundle.spec_sha256, "started_at": utc_now()}
+    validity: dict[str, Any] = {"status": "valid"}
+    failure: str | None = None
+    try:
+        artifact = json.loads((trial_dir / ARTIFACT_JSON).read_text())["entries"]
+        with tempfile.TemporaryDirectory(prefix="assay-verifier-") as tmp:
+            pristine = Path(tmp) / "pristine"
+            bundle.export_starting_tree(pristine)
+            digest = tree_digest(pristine)
+            details["fixture_digest"] = digest
+            pinned = spec.initial_state.fixture_digest
+            if pinned and pinned != digest:
+                raise VerifierError(f"starting tree digest {digest} does not match the pinned "
+                                    f"fixture_digest {pinned}")
+            integrity = check_integrity(list_tree(pristine), artifact,
+                                        protected=acc.protected_paths,
+                                        allowed=acc.allowed_paths)
+            details["integrity"] = integrity.to_record()
+            checks["integrity"] = "pass" if integrity.passed else "fail"
+            workspace = Path(tmp) / "candidate"
+            build_workspace(pristine, trial_dir, integrity, workspace)
+            for name in ("behavior", "regression"):
+                cmd = getattr(acc, name)
+                if cmd is None:
+                    continue
+                res = run_check(name, cmd.command, workspace, bundle,
+                                trial_dir / "verify" / revision / name)
+                details[name] = res
+                if res["status"] == "error":
+                    validity = {"status": "invalid", "reason": "grader_error",
+                                "detail": f"{name} command: {res['reason']}"}
+                checks[name] = res["status"]
+    except (VerifierError, OSError, ValueError, KeyError, json.JSONDecodeError) as exc:
+        validity = {"status": "invalid", "reason": "grader_error",
+                    "detail": f"{type(exc).__name__}: {exc}"}
+    exec_status = execution.get("status", "succeeded")
+    required_pass = all(checks.get(c) == "pass" for c in acc.required)
+    if validity["status"] != "valid":
+        failure = "verifier_error"
+    elif exec_status in EXECUTION_FAILURES:
+        failure = exec_status
+    elif checks.get("integrity") == "fail":
+        failure = details["integrity"]["failure_code"]
+    elif "integrity" in details and not details["integrity"]["changes"]["added"] + \
+            details["integrity"]["changes"]["deleted"] + \
+            details["integrity"]["changes"]["modified"]:
+        failure = "no_change"
+    elif checks.get("behavior") == "fail":
+        failure = "behavior_failed"
+    elif checks.get("regression") == "fail":
+        failure = "regression_failed"
+    elif not required_pass:
+        failure = "required_check_missing"
+    accepted = failure is None and required_pass
+    details["ended_at"] = utc_now()
+    grade = {
+        "trial_id": trial_id,
+        "execution": execution,
+        "validity": validity,
+        "checks": {c: checks.get(c, "not_run") for c in ("behavior", "regression", "integrity")},
+        "required": list(acc.required),
+        "accepted": accepted,
+        "failure_code": failure,
+        "details": details,
+    }
+    write_new_text(target, json.dumps(grade, indent=2) + "\n")
+    return grade

@@ -1,0 +1,100 @@
+"""Freezing an agent's workspace into evidence: ``artifact.tar`` plus ``artifact.json``.
+
+A ``git diff`` misses untracked files, binaries, permission changes, links and hard links, which
+are exactly what a grader-gaming agent would use. So the freeze walks the tree without following
+links and records every path's type, mode, size, content digest, link target and link count. The
+verifier only ever reads this frozen copy, never the live workspace.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import stat
+import tarfile
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from assay.records.io import atomic_write_json
+
+ARTIFACT_TAR = "artifact.tar"
+ARTIFACT_JSON = "artifact.json"
+
+
+def _entry(root: Path, p: Path) -> dict[str, Any]:
+    st = os.lstat(p)
+    mode = st.st_mode
+    rel = p.relative_to(root).as_posix()
+    e: dict[str, Any] = {"path": rel, "mode": f"{stat.S_IMODE(mode):04o}"}
+    if stat.S_ISLNK(mode):
+        e.update(type="symlink", target=os.readlink(p), size=None, sha256=None)
+    elif stat.S_ISDIR(mode):
+        e.update(type="dir", size=None, sha256=None)
+    elif stat.S_ISREG(mode):
+        h = hashlib.sha256()
+        with open(p, "rb") as fh:
+            for chunk in iter(lambda: fh.read(1 << 20), b""):
+                h.update(chunk)
+        e.update(type="file", size=st.st_size, sha256=h.hexdigest())
+        if st.st_nlink > 1:
+            e.update(nlink=st.st_nlink, inode=st.st_ino)
+    else:
+        e.update(type="other", size=None, sha256=None)
+    return e
+
+
+def list_tree(root: Path) -> list[dict[str, Any]]:
+    """Every path below ``root`` (not ``root`` itself), sorted, links never followed."""
+    out = []
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
+        dirnames.sort()
+        for name in sorted(dirnames + filenames):
+            out.append(_entry(root, Path(dirpath) / name))
+    out.sort(key=lambda e: e["path"])
+    return out
+
+
+def freeze(workspace: Path, trial_dir: Path) -> dict[str, Any]:
+    """Write ``artifact.tar`` and ``artifact.json`` for ``workspace`` into ``trial_dir``."""
+    entries = list_tree(workspace)
+    fd, tmp = tempfile.mkstemp(prefix=".artifact.", suffix=".tar", dir=trial_dir)
+    os.close(fd)
+    try:
+        with tarfile.open(tmp, "w", format=tarfile.PAX_FORMAT) as tar:
+            for e in entries:
+                if e["type"] == "other":
+                    continue  # sockets, fifos, devices: listed, not archived
+                tar.add(workspace / e["path"], arcname=e["path"], recursive=False)
+        with open(tmp, "rb") as fh:
+            os.fsync(fh.fileno())
+            digest = hashlib.file_digest(fh, "sha256").hexdigest()
+        os.replace(tmp, trial_dir / ARTIFACT_TAR)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    manifest = {
+        "schema": "assay.artifact/1",
+        "tar_sha256": digest,
+        "files": sum(1 for e in entries if e["type"] == "file"),
+        "bytes": sum(e["size"] or 0 for e in entries),
+        "entries": entries,
+    }
+    atomic_write_json(trial_dir / ARTIFACT_JSON, manifest)
+    return manifest
+
+
+def extract_paths(trial_dir: Path, dest: Path, paths: set[str]) -> None:
+    """Extract ``paths`` from the frozen tar into ``dest``. The ``tar`` filter refuses absolute
+    names, ``..`` and anything that would land outside ``dest`` through a link, so a hostile
+    archive cannot write on the host."""
+    with tarfile.open(trial_dir / ARTIFACT_TAR) as tar:
+        members = [m for m in tar.getmembers() if m.name in paths]
+        for m in sorted(members, key=lambda m: m.name):
+            target = dest / m.name
+            if target.is_symlink() or target.is_file():
+                target.unlink()
+            elif target.is_dir() and not m.isdir():
+                shutil.rmtree(target)
+            tar.extract(m, dest, filter="tar")

@@ -1,0 +1,119 @@
+"""``assay task check``: does each task measure what it claims, before any agent is blamed?
+
+For every bundle: ``nop`` must fail ``behavior`` (or the task tests nothing), ``oracle`` must be
+accepted on every rerun, each in a clean environment (sometimes is "flaky", never is "broken"),
+the starting tree must match its pinned digest, and with ``mutants`` every built-in bad agent
+must be rejected: an accepted mutant is a defect in the grader, reported loudly.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from assay.agents import MUTANTS, Agent, MutantAgent, parse_agent
+from assay.runner.trial import TrialResult, run_trial
+from assay.suites.bundle import Bundle, tree_digest
+
+
+@dataclass
+class TaskReport:
+    task_id: str
+    digest: str  # "ok", "missing", "mismatch"
+    nop: str | None = None  # "fails behavior" / problem text
+    oracle_accepted: int = 0
+    oracle_runs: int = 0
+    mutants: dict[str, str] = field(default_factory=dict)  # name -> "rejected:<code>" / ...
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def status(self) -> str:
+        if any(v.startswith("ACCEPTED") for v in self.mutants.values()):
+            return "GRADER DEFECT"
+        if self.problems:
+            return "broken"
+        if 0 < self.oracle_accepted < self.oracle_runs:
+            return "flaky"
+        return "ok"
+
+    def to_record(self) -> dict[str, Any]:
+        return {"task": self.task_id, "status": self.status, "digest": self.digest,
+                "nop": self.nop, "oracle": f"{self.oracle_accepted}/{self.oracle_runs}",
+                "mutants": self.mutants, "problems": self.problems}
+
+
+def _describe(res: TrialResult) -> str:
+    if res.grade is None:
+        return f"infra_error: {res.record.get('error')}"
+    g = res.grade
+    if g["validity"]["status"] != "valid":
+        return f"grader_error: {g['validity'].get('detail')}"
+    return "accepted" if g["accepted"] else f"rejected:{g['failure_code']}"
+
+
+def check_tasks(bundles: list[Bundle], out_root: Path, *, reruns: int = 3,
+                mutants: bool = False, workers: int = 2) -> list[TaskReport]:
+    reports = {b.id: TaskReport(b.id, "missing") for b in bundles}
+    jobs: list[tuple[Bundle, Agent, str, int]] = []
+    for b in bundles:
+        jobs.append((b, parse_agent("nop"), "nop", 0))
+        jobs += [(b, parse_agent("oracle"), "oracle", r) for r in range(reruns)]
+        if mutants:
+            jobs += [(b, MutantAgent(m), f"mutant:{m.name}", 0) for m in MUTANTS
+                     if m.applies(b)]
+
+    def one(job: tuple[Bundle, Agent, str, int]) -> tuple[Bundle, str, TrialResult]:
+        b, agent, label, rep = job
+        safe = label.replace(":", "-")
+        return b, label, run_trial(b, agent, out_root / b.id / safe / str(rep), rep=rep)
+
+    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+        results = list(pool.map(one, jobs))
+
+    for b in bundles:
+        rep = reports[b.id]
+        pinned = b.spec.initial_state.fixture_digest
+        if pinned:
+            with tempfile.TemporaryDirectory() as tmp:
+                b.export_starting_tree(Path(tmp) / "t")
+                actual = tree_digest(Path(tmp) / "t")
+            rep.digest = "ok" if actual == pinned else "mismatch"
+            if actual != pinned:
+                rep.problems.append(f"starting tree digest {actual} != pinned {pinned}")
+        else:
+            rep.problems.append("no fixture_digest pinned (assay task lint --write-digest)")
+
+    for b, label, res in results:
+        rep = reports[b.id]
+        said = _describe(res)
+        if label == "nop":
+            behavior = res.grade["checks"]["behavior"] if res.grade else None
+            rep.nop = "fails behavior" if behavior == "fail" else said
+            if behavior != "fail":
+                rep.problems.append(f"nop does not fail behavior ({said}): the task tests "
+                                    "nothing")
+        elif label == "oracle":
+            rep.oracle_runs += 1
+            if said == "accepted":
+                rep.oracle_accepted += 1
+            else:
+                rep.problems.append(f"oracle run {res.record['rep']}: {said}")
+        else:
+            name = label.split(":", 1)[1]
+            if said == "accepted":
+                rep.mutants[name] = "ACCEPTED"
+            elif said.startswith("rejected"):
+                rep.mutants[name] = said
+            else:
+                rep.mutants[name] = said
+                rep.problems.append(f"mutant {name}: {said}")
+    for rep in reports.values():
+        if rep.oracle_runs and rep.oracle_accepted == 0:
+            rep.problems.insert(0, "oracle never accepted")
+        elif 0 < rep.oracle_accepted < rep.oracle_runs:
+            # flaky is its own status; keep the per-run problems as evidence only
+            rep.problems = [p for p in rep.problems if not p.startswith("oracle run")]
+    return [reports[b.id] for b in bundles]

@@ -1,0 +1,176 @@
+"""One trial, end to end: prepare, run the agent, freeze, verify.
+
+Each stage is timed and recorded in ``trial.json`` (rewritten atomically after every stage, so
+a crash leaves the record of how far it got). The live workspace and the agent's HOME live in a
+temporary directory that is deleted after the freeze: nothing downstream can read anything but
+the frozen artifact.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from assay.agents import Agent, AgentContext, AgentRun
+from assay.agents.mutants import clear_tree
+from assay.grading.verifier import verify
+from assay.records.artifact import freeze
+from assay.records.io import atomic_write_json
+from assay.records.manifest import tool_identity, utc_now
+from assay.sandbox import Limits, run_sandboxed
+from assay.suites.bundle import Bundle, tree_digest
+
+TRIAL_JSON = "trial.json"
+
+# One sandbox call checks every requirement: an executable on PATH, else a Python module.
+_REQUIRE_SCRIPT = r"""
+for r in "$@"; do
+  if command -v "$r" >/dev/null 2>&1; then
+    v=$("$r" --version 2>&1 | head -n 1)
+    printf '%s\texecutable\t%s\n' "$r" "$v"
+  elif python3 -c "import $r" >/dev/null 2>&1; then
+    v=$(python3 -c "import $r; print(getattr($r, '__version__', 'unknown'))" 2>&1)
+    printf '%s\tpython_module\t%s\n' "$r" "$v"
+  else
+    printf '%s\tmissing\t\n' "$r"
+  fi
+done
+"""
+
+
+class TrialRefused(Exception):
+    """The trial could not be run: infrastructure or task problems, not an agent verdict."""
+
+
+@dataclass
+class TrialResult:
+    trial_dir: Path
+    status: str  # "graded", "infra_error", "refused"
+    grade: dict[str, Any] | None
+    record: dict[str, Any]
+
+
+def check_environment(bundle: Bundle, workspace: Path) -> dict[str, Any]:
+    """Requirements checked inside the same sandbox the agent and verifier get; versions kept."""
+    reqs = bundle.spec.initial_state.environment.requires
+    if not reqs:
+        return {}
+    bad = [r for r in reqs if not r.replace("-", "_").replace(".", "_").isidentifier()]
+    if bad:
+        raise TrialRefused(f"environment.requires: not a command or module name: {bad}")
+    res = run_sandboxed(["sh", "-c", _REQUIRE_SCRIPT, "check", *reqs], workspace,
+                        limits=Limits(wall_seconds=60, memory_mib=512, pids=64))
+    found: dict[str, Any] = {}
+    for line in res.stdout_tail.splitlines():
+        name, kind, version = (line.split("\t") + ["", ""])[:3]
+        found[name] = {"kind": kind, "version": version.strip() or None}
+    missing = [r for r in reqs if found.get(r, {}).get("kind") in (None, "missing")]
+    if missing:
+        raise TrialRefused(f"missing in the sandbox: {', '.join(missing)}")
+    return found
+
+
+class _Stages:
+    def __init__(self, trial_dir: Path, record: dict[str, Any]) -> None:
+        self.trial_dir = trial_dir
+        self.record = record
+
+    def save(self) -> None:
+        atomic_write_json(self.trial_dir / TRIAL_JSON, self.record)
+
+    def run(self, name: str, fn: Any) -> Any:
+        stage: dict[str, Any] = {"name": name, "started_at": utc_now(), "status": "running"}
+        self.record["stages"].append(stage)
+        self.save()
+        t0 = time.perf_counter()
+        try:
+            result = fn()
+            stage["status"] = "ok"
+            return result
+        except BaseException as exc:
+            stage["status"] = "failed"
+            stage["detail"] = f"{type(exc).__name__}: {exc}"
+            raise
+        finally:
+            stage["seconds"] = round(time.perf_counter() - t0, 3)
+            self.save()
+
+
+def run_trial(bundle: Bundle, agent: Agent, trial_dir: Path, *, rep: int = 0,
+              attempt: int = 0) -> TrialResult:
+    if (trial_dir / TRIAL_JSON).exists():
+        raise FileExistsError(f"{trial_dir} already holds a trial: a trial is never overwritten")
+    trial_dir.mkdir(parents=True, exist_ok=True)
+    trial_id = f"{bundle.id}/{agent.name}/{rep}"
+    spec = bundle.spec
+    record: dict[str, Any] = {
+        "schema": "assay.trial/1", "trial_id": trial_id, "attempt": attempt,
+        "task": {"id": spec.id, "revision": spec.revision, "family": spec.family,
+                 "split": spec.split, "path": str(bundle.root.resolve()),
+                 "spec_sha256": bundle.spec_sha256,
+                 "fixture_digest_pinned": spec.initial_state.fixture_digest},
+        "agent": agent.name, "rep": rep, "assay": tool_identity(),
+        "network_policy": {"requested": spec.initial_state.network_policy, "applied": "none",
+                           **({"note": "no model proxy yet: the agent gets no network"}
+                              if spec.initial_state.network_policy != "none" else {})},
+        "budget": spec.budget.model_dump(), "resources": spec.resources.model_dump(),
+        "started_at": utc_now(), "ended_at": None, "status": "running", "stages": [],
+        "execution": None,
+    }
+    stages = _Stages(trial_dir, record)
+    stages.save()
+    with tempfile.TemporaryDirectory(prefix="assay-trial-") as tmp:
+        workspace = Path(tmp) / "workspace"
+        home = Path(tmp) / "home"
+        try:
+            def prepare() -> None:
+                bundle.export_starting_tree(workspace)
+                home.mkdir()
+                digest = tree_digest(workspace)
+                record["task"]["fixture_digest"] = digest
+                pinned = spec.initial_state.fixture_digest
+                if pinned and pinned != digest:
+                    raise TrialRefused(f"starting tree digest {digest} does not match the "
+                                       f"pinned fixture_digest {pinned}")
+                record["environment"] = check_environment(bundle, workspace)
+
+            stages.run("prepare", prepare)
+            ctx = AgentContext(bundle, workspace, home, trial_dir / "agent")
+            run: AgentRun = stages.run("agent", lambda: agent.run(ctx))
+            record["execution"] = run.to_record()
+            if run.status == "infra_error":
+                raise TrialRefused(f"the agent could not be started: {run.detail}")
+            stages.run("freeze", lambda: freeze(workspace, trial_dir))
+        except TrialRefused as exc:
+            record.update(status="infra_error", error=str(exc), ended_at=utc_now())
+            stages.save()
+            return TrialResult(trial_dir, "infra_error", None, record)
+        finally:
+            clear_tree(workspace)
+    grade = stages.run("verify", lambda: verify(
+        bundle, trial_dir, revision=spec.acceptance.verifier_revision, trial_id=trial_id,
+        execution=record["execution"]))
+    record.update(status="graded", ended_at=utc_now(),
+                  grade={"revision": spec.acceptance.verifier_revision,
+                         "accepted": grade["accepted"], "failure_code": grade["failure_code"]})
+    stages.save()
+    return TrialResult(trial_dir, "graded", grade, record)
+
+
+def read_trial(trial_dir: Path) -> dict[str, Any]:
+    return json.loads((trial_dir / TRIAL_JSON).read_text())
+
+
+def regrade(trial_dir: Path, bundle: Bundle, revision: str) -> dict[str, Any]:
+    """Grade the same frozen artifact again into a new grade file beside the old ones."""
+    record = read_trial(trial_dir)
+    if record.get("status") != "graded" and not (trial_dir / "artifact.json").exists():
+        raise TrialRefused(f"{trial_dir}: the trial has no frozen artifact to grade")
+    # An edited task.yaml is allowed (that is what a new verifier revision is for); the grade
+    # records which spec it used.
+    return verify(bundle, trial_dir, revision=revision, trial_id=record["trial_id"],
+                  execution=record.get("execution") or {})

@@ -1,0 +1,244 @@
+"""Agent task bundles: a task that ships its starting tree, hidden tests, reference fix and the
+program that decides acceptance.
+
+``task.yaml`` is validated with pydantic and every error names the field (and line). The
+starting tree is pinned by ``fixture_digest``: a trial refuses a tree that does not match, so two
+trials of "the same task" really started from the same bytes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from assay.suites.errors import Problem, SuiteError
+
+TASK_FILE = "task.yaml"
+CHECKS = ("behavior", "regression", "integrity")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Environment(_Strict):
+    requires: list[str] = Field(default_factory=list)
+
+
+class InitialState(_Strict):
+    repository: str
+    repository_commit: str | None = None
+    fixture_digest: str | None = None
+    network_policy: Literal["none", "model-proxy-only"] = "none"
+    environment: Environment = Field(default_factory=Environment)
+
+    @field_validator("fixture_digest")
+    @classmethod
+    def _digest_shape(cls, v: str | None) -> str | None:
+        if v is not None and (not v.startswith("sha256:") or len(v) != 71):
+            raise ValueError("must look like sha256:<64 hex digits>")
+        return v
+
+
+class Resources(_Strict):
+    cpu_cores: float = Field(default=1, gt=0)
+    memory_limit_mib: int = Field(default=2048, ge=16)
+    pids: int = Field(default=256, ge=4)
+
+
+class Budget(_Strict):
+    agent_wall_seconds: float = Field(default=900, gt=0)
+    assistant_steps: int | None = Field(default=None, ge=1)
+    verifier_wall_seconds: float = Field(default=120, gt=0)
+
+
+class Command(_Strict):
+    command: str = Field(min_length=1)
+
+
+class Acceptance(_Strict):
+    verifier_revision: str = Field(min_length=1, pattern=r"^[A-Za-z0-9._-]+$")
+    required: list[Literal["behavior", "regression", "integrity"]]
+    behavior: Command | None = None
+    regression: Command | None = None
+    protected_paths: list[str] = Field(default_factory=list)
+    allowed_paths: list[str] | None = None
+
+    @field_validator("required")
+    @classmethod
+    def _required_ok(cls, v: list[str]) -> list[str]:
+        if not v:
+            raise ValueError("name at least one check")
+        if len(set(v)) != len(v):
+            raise ValueError("a check is named twice")
+        return v
+
+
+class TaskSpec(_Strict):
+    id: str = Field(min_length=1, pattern=r"^[A-Za-z0-9._-]+$")
+    revision: int = Field(ge=0)
+    family: str | None = None
+    split: Literal["dev", "validation", "holdout"] = "dev"
+    instruction: str = "instruction.md"
+    initial_state: InitialState
+    resources: Resources = Field(default_factory=Resources)
+    budget: Budget = Field(default_factory=Budget)
+    acceptance: Acceptance
+
+
+@dataclass(frozen=True)
+class Bundle:
+    root: Path
+    spec: TaskSpec
+    spec_sha256: str
+
+    @property
+    def id(self) -> str:
+        return self.spec.id
+
+    @property
+    def instruction_path(self) -> Path:
+        return self.root / self.spec.instruction
+
+    @property
+    def tests_dir(self) -> Path:
+        return self.root / "tests"
+
+    @property
+    def solution_dir(self) -> Path:
+        return self.root / "solution"
+
+    def export_starting_tree(self, dest: Path) -> None:
+        """Write a fresh copy of the starting tree into ``dest`` (which must not exist)."""
+        state = self.spec.initial_state
+        source = (self.root / state.repository).resolve()
+        if state.repository_commit:
+            dest.mkdir(parents=True)
+            archive = subprocess.run(
+                ["git", "-C", str(source), "archive", "--format=tar", state.repository_commit],
+                capture_output=True, check=False, timeout=120)
+            if archive.returncode != 0:
+                raise SuiteError.one(self.root / TASK_FILE, "git archive failed: "
+                                     + archive.stderr.decode(errors="replace").strip(),
+                                     field="initial_state.repository_commit")
+            subprocess.run(["tar", "-x", "-C", str(dest)], input=archive.stdout, check=True,
+                           timeout=120)
+        else:
+            shutil.copytree(source, dest, symlinks=True)
+
+
+def _key_lines(text: str) -> dict[tuple[str, ...], int]:
+    """Line of every mapping key, by its path, so a validation error can point at it."""
+    lines: dict[tuple[str, ...], int] = {}
+    try:
+        root = yaml.compose(text)
+    except yaml.YAMLError:
+        return lines
+
+    def walk(node: yaml.Node, path: tuple[str, ...]) -> None:
+        if isinstance(node, yaml.MappingNode):
+            for k, v in node.value:
+                p = (*path, str(k.value))
+                lines[p] = k.start_mark.line + 1
+                walk(v, p)
+
+    if root is not None:
+        walk(root, ())
+    return lines
+
+
+def load_bundle(root: Path) -> Bundle:
+    root = Path(root)
+    path = root / TASK_FILE
+    if not path.is_file():
+        raise SuiteError.one(path, "task.yaml not found: not a task bundle")
+    text = path.read_text(encoding="utf-8")
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        raise SuiteError.one(path, f"invalid YAML: {getattr(exc, 'problem', exc)}",
+                             line=mark.line + 1 if mark else None) from exc
+    if not isinstance(data, dict):
+        raise SuiteError.one(path, "expected a mapping at the top level")
+    try:
+        spec = TaskSpec.model_validate(data)
+    except ValidationError as exc:
+        lines = _key_lines(text)
+        problems = []
+        for e in exc.errors():
+            loc = tuple(str(x) for x in e["loc"])
+            line = None
+            for n in range(len(loc), 0, -1):
+                if loc[:n] in lines:
+                    line = lines[loc[:n]]
+                    break
+            problems.append(Problem(path, line, ".".join(loc) or None, e["msg"]))
+        raise SuiteError(problems) from exc
+    problems = []
+    acc = spec.acceptance
+    for check in ("behavior", "regression"):
+        if check in acc.required and getattr(acc, check) is None:
+            problems.append(Problem(path, None, f"acceptance.{check}",
+                                    f"required check {check!r} has no command"))
+    if not (root / spec.instruction).is_file():
+        problems.append(Problem(path, None, "instruction", f"{spec.instruction} not found"))
+    repo = root / spec.initial_state.repository
+    if not repo.exists():
+        problems.append(Problem(path, None, "initial_state.repository", f"{repo} not found"))
+    if "behavior" in acc.required and not (root / "tests").is_dir():
+        problems.append(Problem(path, None, "acceptance.behavior",
+                                "the bundle has no tests/ folder of hidden tests"))
+    if problems:
+        raise SuiteError(problems)
+    return Bundle(root=root, spec=spec, spec_sha256=hashlib.sha256(text.encode()).hexdigest())
+
+
+def tree_digest(root: Path) -> str:
+    """``sha256:`` over the sorted listing; permission bits beyond the executable bit are left
+    out because checkouts and copies do not keep them reliably."""
+    from assay.records.artifact import list_tree
+
+    h = hashlib.sha256()
+    for e in list_tree(root):
+        if e["type"] == "dir":
+            continue
+        exe = "x" if int(e["mode"], 8) & 0o111 else "-"
+        content = e.get("sha256") or e.get("target") or ""
+        h.update(f"{e['type']}\0{e['path']}\0{exe}\0{content}\n".encode())
+    return "sha256:" + h.hexdigest()
+
+
+def set_fixture_digest(root: Path, digest: str) -> None:
+    """Pin ``digest`` in task.yaml by editing its one ``fixture_digest:`` line, so comments and
+    layout survive; only ever on request (``task lint --write-digest``)."""
+    import re
+
+    from assay.records.io import atomic_write_text
+
+    path = root / TASK_FILE
+    text = path.read_text(encoding="utf-8")
+    new, n = re.subn(r"^(\s*fixture_digest:)[^\n#]*", rf"\g<1> {digest}", text, count=1,
+                     flags=re.MULTILINE)
+    if n != 1:
+        raise SuiteError.one(path, "no 'fixture_digest:' line under initial_state to write to",
+                             field="initial_state.fixture_digest")
+    atomic_write_text(path, new)
+
+
+def find_bundles(paths: list[Path]) -> list[Path]:
+    """Each path is a bundle, or a folder of bundles (one level down)."""
+    found: list[Path] = []
+    for p in paths:
+        if (p / TASK_FILE).is_file():
+            found.append(p)
+        elif p.is_dir():
+            found += sorted(c for c in p.iterdir() if (c / TASK_FILE).is_file())
+    return found
