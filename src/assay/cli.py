@@ -350,9 +350,12 @@ def serve(
         built = load_builtin(model, suite)
     except (SuiteError, ValueError) as exc:
         raise fail(str(exc)) from None
-    err.print(f"serving {model} on http://{host}:{port}/v1 (Ctrl-C to stop)", highlight=False)
+    def ready(bound: int) -> None:
+        err.print(f"serving {model} on http://{host}:{bound}/v1 (Ctrl-C to stop)",
+                  highlight=False)
+
     try:
-        serve_forever(built, host, port)
+        serve_forever(built, host, port, ready)
     except KeyboardInterrupt:
         raise typer.Exit(EXIT_OK) from None
 

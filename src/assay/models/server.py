@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import itertools
 import json
-import threading
+import multiprocessing
+import signal
+import socket
 import time
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -23,6 +26,9 @@ def _words(text: str) -> int:
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # keep-alive: the client reuses connections
+    # Headers and body go out as two writes; with Nagle's algorithm the body then waits for the
+    # client's delayed ACK (~40 ms), which the report would show as model latency.
+    disable_nagle_algorithm = True
     server: _ModelServer
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
@@ -83,36 +89,61 @@ class _ModelServer(ThreadingHTTPServer):
     # would show up as fake model latency in the baseline's report.
     request_queue_size = 256
 
-    def __init__(self, model: BuiltinModel, host: str, port: int) -> None:
-        super().__init__((host, port), _Handler)
+    def __init__(self, model: BuiltinModel, host: str, port: int,
+                 bind_and_activate: bool = True) -> None:
+        super().__init__((host, port), _Handler, bind_and_activate=bind_and_activate)
         self.model = model
         self.counter = itertools.count(1)
 
 
+def _serve_socket(model: BuiltinModel, sock: socket.socket) -> None:
+    """Child process body: serve on the socket the parent bound (so the parent knows the port
+    before the child exists). Ctrl-C is the parent's to handle; it stops us with SIGTERM."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    server = _ModelServer(model, *sock.getsockname()[:2], bind_and_activate=False)
+    server.socket.close()
+    server.socket = sock
+    server.serve_forever()
+
+
 class BackgroundServer:
-    """A model server on an ephemeral loopback port for the length of a ``with`` block."""
+    """A model server on an ephemeral loopback port for the length of a ``with`` block.
+
+    It runs in a forked child process: in a thread it would share the client's interpreter
+    lock, and the waiting would show up in the report as model latency."""
 
     def __init__(self, model: BuiltinModel, host: str = "127.0.0.1", port: int = 0) -> None:
-        self._server = _ModelServer(model, host, port)
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True,
-                                        name="assay-builtin-server")
+        self._model = model
+        self._sock = socket.create_server((host, port), backlog=256)
+        self._proc: multiprocessing.process.BaseProcess | None = None
 
     @property
     def base_url(self) -> str:
-        host, port = self._server.server_address[:2]
+        host, port = self._sock.getsockname()[:2]
         return f"http://{host}:{port}/v1"
 
     def __enter__(self) -> BackgroundServer:
-        self._thread.start()
+        ctx = multiprocessing.get_context("fork")
+        self._proc = ctx.Process(target=_serve_socket, args=(self._model, self._sock),
+                                 daemon=True, name="assay-builtin-server")
+        self._proc.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        if self._proc is not None:
+            self._proc.terminate()
+            self._proc.join(5)
+            if self._proc.is_alive():
+                self._proc.kill()
+                self._proc.join(5)
+        self._sock.close()
 
 
-def serve_forever(model: BuiltinModel, host: str, port: int) -> None:
+def serve_forever(model: BuiltinModel, host: str, port: int,
+                  ready: Callable[[int], None] | None = None) -> None:
     server = _ModelServer(model, host, port)
+    if ready is not None:
+        ready(server.server_address[1])
     try:
         server.serve_forever()
     finally:
