@@ -50,8 +50,11 @@ def _neuter(text: str, suffix: str) -> str:
 
 
 def _apply(ws: Path, patch: Path) -> None:
+    # Inside some other git repository `git apply` would quietly skip every file: stop git's
+    # search for a repository at the workspace itself.
+    env = {**os.environ, "GIT_CEILING_DIRECTORIES": str(ws.parent)}
     subprocess.run(["git", "apply", "--whitespace=nowarn", str(patch.resolve())], cwd=ws,
-                   check=True, capture_output=True, timeout=60)
+                   check=True, capture_output=True, timeout=60, env=env)
 
 
 def no_change(ws: Path, b: Bundle) -> str:
