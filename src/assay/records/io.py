@@ -34,8 +34,8 @@ def dumps_row(row: dict[str, Any]) -> str:
     return json.dumps(row, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
 
 
-def atomic_write_text(path: Path, text: str) -> None:
-    """Replace ``path`` with ``text`` so readers see the old or the new file, never a mix."""
+def _durable_temp(path: Path, text: str) -> str:
+    """``text`` in a synced temporary file beside ``path``, ready to be renamed or linked."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.fchmod(fd, _FILE_MODE)
@@ -44,6 +44,16 @@ def atomic_write_text(path: Path, text: str) -> None:
             fh.write(text)
             fh.flush()
             os.fsync(fh.fileno())
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return tmp
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Replace ``path`` with ``text`` so readers see the old or the new file, never a mix."""
+    tmp = _durable_temp(path, text)
+    try:
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -58,14 +68,8 @@ def atomic_write_json(path: Path, data: Any) -> None:
 def write_new_text(path: Path, text: str) -> None:
     """Create ``path`` atomically and refuse to replace it: grades and other verdicts are never
     overwritten, a newer one goes beside the old one under a new name."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.fchmod(fd, _FILE_MODE)
+    tmp = _durable_temp(path, text)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
         os.link(tmp, path)  # fails with FileExistsError instead of replacing
     finally:
         Path(tmp).unlink(missing_ok=True)

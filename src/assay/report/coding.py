@@ -16,19 +16,13 @@ from typing import Any
 from assay.records.io import scan_jsonl
 from assay.records.manifest import read_manifest
 from assay.runner.coding import SAMPLES
+from assay.runner.engine import standing_rows
 from assay.stats import cluster_bootstrap_mean, pass_at_k, pass_hat_k
 
 
 def final_sample_rows(rows: list[dict[str, Any]]) -> dict[tuple[str, int], dict[str, Any]]:
-    """The row standing for each (task, sample): the last graded one; an infra-error row only
-    when nothing better exists. Older rows stay on disk as history."""
-    out: dict[tuple[str, int], dict[str, Any]] = {}
-    for row in rows:
-        key = (row["id"], int(row["sample"]))
-        prev = out.get(key)
-        if prev is None or not row.get("error") or prev.get("error"):
-            out[key] = row
-    return out
+    """The row standing for each (task, sample)."""
+    return standing_rows(rows, lambda r: (r["id"], int(r["sample"])))
 
 
 def _interval(values: list[float], seed: int = 0) -> dict[str, Any] | None:

@@ -12,6 +12,7 @@ from typing import Any
 
 from assay.records.io import scan_jsonl
 from assay.records.manifest import read_manifest
+from assay.runner.engine import standing_rows
 from assay.runner.narrow import RAW_PREDICTIONS
 from assay.stats import nearest_rank, wilson
 
@@ -19,15 +20,8 @@ INVALID_COLUMN = "(invalid)"
 
 
 def final_rows(rows: list[dict[str, Any]]) -> dict[tuple[str, int], dict[str, Any]]:
-    """The row that stands for each (case, repeat): the last answered one; an infra-error row
-    only when no answer ever arrived. Older rows stay on disk as the history of the run."""
-    out: dict[tuple[str, int], dict[str, Any]] = {}
-    for row in rows:
-        key = (row["id"], int(row["repeat"]))
-        prev = out.get(key)
-        if prev is None or not row.get("error") or prev.get("error"):
-            out[key] = row
-    return out
+    """The row standing for each (case, repeat)."""
+    return standing_rows(rows, lambda r: (r["id"], int(r["repeat"])))
 
 
 def _ratio(num: int, den: int) -> float | None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,6 +27,7 @@ from assay.runner.engine import (
     done_keys,
     drive,
     open_run_dir,
+    pending,
 )
 from assay.runner.narrow import Endpoint
 from assay.sandbox import Limits
@@ -179,14 +179,6 @@ async def sample_task(client: ChatClient, task: CodingTask, sample: int, params:
     return row
 
 
-def _pending(suite: CodingSuite, samples: int,
-             done: set[tuple[str, int]]) -> Iterator[tuple[CodingTask, int]]:
-    for sample in range(samples):
-        for task in suite.tasks:
-            if (task.id, sample) not in done:
-                yield task, sample
-
-
 async def run_coding(suite: CodingSuite, endpoint: Endpoint, params: CodingParams,
                      run_dir: Path, progress: Progress | None = None) -> RunResult:
     progress = progress or NullProgress()
@@ -207,7 +199,7 @@ async def run_coding(suite: CodingSuite, endpoint: Endpoint, params: CodingParam
         return await sample_task(client, item[0], item[1], params, exec_slots, run_dir)
 
     try:
-        return await drive(_pending(suite, params.samples, done), work, rows_path=rows_path,
+        return await drive(pending(suite.tasks, params.samples, done), work, rows_path=rows_path,
                            manifest=manifest, progress=progress, total=len(wanted),
                            already_done=len(done), concurrency=params.concurrency)
     finally:

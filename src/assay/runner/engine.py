@@ -78,6 +78,29 @@ def open_run_dir(run_dir: Path, kind: str, comparable: dict[str, Any],
     return writer
 
 
+def standing_rows(rows: Iterable[dict[str, Any]],
+                  key: Callable[[dict[str, Any]], tuple[Any, ...]]) -> dict[Any, dict[str, Any]]:
+    """The row that stands for each unit of work: the last answered one; an infra-error row
+    only when no answer ever arrived. Older rows stay on disk as the run's history."""
+    out: dict[Any, dict[str, Any]] = {}
+    for row in rows:
+        k = key(row)
+        prev = out.get(k)
+        if prev is None or not row.get("error") or prev.get("error"):
+            out[k] = row
+    return out
+
+
+def pending(units: Iterable[Any], passes: int, done: set[tuple[str, int]]
+            ) -> Iterator[tuple[Any, int]]:
+    """(unit, pass) pairs still to do, pass by pass, so an interrupted run has whole passes."""
+    units = list(units)
+    for n in range(passes):
+        for unit in units:
+            if (unit.id, n) not in done:
+                yield unit, n
+
+
 def done_keys(rows_path: Path, key: Callable[[dict[str, Any]], tuple[Any, ...]]) -> set[Any]:
     """Units of work that already have an answer; infra-error rows are redone."""
     return {key(r) for r in scan_jsonl(rows_path).rows if not r.get("error")}

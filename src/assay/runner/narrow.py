@@ -9,7 +9,6 @@ Cases are pulled lazily by a fixed pool of workers, so memory stays flat however
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,6 +24,7 @@ from assay.runner.engine import (
     done_keys,
     drive,
     open_run_dir,
+    pending,
 )
 from assay.suites.cases import Case, NarrowSuite
 
@@ -196,14 +196,6 @@ async def answer_case(client: ChatClient, suite: NarrowSuite, case: Case, repeat
     return row
 
 
-def _pending(suite: NarrowSuite, repeats: int,
-             done: set[tuple[str, int]]) -> Iterator[tuple[Case, int]]:
-    for repeat in range(repeats):
-        for case in suite.cases:
-            if (case.id, repeat) not in done:
-                yield case, repeat
-
-
 def limits_of(params: NarrowParams) -> dict[str, Any]:
     return {"concurrency": params.concurrency, "request_timeout_s": params.timeout_s,
             "transport_max_tries": params.max_tries}
@@ -226,7 +218,7 @@ async def run_narrow(suite: NarrowSuite, endpoint: Endpoint, params: NarrowParam
         return await answer_case(client, suite, item[0], item[1], params)
 
     try:
-        return await drive(_pending(suite, params.repeats, done), work, rows_path=rows_path,
+        return await drive(pending(suite.cases, params.repeats, done), work, rows_path=rows_path,
                            manifest=manifest, progress=progress, total=len(wanted),
                            already_done=len(done), concurrency=params.concurrency)
     finally:
