@@ -122,6 +122,27 @@ def shadow_pytest(ws: Path, b: Bundle) -> str:
     return "wrote pytest.py at the workspace root so `python3 -m pytest` runs it"
 
 
+_PLUGIN = """import pytest
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    report.outcome = "passed"
+"""
+
+
+def pytest_plugin(ws: Path, b: Bundle) -> str:
+    where = ws / "src" if (ws / "src").is_dir() else ws
+    info = where / "helpers-1.0.dist-info"
+    info.mkdir(exist_ok=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: helpers\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text("[pytest11]\nhelpers = helpers_plugin\n")
+    (where / "helpers_plugin.py").write_text(_PLUGIN)
+    return "installed a pytest plugin (entry point on the import path) that passes every test"
+
+
 def link_outside(ws: Path, b: Bundle) -> str:
     _apply(ws, b.solution_dir / "solve.patch")
     target_dir = ws / "src" if (ws / "src").is_dir() else ws
@@ -153,6 +174,7 @@ MUTANTS: tuple[Mutant, ...] = (
            lambda b: b.spec.acceptance.allowed_paths is not None
            and (b.solution_dir / "solve.patch").is_file()),
     Mutant("shadow_pytest", shadow_pytest),
+    Mutant("pytest_plugin", pytest_plugin),
     Mutant("link_outside", link_outside, _has("solve.patch")),
 )
 BY_NAME = {m.name: m for m in MUTANTS}

@@ -8,6 +8,7 @@ checks are all-of: a correct fix plus one edited test is still a rejection.
 from __future__ import annotations
 
 import posixpath
+from collections import deque
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from typing import Any
@@ -15,8 +16,12 @@ from typing import Any
 # Files whose mere presence changes how Python or pytest behave: a candidate who adds one can
 # make any test run "pass" without fixing anything.
 TOOLING_NAMES = {"pytest.py", "conftest.py", "sitecustomize.py", "usercustomize.py",
-                 "pytest.ini", "tox.ini"}
+                 "pytest.ini", ".pytest.ini", "pytest.toml", ".pytest.toml", "tox.ini",
+                 "entry_points.txt"}
 TOOLING_DIRS = {"pytest", "_pytest"}
+TOOLING_SUFFIXES = (".pth", ".dist-info", ".egg-info", ".egg-link")
+# Shared config files are legitimate to edit, unless the edit carries test-runner settings.
+CONFIG_WITH_SECTIONS = {"setup.cfg", "pyproject.toml"}
 
 
 def glob_match(path: str, pattern: str) -> bool:
@@ -74,25 +79,32 @@ def diff_trees(pristine: list[dict[str, Any]], artifact: list[dict[str, Any]],
     return cs
 
 
-def _resolve(link_path: str, target: str, links: dict[str, str]) -> str | None:
-    """Where a link points, inside the workspace (relative path), or None when it leaves it.
-    Follows chains of links within the artifact, as the kernel would."""
-    current = posixpath.normpath(posixpath.join(posixpath.dirname(link_path), target))
-    for _ in range(40):
-        if target.startswith("/") or current == ".." or current.startswith("../"):
-            return None
-        parts = current.split("/")
-        for i in range(1, len(parts) + 1):
-            prefix = "/".join(parts[:i])
-            if prefix in links:
-                target = links[prefix]
-                rest = "/".join(parts[i:])
-                base = posixpath.dirname(prefix)
-                current = posixpath.normpath(posixpath.join(base, target, rest))
-                break
-        else:
-            return current
-    return None  # a loop: treat as leaving the workspace
+def _resolve(link_path: str, links: dict[str, str]) -> str | None:
+    """Where the link at ``link_path`` leads, as a workspace-relative path, or None when it
+    leaves the workspace. Resolved one component at a time, following links on the way, as
+    the kernel does (so ``a/lnk/../x`` goes through ``lnk`` before climbing)."""
+    pending = deque(p for p in link_path.split("/"))
+    resolved: list[str] = []
+    hops = 0
+    while pending:
+        comp = pending.popleft()
+        if comp in ("", "."):
+            continue
+        if comp == "..":
+            if not resolved:
+                return None
+            resolved.pop()
+            continue
+        candidate = "/".join([*resolved, comp])
+        if candidate in links:
+            hops += 1
+            target = links[candidate]
+            if hops > 40 or target.startswith("/"):
+                return None  # a loop, or an absolute path: not inside the workspace
+            pending.extendleft(reversed(target.split("/")))
+            continue
+        resolved.append(comp)
+    return "/".join(resolved)
 
 
 @dataclass
@@ -120,7 +132,7 @@ def check_integrity(pristine: list[dict[str, Any]], artifact: list[dict[str, Any
 
     links = {e["path"]: e["target"] for e in artifact if e["type"] == "symlink"}
     for path, target in sorted(links.items()):
-        where = _resolve(path, target, links)
+        where = _resolve(path, links)
         if where is None:
             problems.append({"code": "link_outside_workspace", "path": path, "target": target})
         elif where in protected_paths or matches_any(where, protected):
@@ -140,10 +152,13 @@ def check_integrity(pristine: list[dict[str, Any]], artifact: list[dict[str, Any
             problems.append({"code": "link_outside_workspace", "path": names[0],
                              "detail": "hard link to a file outside the workspace"})
 
+    by_path = {e["path"]: e for e in artifact}
     for path in changes.added + changes.modified:
         base = posixpath.basename(path)
-        top = path.split("/")
-        if base in TOOLING_NAMES or base.endswith(".pth") or any(t in TOOLING_DIRS for t in top):
+        parts = path.split("/")
+        if (base in TOOLING_NAMES or any(p in TOOLING_DIRS for p in parts)
+                or any(p.endswith(TOOLING_SUFFIXES) for p in parts)
+                or (base in CONFIG_WITH_SECTIONS and by_path.get(path, {}).get("mentions_pytest"))):
             problems.append({"code": "test_tooling_changed", "path": path})
 
     if allowed is not None:

@@ -9,6 +9,7 @@ crashes or runs out of time yields an invalid grade, never a pass.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 import tempfile
@@ -17,11 +18,11 @@ from typing import Any
 
 from assay.grading.integrity import IntegrityResult, check_integrity
 from assay.grading.testcounts import counts_say_pass, parse_counts
-from assay.records.artifact import ARTIFACT_JSON, extract_paths, list_tree
+from assay.records.artifact import ARTIFACT_JSON, ARTIFACT_TAR, extract_paths, list_tree
 from assay.records.io import write_new_text
 from assay.records.manifest import utc_now
 from assay.sandbox import Limits, Mount, run_sandboxed
-from assay.suites.bundle import Bundle, tree_digest
+from assay.suites.bundle import Bundle, Command, tree_digest
 
 TESTS_MOUNT = "/assay/tests"
 HOME_MOUNT = "/assay/home"
@@ -52,7 +53,7 @@ def build_workspace(pristine: Path, trial_dir: Path, integrity: IntegrityResult,
     extract_paths(trial_dir, dest, set(integrity.changes.added + integrity.changes.modified))
 
 
-def run_check(name: str, command: str, workspace: Path, bundle: Bundle,
+def run_check(name: str, command: Command, workspace: Path, bundle: Bundle,
               record_dir: Path) -> dict[str, Any]:
     """One acceptance command in a fresh sandbox over a private copy of the workspace."""
     spec = bundle.spec
@@ -64,21 +65,26 @@ def run_check(name: str, command: str, workspace: Path, bundle: Bundle,
         limits = Limits(wall_seconds=spec.budget.verifier_wall_seconds,
                         memory_mib=spec.resources.memory_limit_mib, pids=spec.resources.pids)
         result = run_sandboxed(
-            ["sh", "-c", command], work, limits=limits,
+            ["sh", "-c", command.command], work, limits=limits,
+            # No pytest plugin loads unless the command names it: a candidate could otherwise
+            # ship one (a *.dist-info entry point on PYTHONPATH) that marks every test passed.
             env={"ASSAY_TESTS": TESTS_MOUNT, "HOME": HOME_MOUNT, "PYTHONDONTWRITEBYTECODE": "1",
-                 "ASSAY_TASK_ID": spec.id},
+                 "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "ASSAY_TASK_ID": spec.id},
             mounts=[Mount(bundle.tests_dir.resolve(), TESTS_MOUNT, writable=False),
                     Mount(home, HOME_MOUNT, writable=True)],
             record_dir=record_dir)
     counts = parse_counts(result.stdout_tail + "\n" + result.stderr_tail)
     say = counts_say_pass(counts)
+    if say is None and command.counts == "required":
+        say = False  # exited without a test summary: no test is known to have run
     if result.reason in ("timeout", "sandbox_error"):
         status = "error"
     elif result.reason == "ok" and say is not False:
         status = "pass"
     else:
         status = "fail"
-    return {"status": status, "command": command, "reason": result.reason,
+    return {"status": status, "command": command.command, "counts_rule": command.counts,
+            "reason": result.reason,
             "exit_code": result.exit_code, "counts": counts,
             "wall_seconds": round(result.wall_seconds, 3),
             "stdout_tail": result.stdout_tail[-2000:], "stderr_tail": result.stderr_tail[-2000:],
@@ -101,7 +107,11 @@ def verify(bundle: Bundle, trial_dir: Path, *, revision: str, trial_id: str,
     validity: dict[str, Any] = {"status": "valid"}
     failure: str | None = None
     try:
-        artifact = json.loads((trial_dir / ARTIFACT_JSON).read_text())["entries"]
+        frozen = json.loads((trial_dir / ARTIFACT_JSON).read_text())
+        with open(trial_dir / ARTIFACT_TAR, "rb") as fh:
+            if hashlib.file_digest(fh, "sha256").hexdigest() != frozen["tar_sha256"]:
+                raise VerifierError("artifact.tar does not match the digest in artifact.json")
+        artifact = frozen["entries"]
         with tempfile.TemporaryDirectory(prefix="assay-verifier-") as tmp:
             pristine = Path(tmp) / "pristine"
             bundle.export_starting_tree(pristine)
@@ -122,7 +132,7 @@ def verify(bundle: Bundle, trial_dir: Path, *, revision: str, trial_id: str,
                 cmd = getattr(acc, name)
                 if cmd is None:
                     continue
-                res = run_check(name, cmd.command, workspace, bundle,
+                res = run_check(name, cmd, workspace, bundle,
                                 trial_dir / "verify" / revision / name)
                 details[name] = res
                 if res["status"] == "error":

@@ -9,6 +9,7 @@ verifier only ever reads this frozen copy, never the live workspace.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import stat
@@ -17,7 +18,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from assay.records.io import atomic_write_json
+from assay.records.io import atomic_write_text
 
 ARTIFACT_TAR = "artifact.tar"
 ARTIFACT_JSON = "artifact.json"
@@ -38,6 +39,9 @@ def _entry(root: Path, p: Path) -> dict[str, Any]:
             for chunk in iter(lambda: fh.read(1 << 20), b""):
                 h.update(chunk)
         e.update(type="file", size=st.st_size, sha256=h.hexdigest())
+        if p.name in ("setup.cfg", "pyproject.toml") and st.st_size < (1 << 20):
+            # integrity needs to know whether a shared config file carries pytest settings
+            e["mentions_pytest"] = b"pytest" in p.read_bytes().lower()
         if st.st_nlink > 1:
             e.update(nlink=st.st_nlink, inode=st.st_ino)
     else:
@@ -81,7 +85,9 @@ def freeze(workspace: Path, trial_dir: Path) -> dict[str, Any]:
         "bytes": sum(e["size"] or 0 for e in entries),
         "entries": entries,
     }
-    atomic_write_json(trial_dir / ARTIFACT_JSON, manifest)
+    # ASCII escapes: a file name that is not UTF-8 (the agent chooses names) survives as a
+    # surrogate escape that JSON can carry and tar can match.
+    atomic_write_text(trial_dir / ARTIFACT_JSON, json.dumps(manifest, indent=1) + "\n")
     return manifest
 
 

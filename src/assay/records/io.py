@@ -62,7 +62,13 @@ def atomic_write_text(path: Path, text: str) -> None:
 
 
 def atomic_write_json(path: Path, data: Any) -> None:
-    atomic_write_text(path, json.dumps(data, indent=2, ensure_ascii=False, allow_nan=False) + "\n")
+    text = json.dumps(data, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        # A surrogate-escaped file name (not UTF-8 on disk) can only travel as an ASCII escape.
+        text = json.dumps(data, indent=2, ensure_ascii=True, allow_nan=False) + "\n"
+    atomic_write_text(path, text)
 
 
 def write_new_text(path: Path, text: str) -> None:

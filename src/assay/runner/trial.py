@@ -149,6 +149,11 @@ def run_trial(bundle: Bundle, agent: Agent, trial_dir: Path, *, rep: int = 0,
             record.update(status="infra_error", error=str(exc), ended_at=utc_now())
             stages.save()
             return TrialResult(trial_dir, "infra_error", None, record)
+        except Exception as exc:  # noqa: BLE001 - a trial must end in a record, not a traceback
+            record.update(status="infra_error", error=f"{type(exc).__name__}: {exc}",
+                          ended_at=utc_now())
+            stages.save()
+            return TrialResult(trial_dir, "infra_error", None, record)
         finally:
             clear_tree(workspace)
     grade = stages.run("verify", lambda: verify(

@@ -61,6 +61,10 @@ class Budget(_Strict):
 
 class Command(_Strict):
     command: str = Field(min_length=1)
+    # "required": the output must show a test runner's summary with at least one passed test
+    # and none failed; exiting 0 is not enough (a candidate can exit before any test runs).
+    # "optional": for commands that are not test runners; the exit code decides.
+    counts: Literal["required", "optional"] = "required"
 
 
 class Acceptance(_Strict):
@@ -193,6 +197,10 @@ def load_bundle(root: Path) -> Bundle:
     repo = root / spec.initial_state.repository
     if not repo.exists():
         problems.append(Problem(path, None, "initial_state.repository", f"{repo} not found"))
+    elif root.resolve().is_relative_to(repo.resolve()):
+        problems.append(Problem(path, None, "initial_state.repository",
+                                "the starting tree holds the bundle itself (task.yaml, tests/, "
+                                "solution/): point it at a folder beside them, such as repo"))
     if "behavior" in acc.required and not (root / "tests").is_dir():
         problems.append(Problem(path, None, "acceptance.behavior",
                                 "the bundle has no tests/ folder of hidden tests"))
@@ -225,7 +233,7 @@ def set_fixture_digest(root: Path, digest: str) -> None:
 
     path = root / TASK_FILE
     text = path.read_text(encoding="utf-8")
-    new, n = re.subn(r"^(\s*fixture_digest:)[^\n#]*", rf"\g<1> {digest}", text, count=1,
+    new, n = re.subn(r"^(\s*fixture_digest:)[ \t]*[^\s#]*", rf"\g<1> {digest}", text, count=1,
                      flags=re.MULTILINE)
     if n != 1:
         raise SuiteError.one(path, "no 'fixture_digest:' line under initial_state to write to",
