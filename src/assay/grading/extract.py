@@ -7,6 +7,7 @@ import re
 from assay.grading.labels import strip_reasoning
 
 _FENCE = re.compile(r"^```[ \t]*([^\n`]*)\n(.*?)^```[ \t]*$", re.DOTALL | re.MULTILINE)
+_REASONING = re.compile(r"</?think(ing)?>", re.IGNORECASE)
 _TAGS = {
     "python": {"python", "py", "python3"},
     "javascript": {"javascript", "js", "node", "nodejs", "mjs", "cjs"},
@@ -25,10 +26,18 @@ def extract_code(answer: str | None, language: str | None) -> str:
     else the whole answer. Reasoning blocks are dropped first: they are not the answer."""
     if not answer:
         return ""
-    text = strip_reasoning(answer)
+    text = answer.replace("\r\n", "\n")
+    if _REASONING.search(text):
+        text = strip_reasoning(text)
     blocks = fenced_blocks(text)
     if not blocks:
-        return text.strip() + "\n" if text.strip() else ""
+        # Only blank lines go: trailing spaces can be content (a diff's last context line " ").
+        lines = text.split("\n")
+        while lines and not lines[0].strip():
+            lines.pop(0)
+        while lines and not lines[-1].strip() and lines[-1] != " ":
+            lines.pop()
+        return "\n".join(lines) + "\n" if lines else ""
     tags = _TAGS.get(language or "", set())
     for tag, content in blocks:
         if tag in tags:

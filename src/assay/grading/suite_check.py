@@ -11,6 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+from assay.grading.diff import apply_diff
 from assay.grading.unit import Verdict
 from assay.runner.coding import CodingParams, grade_answer
 from assay.suites.coding import CodingSuite, CodingTask
@@ -21,12 +22,15 @@ class TaskCheck:
     task: CodingTask
     solution: Verdict | None  # None: no solution given
     empty: Verdict | None  # None: not checkable (rubric)
+    golden_problem: str | None = None  # diff tasks: why the golden diff does not apply
 
     @property
     def problems(self) -> list[str]:
         out: list[str] = []
         if self.task.type == "rubric":
             return out
+        if self.golden_problem:
+            out.append(f"golden diff does not apply to files: {self.golden_problem}")
         if self.solution is None:
             out.append("no reference solution")
         elif self.solution.infra_error:
@@ -60,7 +64,17 @@ def check_task(task: CodingTask, params: CodingParams) -> TaskCheck:
         return TaskCheck(task, None, None)
     solution = grade_answer(task, task.solution, params)[1] if task.solution else None
     empty = grade_answer(task, "", params)[1]
-    return TaskCheck(task, solution, empty)
+    golden_problem = None
+    if task.type == "diff":
+        # A solution equal to the golden passes as "identical" without applying anything, so
+        # the golden itself must be shown to apply.
+        try:
+            tree, why = apply_diff(task.files, task.golden or "", limits=params.limits(),
+                                   isolation=params.isolation)
+            golden_problem = None if tree is not None else why
+        except RuntimeError as exc:
+            golden_problem = f"could not be checked: {exc}"
+    return TaskCheck(task, solution, empty, golden_problem)
 
 
 def check_suite(suite: CodingSuite, params: CodingParams) -> list[TaskCheck]:

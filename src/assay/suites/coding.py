@@ -8,6 +8,7 @@ line is validated before any model call, with file:line:field errors.
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ from assay.suites.jsonl import read_jsonl_objects
 TASK_TYPES = ("unit", "diff", "rubric")
 LANGUAGES = ("python", "javascript")
 _PREFIX_LANGUAGE = {"py": "python", "js": "javascript"}
+_PREFIX = re.compile(r"^(py|js)(?![a-z])", re.IGNORECASE)
 _REQUIRED = {"unit": ("prompt", "tests"), "diff": ("prompt", "files", "golden"),
              "rubric": ("prompt", "rubric")}
 
@@ -48,14 +50,21 @@ class CodingSuite:
         return {t.id: t for t in self.tasks}
 
 
+def _bad_file_path(path: str) -> str | None:
+    if (not path or "\0" in path or "\\" in path or path.startswith("/")
+            or any(part in ("", ".", "..") for part in path.split("/"))):
+        return ("paths must be relative file paths inside the task directory (no empty, '.' "
+                "or '..' parts, NUL or backslash)")
+    return None
+
+
 def infer_language(task_id: str, declared: Any) -> str | None:
-    """Teams name tasks ``py-…`` and ``js-…``; an explicit ``language`` wins."""
+    """Teams name tasks ``py-…`` and ``js-…``; an explicit ``language`` wins. The prefix must
+    be a word of its own (``py-01``, ``js_7``), so ``json-roundtrip`` is not JavaScript."""
     if declared is not None:
         return declared
-    for prefix, language in _PREFIX_LANGUAGE.items():
-        if task_id.lower().startswith(prefix):
-            return language
-    return None
+    m = _PREFIX.match(task_id)
+    return _PREFIX_LANGUAGE[m.group(1).lower()] if m else None
 
 
 def _check_task(path: Path, lineno: int, obj: dict[str, Any],
@@ -80,8 +89,16 @@ def _check_task(path: Path, lineno: int, obj: dict[str, Any],
                 bad(key, "must be a non-empty object of path -> file text")
             elif not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
                 bad(key, "every path and file text must be a string")
-            elif any(k.startswith("/") or ".." in Path(k).parts for k in value):
-                bad(key, "paths must be relative and stay inside the task directory")
+            else:
+                for k in value:
+                    why = _bad_file_path(k)
+                    if why:
+                        bad(key, f"{why}: {k!r}")
+                names = set(value)
+                for k in value:
+                    parents = {"/".join(k.split("/")[:i]) for i in range(1, k.count("/") + 1)}
+                    if parents & names:
+                        bad(key, f"a parent folder is also listed as a file: {k!r}")
         elif not isinstance(value, str) or not value.strip():
             bad(key, "missing" if value is None else "must be a non-empty string")
     for key in ("solution", "system"):
