@@ -59,8 +59,13 @@ class Agent(Protocol):
 
 
 def agent_env(ctx: AgentContext) -> dict[str, str]:
+    """A fresh HOME and fresh data, config and cache directories inside it: an agent CLI finds
+    no state from an earlier trial and leaves none for the next."""
     return {"ASSAY_INSTRUCTION_FILE": INSTRUCTION_MOUNT, "ASSAY_WORKSPACE": SANDBOX_WORKDIR,
-            "ASSAY_TASK_ID": ctx.bundle.id, "HOME": AGENT_HOME}
+            "ASSAY_TASK_ID": ctx.bundle.id, "HOME": AGENT_HOME,
+            "XDG_DATA_HOME": f"{AGENT_HOME}/.local/share",
+            "XDG_CONFIG_HOME": f"{AGENT_HOME}/.config", "XDG_CACHE_HOME": f"{AGENT_HOME}/.cache",
+            "XDG_STATE_HOME": f"{AGENT_HOME}/.local/state"}
 
 
 def run_in_agent_sandbox(ctx: AgentContext, argv: list[str],

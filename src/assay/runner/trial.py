@@ -118,6 +118,13 @@ def run_trial(bundle: Bundle, agent: Agent, trial_dir: Path, *, rep: int = 0,
                            **({"note": "no model proxy yet: the agent gets no network"}
                               if spec.initial_state.network_policy != "none" else {})},
         "budget": spec.budget.model_dump(), "resources": spec.resources.model_dump(),
+        # Asked for but not enforced yet; the sandbox's own record (execution.limits_applied)
+        # says what memory, process and time limits were actually in force.
+        "not_enforced": {
+            "resources.cpu_cores": "no CPU quota is applied yet",
+            **({"budget.assistant_steps": f"{agent.name} reports no steps to count"}
+               if spec.budget.assistant_steps is not None else {}),
+        },
         "started_at": utc_now(), "ended_at": None, "status": "running", "stages": [],
         "execution": None,
     }
