@@ -10,6 +10,7 @@ import asyncio
 import os
 import signal
 import sys
+import time
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -44,14 +45,13 @@ class TerminalProgress:
         self.total = 0
         self.done = 0
         self.invalid = 0
+        self.failed = 0
         self.errors = 0
         self._last_line = 0.0
         self._bar: Any = None
         self._task: Any = None
 
     def start(self, total: int, done: int) -> None:
-        import time
-
         self.total, self.done = total, done
         self._last_line = time.monotonic()
         if done:
@@ -73,12 +73,14 @@ class TerminalProgress:
             self._task = self._bar.add_task("run", total=total, completed=done, note="")
 
     def advance(self, row: dict[str, Any]) -> None:
-        import time
-
         self.done += 1
         self.invalid += bool(row.get("invalid_reason"))
+        self.failed += row.get("passed") is False
         self.errors += bool(row.get("error"))
-        note = f"invalid {self.invalid} · errors {self.errors}"
+        if "passed" in row:  # a coding sample
+            note = f"failed {self.failed} · errors {self.errors}"
+        else:
+            note = f"invalid {self.invalid} · errors {self.errors}"
         if self._bar is not None:
             self._bar.update(self._task, advance=1, note=note)
         elif time.monotonic() - self._last_line >= 5 or self.done == self.total:

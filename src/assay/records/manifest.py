@@ -85,8 +85,10 @@ class ManifestWriter:
         return warning
 
     def start_session(self) -> dict[str, Any]:
+        """A time window per invocation; a resumed run may apply other limits (say a lower
+        concurrency), so each session keeps the limits it ran under."""
         session = {"started_at": utc_now(), "ended_at": None, "status": "running",
-                   "pid": os.getpid()}
+                   "pid": os.getpid(), "limits": self.data.get("limits")}
         self.data.setdefault("sessions", []).append(session)
         self.save()
         return session
