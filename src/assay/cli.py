@@ -263,9 +263,10 @@ def _execute(runner: Any, suite: Any, params: Any, run_dir: Path, builtin: Any, 
 
 
 def _write_report(run_dir: Path) -> dict[str, Any]:
-    """Rebuild report.json / report.md from the records and print the tables."""
+    """Rebuild report.json, report.md and report.html from the records; print the tables."""
     from assay.records.manifest import read_manifest
     from assay.report.files import write_reports
+    from assay.report.html import write_html
 
     if read_manifest(run_dir).get("kind") == "coding":
         from rich.markdown import Markdown
@@ -275,6 +276,7 @@ def _write_report(run_dir: Path) -> dict[str, Any]:
         rep = build_coding_report(run_dir)
         md = coding_markdown(rep)
         write_reports(run_dir, rep, md)
+        write_html(run_dir, rep, "coding")
         if rep["not_isolated"]:
             out.print(f"[bold red]{NOT_ISOLATED}[/]")
         out.print(Markdown(md))
@@ -284,13 +286,14 @@ def _write_report(run_dir: Path) -> dict[str, Any]:
 
     rep = build_report(run_dir)
     write_reports(run_dir, rep, to_markdown(rep))
+    write_html(run_dir, rep, "narrow")
     print_report(rep, out)
     return rep
 
 
 @app.command()
 def report(run_dir: Annotated[Path, typer.Argument(metavar="RUN_DIR")]) -> None:
-    """Rebuild report.json and report.md from a run directory's raw rows alone."""
+    """Rebuild report.json, report.md and report.html from a run directory's rows alone."""
     if not (run_dir / "manifest.json").is_file():
         raise fail(f"{run_dir}: no manifest.json: not an assay run directory")
     _write_report(run_dir)

@@ -100,6 +100,7 @@ def _serve_socket(model: BuiltinModel, sock: socket.socket) -> None:
     """Child process body: serve on the socket the parent bound (so the parent knows the port
     before the child exists). Ctrl-C is the parent's to handle; it stops us with SIGTERM."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # not the parent's "raise KeyboardInterrupt"
     server = _ModelServer(model, *sock.getsockname()[:2], bind_and_activate=False)
     server.socket.close()
     server.socket = sock

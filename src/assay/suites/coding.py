@@ -78,6 +78,10 @@ def _check_task(path: Path, lineno: int, obj: dict[str, Any],
     if not isinstance(tid, str) or not tid.strip():
         bad("id", "missing" if tid is None else "must be a non-empty string")
         return None
+    if "/" in tid or "\\" in tid or "\0" in tid or tid in (".", ".."):
+        # ids name folders of execution records inside the run directory
+        bad("id", f"{tid!r}: must not contain '/', '\\' or NUL, nor be '.' or '..'")
+        return None
     ttype = obj.get("type")
     if ttype not in TASK_TYPES:
         bad("type", f"must be one of {', '.join(TASK_TYPES)}, got {ttype!r}")
@@ -136,6 +140,6 @@ def load_coding_suite(path: Path) -> CodingSuite:
         tasks.append(task)
     if problems:
         raise SuiteError(problems)
-    name = path.parent.name if path.name == "tasks.jsonl" else path.stem
+    name = path.resolve().parent.name if path.name == "tasks.jsonl" else path.stem
     return CodingSuite(path=path, name=name, tasks=tuple(tasks),
                        sha256=hashlib.sha256(path.read_bytes()).hexdigest())
