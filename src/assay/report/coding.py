@@ -160,7 +160,8 @@ def coding_markdown(rep: dict[str, Any]) -> str:
     out += ["", "## Per task", "", "| task | type | passes | failures |", "|---|---|---:|---|"]
     for t in rep["tasks"]:
         if t["type"] == "rubric":
-            passes = f"{t['rubric_answers']} answers for human grading"
+            n = t["rubric_answers"]
+            passes = f"{n} answer{'' if n == 1 else 's'} for human grading"
         else:
             passes = f"{t['passes']} of {t['samples']}" + (" (mixed)" if t["mixed"] else "")
         fails = "; ".join(t["failures"]) or ""

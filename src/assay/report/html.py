@@ -256,7 +256,8 @@ def _coding_view(rep: dict[str, Any]) -> dict[str, Any]:
         tasks.append({
             "id": t["id"], "type": t["type"] or NA, "rubric": rubric,
             "mixed": t["id"] in mixed or bool(t.get("mixed")),
-            "outcome": (f"{t['rubric_answers']} answers for grading" if rubric
+            "outcome": (f"{t['rubric_answers']} answer{'' if t['rubric_answers'] == 1 else 's'}"
+                        " for grading" if rubric
                         else f"{t['passes']} of {t['samples']}"),
             "squares": None if rubric else _squares(t["passes"], fails, t["infra_errors"]),
             "failures": list(t["failures"]), "infra_errors": t["infra_errors"],
