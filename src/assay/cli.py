@@ -224,6 +224,7 @@ def run(
     run_dir = out_dir or default_run_dir(suite.name, model_name)
     result = _execute(runner, suite, params, run_dir, builtin, model_name, url, key, key_source,
                       suite_path)
+    del suite, builtin  # the report is built from disk; do not hold the suite meanwhile
     rep = _write_report(run_dir)
     err.print(f"run directory: {run_dir}", highlight=False)
     if result.status == "aborted":

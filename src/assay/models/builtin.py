@@ -18,8 +18,6 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Protocol
 
-import numpy as np
-
 from assay.suites.cases import NarrowSuite
 from assay.suites.coding import CodingSuite
 
@@ -53,6 +51,8 @@ class NaiveBayes:
     """Multinomial naive Bayes with add-one smoothing; deterministic, trains in milliseconds."""
 
     def __init__(self, texts: Sequence[str], labels: Sequence[str], classes: Sequence[str]):
+        import numpy as np  # here, not at import: `assay run` against an endpoint never needs it
+
         if not texts:
             raise ValueError("no training examples")
         self.classes = list(classes)
@@ -78,6 +78,8 @@ class NaiveBayes:
         self.fingerprint = "nb-" + digest.hexdigest()[:16]
 
     def predict(self, text: str) -> str:
+        import numpy as np
+
         doc = Counter(features(text))
         scores = self.log_prior.copy()
         unseen = len(self.vocab)

@@ -104,39 +104,88 @@ class JsonlScan:
     valid_bytes: int
 
 
-def scan_jsonl(path: Path) -> JsonlScan:
-    """Read every complete row. A last line without its newline, or that does not parse, is a
-    write cut short by a crash: it is reported as ``torn_tail`` instead of raising, so a resume can
-    drop it and redo that one row. A bad line in the middle is real corruption and does raise."""
+def _parse_line(path: Path, lineno: int, line: bytes) -> dict[str, Any]:
+    try:
+        row = json.loads(line)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{path}:{lineno}: corrupt record line ({exc})") from exc
+    if not isinstance(row, dict):
+        raise ValueError(f"{path}:{lineno}: record is not a JSON object")
+    return row
+
+
+def iter_rows(path: Path) -> Iterator[dict[str, Any]]:
+    """Complete rows, one at a time, so a reader's memory does not grow with the log. A last
+    line without its newline, or that does not parse, is a write cut short by a crash and is
+    skipped (it is not evidence of anything); a bad line in the middle is real corruption and
+    raises."""
     if not path.exists():
-        return JsonlScan([], b"", 0)
-    data = path.read_bytes()
-    rows: list[dict[str, Any]] = []
-    pos = 0
-    lineno = 0
-    while pos < len(data):
-        end = data.find(b"\n", pos)
-        lineno += 1
-        if end == -1:
-            tail = data[pos:]
-            return JsonlScan(rows, tail, pos)
-        line = data[pos:end]
+        return
+    with open(path, "rb") as fh:
+        pending: bytes | None = None
+        lineno = 0
+        for line in fh:
+            if pending is not None:
+                yield _parse_line(path, lineno, pending)
+            lineno += 1
+            pending = line
+        if pending is not None and pending.endswith(b"\n"):
+            try:
+                yield _parse_line(path, lineno, pending)
+            except ValueError:
+                pass
+
+
+def torn_tail(path: Path) -> tuple[int, bytes]:
+    """(bytes of complete rows, torn last line) found by reading backwards from the end only:
+    opening a large log to resume must not cost a pass over all of it."""
+    if not path.exists():
+        return 0, b""
+    size = path.stat().st_size
+    with open(path, "rb") as fh:
+        # Find the start of the last line: scan back in chunks for the newline before it.
+        end = size
+        if size and _byte_at(fh, size - 1) == b"\n":
+            end = size - 1  # the last line is complete as far as newlines go; check it parses
+        start = end
+        chunk = 1 << 16
+        while start > 0:
+            read_from = max(0, start - chunk)
+            fh.seek(read_from)
+            block = fh.read(start - read_from)
+            nl = block.rfind(b"\n")
+            if nl != -1:
+                start = read_from + nl + 1
+                break
+            start = read_from
+        fh.seek(start)
+        last = fh.read(size - start)
+    if not last:
+        return size, b""
+    if last.endswith(b"\n"):
         try:
-            row = json.loads(line)
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            if end == len(data) - 1:
-                return JsonlScan(rows, data[pos:], pos)
-            raise ValueError(f"{path}:{lineno}: corrupt record line ({exc})") from exc
-        if not isinstance(row, dict):
-            raise ValueError(f"{path}:{lineno}: record is not a JSON object")
-        rows.append(row)
-        pos = end + 1
-    return JsonlScan(rows, b"", pos)
+            row = json.loads(last)
+            if isinstance(row, dict):
+                return size, b""
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            pass
+    return start, last
+
+
+def _byte_at(fh: Any, offset: int) -> bytes:
+    fh.seek(offset)
+    return fh.read(1)
+
+
+def scan_jsonl(path: Path) -> JsonlScan:
+    """Every complete row in memory, and the torn tail if any (small logs: grades, samples)."""
+    valid, tail = torn_tail(path)
+    return JsonlScan(list(iter_rows(path)), tail, valid)
 
 
 def iter_jsonl(path: Path) -> Iterator[dict[str, Any]]:
-    """Complete rows only; a torn tail is ignored (it is not evidence of anything)."""
-    yield from scan_jsonl(path).rows
+    """Complete rows only; a torn tail is ignored."""
+    yield from iter_rows(path)
 
 
 class JsonlAppender:
@@ -147,11 +196,10 @@ class JsonlAppender:
     def __init__(self, path: Path, *, sync_every: int = 64, sync_seconds: float = 0.5) -> None:
         self.path = path
         path.parent.mkdir(parents=True, exist_ok=True)
-        scan = scan_jsonl(path)
-        self.repaired_tail = scan.torn_tail
-        if scan.torn_tail:
+        valid_bytes, self.repaired_tail = torn_tail(path)
+        if self.repaired_tail:
             with open(path, "r+b") as fh:
-                fh.truncate(scan.valid_bytes)
+                fh.truncate(valid_bytes)
                 fh.flush()
                 os.fsync(fh.fileno())
         self._fh = open(path, "a", encoding="utf-8")  # noqa: SIM115 - lives as long as the run

@@ -10,17 +10,18 @@ intervals that resample tasks, not samples.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from assay.records.io import scan_jsonl
+from assay.records.io import iter_rows
 from assay.records.manifest import read_manifest
 from assay.runner.coding import SAMPLES
 from assay.runner.engine import standing_rows
 from assay.stats import cluster_bootstrap_mean, pass_at_k, pass_hat_k
 
 
-def final_sample_rows(rows: list[dict[str, Any]]) -> dict[tuple[str, int], dict[str, Any]]:
+def final_sample_rows(rows: Iterable[dict[str, Any]]) -> dict[tuple[str, int], dict[str, Any]]:
     """The row standing for each (task, sample)."""
     return standing_rows(rows, lambda r: (r["id"], int(r["sample"])))
 
@@ -70,8 +71,7 @@ def rubric_summary(run_dir: Path, finals: dict[tuple[str, int], dict[str, Any]])
 
 def build_coding_report(run_dir: Path) -> dict[str, Any]:
     manifest = read_manifest(run_dir)
-    scan = scan_jsonl(run_dir / SAMPLES)
-    finals = final_sample_rows(scan.rows)
+    finals = final_sample_rows(iter_rows(run_dir / SAMPLES))
     samples = manifest["parameters"]["samples"]
     tasks = task_table(finals, manifest["suite"]["task_ids"])
     auto = [t for t in tasks if t["type"] in ("unit", "diff") and t["samples"]]

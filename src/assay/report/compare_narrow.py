@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from assay.records.io import scan_jsonl
+from assay.records.io import iter_rows
 from assay.records.manifest import read_manifest
 from assay.report.narrow import final_rows
 from assay.runner.narrow import RAW_PREDICTIONS
@@ -22,7 +22,7 @@ class NotComparable(Exception):
 
 
 def _answered(run_dir: Path) -> dict[tuple[str, int], dict[str, Any]]:
-    rows = final_rows(scan_jsonl(run_dir / RAW_PREDICTIONS).rows)
+    rows = final_rows(iter_rows(run_dir / RAW_PREDICTIONS))
     return {k: r for k, r in rows.items() if not r.get("error")}
 
 

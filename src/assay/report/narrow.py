@@ -7,10 +7,11 @@ what lets a reader check any figure against the rows behind it.
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from assay.records.io import scan_jsonl
+from assay.records.io import iter_rows, torn_tail
 from assay.records.manifest import read_manifest
 from assay.runner.engine import standing_rows
 from assay.runner.narrow import RAW_PREDICTIONS
@@ -19,9 +20,19 @@ from assay.stats import nearest_rank, wilson
 INVALID_COLUMN = "(invalid)"
 
 
-def final_rows(rows: list[dict[str, Any]]) -> dict[tuple[str, int], dict[str, Any]]:
-    """The row standing for each (case, repeat)."""
-    return standing_rows(rows, lambda r: (r["id"], int(r["repeat"])))
+# What the figures need from a row; the answer texts and per-try records stay on disk, so a
+# report over 100,000 rows holds a few small fields per row, not the rows.
+_REPORT_FIELDS = ("id", "repeat", "expected", "label", "correct", "attempts", "invalid_reason",
+                  "first_invalid_reason", "latency_ms", "usage", "served_model", "error")
+
+
+def slim(row: dict[str, Any]) -> dict[str, Any]:
+    return {k: row.get(k) for k in _REPORT_FIELDS}
+
+
+def final_rows(rows: Iterable[dict[str, Any]]) -> dict[tuple[str, int], dict[str, Any]]:
+    """The row standing for each (case, repeat), reduced to what the figures use."""
+    return standing_rows((slim(r) for r in rows), lambda r: (r["id"], int(r["repeat"])))
 
 
 def _ratio(num: int, den: int) -> float | None:
@@ -90,11 +101,11 @@ def usage_totals(answered: list[dict[str, Any]]) -> dict[str, Any]:
 
 def build_report(run_dir: Path) -> dict[str, Any]:
     manifest = read_manifest(run_dir)
-    scan = scan_jsonl(run_dir / RAW_PREDICTIONS)
+    rows_path = run_dir / RAW_PREDICTIONS
     labels: list[str] = manifest["suite"]["labels"]
     repeats: int = manifest["parameters"]["repeats"]
     expected_total = manifest["suite"]["n_cases"] * repeats
-    finals = final_rows(scan.rows)
+    finals = final_rows(iter_rows(rows_path))
     answered = [r for r in finals.values() if not r.get("error")]
     errors = [r for r in finals.values() if r.get("error")]
     n = len(answered)
@@ -138,7 +149,7 @@ def build_report(run_dir: Path) -> dict[str, Any]:
         "per_label": per_label(answered, labels),
         "agreement": agreement(answered, repeats),
         "usage": usage_totals(answered),
-        "torn_tail_bytes": len(scan.torn_tail),
+        "torn_tail_bytes": len(torn_tail(rows_path)[1]),
         "warnings": manifest.get("warnings", []),
         "labels": labels,
         "labels_source": manifest["suite"].get("labels_source"),

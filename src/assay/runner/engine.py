@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
-from assay.records.io import JsonlAppender, scan_jsonl
+from assay.records.io import JsonlAppender, iter_rows
 from assay.records.manifest import MANIFEST, ManifestWriter, read_manifest
 
 T = TypeVar("T")
@@ -103,7 +103,7 @@ def pending(units: Iterable[Any], passes: int, done: set[tuple[str, int]]
 
 def done_keys(rows_path: Path, key: Callable[[dict[str, Any]], tuple[Any, ...]]) -> set[Any]:
     """Units of work that already have an answer; infra-error rows are redone."""
-    return {key(r) for r in scan_jsonl(rows_path).rows if not r.get("error")}
+    return {key(r) for r in iter_rows(rows_path) if not r.get("error")}
 
 
 async def drive(items: Iterable[T], work: Callable[[T], Awaitable[dict[str, Any]]], *,

@@ -14,7 +14,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from assay.suites.errors import Problem, SuiteError
-from assay.suites.jsonl import read_jsonl_objects
+from assay.suites.jsonl import iter_jsonl_objects
 
 CASES_FILE = Path("data/cases.jsonl")
 TRAIN_FILE = Path("data/train.jsonl")
@@ -60,7 +60,7 @@ class SuiteConfig(BaseModel):
         return v
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Case:
     id: str
     input: str
@@ -95,7 +95,8 @@ class NarrowSuite:
 
 
 def sha256_file(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+    with open(path, "rb") as fh:
+        return hashlib.file_digest(fh, "sha256").hexdigest()
 
 
 def _yaml_key_lines(path: Path, text: str) -> dict[str, int]:
@@ -146,10 +147,10 @@ def load_config(root: Path) -> SuiteConfig:
 
 
 def _load_cases(path: Path, labels: set[str] | None) -> tuple[tuple[Case, ...], list[Problem]]:
-    objects, problems = read_jsonl_objects(path)
+    problems: list[Problem] = []
     cases: list[Case] = []
     seen: dict[str, int] = {}
-    for lineno, obj in objects:
+    for lineno, obj in iter_jsonl_objects(path, problems):
         ok = True
         for key in ("id", "input", "expected"):
             if key not in obj:

@@ -1,0 +1,87 @@
+"""Append-only logs and atomic files: torn tails, corruption, refusal to overwrite."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from assay.records.io import (
+    JsonlAppender,
+    atomic_write_json,
+    iter_rows,
+    torn_tail,
+    write_new_text,
+)
+
+
+def write_lines(path: Path, lines: list[str], tail: bytes = b"") -> None:
+    path.write_bytes("".join(line + "\n" for line in lines).encode() + tail)
+
+
+def test_complete_log_has_no_torn_tail(tmp_path: Path) -> None:
+    p = tmp_path / "rows.jsonl"
+    write_lines(p, ['{"a": 1}', '{"a": 2}'])
+    assert torn_tail(p) == (p.stat().st_size, b"")
+    assert [r["a"] for r in iter_rows(p)] == [1, 2]
+
+
+def test_last_line_without_newline_is_torn(tmp_path: Path) -> None:
+    p = tmp_path / "rows.jsonl"
+    write_lines(p, ['{"a": 1}'], tail=b'{"a": 2')
+    valid, tail = torn_tail(p)
+    assert tail == b'{"a": 2' and valid == len(b'{"a": 1}\n')
+    assert [r["a"] for r in iter_rows(p)] == [1]
+
+
+def test_unparsable_last_line_with_newline_is_torn(tmp_path: Path) -> None:
+    p = tmp_path / "rows.jsonl"
+    write_lines(p, ['{"a": 1}', '{"a": '])
+    valid, tail = torn_tail(p)
+    assert tail == b'{"a": \n' and valid == len(b'{"a": 1}\n')
+    assert [r["a"] for r in iter_rows(p)] == [1]
+
+
+def test_torn_line_longer_than_one_read_block(tmp_path: Path) -> None:
+    p = tmp_path / "rows.jsonl"
+    big = '{"raw": "' + "x" * 200_000  # cut short, far longer than the 64 KiB step
+    write_lines(p, ['{"a": 1}'], tail=big.encode())
+    valid, tail = torn_tail(p)
+    assert valid == len(b'{"a": 1}\n') and tail == big.encode()
+
+
+def test_corrupt_middle_line_raises_with_its_line_number(tmp_path: Path) -> None:
+    p = tmp_path / "rows.jsonl"
+    write_lines(p, ['{"a": 1}', "not json", '{"a": 3}'])
+    with pytest.raises(ValueError, match=r"rows.jsonl:2: corrupt record line"):
+        list(iter_rows(p))
+
+
+def test_appender_repairs_a_torn_tail_and_appends_after_it(tmp_path: Path) -> None:
+    p = tmp_path / "rows.jsonl"
+    write_lines(p, ['{"a": 1}'], tail=b'{"a": 2, "b"')
+    with JsonlAppender(p) as log:
+        assert log.repaired_tail == b'{"a": 2, "b"'
+        log.append({"a": 2})
+    assert p.read_text() == '{"a": 1}\n{"a":2}\n'
+
+
+def test_appender_refuses_nan(tmp_path: Path) -> None:
+    with JsonlAppender(tmp_path / "rows.jsonl") as log, pytest.raises(ValueError):
+        log.append({"x": float("nan")})
+
+
+def test_write_new_text_never_overwrites(tmp_path: Path) -> None:
+    p = tmp_path / "grades" / "v1.json"
+    write_new_text(p, "first\n")
+    with pytest.raises(FileExistsError):
+        write_new_text(p, "second\n")
+    assert p.read_text() == "first\n"
+    assert not [q for q in p.parent.iterdir() if q.name != "v1.json"]  # no temp file left
+
+
+def test_atomic_json_survives_a_name_that_is_not_utf8(tmp_path: Path) -> None:
+    name = b"bad\xff".decode("utf-8", "surrogateescape")
+    atomic_write_json(tmp_path / "x.json", {"path": name})
+    assert json.loads((tmp_path / "x.json").read_text())["path"] == name
