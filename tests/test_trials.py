@@ -890,3 +890,24 @@ def test_examples_pass_task_check(tmp_path: Path) -> None:
     for r in reports:
         assert r["status"] == "ok" and r["digest"] == "ok", r
         assert r["mutants"] and all(v.startswith("rejected:") for v in r["mutants"].values())
+
+
+def test_only_required_checks_can_reject() -> None:
+    """A task that does not require integrity is judged on what it requires; one that does is
+    rejected by an integrity failure even when every test passes."""
+    from assay.grading.verifier import _first_failure
+
+    ok = {"status": "valid"}
+    checks = {"behavior": "pass", "regression": "pass", "integrity": "fail"}
+    assert _first_failure(ok, "succeeded", checks, {"behavior", "regression"},
+                          "protected_file_changed", changed=True) is None
+    assert _first_failure(ok, "succeeded", checks, {"behavior", "regression", "integrity"},
+                          "protected_file_changed", changed=True) == "protected_file_changed"
+    assert _first_failure(ok, "agent_timeout", checks, {"behavior"}, None,
+                          changed=True) == "agent_timeout"
+    assert _first_failure({"status": "invalid"}, "succeeded", checks, {"behavior"}, None,
+                          changed=True) == "verifier_error"
+    assert _first_failure(ok, "exited_nonzero", {**checks, "behavior": "fail"}, {"behavior"},
+                          None, changed=True) == "behavior_failed"
+    assert _first_failure(ok, "succeeded", {"behavior": "fail"}, {"behavior"}, None,
+                          changed=False) == "no_change"

@@ -91,6 +91,27 @@ def run_check(name: str, command: Command, workspace: Path, bundle: Bundle,
             "limits_applied": {k: v.to_record() for k, v in result.limits_applied.items()}}
 
 
+def _first_failure(validity: dict[str, Any], exec_status: str, checks: dict[str, str],
+                   required: set[str], integrity_code: str | None,
+                   changed: bool | None) -> str | None:
+    """The first reason the trial is not accepted, in the order a reader should fix things.
+    Only required checks can reject; a check the task did not require is reported, not used."""
+    if validity["status"] != "valid":
+        return "verifier_error"
+    if exec_status in EXECUTION_FAILURES:
+        return exec_status
+    if "integrity" in required and checks.get("integrity") == "fail":
+        return integrity_code
+    if changed is False:
+        return "no_change"
+    for name in ("behavior", "regression"):
+        if name in required and checks.get(name) != "pass":
+            return f"{name}_failed"
+    if not all(checks.get(c) == "pass" for c in required):
+        return "required_check_missing"
+    return None
+
+
 def verify(bundle: Bundle, trial_dir: Path, *, revision: str, trial_id: str,
            execution: dict[str, Any]) -> dict[str, Any]:
     """Grade the artifact in ``trial_dir`` and write ``grades/<revision>.json`` (never over an
@@ -105,7 +126,6 @@ def verify(bundle: Bundle, trial_dir: Path, *, revision: str, trial_id: str,
     details: dict[str, Any] = {"verifier_revision": revision, "task_revision": spec.revision,
                                "task_spec_sha256": bundle.spec_sha256, "started_at": utc_now()}
     validity: dict[str, Any] = {"status": "valid"}
-    failure: str | None = None
     try:
         frozen = json.loads((trial_dir / ARTIFACT_JSON).read_text())
         with open(trial_dir / ARTIFACT_TAR, "rb") as fh:
@@ -142,24 +162,12 @@ def verify(bundle: Bundle, trial_dir: Path, *, revision: str, trial_id: str,
     except (VerifierError, OSError, ValueError, KeyError, json.JSONDecodeError) as exc:
         validity = {"status": "invalid", "reason": "grader_error",
                     "detail": f"{type(exc).__name__}: {exc}"}
-    exec_status = execution.get("status", "succeeded")
-    required_pass = all(checks.get(c) == "pass" for c in acc.required)
-    if validity["status"] != "valid":
-        failure = "verifier_error"
-    elif exec_status in EXECUTION_FAILURES:
-        failure = exec_status
-    elif checks.get("integrity") == "fail":
-        failure = details["integrity"]["failure_code"]
-    elif "integrity" in details and not details["integrity"]["changes"]["added"] + \
-            details["integrity"]["changes"]["deleted"] + \
-            details["integrity"]["changes"]["modified"]:
-        failure = "no_change"
-    elif checks.get("behavior") == "fail":
-        failure = "behavior_failed"
-    elif checks.get("regression") == "fail":
-        failure = "regression_failed"
-    elif not required_pass:
-        failure = "required_check_missing"
+    required = set(acc.required)
+    required_pass = all(checks.get(c) == "pass" for c in required)
+    changes = details.get("integrity", {}).get("changes")
+    failure = _first_failure(validity, execution.get("status", "succeeded"), checks, required,
+                             details.get("integrity", {}).get("failure_code"),
+                             changed=None if changes is None else any(changes.values()))
     accepted = failure is None and required_pass
     details["ended_at"] = utc_now()
     grade = {
