@@ -278,3 +278,22 @@ def test_builtin_baseline_on_example_suite(tmp_path: Path) -> None:
     assert rep["invalid_remaining"] == 0
     # an honest baseline: clearly better than chance, clearly not perfect
     assert 0.4 < rep["accuracy"] < 1.0
+
+
+def test_unreachable_endpoint_stops_the_run_at_once(tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    import socket
+
+    with socket.socket() as s:  # a port that was free a moment ago: nothing listens there
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.setenv("MODEL_BASE_URL", f"http://127.0.0.1:{port}/v1")
+    monkeypatch.setenv("MODEL_NAME", "m")
+    cases = [(f"c{i}", f"text {i}", "bug") for i in range(60)]
+    suite = write_suite(tmp_path / "suite", cases)
+    run = tmp_path / "run"
+    res = run_cli(["run", str(suite), "--out", str(run), "--max-tries", "2", "-j", "2"])
+    assert res.code == 3
+    assert "cannot connect" in res.stderr
+    rows = read_rows(run)
+    assert 0 < len(rows) < 60 and all(r["error"] for r in rows)  # stopped, not burned through

@@ -105,6 +105,7 @@ class ChatClient:
                  max_tries: int = 5, backoff_base_s: float = 0.5, backoff_max_s: float = 30.0,
                  seed: int | None = None) -> None:
         self.model = model
+        self.base_url = base_url
         self.max_tries = max(1, max_tries)
         self.backoff_base_s = backoff_base_s
         self.backoff_max_s = backoff_max_s
@@ -167,6 +168,13 @@ class ChatClient:
             tries[-1].wait_s = wait
             await asyncio.sleep(wait)
         last = tries[-1].error if tries else "no try"
+        if tries and all((t.error or "").startswith("connection_error:ConnectError")
+                         for t in tries):
+            # Not one try reached the server: a wrong URL or a server that is down. Every other
+            # case would wait through the same backoff, so the run stops here instead.
+            raise TransportError(f"cannot connect to {redact_url(self.base_url)} "
+                                 f"({len(tries)} tries): is the server running and the URL "
+                                 "right?", tries, fatal=True)
         raise TransportError(f"no usable answer after {len(tries)} tries (last: {last})", tries)
 
 
