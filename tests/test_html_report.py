@@ -12,6 +12,8 @@ from typing import Any
 
 import pytest
 from conftest import run_cli, write_suite
+from support.rows import U1, U2
+from support.rows import narrow_row as _row
 
 from assay.report.coding import build_coding_report
 from assay.report.html import render_html, write_html
@@ -19,8 +21,6 @@ from assay.report.narrow import build_report
 
 XSS = "<img src=x onerror=alert(1)>"
 XSS_ESCAPED = "&lt;img src=x onerror=alert(1)&gt;"
-U1 = {"prompt_tokens": 10, "completion_tokens": 2, "total_tokens": 12}
-U2 = {"prompt_tokens": 20, "completion_tokens": 4, "total_tokens": 24}
 VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source",
         "track", "wbr"}
 
@@ -139,16 +139,6 @@ def confusion_cells(root: Node) -> dict[str, dict[str, int]]:
 
 
 # --------------------------------------------------------------------------- narrow runs
-
-
-def _row(cid: str, expected: str, label: str, latency: float | None, usage: dict | None, *,
-         repeat: int = 0, attempts: int = 1, first: str | None = None,
-         invalid: str | None = None, error: str | None = None) -> dict[str, Any]:
-    return {"id": cid, "repeat": repeat, "expected": expected, "raw": "x",
-            "raws": ["x"] * attempts, "label": label,
-            "correct": None if error else label == expected, "attempts": attempts,
-            "invalid_reason": invalid, "first_invalid_reason": first, "latency_ms": latency,
-            "usage": usage, "served_model": "m", "error": error, "tries": []}
 
 
 HAND_ROWS = [  # the rows of test_narrow_report, with the infra error on a hostile case id

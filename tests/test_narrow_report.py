@@ -12,21 +12,13 @@ from pathlib import Path
 
 import pytest
 from conftest import read_rows, run_cli, write_suite
+from support.rows import U1, U2
+from support.rows import narrow_row as _row
 from support.scripted_server import Answer, RecordedRequest, ScriptedServer
 
 LABELS = ("bug", "feature", "question")
 
 
-def _row(cid: str, expected: str, label: str, latency: float, usage: dict | None, *,
-         attempts: int = 1, first: str | None = None, invalid: str | None = None) -> dict:
-    return {"id": cid, "repeat": 0, "expected": expected, "raw": "x", "raws": ["x"] * attempts,
-            "label": label, "correct": label == expected, "attempts": attempts,
-            "invalid_reason": invalid, "first_invalid_reason": first, "latency_ms": latency,
-            "usage": usage, "served_model": "m", "error": None, "tries": []}
-
-
-U1 = {"prompt_tokens": 10, "completion_tokens": 2, "total_tokens": 12}
-U2 = {"prompt_tokens": 20, "completion_tokens": 4, "total_tokens": 24}
 
 
 def test_report_figures_by_hand(tmp_path: Path) -> None:
@@ -45,8 +37,8 @@ def test_report_figures_by_hand(tmp_path: Path) -> None:
         _row("k6", "question", "question", 600, U1),
         _row("k7", "question", "bug", 700, U1),
         _row("k8", "question", "question", 800, U2, attempts=2, first="no_object"),
-        {**_row("k9", "bug", "", 0, None), "correct": None, "latency_ms": None,
-         "error": "no usable answer after 5 tries (last: http_503)"},
+        _row("k9", "bug", "", None, None,
+             error="no usable answer after 5 tries (last: http_503)"),
     ]
     (run / "raw_predictions.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     res = run_cli(["report", str(run)])

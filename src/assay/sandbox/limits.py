@@ -378,12 +378,7 @@ class LimitPlan:
                     if peak is not None:
                         ev["memory_peak_bytes"] = peak
                 if "pids" in cg.controllers:
-                    events = _read_kv(cg.path / "pids.events")
-                    if "max" in events:
-                        ev["pid_limit_hits"] = events["max"]
-                    peak = _read_int(cg.path / "pids.peak")
-                    if peak is not None:
-                        ev["pids_peak"] = peak
+                    _pids_evidence(cg.path, ev)
             elif "memory" in cg.controllers:
                 oom = _read_kv(cg.path / "memory.oom_control")
                 if "oom_kill" in oom:
@@ -394,12 +389,7 @@ class LimitPlan:
                 if peak is not None:
                     ev["memory_peak_bytes"] = peak
             elif "pids" in cg.controllers:
-                events = _read_kv(cg.path / "pids.events")
-                if "max" in events:
-                    ev["pid_limit_hits"] = events["max"]
-                peak = _read_int(cg.path / "pids.peak")
-                if peak is not None:
-                    ev["pids_peak"] = peak
+                _pids_evidence(cg.path, ev)
         return ev
 
     def cleanup(self) -> list[str]:
@@ -411,6 +401,16 @@ class LimitPlan:
                 warnings.append(problem)
         self.cgroups = []
         return warnings
+
+
+def _pids_evidence(path: Path, ev: dict[str, int]) -> None:
+    """Refused forks and the peak count: the same files under cgroup v1 and v2."""
+    events = _read_kv(path / "pids.events")
+    if "max" in events:
+        ev["pid_limit_hits"] = events["max"]
+    peak = _read_int(path / "pids.peak")
+    if peak is not None:
+        ev["pids_peak"] = peak
 
 
 def _uid_process_count(uid: int) -> int:
