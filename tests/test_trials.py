@@ -16,6 +16,7 @@ import stat
 import subprocess
 import sys
 import tarfile
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -263,6 +264,10 @@ def test_background_processes_die_with_the_agent(bundle: Path, tmp_path: Path) -
     # positive control: the scanner finds a process of ours by its marker
     control = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", marker])
     try:
+        # the child's cmdline carries the marker only once it has exec'd: poll, do not race it
+        deadline = time.monotonic() + 10
+        while procs_with(marker) != [control.pid] and time.monotonic() < deadline:
+            time.sleep(0.02)
         assert procs_with(marker) == [control.pid]
     finally:
         control.kill()
