@@ -40,7 +40,7 @@ FAST = Limits(wall_seconds=20.0, memory_mib=512, pids=64)
 def no_cgroups_left_behind():
     """After every test, none of this process's per-execution cgroups may remain."""
     yield
-    for controller in ("memory", "pids"):
+    for controller in ("memory", "pids", "cpu"):
         for d in _cgroup_dirs(controller):
             assert list(d.glob(f"assay-{os.getpid()}-*")) == [], d
 
@@ -260,8 +260,9 @@ def test_env_values_given_to_the_sandbox_stay_out_of_host_command_lines(workdir:
     t = threading.Thread(
         target=lambda: result.append(
             py(
-                "import os, time; print(os.environ['TOKEN'] == 'tok-' + os.environ['TOKEN'][4:]);"
-                "time.sleep(1.5)",
+                "import os, pathlib, time;"
+                "print(os.environ['TOKEN'] == 'tok-' + os.environ['TOKEN'][4:]);"
+                "pathlib.Path('started').touch(); time.sleep(1.5)",
                 workdir,
                 env={"TOKEN": secret},
             )
@@ -269,7 +270,11 @@ def test_env_values_given_to_the_sandbox_stay_out_of_host_command_lines(workdir:
     )
     t.start()
     try:
-        time.sleep(0.7)
+        # look while the sandbox is certainly alive: after the child says it has started
+        deadline = time.monotonic() + 20
+        while not (workdir / "started").exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert (workdir / "started").exists()
         assert processes_with(secret) == []  # not in bwrap's argv (it travels in a memfd)
     finally:
         t.join()
@@ -542,6 +547,50 @@ def test_limits_applied_with_cgroups(workdir: Path) -> None:
     if applied["pids"].mechanism.startswith("cgroup"):
         assert res.evidence["pids_peak"] >= 1 and res.evidence["pid_limit_hits"] == 0
     # (the autouse fixture checks that the cgroups are gone afterwards)
+
+
+BUSY_FOR_A_SECOND = (
+    "import time\n"
+    "w0, c0 = time.monotonic(), time.process_time()\n"
+    "while time.monotonic() - w0 < 1.5:\n"
+    "    pass\n"
+    "print(round((time.process_time() - c0) / (time.monotonic() - w0), 3))\n"
+)
+
+
+def test_cpu_quota_throttles_and_says_so(workdir: Path) -> None:
+    res = py(BUSY_FOR_A_SECOND, workdir,
+             limits=Limits(wall_seconds=20, memory_mib=256, pids=32, cpu_cores=0.25))
+    assert res.reason == "ok", res.stderr_tail
+    cpu = res.limits_applied["cpu_cores"]
+    expected = expected_cgroup_mechanism("cpu")
+    if expected == "none":
+        assert cpu.mechanism == NOT_APPLIED and "cgroup" in (cpu.reason or "")
+        assert "cpu_throttled_periods" not in res.evidence
+        return
+    if expected == "cgroup_v1":
+        assert cpu.mechanism == "cgroup_v1"
+    if cpu.mechanism == NOT_APPLIED:
+        return  # v2 without delegation of "cpu": nothing claimed, nothing to measure
+    assert cpu.value == 0.25 and "25000 us per 100000 us" in (cpu.note or "")
+    # the kernel's own counter, and the busy loop's share of one CPU (a quarter, plus slack
+    # for the period boundaries; an unthrottled loop on an idle core reads close to 1.0)
+    assert res.evidence["cpu_throttled_periods"] > 0
+    assert res.evidence["cpu_throttled_ms"] > 0
+    assert float(res.stdout_tail) < 0.6
+
+
+def test_no_cpu_quota_unless_asked(workdir: Path) -> None:
+    res = py("print(1)", workdir)
+    assert res.limits_applied["cpu_cores"].to_record() == {
+        "value": None, "mechanism": NOT_APPLIED, "reason": "no CPU quota requested"}
+    assert "cpu_throttled_periods" not in res.evidence
+
+
+def test_cpu_cores_must_be_a_sensible_number() -> None:
+    for bad in (0, -1, 0.001, "2"):
+        with pytest.raises(ValueError, match="cpu_cores"):
+            Limits(cpu_cores=bad)  # type: ignore[arg-type]
 
 
 def test_limits_applied_forced_fallback_claims_nothing_it_does_not_do(workdir: Path) -> None:

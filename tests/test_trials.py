@@ -152,6 +152,16 @@ def test_oracle_accepted_end_to_end(oracle_trial: tuple[Any, Path]) -> None:
         assert s["started_at"]
     assert rec["task"]["fixture_digest"] == rec["task"]["fixture_digest_pinned"]
     assert rec["grade"] == {"revision": "v1", "accepted": True, "failure_code": None}
+    # resources.cpu_cores (1 in this bundle) is a CPU quota for agent and verifier alike, or
+    # the trial says it was not enforced, with the sandbox's reason
+    cpu = rec["execution"]["limits_applied"]["cpu_cores"]
+    assert cpu["value"] == 1
+    assert beh["limits_applied"]["cpu_cores"]["mechanism"] == cpu["mechanism"]
+    if cpu["mechanism"] == "not_applied":
+        assert rec["not_enforced"]["resources.cpu_cores"] == cpu["reason"]
+    else:
+        assert cpu["mechanism"].startswith("cgroup_v")
+        assert "resources.cpu_cores" not in rec["not_enforced"]
 
     manifest = json.loads((out / "artifact.json").read_text())
     entries = artifact_entries(out)

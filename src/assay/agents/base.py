@@ -74,7 +74,8 @@ def run_in_agent_sandbox(ctx: AgentContext, argv: list[str],
     instruction read-only, a fresh HOME outside the workspace."""
     spec = ctx.bundle.spec
     limits = Limits(wall_seconds=spec.budget.agent_wall_seconds,
-                    memory_mib=spec.resources.memory_limit_mib, pids=spec.resources.pids)
+                    memory_mib=spec.resources.memory_limit_mib, pids=spec.resources.pids,
+                    cpu_cores=spec.resources.cpu_cores)
     mounts = [Mount(ctx.bundle.instruction_path.resolve(), INSTRUCTION_MOUNT),
               Mount(ctx.home, AGENT_HOME, writable=True), *(extra_mounts or [])]
     result: ExecResult = run_sandboxed(argv, ctx.workspace, limits=limits, env=agent_env(ctx),

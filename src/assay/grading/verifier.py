@@ -63,7 +63,8 @@ def run_check(name: str, command: Command, workspace: Path, bundle: Bundle,
         shutil.copytree(workspace, work, symlinks=True)
         home.mkdir()
         limits = Limits(wall_seconds=spec.budget.verifier_wall_seconds,
-                        memory_mib=spec.resources.memory_limit_mib, pids=spec.resources.pids)
+                        memory_mib=spec.resources.memory_limit_mib, pids=spec.resources.pids,
+                        cpu_cores=spec.resources.cpu_cores)
         result = run_sandboxed(
             ["sh", "-c", command.command], work, limits=limits,
             # No pytest plugin loads unless the command names it: a candidate could otherwise

@@ -118,10 +118,9 @@ def run_trial(bundle: Bundle, agent: Agent, trial_dir: Path, *, rep: int = 0,
                            **({"note": "no model proxy yet: the agent gets no network"}
                               if spec.initial_state.network_policy != "none" else {})},
         "budget": spec.budget.model_dump(), "resources": spec.resources.model_dump(),
-        # Asked for but not enforced yet; the sandbox's own record (execution.limits_applied)
-        # says what memory, process and time limits were actually in force.
+        # Asked for but not enforced; the sandbox's own record (execution.limits_applied)
+        # says which limits were in force and how. Filled in as the stages learn it.
         "not_enforced": {
-            "resources.cpu_cores": "no CPU quota is applied yet",
             **({"budget.assistant_steps": f"{agent.name} reports no steps to count"}
                if spec.budget.assistant_steps is not None else {}),
         },
@@ -149,6 +148,10 @@ def run_trial(bundle: Bundle, agent: Agent, trial_dir: Path, *, rep: int = 0,
             ctx = AgentContext(bundle, workspace, home, trial_dir / "agent")
             run: AgentRun = stages.run("agent", lambda: agent.run(ctx))
             record["execution"] = run.to_record()
+            cpu = run.limits_applied.get("cpu_cores") or {}
+            if cpu.get("mechanism", "not_applied") == "not_applied":
+                record["not_enforced"]["resources.cpu_cores"] = cpu.get(
+                    "reason", "the agent ran without a CPU quota")
             if run.status == "infra_error":
                 raise TrialRefused(f"the agent could not be started: {run.detail}")
             stages.run("freeze", lambda: freeze(workspace, trial_dir))

@@ -21,6 +21,12 @@ mechanism that *actually* enforced it, or ``"not_applied"`` with the reason:
 ``cpu_seconds``
     ``RLIMIT_CPU`` ("rlimit_cpu"): per process; SIGXCPU at the soft limit, SIGKILL one second
     later at the hard limit.
+``cpu_cores``
+    a CFS bandwidth quota, cgroup v2 ``cpu.max`` or v1 ``cpu.cfs_quota_us`` over a 100 ms period:
+    the whole execution may use ``cpu_cores`` CPUs' worth of time per period and is *throttled*
+    (never killed) beyond it. There is no honest per-process fallback (affinity would pin to
+    whole cores and can be undone by the child), so without a cgroup it is ``not_applied``. Only
+    asked for when set, so executions without it do not pay for joining a third v1 cgroup.
 ``wall_seconds``
     the watchdog in :mod:`assay.sandbox.run` ("watchdog").
 
@@ -31,6 +37,8 @@ How outcomes are detected (see :meth:`LimitPlan.evidence`):
   ``memory.events`` ``max`` (limit reached, reclaim may have coped) is recorded as supporting
   evidence; v1's ``memory.failcnt`` is not, because recent kernels leave it at 0 even when the
   limit is hit.
+* CPU quota: ``cpu.stat`` ``nr_throttled`` (periods in which the quota ran out) and the time
+  spent throttled, so a slow run can be told apart from a starved one.
   Under ``rlimit_data`` the kernel keeps no record: allocations just fail, and the outcome can only
   be *inferred* from the program's stderr (``MemoryError``, ``bad_alloc``, V8's allocation failure
   messages); the run module says so in ``detail``.
@@ -68,6 +76,8 @@ MECH_RLIMIT_DATA = "rlimit_data"
 MECH_RLIMIT_NPROC = "rlimit_nproc"
 MECH_RLIMIT_CPU = "rlimit_cpu"
 MECH_WATCHDOG = "watchdog"
+#: CFS bandwidth period for ``cpu_cores`` (the kernel default); quota = cores x period.
+CPU_PERIOD_US = 100_000
 NOT_APPLIED = "not_applied"
 
 #: bubblewrap's outer monitor and its PID-1 reaper live in the execution's pids cgroup.
@@ -87,6 +97,8 @@ class Limits:
     memory_mib: int | None = 1024
     pids: int | None = 256
     cpu_seconds: int | None = None
+    #: CPUs' worth of time per scheduling period (e.g. 0.5 or 2); throttles, never kills.
+    cpu_cores: float | None = None
     #: cap on what is *kept* per stream in ``record_dir``; everything is still counted and the tail
     #: is always the real last bytes.
     output_bytes: int = 16 * 1024 * 1024
@@ -98,6 +110,10 @@ class Limits:
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or value <= 0):
                 raise ValueError(f"{name} must be a positive int or None")
+        if self.cpu_cores is not None and not (
+            isinstance(self.cpu_cores, int | float) and self.cpu_cores >= 0.01
+        ):
+            raise ValueError("cpu_cores must be a number >= 0.01 or None")
         if not isinstance(self.output_bytes, int) or self.output_bytes < 0:
             raise ValueError("output_bytes must be a non-negative int")
 
@@ -379,6 +395,8 @@ class LimitPlan:
                         ev["memory_peak_bytes"] = peak
                 if "pids" in cg.controllers:
                     _pids_evidence(cg.path, ev)
+                if "cpu" in cg.controllers:
+                    _cpu_evidence(cg.path, ev)
             elif "memory" in cg.controllers:
                 oom = _read_kv(cg.path / "memory.oom_control")
                 if "oom_kill" in oom:
@@ -390,6 +408,8 @@ class LimitPlan:
                     ev["memory_peak_bytes"] = peak
             elif "pids" in cg.controllers:
                 _pids_evidence(cg.path, ev)
+            elif "cpu" in cg.controllers:
+                _cpu_evidence(cg.path, ev)
         return ev
 
     def cleanup(self) -> list[str]:
@@ -411,6 +431,49 @@ def _pids_evidence(path: Path, ev: dict[str, int]) -> None:
     peak = _read_int(path / "pids.peak")
     if peak is not None:
         ev["pids_peak"] = peak
+
+
+def _cpu_evidence(path: Path, ev: dict[str, int]) -> None:
+    """Periods throttled by the quota and the time lost to it (v2 in µs, v1 in ns)."""
+    stat = _read_kv(path / "cpu.stat")
+    if "nr_throttled" in stat:
+        ev["cpu_throttled_periods"] = stat["nr_throttled"]
+    if "throttled_usec" in stat:
+        ev["cpu_throttled_ms"] = stat["throttled_usec"] // 1000
+    elif "throttled_time" in stat:
+        ev["cpu_throttled_ms"] = stat["throttled_time"] // 1_000_000
+
+
+def _cpu_quota_us(cores: float) -> int:
+    return max(1000, round(cores * CPU_PERIOD_US))  # the kernel refuses quotas under 1 ms
+
+
+def _configure(cg: _Cgroup, controller: str, value: float) -> None:
+    """Write one controller's limit into a cgroup just created for it (v1 or v2 files)."""
+    if controller == "memory":
+        nbytes = str(int(value) * 1024 * 1024)
+        if cg.version == 2:
+            _write(cg.path / "memory.max", nbytes)
+            if (cg.path / "memory.swap.max").exists():
+                _write(cg.path / "memory.swap.max", "0")
+        else:
+            _write(cg.path / "memory.limit_in_bytes", nbytes)
+            if (cg.path / "memory.memsw.limit_in_bytes").exists():
+                try:  # memory+swap, so the limit cannot be dodged by swapping
+                    _write(cg.path / "memory.memsw.limit_in_bytes", nbytes)
+                except OSError:
+                    pass
+    elif controller == "pids":
+        _write(cg.path / "pids.max", str(int(value) + BWRAP_HELPER_PROCESSES))
+    elif controller == "cpu":
+        quota = _cpu_quota_us(value)
+        if cg.version == 2:
+            _write(cg.path / "cpu.max", f"{quota} {CPU_PERIOD_US}")
+        else:
+            _write(cg.path / "cpu.cfs_period_us", str(CPU_PERIOD_US))
+            _write(cg.path / "cpu.cfs_quota_us", str(quota))
+    else:  # pragma: no cover - programming error
+        raise ValueError(controller)
 
 
 def _uid_process_count(uid: int) -> int:
@@ -439,11 +502,13 @@ def plan_limits(limits: Limits, *, use_cgroups: bool = True, grace_seconds: floa
     plan = LimitPlan(applied=applied)
     plan.ulimits.append("ulimit -c 0")  # no core dumps into the work directory
 
-    want: dict[str, int] = {}
+    want: dict[str, float] = {}
     if limits.memory_mib is not None:
         want["memory"] = limits.memory_mib
     if limits.pids is not None:
         want["pids"] = limits.pids
+    if limits.cpu_cores is not None:
+        want["cpu"] = limits.cpu_cores
 
     mechanism: dict[str, str] = {}
     why_not: dict[str, str] = {}
@@ -453,14 +518,9 @@ def plan_limits(limits: Limits, *, use_cgroups: bool = True, grace_seconds: floa
             if cg2 is not None:
                 plan.cgroups.append(cg2)
                 try:
-                    if "memory" in cg2.controllers:
-                        _write(cg2.path / "memory.max", str(want["memory"] * 1024 * 1024))
-                        if (cg2.path / "memory.swap.max").exists():
-                            _write(cg2.path / "memory.swap.max", "0")
-                        mechanism["memory"] = MECH_CGROUP_V2
-                    if "pids" in cg2.controllers:
-                        _write(cg2.path / "pids.max", str(want["pids"] + BWRAP_HELPER_PROCESSES))
-                        mechanism["pids"] = MECH_CGROUP_V2
+                    for c in cg2.controllers:
+                        _configure(cg2, c, want[c])
+                        mechanism[c] = MECH_CGROUP_V2
                 except OSError as exc:
                     for c in cg2.controllers:
                         mechanism.pop(c, None)
@@ -477,16 +537,7 @@ def plan_limits(limits: Limits, *, use_cgroups: bool = True, grace_seconds: floa
                     continue
                 plan.cgroups.append(cg1)
                 try:
-                    if c == "memory":
-                        nbytes = str(want["memory"] * 1024 * 1024)
-                        _write(cg1.path / "memory.limit_in_bytes", nbytes)
-                        if (cg1.path / "memory.memsw.limit_in_bytes").exists():
-                            try:  # memory+swap, so the limit cannot be dodged by swapping
-                                _write(cg1.path / "memory.memsw.limit_in_bytes", nbytes)
-                            except OSError:
-                                pass
-                    else:
-                        _write(cg1.path / "pids.max", str(want["pids"] + BWRAP_HELPER_PROCESSES))
+                    _configure(cg1, c, want[c])
                     mechanism[c] = MECH_CGROUP_V1
                 except OSError as exc:
                     why_not[c] = f"{why_not[c]}; cgroup v1 write failed: {exc}"
@@ -566,6 +617,21 @@ def plan_limits(limits: Limits, *, use_cgroups: bool = True, grace_seconds: floa
             MECH_RLIMIT_CPU,
             note="per process: SIGXCPU at the limit, SIGKILL 1 s later",
         )
+
+    # cpu bandwidth
+    if limits.cpu_cores is None:
+        applied["cpu_cores"] = _not_applied(None, "no CPU quota requested")
+    elif "cpu" in mechanism:
+        quota = _cpu_quota_us(limits.cpu_cores)
+        applied["cpu_cores"] = AppliedLimit(
+            limits.cpu_cores,
+            mechanism["cpu"],
+            note=f"CFS quota {quota} us per {CPU_PERIOD_US} us period for the whole execution "
+            f"(host has {os.cpu_count()} CPUs); throttled, not killed",
+        )
+    else:
+        applied["cpu_cores"] = _not_applied(
+            limits.cpu_cores, "no cgroup cpu controller (" + why_not.get("cpu", "") + ")")
 
     applied["wall_seconds"] = AppliedLimit(
         limits.wall_seconds,
