@@ -421,11 +421,12 @@ def test_sigterm_ignoring_process_tree_dies_on_timeout(workdir: Path) -> None:
         "print('ready', flush=True)\n"
         "time.sleep(1000)\n"
     )
-    res = py(code, workdir, limits=Limits(wall_seconds=1.0, memory_mib=256, pids=32))
+    # 3 s: time enough for "ready" on a loaded machine (python start plus one spawn)
+    res = py(code, workdir, limits=Limits(wall_seconds=3.0, memory_mib=256, pids=32))
     assert res.reason == "timeout" and res.timed_out
     assert res.exit_code is None and res.signal == "SIGKILL"
     assert "ready" in res.stdout_tail
-    assert res.wall_seconds < 1.0 + KILL_GRACE_SECONDS + 1.5
+    assert res.wall_seconds < 3.0 + KILL_GRACE_SECONDS + 1.5
     assert processes_with(marker) == []
 
 
@@ -437,10 +438,11 @@ def test_sigterm_is_tried_first(workdir: Path) -> None:
         "signal.signal(signal.SIGTERM, bye)\n"
         "print('ready', flush=True); time.sleep(1000)\n"
     )
-    res = py(code, workdir, limits=Limits(wall_seconds=0.5, memory_mib=256, pids=32))
+    # 2 s: the handler must be installed before the watchdog fires, even on a loaded machine
+    res = py(code, workdir, limits=Limits(wall_seconds=2.0, memory_mib=256, pids=32))
     assert res.reason == "timeout"
-    assert "got SIGTERM" in res.stdout_tail
-    assert res.wall_seconds < 0.5 + KILL_GRACE_SECONDS
+    assert "ready" in res.stdout_tail and "got SIGTERM" in res.stdout_tail
+    assert res.wall_seconds < 2.0 + KILL_GRACE_SECONDS
 
 
 def test_cpu_time_limit(workdir: Path) -> None:
