@@ -37,13 +37,13 @@ How outcomes are detected (see :meth:`LimitPlan.evidence`):
   ``memory.events`` ``max`` (limit reached, reclaim may have coped) is recorded as supporting
   evidence; v1's ``memory.failcnt`` is not, because recent kernels leave it at 0 even when the
   limit is hit.
-* CPU quota: ``cpu.stat`` ``nr_throttled`` (periods in which the quota ran out) and the time
-  spent throttled, so a slow run can be told apart from a starved one.
   Under ``rlimit_data`` the kernel keeps no record: allocations just fail, and the outcome can only
   be *inferred* from the program's stderr (``MemoryError``, ``bad_alloc``, V8's allocation failure
   messages); the run module says so in ``detail``.
 * processes: ``pids.events`` ``max`` counts forks refused by the limit (v1 and v2). Under
   ``rlimit_nproc`` only stderr inference (EAGAIN / BlockingIOError) is possible.
+* CPU quota: ``cpu.stat`` ``nr_throttled`` (periods in which the quota ran out) and the time
+  spent throttled, so a slow run can be told apart from a starved one.
 
 cgroups are created per execution as children of the cgroup the calling process already lives in
 (per controller on v1), so the sandbox stays inside whatever accounting its parent is under; they
