@@ -562,7 +562,7 @@ BUSY_FOR_A_SECOND = (
 
 def test_cpu_quota_throttles_and_says_so(workdir: Path) -> None:
     res = py(BUSY_FOR_A_SECOND, workdir,
-             limits=Limits(wall_seconds=20, memory_mib=256, pids=32, cpu_cores=0.25))
+             limits=Limits(wall_seconds=20, memory_mib=256, pids=32, cpu_cores=0.1))
     assert res.reason == "ok", res.stderr_tail
     cpu = res.limits_applied["cpu_cores"]
     expected = expected_cgroup_mechanism("cpu")
@@ -574,12 +574,13 @@ def test_cpu_quota_throttles_and_says_so(workdir: Path) -> None:
         assert cpu.mechanism == "cgroup_v1"
     if cpu.mechanism == NOT_APPLIED:
         return  # v2 without delegation of "cpu": nothing claimed, nothing to measure
-    assert cpu.value == 0.25 and "25000 us per 100000 us" in (cpu.note or "")
-    # the kernel's own counter, and the busy loop's share of one CPU (a quarter, plus slack
-    # for the period boundaries; an unthrottled loop on an idle core reads close to 1.0)
+    assert cpu.value == 0.1 and "10000 us per 100000 us" in (cpu.note or "")
+    # the kernel's own counter, and the busy loop's share of one CPU (a tenth, plus slack
+    # for the period boundaries; an unthrottled loop on an idle core reads close to 1.0).
+    # A tenth is low enough that the loop outruns its quota even on a busy machine.
     assert res.evidence["cpu_throttled_periods"] > 0
     assert res.evidence["cpu_throttled_ms"] > 0
-    assert float(res.stdout_tail) < 0.6
+    assert float(res.stdout_tail) < 0.4
 
 
 def test_no_cpu_quota_unless_asked(workdir: Path) -> None:
