@@ -162,6 +162,9 @@ def test_oracle_accepted_end_to_end(oracle_trial: tuple[Any, Path]) -> None:
     else:
         assert cpu["mechanism"].startswith("cgroup_v")
         assert "resources.cpu_cores" not in rec["not_enforced"]
+        # the kernel's throttling counters come along, for the agent and each check
+        assert rec["execution"]["evidence"]["cpu_throttled_periods"] >= 0
+        assert beh["evidence"]["cpu_throttled_periods"] >= 0
 
     manifest = json.loads((out / "artifact.json").read_text())
     entries = artifact_entries(out)

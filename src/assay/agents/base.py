@@ -45,11 +45,13 @@ class AgentRun:
     wall_seconds: float | None = None
     detail: str | None = None
     limits_applied: dict[str, Any] = field(default_factory=dict)
+    #: the kernel's counters behind the outcome (OOM kills, refused forks, CPU throttling)
+    evidence: dict[str, int] = field(default_factory=dict)
 
     def to_record(self) -> dict[str, Any]:
         return {"status": self.status, "exit_code": self.exit_code, "reason": self.reason,
                 "wall_seconds": self.wall_seconds, "detail": self.detail,
-                "limits_applied": self.limits_applied}
+                "limits_applied": self.limits_applied, "evidence": self.evidence}
 
 
 class Agent(Protocol):
@@ -84,4 +86,5 @@ def run_in_agent_sandbox(ctx: AgentContext, argv: list[str],
     return AgentRun(status=EXECUTION_STATUS.get(result.reason, "infra_error"),
                     exit_code=result.exit_code, reason=result.reason,
                     wall_seconds=round(result.wall_seconds, 3), detail=result.detail,
-                    limits_applied={k: v.to_record() for k, v in result.limits_applied.items()})
+                    limits_applied={k: v.to_record() for k, v in result.limits_applied.items()},
+                    evidence=dict(result.evidence))

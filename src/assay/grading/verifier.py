@@ -89,7 +89,8 @@ def run_check(name: str, command: Command, workspace: Path, bundle: Bundle,
             "exit_code": result.exit_code, "counts": counts,
             "wall_seconds": round(result.wall_seconds, 3),
             "stdout_tail": result.stdout_tail[-2000:], "stderr_tail": result.stderr_tail[-2000:],
-            "limits_applied": {k: v.to_record() for k, v in result.limits_applied.items()}}
+            "limits_applied": {k: v.to_record() for k, v in result.limits_applied.items()},
+            "evidence": dict(result.evidence)}
 
 
 def _first_failure(validity: dict[str, Any], exec_status: str, checks: dict[str, str],
