@@ -47,6 +47,7 @@ SAME_RESULT = ("--- a/calc.py\n+++ b/calc.py\n@@ -1,3 +1,3 @@\n def add(a, b):\n
 # `diff -U2`: its last line is the context line of a blank line, a single space
 SAME_RESULT_U2 = ("--- a/calc.py\n+++ b/calc.py\n@@ -1,4 +1,4 @@\n def add(a, b):\n"
                   "-    total = a - b\n+    total = a + b\n     return total\n \n")
+LENIENT = "applied when read by its lines (--recount --unidiff-zero)"
 PY_DIFF = {"id": "py-fix", "type": "diff", "prompt": "Fix add in calc.py.",
            "files": {"calc.py": CALC}, "golden": GOLDEN, "solution": GOLDEN}
 SQL_RUBRIC = {"id": "sql-review", "type": "rubric", "prompt": "Review this query.",
@@ -350,6 +351,14 @@ def test_normalize_diff_drops_what_carries_no_meaning() -> None:
      {"match": "normalised text"}),
     (SAME_RESULT, True, "same_result", {"match": "identical files after applying"}),
     (SAME_RESULT_U2, True, "same_result", {"match": "identical files after applying"}),
+    # `diff -U0`, and a hunk header whose counts a model got wrong: the lines say what to do,
+    # and the verdict still rests on the resulting files being identical
+    ("--- a/calc.py\n+++ b/calc.py\n@@ -2 +2 @@\n-    total = a - b\n+    total = a + b\n",
+     True, "same_result", {"match": "identical files after applying", "applied": LENIENT}),
+    (SAME_RESULT.replace("@@ -1,3 +1,3 @@", "@@ -1,4 +1,7 @@"), True, "same_result",
+     {"match": "identical files after applying", "applied": LENIENT}),
+    ("--- a/calc.py\n+++ b/calc.py\n@@ -2 +2 @@\n-    total = a * b\n+    total = a + b\n",
+     False, "does_not_apply", "patch does not apply"),
     (SAME_RESULT.replace("a - b", "a / b"), False, "does_not_apply", "patch does not apply"),
     ("this is not a diff at all\n", False, "does_not_apply", "No valid patches"),
     (SAME_RESULT.replace("calc.py", "other.py"), False, "does_not_apply", "other.py"),
@@ -363,7 +372,8 @@ def test_normalize_diff_drops_what_carries_no_meaning() -> None:
      {"differs": ["link"]}),
     ("", False, "empty", {}),
     ("  \n\n", False, "empty", {}),
-], ids=["identical", "same-result", "same-result-u2", "does-not-apply", "not-a-diff", "wrong-file",
+], ids=["identical", "same-result", "same-result-u2", "same-result-u0", "miscounted-hunk",
+        "u0-wrong-line", "does-not-apply", "not-a-diff", "wrong-file",
         "different-result", "extra-file", "symlink", "empty", "blank"])
 def test_grade_diff(answer: str, passed: bool, reason: str, detail: dict[str, Any] | str) -> None:
     verdict = grade_diff(task(PY_DIFF), answer, limits=LIMITS)

@@ -62,9 +62,32 @@ def _snapshot(root: Path) -> dict[str, tuple[str, bytes]]:
     return snap
 
 
+#: how ``git apply`` reads a diff: as written first, then by its lines alone.
+STRICT_APPLY = ("--whitespace=nowarn",)
+LENIENT_APPLY = ("--whitespace=nowarn", "--recount", "--unidiff-zero")
+
+
 def apply_diff(files: dict[str, str], diff: str, *, limits: Limits,
                isolation: Isolation) -> tuple[dict[str, tuple[str, bytes]] | None, str]:
-    """Apply ``diff`` to a fresh copy of ``files``; the resulting tree, or None and why not."""
+    """Apply ``diff`` to a fresh copy of ``files``; the resulting tree and how it applied, or
+    None and why not.
+
+    Lenient about form, strict about result: models write ``-U0`` hunks and get hunk counts
+    wrong, so a diff that ``git apply`` refuses as written is tried once more read by its lines
+    (``--recount --unidiff-zero``). That cannot turn a wrong answer right, because a pass still
+    needs files identical to the golden result. The strict try comes first because recounting
+    misreads a ``--- a/next-file`` header after a hunk as a removed line."""
+    tree, why = _apply(files, diff, STRICT_APPLY, limits=limits, isolation=isolation)
+    if tree is not None:
+        return tree, "applied"
+    lenient, _ = _apply(files, diff, LENIENT_APPLY, limits=limits, isolation=isolation)
+    if lenient is not None:
+        return lenient, "applied when read by its lines (--recount --unidiff-zero)"
+    return None, why  # the strict try's message says what is wrong with the diff as written
+
+
+def _apply(files: dict[str, str], diff: str, options: tuple[str, ...], *, limits: Limits,
+           isolation: Isolation) -> tuple[dict[str, tuple[str, bytes]] | None, str]:
     with tempfile.TemporaryDirectory(prefix="assay-diff-") as tmp:
         work = Path(tmp)
         for rel, text in files.items():
@@ -73,7 +96,7 @@ def apply_diff(files: dict[str, str], diff: str, *, limits: Limits,
         (work / PATCH_NAME).write_text(diff if diff.endswith("\n") else diff + "\n",
                                        encoding="utf-8")
         cwd_patch = PATCH_NAME if isolation == "bwrap" else str(work / PATCH_NAME)
-        argv = ["git", "apply", "--whitespace=nowarn", cwd_patch]
+        argv = ["git", "apply", *options, cwd_patch]
         result = run_sandboxed(argv, work, limits=limits, isolation=isolation,
                                env={"GIT_CONFIG_NOSYSTEM": "1"})
         if result.reason == "sandbox_error":
@@ -101,10 +124,11 @@ def grade_diff(task: CodingTask, answer_diff: str, *, limits: Limits,
         return Verdict(None, "sandbox_error", {}, infra_error=str(exc))
     if got is None:
         return Verdict(False, "does_not_apply", {"detail": why})
+    applied = {} if why == "applied" else {"applied": why}
     if got == want:
-        return Verdict(True, "same_result", {"match": "identical files after applying"})
+        return Verdict(True, "same_result", {"match": "identical files after applying", **applied})
     changed = sorted(k for k in set(got) | set(want) if got.get(k) != want.get(k))
-    return Verdict(False, "different_result", {"differs": changed[:20]})
+    return Verdict(False, "different_result", {"differs": changed[:20], **applied})
 
 
 __all__ = ["SANDBOX_WORKDIR", "apply_diff", "grade_diff", "normalize_diff"]
