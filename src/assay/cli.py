@@ -26,8 +26,11 @@ EXIT_INTERRUPTED = 130
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Evidence-first evals of models and coding agents on your own tasks.")
-out = Console()
-err = Console(stderr=True)
+# Piped output (CI logs, `| tee`) gets 120 columns instead of rich's 80, so report tables stay
+# one line a row; a terminal or an explicit COLUMNS decides for itself.
+_LOG_WIDTH = None if sys.stdout.isatty() or "COLUMNS" in os.environ else 120
+out = Console(width=_LOG_WIDTH)
+err = Console(stderr=True, width=_LOG_WIDTH)
 
 
 def fail(message: str, code: int = EXIT_BAD_INPUT) -> typer.Exit:
