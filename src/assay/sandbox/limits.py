@@ -383,32 +383,11 @@ class LimitPlan:
         """Kernel counters read after the run (only those the mechanism provides)."""
         ev: dict[str, int] = {}
         for cg in self.cgroups:
-            if cg.version == 2:
-                if "memory" in cg.controllers:
-                    events = _read_kv(cg.path / "memory.events")
-                    if "oom_kill" in events:
-                        ev["oom_kills"] = events["oom_kill"]
-                    if "max" in events:
-                        ev["memory_limit_hits"] = events["max"]
-                    peak = _read_int(cg.path / "memory.peak")
-                    if peak is not None:
-                        ev["memory_peak_bytes"] = peak
-                if "pids" in cg.controllers:
-                    _pids_evidence(cg.path, ev)
-                if "cpu" in cg.controllers:
-                    _cpu_evidence(cg.path, ev)
-            elif "memory" in cg.controllers:
-                oom = _read_kv(cg.path / "memory.oom_control")
-                if "oom_kill" in oom:
-                    ev["oom_kills"] = oom["oom_kill"]
-                # memory.failcnt is not read: on this kernel generation it stays 0 even when the
-                # limit is hit (seen on 6.18), so it would be a misleading "no".
-                peak = _read_int(cg.path / "memory.max_usage_in_bytes")
-                if peak is not None:
-                    ev["memory_peak_bytes"] = peak
-            elif "pids" in cg.controllers:
+            if "memory" in cg.controllers:
+                _memory_evidence(cg, ev)
+            if "pids" in cg.controllers:
                 _pids_evidence(cg.path, ev)
-            elif "cpu" in cg.controllers:
+            if "cpu" in cg.controllers:
                 _cpu_evidence(cg.path, ev)
         return ev
 
@@ -421,6 +400,25 @@ class LimitPlan:
                 warnings.append(problem)
         self.cgroups = []
         return warnings
+
+
+def _memory_evidence(cg: _Cgroup, ev: dict[str, int]) -> None:
+    """OOM kills and the peak; v2 also says how often the limit was reached."""
+    if cg.version == 2:
+        events = _read_kv(cg.path / "memory.events")
+        if "max" in events:
+            ev["memory_limit_hits"] = events["max"]
+        peak_file = "memory.peak"
+    else:
+        events = _read_kv(cg.path / "memory.oom_control")
+        # memory.failcnt is not read: on this kernel generation it stays 0 even when the
+        # limit is hit (seen on 6.18), so it would be a misleading "no".
+        peak_file = "memory.max_usage_in_bytes"
+    if "oom_kill" in events:
+        ev["oom_kills"] = events["oom_kill"]
+    peak = _read_int(cg.path / peak_file)
+    if peak is not None:
+        ev["memory_peak_bytes"] = peak
 
 
 def _pids_evidence(path: Path, ev: dict[str, int]) -> None:
