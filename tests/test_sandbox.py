@@ -583,6 +583,17 @@ def test_cpu_quota_throttles_and_says_so(workdir: Path) -> None:
     assert float(res.stdout_tail) < 0.4
 
 
+def test_a_timeout_under_the_cpu_quota_says_it_was_held_back(workdir: Path) -> None:
+    res = py("while True: pass", workdir,
+             limits=Limits(wall_seconds=1.0, memory_mib=256, pids=32, cpu_cores=0.1))
+    assert res.reason == "timeout"
+    if res.limits_applied["cpu_cores"].mechanism == NOT_APPLIED:
+        assert "CPU quota" not in (res.detail or "")
+        return
+    periods = res.evidence["cpu_throttled_periods"]
+    assert periods > 0 and f"held back by the CPU quota in {periods} period(s)" in res.detail
+
+
 def test_no_cpu_quota_unless_asked(workdir: Path) -> None:
     res = py("print(1)", workdir)
     assert res.limits_applied["cpu_cores"].to_record() == {

@@ -746,6 +746,10 @@ def _classify(
                 f"inferred from stderr ({m.group(0)!r}); RLIMIT_NPROC leaves no kernel record",
             )
     if timed_out:
+        throttled = evidence.get("cpu_throttled_periods", 0)
+        if throttled:  # a starved run reads differently from a slow one
+            notes.append(f"held back by the CPU quota in {throttled} period(s), "
+                         f"{evidence.get('cpu_throttled_ms', 0)} ms in all")
         return done(
             "timeout",
             f"wall time limit of {limits.wall_seconds:g} s exceeded; killed by the watchdog",
