@@ -551,7 +551,7 @@ def test_limits_applied_with_cgroups(workdir: Path) -> None:
     # (the autouse fixture checks that the cgroups are gone afterwards)
 
 
-BUSY_FOR_A_SECOND = (
+BUSY_LOOP_CPU_SHARE = (
     "import time\n"
     "w0, c0 = time.monotonic(), time.process_time()\n"
     "while time.monotonic() - w0 < 1.5:\n"
@@ -561,7 +561,7 @@ BUSY_FOR_A_SECOND = (
 
 
 def test_cpu_quota_throttles_and_says_so(workdir: Path) -> None:
-    res = py(BUSY_FOR_A_SECOND, workdir,
+    res = py(BUSY_LOOP_CPU_SHARE, workdir,
              limits=Limits(wall_seconds=20, memory_mib=256, pids=32, cpu_cores=0.1))
     assert res.reason == "ok", res.stderr_tail
     cpu = res.limits_applied["cpu_cores"]
