@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from assay.errors import NeverOverwrite
 from assay.records.io import (
     JsonlAppender,
     atomic_write_json,
@@ -75,7 +76,7 @@ def test_appender_refuses_nan(tmp_path: Path) -> None:
 def test_write_new_text_never_overwrites(tmp_path: Path) -> None:
     p = tmp_path / "grades" / "v1.json"
     write_new_text(p, "first\n")
-    with pytest.raises(FileExistsError):
+    with pytest.raises(NeverOverwrite):
         write_new_text(p, "second\n")
     assert p.read_text() == "first\n"
     assert not [q for q in p.parent.iterdir() if q.name != "v1.json"]  # no temp file left

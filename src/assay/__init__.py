@@ -1,1 +1,5 @@
-__version__ = "0.1.0"
+"""assay: evidence-first evals of models and coding agents on your own tasks."""
+
+from assay.version import __version__
+
+__all__ = ["__version__"]

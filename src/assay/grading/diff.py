@@ -14,6 +14,7 @@ import stat
 import tempfile
 from pathlib import Path
 
+from assay.errors import SandboxFailed
 from assay.grading.unit import Isolation, Verdict
 from assay.sandbox import SANDBOX_WORKDIR, Limits, run_sandboxed
 from assay.suites.coding import CodingTask
@@ -100,7 +101,7 @@ def _apply(files: dict[str, str], diff: str, options: tuple[str, ...], *, limits
         result = run_sandboxed(argv, work, limits=limits, isolation=isolation,
                                env={"GIT_CONFIG_NOSYSTEM": "1"})
         if result.reason == "sandbox_error":
-            raise RuntimeError(result.detail or "sandbox error")
+            raise SandboxFailed(result.detail or "sandbox error")
         if result.reason != "ok":
             return None, (result.stderr_tail.strip().splitlines() or [result.reason])[-1][:300]
         return _snapshot(work), "applied"
@@ -120,7 +121,7 @@ def grade_diff(task: CodingTask, answer_diff: str, *, limits: Limits,
                            infra_error=f"task {task.id}: golden diff does not apply: "
                            f"{why_golden}")
         got, why = apply_diff(task.files, answer_diff, limits=limits, isolation=isolation)
-    except RuntimeError as exc:
+    except SandboxFailed as exc:
         return Verdict(None, "sandbox_error", {}, infra_error=str(exc))
     if got is None:
         return Verdict(False, "does_not_apply", {"detail": why})

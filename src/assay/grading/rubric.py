@@ -35,6 +35,7 @@ from rich.panel import Panel
 from rich.syntax import Syntax
 from rich.text import Text
 
+from assay.errors import GradingError, NeverOverwrite
 from assay.records.io import JsonlAppender, atomic_write_text, scan_jsonl, write_new_text
 from assay.records.manifest import read_manifest, tool_identity, utc_now
 
@@ -49,10 +50,6 @@ CSV_COLUMNS = ("export_id", "answer_id", "task", "score", "note", "prompt", "rub
 REDACTED = "[redacted]"
 _SYNTAX_LANGUAGES = {"python": "python", "javascript": "javascript"}
 _MIN_REDACT_LEN = 4  # shorter names ("gpt") would blank out ordinary code
-
-
-class GradingError(Exception):
-    """Bad input for grading (not a coding run, a bad CSV line, ...): the CLI exits 2."""
 
 
 @dataclass(frozen=True)
@@ -291,7 +288,7 @@ class _RevisionWriter:
             meta = {**self.meta, **self.per_run.get(run_dir, {})}
             try:
                 write_new_text(directory / f"{self.name}.meta.json", _dumps(meta))
-            except FileExistsError:
+            except NeverOverwrite:
                 raise GradingError(f"grade revision {self.name} already exists; "
                                    "start the session again") from None
             appender = self._open[run_dir] = JsonlAppender(directory / f"{self.name}.jsonl",

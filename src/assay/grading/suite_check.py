@@ -11,6 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+from assay.errors import SandboxFailed
 from assay.grading.diff import apply_diff
 from assay.grading.unit import Verdict
 from assay.runner.coding import CodingParams, grade_answer
@@ -72,7 +73,7 @@ def check_task(task: CodingTask, params: CodingParams) -> TaskCheck:
             tree, why = apply_diff(task.files, task.golden or "", limits=params.limits(),
                                    isolation=params.isolation)
             golden_problem = None if tree is not None else why
-        except RuntimeError as exc:
+        except SandboxFailed as exc:
             golden_problem = f"could not be checked: {exc}"
     return TaskCheck(task, solution, empty, golden_problem)
 

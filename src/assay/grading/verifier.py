@@ -16,6 +16,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from assay.errors import NeverOverwrite, VerifierError
 from assay.grading.integrity import IntegrityResult, check_integrity
 from assay.grading.testcounts import counts_say_pass, parse_counts
 from assay.records.artifact import ARTIFACT_JSON, ARTIFACT_TAR, extract_paths, list_tree
@@ -30,10 +31,6 @@ GRADES = "grades"
 
 # Execution outcomes that fail a trial whatever the artifact holds.
 EXECUTION_FAILURES = {"agent_timeout", "budget_exhausted", "resource_limit"}
-
-
-class VerifierError(Exception):
-    """The verifier could not do its job (not the candidate's fault)."""
 
 
 def grade_path(trial_dir: Path, revision: str) -> Path:
@@ -120,7 +117,7 @@ def verify(bundle: Bundle, trial_dir: Path, *, revision: str, trial_id: str,
     existing one). Returns the grade."""
     target = grade_path(trial_dir, revision)
     if target.exists():
-        raise FileExistsError(f"{target} exists: a grade is never overwritten; use a new "
+        raise NeverOverwrite(f"{target} exists: a grade is never overwritten; use a new "
                               "verifier revision")
     spec = bundle.spec
     acc = spec.acceptance

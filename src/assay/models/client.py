@@ -19,6 +19,8 @@ from urllib.parse import urlsplit, urlunsplit
 
 import openai
 
+from assay.errors import TransportError
+
 # Status codes that say "try again later" rather than "your request is wrong".
 RETRYABLE_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
 # Status codes that no retry and no other case will fix: stop the run instead of burning cases.
@@ -54,15 +56,6 @@ class Completion:
     finish_reason: str | None
     latency_ms: float  # the successful try only: backoff waits are the endpoint's, not the answer's
     tries: list[Try] = field(default_factory=list)
-
-
-class TransportError(Exception):
-    """The endpoint did not give a usable answer within the retry budget."""
-
-    def __init__(self, message: str, tries: list[Try], *, fatal: bool = False) -> None:
-        super().__init__(message)
-        self.tries = tries
-        self.fatal = fatal
 
 
 def redact_url(url: str) -> str:

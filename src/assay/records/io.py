@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from assay.errors import NeverOverwrite
+
 
 def _umask() -> int:
     mask = os.umask(0)
@@ -77,6 +79,8 @@ def write_new_text(path: Path, text: str) -> None:
     tmp = _durable_temp(path, text)
     try:
         os.link(tmp, path)  # fails with FileExistsError instead of replacing
+    except FileExistsError:
+        raise NeverOverwrite(f"{path} exists and is never overwritten") from None
     finally:
         Path(tmp).unlink(missing_ok=True)
     _fsync_dir(path.parent)

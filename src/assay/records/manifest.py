@@ -16,8 +16,8 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-import assay
 from assay.records.io import atomic_write_json
+from assay.version import __version__
 
 MANIFEST = "manifest.json"
 
@@ -29,8 +29,8 @@ def utc_now() -> str:
 @functools.cache
 def tool_identity() -> dict[str, Any]:
     """assay's version and, when it runs from a git checkout, the exact commit and dirtiness."""
-    src = Path(assay.__file__).resolve().parent
-    ident: dict[str, Any] = {"version": assay.__version__, "git_commit": None, "git_dirty": None,
+    src = Path(__file__).resolve().parents[1]
+    ident: dict[str, Any] = {"version": __version__, "git_commit": None, "git_dirty": None,
                              "python": platform.python_version()}
     try:
         commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=src, capture_output=True,

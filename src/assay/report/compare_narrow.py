@@ -10,15 +10,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from assay.errors import NotComparable
 from assay.records.io import iter_rows
 from assay.records.manifest import read_manifest
 from assay.report.narrow import final_rows
 from assay.runner.narrow import RAW_PREDICTIONS
 from assay.stats import mcnemar_exact, paired_bootstrap_diff
-
-
-class NotComparable(Exception):
-    pass
 
 
 def _answered(run_dir: Path) -> dict[tuple[str, int], dict[str, Any]]:

@@ -13,14 +13,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
+from assay.errors import RunConflict
 from assay.records.io import JsonlAppender, iter_rows
 from assay.records.manifest import MANIFEST, ManifestWriter, read_manifest
 
 T = TypeVar("T")
-
-
-class RunConflict(Exception):
-    """Resuming into a run directory whose suite, prompt or settings differ: refused."""
 
 
 class Progress(Protocol):

@@ -17,6 +17,7 @@ from typing import Any
 
 from assay.agents import Agent, AgentContext, AgentRun
 from assay.agents.mutants import clear_tree
+from assay.errors import NeverOverwrite, TrialRefused
 from assay.grading.verifier import verify
 from assay.records.artifact import freeze
 from assay.records.io import atomic_write_json
@@ -40,10 +41,6 @@ for r in "$@"; do
   fi
 done
 """
-
-
-class TrialRefused(Exception):
-    """The trial could not be run: infrastructure or task problems, not an agent verdict."""
 
 
 @dataclass
@@ -103,7 +100,7 @@ class _Stages:
 def run_trial(bundle: Bundle, agent: Agent, trial_dir: Path, *, rep: int = 0,
               attempt: int = 0) -> TrialResult:
     if (trial_dir / TRIAL_JSON).exists():
-        raise FileExistsError(f"{trial_dir} already holds a trial: a trial is never overwritten")
+        raise NeverOverwrite(f"{trial_dir} already holds a trial: a trial is never overwritten")
     trial_dir.mkdir(parents=True, exist_ok=True)
     trial_id = f"{bundle.id}/{agent.name}/{rep}"
     spec = bundle.spec

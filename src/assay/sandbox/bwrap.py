@@ -40,6 +40,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
+from assay.errors import SandboxUnavailable
+
 #: Where the caller's work directory appears inside the sandbox; cwd and $HOME of the command.
 SANDBOX_WORKDIR = "/work"
 SANDBOX_HOME = SANDBOX_WORKDIR
@@ -84,14 +86,6 @@ _PASSWD = (
     "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"
 )
 _GROUP = f"root:x:0:\nsandbox:x:{SANDBOX_GID}:\nnogroup:x:65534:\n"
-
-
-class SandboxUnavailable(RuntimeError):
-    """bubblewrap cannot run here; ``reason`` says why."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(f"bubblewrap sandbox unavailable: {reason}")
-        self.reason = reason
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,46 @@
+"""``assay grade``: blind human grading of rubric answers."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from assay.cli.app import (
+    app,
+    fail,
+    out,
+)
+
+
+@app.command()
+def grade(
+    run_dirs: Annotated[list[Path], typer.Argument(metavar="RUN_DIR...")],
+    grader: Annotated[str | None, typer.Option(help="Your name, recorded with every grade.")]
+    = None,
+    seed: Annotated[int | None, typer.Option(help="Shuffle seed (recorded).")] = None,
+    regrade: Annotated[bool, typer.Option(help="Show answers that already have a grade.")]
+    = False,
+    export: Annotated[Path | None, typer.Option("--export", help="Write a blind CSV.")] = None,
+    import_: Annotated[Path | None, typer.Option("--import", help="Read grades from a CSV.")]
+    = None,
+) -> None:
+    """Blind human grading of rubric answers, one at a time or through a CSV."""
+    from assay.grading.rubric import GradingError, export_csv, import_csv, interactive_session
+
+    who = grader or os.environ.get("USER") or "grader"
+    try:
+        if export and import_:
+            raise GradingError("use --export or --import, not both")
+        if export:
+            summary = export_csv(run_dirs, export, seed=seed, regrade=regrade)
+        elif import_:
+            summary = import_csv(run_dirs, import_, grader=who)
+        else:
+            summary = interactive_session(run_dirs, grader=who, seed=seed, regrade=regrade,
+                                          console=out)
+    except GradingError as exc:
+        raise fail(str(exc)) from None
+    out.print(", ".join(f"{k}: {v}" for k, v in summary.items()), highlight=False)

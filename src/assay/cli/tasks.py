@@ -1,0 +1,169 @@
+"""Commands over agent task bundles and trials: task lint, task check, trial run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from assay.cli.app import (
+    _require_sandbox,
+    app,
+    fail,
+    out,
+)
+from assay.errors import (
+    EXIT_INFRA,
+    NeverOverwrite,
+)
+from assay.suites.errors import SuiteError
+
+task_app = typer.Typer(no_args_is_help=True, help="Agent task bundles: lint and check.")
+app.add_typer(task_app, name="task")
+trial_app = typer.Typer(no_args_is_help=True, help="Run one agent trial on one task.")
+app.add_typer(trial_app, name="trial")
+
+
+def _load_bundles(dirs: list[Path]) -> list[Any]:
+    from assay.suites.bundle import find_bundles, load_bundle
+
+    roots = find_bundles(dirs)
+    if not roots:
+        raise fail("no task bundle (a folder with task.yaml) in " + ", ".join(map(str, dirs)))
+    problems: list[str] = []
+    bundles = []
+    for r in roots:
+        try:
+            bundles.append(load_bundle(r))
+        except SuiteError as exc:
+            problems.append(str(exc))
+    if problems:
+        raise fail("invalid task bundle:\n" + "\n".join(problems))
+    ids = [b.id for b in bundles]
+    dupes = sorted({i for i in ids if ids.count(i) > 1})
+    if dupes:
+        raise fail(f"task ids used twice: {', '.join(dupes)}")
+    return bundles
+
+
+@task_app.command("lint")
+def task_lint(
+    dirs: Annotated[list[Path], typer.Argument(metavar="DIR...", help="Bundles, or folders "
+                                               "of bundles.")],
+    write_digest: Annotated[bool, typer.Option("--write-digest", help="Write the computed "
+                                               "fixture_digest into task.yaml.")] = False,
+) -> None:
+    """Validate bundles and their starting-tree digests (exit 1 on a missing or wrong digest)."""
+    import tempfile
+
+    from rich.table import Table
+
+    from assay.suites.bundle import set_fixture_digest, tree_digest
+
+    bundles = _load_bundles(dirs)
+    table = Table(title="task lint", title_justify="left")
+    for col in ("task", "rev", "split", "family", "digest"):
+        table.add_column(col)
+    bad = 0
+    for b in bundles:
+        with tempfile.TemporaryDirectory() as tmp:
+            b.export_starting_tree(Path(tmp) / "t")
+            digest = tree_digest(Path(tmp) / "t")
+        pinned = b.spec.initial_state.fixture_digest
+        if pinned == digest:
+            state = "[green]ok[/]"
+        elif write_digest:
+            set_fixture_digest(b.root, digest)
+            state = f"[yellow]written[/] {digest[:19]}…"
+        else:
+            bad += 1
+            state = ("[red]missing[/]" if pinned is None else "[red]MISMATCH[/]") + \
+                f" (computed {digest[:19]}…; --write-digest to pin it)"
+        table.add_row(b.id, str(b.spec.revision), b.spec.split, b.spec.family or "", state)
+    out.print(table)
+    if bad:
+        raise typer.Exit(1)
+
+
+@task_app.command("check")
+def task_check(
+    dirs: Annotated[list[Path], typer.Argument(metavar="DIR...")],
+    reruns: Annotated[int, typer.Option(min=1, help="Oracle runs per task.")] = 3,
+    mutants: Annotated[bool, typer.Option("--mutants", help="Also run the built-in bad "
+                                          "agents: every one must be rejected.")] = False,
+    out_dir: Annotated[Path | None, typer.Option("--out", help="Where the trials go.")] = None,
+    workers: Annotated[int, typer.Option(min=1, help="Trials at once.")] = 2,
+) -> None:
+    """nop must fail, oracle must pass every time, mutants must all be rejected."""
+    from rich.table import Table
+
+    from assay.records.io import atomic_write_json
+    from assay.records.manifest import utc_now
+    from assay.runner.task_check import check_tasks
+
+    _require_sandbox("bwrap")
+    bundles = _load_bundles(dirs)
+    stamp = utc_now().replace(":", "").replace("-", "").replace(".", "")[:15]
+    root = out_dir or Path("runs") / f"task-check-{stamp}Z"
+    reports = check_tasks(bundles, root, reruns=reruns, mutants=mutants, workers=workers)
+    table = Table(title=f"task check ({root})", title_justify="left")
+    table.add_column("task", no_wrap=True)
+    for col in ("digest", "nop", "oracle", "mutants rejected", "status"):
+        table.add_column(col)
+    for r in reports:
+        rejected = sum(1 for v in r.mutants.values() if v.startswith("rejected"))
+        mut = f"{rejected}/{len(r.mutants)}" if r.mutants else "n/a"
+        style = {"ok": "green", "flaky": "yellow"}.get(r.status, "bold red")
+        table.add_row(r.task_id, r.digest, r.nop or "", f"{r.oracle_accepted}/{r.oracle_runs}",
+                      mut, f"[{style}]{r.status}[/]")
+    out.print(table)
+    for r in reports:
+        for name, verdict in r.mutants.items():
+            if verdict == "ACCEPTED":
+                out.print(f"[bold red]GRADER DEFECT:[/] {r.task_id}: mutant {name} was "
+                          "ACCEPTED", highlight=False)
+        for p in r.problems:
+            out.print(f"[red]{r.task_id}:[/] {p}", highlight=False)
+    atomic_write_json(root / "task-check.json", [r.to_record() for r in reports])
+    if any(r.status != "ok" for r in reports):
+        raise typer.Exit(1)
+
+
+@trial_app.command("run")
+def trial_run(
+    task_dir: Annotated[Path, typer.Argument(metavar="TASK_DIR")],
+    agent: Annotated[str, typer.Option(help="oracle, nop, command:<shell command> or "
+                                       "mutant:<name>")],
+    out_dir: Annotated[Path, typer.Option("--out", help="The trial directory.")],
+) -> None:
+    """Prepare, run the agent in the sandbox, freeze, verify; print the grade. Exit 0 whatever
+    the verdict; 3 when the trial could not be run or graded."""
+    from assay.agents import parse_agent
+    from assay.runner.trial import run_trial
+
+    [bundle] = _load_bundles([task_dir])[:1]
+    try:
+        the_agent = parse_agent(agent)
+    except ValueError as exc:
+        raise fail(str(exc)) from None
+    _require_sandbox("bwrap")
+    try:
+        result = run_trial(bundle, the_agent, out_dir)
+    except NeverOverwrite as exc:
+        raise fail(str(exc)) from None
+    if result.grade is None:
+        raise fail(f"trial not run: {result.record.get('error')}", EXIT_INFRA)
+    _print_grade(result.grade)
+    if result.grade["validity"]["status"] != "valid":
+        raise typer.Exit(EXIT_INFRA)
+
+
+def _print_grade(grade: dict[str, Any]) -> None:
+    verdict = "[bold green]ACCEPTED[/]" if grade["accepted"] else "[bold red]REJECTED[/]"
+    out.print(f"{grade['trial_id']}: {verdict}"
+              + (f" ({grade['failure_code']})" if grade["failure_code"] else ""),
+              highlight=False)
+    checks = ", ".join(f"{k} {v}" for k, v in grade["checks"].items())
+    out.print(f"  checks: {checks}; execution {grade['execution'].get('status')}; validity "
+              f"{grade['validity']['status']}", highlight=False)
