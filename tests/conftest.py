@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import tempfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,6 +16,10 @@ from typer.testing import CliRunner
 sys.path.insert(0, str(Path(__file__).parent))
 
 from support.scripted_server import ScriptedServer  # noqa: E402
+
+# The verifier caches the test ids it learns from trusted trees; keep the tests' own cache out
+# of the user's home, and shared within one test session.
+os.environ.setdefault("ASSAY_CACHE_DIR", tempfile.mkdtemp(prefix="assay-test-cache-"))
 
 SYSTEM_PROMPT = 'Classify the issue. Reply only {"label": "bug|feature|question"}.'
 SECRET = "sk-test-SECRET-do-not-record-0123456789"

@@ -182,7 +182,8 @@ def test_oracle_accepted_end_to_end(oracle_trial: tuple[Any, Path]) -> None:
                  "agent/stdout.log", "verify/v1/behavior/stdout.log",
                  "verify/v1/regression/stdout.log"):
         assert (out / name).is_file(), name
-    assert "3 passed" in (out / "verify/v1/behavior/stdout.log").read_text()
+    # the task's 3 tests and the must-pass canary passed; the must-fail canary failed
+    assert "1 failed, 4 passed" in (out / "verify/v1/behavior/stdout.log").read_text()
 
 
 @needs_bwrap
@@ -584,9 +585,10 @@ def test_candidate_that_exits_before_any_test_runs_is_not_accepted(
     cmd = "printf 'import os\\nos._exit(0)\\n' > src/calc/__init__.py"
     res = trial(bundle, "command:" + cmd, tmp_path / "trial")
     assert res.grade is not None
-    assert res.grade["details"]["behavior"]["counts"] is None  # no test ever ran
+    assert res.grade["details"]["behavior"]["stdout_counts"] is None  # no test ever ran
     assert res.grade["accepted"] is False
-    assert res.grade["failure_code"] == "behavior_failed"
+    # exit 0 with no structured report: the runner was cut short, a hard reject
+    assert res.grade["failure_code"] == "test_runner_tampered"
 
 
 PLUGIN = """\

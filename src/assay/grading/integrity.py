@@ -20,6 +20,8 @@ TOOLING_NAMES = {"pytest.py", "conftest.py", "sitecustomize.py", "usercustomize.
                  "entry_points.txt"}
 TOOLING_DIRS = {"pytest", "_pytest"}
 TOOLING_SUFFIXES = (".pth", ".dist-info", ".egg-info", ".egg-link")
+# Code the interpreter loads in place of a source a reviewer can read.
+COMPILED_SUFFIXES = (".pyc", ".pyo", ".so", ".pyd", ".dylib", ".dll")
 # Shared config files are legitimate to edit, unless the edit carries test-runner settings.
 CONFIG_WITH_SECTIONS = {"setup.cfg", "pyproject.toml"}
 
@@ -120,7 +122,8 @@ class IntegrityResult:
 
 
 def check_integrity(pristine: list[dict[str, Any]], artifact: list[dict[str, Any]], *,
-                    protected: list[str], allowed: list[str] | None) -> IntegrityResult:
+                    protected: list[str], allowed: list[str] | None,
+                    allowed_binaries: list[str] | None = None) -> IntegrityResult:
     protected_paths = {e["path"] for e in pristine + artifact
                        if matches_any(e["path"], protected)}
     changes = diff_trees(pristine, artifact, strict_mode=protected_paths)
@@ -153,13 +156,21 @@ def check_integrity(pristine: list[dict[str, Any]], artifact: list[dict[str, Any
                              "detail": "hard link to a file outside the workspace"})
 
     by_path = {e["path"]: e for e in artifact}
+    before = {e["path"]: e for e in pristine}
     for path in changes.added + changes.modified:
         base = posixpath.basename(path)
         parts = path.split("/")
         if (base in TOOLING_NAMES or any(p in TOOLING_DIRS for p in parts)
                 or any(p.endswith(TOOLING_SUFFIXES) for p in parts)
-                or (base in CONFIG_WITH_SECTIONS and by_path.get(path, {}).get("mentions_pytest"))):
+                or (base in CONFIG_WITH_SECTIONS
+                    and _pytest_config_changed(before.get(path), by_path.get(path, {})))):
             problems.append({"code": "test_tooling_changed", "path": path})
+        entry = by_path.get(path, {})
+        if entry.get("type") != "dir" and _is_compiled(path, entry) and not matches_any(
+                path, allowed_binaries or []):
+            problems.append({"code": "compiled_code_added", "path": path,
+                             "kind": entry.get("binary") or posixpath.splitext(base)[1]
+                             or "__pycache__"})
 
     if allowed is not None:
         for path in changes.all:
@@ -167,10 +178,27 @@ def check_integrity(pristine: list[dict[str, Any]], artifact: list[dict[str, Any
                 problems.append({"code": "change_outside_allowed_paths", "path": path})
 
     order = ["protected_file_changed", "link_into_protected_path", "link_outside_workspace",
-             "test_tooling_changed", "change_outside_allowed_paths"]
+             "test_tooling_changed", "compiled_code_added", "change_outside_allowed_paths"]
     codes = {p["code"] for p in problems}
     first = next((c for c in order if c in codes), None)
     return IntegrityResult(not problems, first, problems, changes)
+
+
+def _pytest_config_changed(before: dict[str, Any] | None, after: dict[str, Any]) -> bool:
+    """Only a change to the test runner's own sections counts, so a fix that edits a
+    project's dependencies is not rejected. Artifacts frozen before the section digest existed
+    fall back to the old rule: any change to a file that mentions pytest."""
+    if "pytest_config" not in after:
+        return bool(after.get("mentions_pytest"))
+    old = before.get("pytest_config") if before else None
+    new = after["pytest_config"]
+    return new != old or new == "unparseable"
+
+
+def _is_compiled(path: str, entry: dict[str, Any]) -> bool:
+    """Bytecode, native extensions and other machine code, by name or by content."""
+    return (path.endswith(COMPILED_SUFFIXES) or "__pycache__" in path.split("/")
+            or bool(entry.get("binary")))
 
 
 def _is_parent_dir_of_allowed(path: str, allowed: list[str]) -> bool:

@@ -17,16 +17,19 @@ from pathlib import Path
 from typing import Any
 
 from assay.errors import NeverOverwrite, VerifierError
+from assay.grading.check_run import HOME_MOUNT, TESTS_MOUNT, run_command
+from assay.grading.expected_tests import expected_tests
 from assay.grading.integrity import IntegrityResult, check_integrity
+from assay.grading.tamper_scan import scan_workspace
+from assay.grading.test_report import judge
 from assay.grading.testcounts import counts_say_pass, parse_counts
 from assay.records.artifact import ARTIFACT_JSON, ARTIFACT_TAR, extract_paths, list_tree
 from assay.records.io import write_new_text
 from assay.records.manifest import utc_now
-from assay.sandbox import Limits, Mount, run_sandboxed
 from assay.suites.bundle import Bundle, Command, tree_digest
 
-TESTS_MOUNT = "/assay/tests"
-HOME_MOUNT = "/assay/home"
+__all__ = ["HOME_MOUNT", "TESTS_MOUNT", "grade_path", "run_check", "verify"]
+
 GRADES = "grades"
 
 # Execution outcomes that fail a trial whatever the artifact holds.
@@ -50,51 +53,86 @@ def build_workspace(pristine: Path, trial_dir: Path, integrity: IntegrityResult,
     extract_paths(trial_dir, dest, set(integrity.changes.added + integrity.changes.modified))
 
 
-def run_check(name: str, command: Command, workspace: Path, bundle: Bundle,
-              record_dir: Path) -> dict[str, Any]:
-    """One acceptance command in a fresh sandbox over a private copy of the workspace."""
-    spec = bundle.spec
-    with tempfile.TemporaryDirectory(prefix=f"assay-verify-{name}-") as tmp:
-        work = Path(tmp) / "work"
-        home = Path(tmp) / "home"
-        shutil.copytree(workspace, work, symlinks=True)
-        home.mkdir()
-        limits = Limits(wall_seconds=spec.budget.verifier_wall_seconds,
-                        memory_mib=spec.resources.memory_limit_mib, pids=spec.resources.pids,
-                        cpu_cores=spec.resources.cpu_cores)
-        result = run_sandboxed(
-            ["sh", "-c", command.command], work, limits=limits,
-            # No pytest plugin loads unless the command names it: a candidate could otherwise
-            # ship one (a *.dist-info entry point on PYTHONPATH) that marks every test passed.
-            env={"ASSAY_TESTS": TESTS_MOUNT, "HOME": HOME_MOUNT, "PYTHONDONTWRITEBYTECODE": "1",
-                 "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "ASSAY_TASK_ID": spec.id},
-            mounts=[Mount(bundle.tests_dir.resolve(), TESTS_MOUNT, writable=False),
-                    Mount(home, HOME_MOUNT, writable=True)],
-            record_dir=record_dir)
-    counts = parse_counts(result.stdout_tail + "\n" + result.stderr_tail)
+def _plain_status(result: Any, counts: dict[str, Any] | None, rule: str) -> str:
+    """The verdict of a check that is not tamper-evident: exit code plus the summary rule."""
     say = counts_say_pass(counts)
-    if say is None and command.counts == "required":
+    if say is None and rule == "required":
         say = False  # exited without a test summary: no test is known to have run
     if result.reason in ("timeout", "sandbox_error"):
-        status = "error"
-    elif result.reason == "ok" and say is not False:
-        status = "pass"
+        return "error"
+    return "pass" if result.reason == "ok" and say is not False else "fail"
+
+
+def run_check(name: str, command: Command, workspace: Path, bundle: Bundle,
+              record_dir: Path, *, pristine: Path | None = None,
+              fixture_digest: str | None = None) -> dict[str, Any]:
+    """One acceptance command in a fresh sandbox over a private copy of the workspace.
+
+    Tamper-evident unless the task opted the check out: the verdict then comes from assay's
+    structured report, the expected ids collected on trusted code and the canaries; the exit
+    code and the printed summary stay in the record beside it."""
+    tamper: dict[str, Any] = {"applied": False}
+    trusted: dict[str, Any] | None = None
+    if not command.tamper_evident:
+        tamper["why"] = "the task opted this check out (tamper_evident: false)"
+    elif pristine is None or fixture_digest is None:
+        tamper["why"] = "no pristine tree to learn the expected tests from"
     else:
-        status = "fail"
-    return {"status": status, "command": command.command, "counts_rule": command.counts,
-            "reason": result.reason,
-            "exit_code": result.exit_code, "counts": counts,
-            "wall_seconds": round(result.wall_seconds, 3),
-            "stdout_tail": result.stdout_tail[-2000:], "stderr_tail": result.stderr_tail[-2000:],
-            "limits_applied": {k: v.to_record() for k, v in result.limits_applied.items()},
-            "evidence": dict(result.evidence)}
+        trusted = expected_tests(bundle, command.command, pristine, fixture_digest)
+        if not trusted["report"]:
+            tamper["why"] = ("the command wrote no structured pytest report on the trusted "
+                             f"tree (exit {trusted.get('exit_code')}): not a pytest run, so "
+                             "its exit code and summary decide")
+            trusted = None
+    run = run_command(command.command, workspace, bundle, record_dir=record_dir,
+                      tamper_evident=trusted is not None)
+    result = run.result
+    output = result.stdout_tail + "\n" + result.stderr_tail
+    summary = parse_counts(output)
+    record: dict[str, Any] = {"command": command.command, "counts_rule": command.counts,
+                              "reason": result.reason, "exit_code": result.exit_code}
+    if trusted is None:
+        status = _plain_status(result, summary, command.counts)
+        counts = summary
+    else:
+        canaries = [c for c in run.canaries if c.file in set(trusted["canary_files"])]
+        verdict = judge(run.report_text, exit_code=result.exit_code, canaries=canaries,
+                        expected_ids=trusted["ids"], summary=summary)
+        counts = verdict.get("counts")
+        if result.reason in ("timeout", "sandbox_error"):
+            status = "error"
+        else:
+            status = "pass" if verdict["status"] == "pass" else "fail"
+        tamper = {"applied": True, "verdict": verdict["status"],
+                  "tampered": verdict["tampered"], "problems": verdict["problems"],
+                  "failure": verdict.get("failure"), "canaries": verdict.get("canaries", []),
+                  "canaries_planted": len(run.canaries),
+                  "expected_ids_source": trusted["source"],
+                  "expected_ids": len(trusted["ids"]),
+                  "expected_ids_partial": bool(trusted["collect_errors"]),
+                  "expected_ids_cache": trusted["cache"],
+                  "missing_ids": verdict.get("missing_ids", []),
+                  "extra_ids": verdict.get("extra_ids", []),
+                  "failed_ids": verdict.get("failed_ids", [])}
+        if not canaries:
+            tamper["why_weaker"] = "no test file of this check collects a canary"
+    record.update({
+        "status": status, "counts": counts, "stdout_counts": summary,
+        "tamper_evident": tamper, "bytecode_removed": run.bytecode_removed,
+        "wall_seconds": round(result.wall_seconds, 3),
+        "stdout_tail": result.stdout_tail[-2000:], "stderr_tail": result.stderr_tail[-2000:],
+        "limits_applied": {k: v.to_record() for k, v in result.limits_applied.items()},
+        "evidence": dict(result.evidence)})
+    return record
 
 
 def _first_failure(validity: dict[str, Any], exec_status: str, checks: dict[str, str],
                    required: set[str], integrity_code: str | None,
-                   changed: bool | None) -> str | None:
+                   changed: bool | None, missing: dict[str, str] | None = None) -> str | None:
     """The first reason the trial is not accepted, in the order a reader should fix things.
-    Only required checks can reject; a check the task did not require is reported, not used."""
+    Only required checks can reject; a check the task did not require is reported, not used.
+    ``missing`` names the checks that failed only because expected tests were not reported."""
+    missing = missing or {}
     if validity["status"] != "valid":
         return "verifier_error"
     if exec_status in EXECUTION_FAILURES:
@@ -105,7 +143,7 @@ def _first_failure(validity: dict[str, Any], exec_status: str, checks: dict[str,
         return "no_change"
     for name in ("behavior", "regression"):
         if name in required and checks.get(name) != "pass":
-            return f"{name}_failed"
+            return missing.get(name) or f"{name}_failed"
     if not all(checks.get(c) == "pass" for c in required):
         return "required_check_missing"
     return None
@@ -142,22 +180,38 @@ def verify(bundle: Bundle, trial_dir: Path, *, revision: str, trial_id: str,
                                     f"fixture_digest {pinned}")
             integrity = check_integrity(list_tree(pristine), artifact,
                                         protected=acc.protected_paths,
-                                        allowed=acc.allowed_paths)
+                                        allowed=acc.allowed_paths,
+                                        allowed_binaries=acc.allowed_binaries)
             details["integrity"] = integrity.to_record()
             checks["integrity"] = "pass" if integrity.passed else "fail"
             workspace = Path(tmp) / "candidate"
             build_workspace(pristine, trial_dir, integrity, workspace)
+            details["suspicious"] = scan_workspace(workspace, integrity.changes)
+            tampered: list[str] = []
             for name in ("behavior", "regression"):
                 cmd = getattr(acc, name)
                 if cmd is None:
                     continue
                 res = run_check(name, cmd, workspace, bundle,
-                                trial_dir / "verify" / revision / name)
+                                trial_dir / "verify" / revision / name, pristine=pristine,
+                                fixture_digest=digest)
                 details[name] = res
                 if res["status"] == "error":
                     validity = {"status": "invalid", "reason": "grader_error",
                                 "detail": f"{name} command: {res['reason']}"}
                 checks[name] = res["status"]
+                tampered += [f"{name}: {why}" for why in res["tamper_evident"].get("tampered", [])]
+            details["not_tamper_evident"] = {
+                n: details[n]["tamper_evident"]["why"] for n in ("behavior", "regression")
+                if n in details and not details[n]["tamper_evident"]["applied"]}
+            if tampered:
+                # The runner's own report was bent: a hard reject, whatever else held.
+                rec = details["integrity"]
+                rec["passed"] = False
+                rec["problems"] = rec["problems"] + [{"code": "test_runner_tampered",
+                                                      "evidence": tampered}]
+                rec["failure_code"] = rec["failure_code"] or "test_runner_tampered"
+                checks["integrity"] = "fail"
     except (VerifierError, OSError, ValueError, KeyError, json.JSONDecodeError) as exc:
         validity = {"status": "invalid", "reason": "grader_error",
                     "detail": f"{type(exc).__name__}: {exc}"}
@@ -166,7 +220,10 @@ def verify(bundle: Bundle, trial_dir: Path, *, revision: str, trial_id: str,
     changes = details.get("integrity", {}).get("changes")
     failure = _first_failure(validity, execution.get("status", "succeeded"), checks, required,
                              details.get("integrity", {}).get("failure_code"),
-                             changed=None if changes is None else any(changes.values()))
+                             changed=None if changes is None else any(changes.values()),
+                             missing={n: "tests_missing" for n in ("behavior", "regression")
+                                      if details.get(n, {}).get("tamper_evident", {})
+                                      .get("failure") == "tests_missing"})
     accepted = failure is None and required_pass
     details["ended_at"] = utc_now()
     grade = {

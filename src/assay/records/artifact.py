@@ -24,6 +24,52 @@ ARTIFACT_TAR = "artifact.tar"
 ARTIFACT_JSON = "artifact.json"
 
 
+_MAGICS = ((b"\x7fELF", "elf"), (b"\xfe\xed\xfa\xce", "macho"),
+           (b"\xfe\xed\xfa\xcf", "macho"), (b"\xce\xfa\xed\xfe", "macho"),
+           (b"\xcf\xfa\xed\xfe", "macho"), (b"\xca\xfe\xba\xbe", "macho"))
+
+
+def _binary_kind(p: Path) -> str | None:
+    """Machine code or Python bytecode by its first bytes, whatever the file is called: the
+    interpreter would load either in place of a source a reviewer can read."""
+    try:
+        with open(p, "rb") as fh:
+            head = fh.read(4)
+    except OSError:
+        return None
+    for magic, kind in _MAGICS:
+        if head.startswith(magic):
+            return kind
+    word = int.from_bytes(head[:2], "little")
+    if len(head) == 4 and head[2:4] == b"\r\n" and 3000 <= word < 4000:
+        return "pyc"  # importlib's magic number: a little-endian version word, then \r\n
+    return None
+
+
+def pytest_config_digest(name: str, data: bytes) -> str | None:
+    """sha256 of the test runner's own sections of a shared config file (``[tool.pytest*]`` in
+    pyproject.toml, ``[tool:pytest]`` / ``[pytest]`` in setup.cfg), None when it has none, and
+    ``"unparseable"`` when it cannot be read (then any change counts)."""
+    import configparser
+    import json
+    import tomllib
+
+    try:
+        text = data.decode("utf-8")
+        if name == "pyproject.toml":
+            section = tomllib.loads(text).get("tool", {}).get("pytest")
+        else:
+            parser = configparser.RawConfigParser()
+            parser.read_string(text)
+            section = {s: dict(parser.items(s)) for s in ("tool:pytest", "pytest")
+                       if parser.has_section(s)} or None
+    except (UnicodeDecodeError, ValueError, configparser.Error):
+        return "unparseable"
+    if section is None:
+        return None
+    return hashlib.sha256(json.dumps(section, sort_keys=True, default=str).encode()).hexdigest()
+
+
 def _entry(root: Path, p: Path) -> dict[str, Any]:
     st = os.lstat(p)
     mode = st.st_mode
@@ -40,8 +86,14 @@ def _entry(root: Path, p: Path) -> dict[str, Any]:
                 h.update(chunk)
         e.update(type="file", size=st.st_size, sha256=h.hexdigest())
         if p.name in ("setup.cfg", "pyproject.toml") and st.st_size < (1 << 20):
-            # integrity needs to know whether a shared config file carries pytest settings
-            e["mentions_pytest"] = b"pytest" in p.read_bytes().lower()
+            # integrity needs to know whether a shared config file carries pytest settings,
+            # and whether exactly those settings changed
+            data = p.read_bytes()
+            e["mentions_pytest"] = b"pytest" in data.lower()
+            e["pytest_config"] = pytest_config_digest(p.name, data)
+        kind = _binary_kind(p) if st.st_size >= 4 else None
+        if kind:
+            e["binary"] = kind
         if st.st_nlink > 1:
             e.update(nlink=st.st_nlink, inode=st.st_ino)
     else:

@@ -65,6 +65,10 @@ class Command(_Strict):
     # and none failed; exiting 0 is not enough (a candidate can exit before any test runs).
     # "optional": for commands that are not test runners; the exit code decides.
     counts: Literal["required", "optional"] = "required"
+    # A test-runner check is decided from assay's structured report, the expected ids learned
+    # on trusted code and canary tests; opt out only for a command that is not a test runner
+    # (the grade then says the check is not tamper-evident).
+    tamper_evident: bool = True
 
 
 class Acceptance(_Strict):
@@ -74,6 +78,8 @@ class Acceptance(_Strict):
     regression: Command | None = None
     protected_paths: list[str] = Field(default_factory=list)
     allowed_paths: list[str] | None = None
+    # Compiled files (bytecode, native extensions) the deliverable may add, by pattern.
+    allowed_binaries: list[str] = Field(default_factory=list)
 
     @field_validator("required")
     @classmethod

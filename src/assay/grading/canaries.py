@@ -1,0 +1,101 @@
+"""Canary tests: the verifier's proof that the test runner can still fail.
+
+The candidate's code is imported by the test process and can rewrite what the runner reports
+(every test body a no-op, every failed report turned "passed"). No report the process writes can
+be believed for what it says; it can be believed when it also says that a test the verifier
+planted, which must fail, failed. So before each tamper-evident check the verifier writes a pair
+of tests into every test file of its private copy: one that must pass, one that must fail, with
+names and values drawn at random per run and placed at random among the file's own top-level
+statements (not in a file of their own, which an attacker could skip by name).
+"""
+
+from __future__ import annotations
+
+import ast
+import posixpath
+import secrets
+from dataclasses import dataclass
+from pathlib import Path
+
+_WORDS = ("parse", "format", "roundtrip", "handles", "rejects", "keeps", "empty", "unicode",
+          "large", "nested", "order", "default", "limits", "repeat", "mixed", "edge")
+
+
+def is_test_file(path: str) -> bool:
+    """pytest's default ``python_files``: ``test_*.py`` and ``*_test.py``."""
+    base = posixpath.basename(path)
+    return base.endswith(".py") and (base.startswith("test_") or base.endswith("_test.py"))
+
+
+@dataclass(frozen=True)
+class Canary:
+    """One planted test: its function name, the file it went into (relative to the root it was
+    planted under, with that root's label), and what it must report."""
+
+    name: str
+    file: str
+    must: str  # "pass" | "fail"
+
+    def to_record(self) -> dict[str, str]:
+        return {"name": self.name, "file": self.file, "must": self.must}
+
+
+def _name(rng: secrets.SystemRandom) -> str:
+    words = rng.sample(_WORDS, 2)
+    return f"test_{words[0]}_{words[1]}_{secrets.token_hex(4)}"
+
+
+def _body(name: str, must: str, rng: secrets.SystemRandom) -> str:
+    a = rng.randrange(10_000, 99_999)
+    b = a if must == "pass" else a + rng.randrange(1, 999)
+    return f"\n\ndef {name}():\n    value = {a}\n    assert value == {b}\n\n"
+
+
+def _insert_points(text: str) -> list[int]:
+    """Line indexes (0-based) where a top-level statement after the imports starts, plus the
+    end of the file: places where a new function can go without splitting anything."""
+    lines = text.splitlines(keepends=True)
+    try:
+        tree = ast.parse(text)
+    except SyntaxError:
+        return [len(lines)]
+    body = tree.body
+    last_import = max((i for i, n in enumerate(body)
+                       if isinstance(n, ast.Import | ast.ImportFrom)), default=-1)
+    points = []
+    for node in body[last_import + 1:]:
+        start = node.lineno - 1
+        decorators = getattr(node, "decorator_list", [])
+        if decorators:
+            start = min(start, *(d.lineno - 1 for d in decorators))
+        points.append(max(start, 0))
+    points.append(len(lines))
+    return points
+
+
+def plant(root: Path, label: str, files: list[str]) -> list[Canary]:
+    """Write a must-pass and a must-fail canary into each of ``files`` (paths relative to
+    ``root``) and return them. Files that are not plain readable text are left alone."""
+    rng = secrets.SystemRandom()
+    planted: list[Canary] = []
+    for rel in files:
+        path = root / rel
+        if path.is_symlink() or not path.is_file():
+            continue
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            continue
+        if text and not text.endswith("\n"):
+            text += "\n"
+        lines = text.splitlines(keepends=True)
+        pair = [Canary(_name(rng), f"{label}/{rel}", "pass"),
+                Canary(_name(rng), f"{label}/{rel}", "fail")]
+        points = _insert_points(text)
+        # Insert from the bottom up so earlier line indexes stay valid.
+        chosen = sorted(((rng.choice(points), c) for c in pair), key=lambda t: -t[0])
+        for at, canary in chosen:
+            lines.insert(at, _body(canary.name, canary.must, rng))
+        path.write_text("".join(lines), encoding="utf-8")
+        planted += pair
+    return planted

@@ -1,0 +1,138 @@
+"""Running one acceptance command in a fresh sandbox, the way the verifier needs it run.
+
+Each run gets private copies of the workspace and of the hidden tests (so canaries can be
+planted without touching the bundle), an empty HOME, assay's reporter in a read-only Python
+user site enabled through ``PYTEST_PLUGINS`` (whatever shell command the task wrote), a report
+path drawn at random, and ``PYTHONPYCACHEPREFIX`` pointed at an empty directory of the
+verifier's own, so no bytecode from the workspace is ever read (``-B`` and
+``PYTHONDONTWRITEBYTECODE`` only stop writing it). ``__pycache__`` folders and stray ``.pyc``
+files are also removed from the copy before the command starts.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from assay.grading.canaries import Canary, is_test_file, plant
+from assay.grading.integrity import matches_any
+from assay.sandbox import ExecResult, Limits, Mount, run_sandboxed
+from assay.suites.bundle import Bundle
+
+TESTS_MOUNT = "/assay/tests"
+HOME_MOUNT = "/assay/home"
+PYUSER_MOUNT = "/assay/pyuser"
+REPORTER_MODULE = "assay_verifier_reporter"
+_REPORTER_SOURCE = Path(__file__).with_name("pytest_reporter.py")
+# Python versions whose user site gets the reporter; the sandbox runs the system python3.
+_PY_VERSIONS = [f"3.{minor}" for minor in range(8, 20)]
+
+
+def reporter_source() -> bytes:
+    return _REPORTER_SOURCE.read_bytes()
+
+
+def strip_bytecode(root: Path) -> list[str]:
+    """Remove ``__pycache__`` folders and ``.pyc``/``.pyo`` files below ``root``; returns what
+    was removed (relative paths), for the record."""
+    removed: list[str] = []
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
+        for d in list(dirnames):
+            if d == "__pycache__":
+                p = Path(dirpath) / d
+                removed.append(p.relative_to(root).as_posix())
+                if p.is_symlink():
+                    p.unlink()
+                else:
+                    shutil.rmtree(p, ignore_errors=True)
+                dirnames.remove(d)
+        for f in filenames:
+            if f.endswith((".pyc", ".pyo")):
+                p = Path(dirpath) / f
+                removed.append(p.relative_to(root).as_posix())
+                p.unlink()
+    return sorted(removed)
+
+
+def _user_site(base: Path) -> None:
+    for version in _PY_VERSIONS:
+        site = base / "lib" / f"python{version}" / "site-packages"
+        site.mkdir(parents=True)
+        (site / f"{REPORTER_MODULE}.py").write_bytes(reporter_source())
+
+
+@dataclass
+class CheckRun:
+    """One command's execution and what the reporter wrote (None: no report file at all)."""
+
+    result: ExecResult
+    report_text: str | None
+    canaries: list[Canary]
+    bytecode_removed: list[str]
+
+
+def canary_targets(bundle: Bundle, work: Path, tests: Path) -> tuple[list[str], list[str]]:
+    """The files canaries go into: every test file of the hidden tests, and every test file
+    of the workspace under the task's protected paths."""
+    hidden = sorted(p.relative_to(tests).as_posix() for p in tests.rglob("*.py")
+                    if is_test_file(p.name) and not p.is_symlink())
+    protected = bundle.spec.acceptance.protected_paths
+    own = sorted(p.relative_to(work).as_posix() for p in work.rglob("*.py")
+                 if is_test_file(p.name) and not p.is_symlink()
+                 and matches_any(p.relative_to(work).as_posix(), protected))
+    return hidden, own
+
+
+def run_command(command: str, workspace: Path, bundle: Bundle, *, record_dir: Path | None,
+                tamper_evident: bool, mode: str = "run", canaries: bool = True) -> CheckRun:
+    """``command`` under ``sh -c`` over private copies; with ``tamper_evident`` the reporter is
+    enabled and (``canaries``) a canary pair is planted in every test file."""
+    spec = bundle.spec
+    with tempfile.TemporaryDirectory(prefix="assay-verify-") as tmp_name:
+        tmp = Path(tmp_name)
+        work, home, tests = tmp / "work", tmp / "home", tmp / "tests"
+        shutil.copytree(workspace, work, symlinks=True)
+        if bundle.tests_dir.is_dir():
+            shutil.copytree(bundle.tests_dir, tests, symlinks=True)
+        else:
+            tests.mkdir()
+        home.mkdir()
+        removed = strip_bytecode(work)
+        env = {"ASSAY_TESTS": TESTS_MOUNT, "HOME": HOME_MOUNT, "PYTHONDONTWRITEBYTECODE": "1",
+               # No pytest plugin loads unless the command names it: a candidate could otherwise
+               # ship one (a *.dist-info entry point on PYTHONPATH) that marks every test passed.
+               "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "ASSAY_TASK_ID": spec.id}
+        mounts = [Mount(tests, TESTS_MOUNT, writable=False), Mount(home, HOME_MOUNT, writable=True)]
+        planted: list[Canary] = []
+        report_file: Path | None = None
+        if tamper_evident:
+            pyuser, pycache, out = tmp / "pyuser", tmp / "pycache", tmp / "out"
+            _user_site(pyuser)
+            pycache.mkdir()
+            out.mkdir()
+            token = secrets.token_hex(8)
+            report_name = f"r-{token}.jsonl"
+            out_mount, cache_mount = f"/assay/out-{token}", f"/assay/pycache-{token}"
+            mounts += [Mount(pyuser, PYUSER_MOUNT, writable=False),
+                       Mount(out, out_mount, writable=True),
+                       Mount(pycache, cache_mount, writable=True)]
+            env.update({"PYTHONUSERBASE": PYUSER_MOUNT, "PYTEST_PLUGINS": REPORTER_MODULE,
+                        "ASSAY_VERIFIER_REPORT": f"{out_mount}/{report_name}",
+                        "ASSAY_VERIFIER_MODE": mode, "PYTHONPYCACHEPREFIX": cache_mount})
+            report_file = out / report_name
+            if canaries:
+                hidden, own = canary_targets(bundle, work, tests)
+                planted = plant(tests, "tests", hidden) + plant(work, "work", own)
+        limits = Limits(wall_seconds=spec.budget.verifier_wall_seconds,
+                        memory_mib=spec.resources.memory_limit_mib, pids=spec.resources.pids,
+                        cpu_cores=spec.resources.cpu_cores)
+        result = run_sandboxed(["sh", "-c", command], work, limits=limits, env=env,
+                               mounts=mounts, record_dir=record_dir)
+        text = None
+        if report_file is not None and report_file.is_file() and not report_file.is_symlink():
+            text = report_file.read_bytes()[:8 << 20].decode("utf-8", errors="replace")
+    return CheckRun(result, text, planted, removed)
