@@ -142,7 +142,11 @@ def trial_run(
     from assay.agents import parse_agent
     from assay.runner.trial import run_trial
 
-    [bundle] = _load_bundles([task_dir])[:1]
+    bundles = _load_bundles([task_dir])
+    if len(bundles) > 1:
+        raise fail(f"{task_dir} holds {len(bundles)} task bundles; a trial runs one. Name one "
+                   "of: " + ", ".join(str(b.root) for b in bundles))
+    [bundle] = bundles
     try:
         the_agent = parse_agent(agent)
     except ValueError as exc:

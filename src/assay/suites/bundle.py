@@ -231,8 +231,9 @@ def tree_digest(root: Path) -> str:
 
 
 def set_fixture_digest(root: Path, digest: str) -> None:
-    """Pin ``digest`` in task.yaml by editing its one ``fixture_digest:`` line, so comments and
-    layout survive; only ever on request (``task lint --write-digest``)."""
+    """Pin ``digest`` in task.yaml by editing its one ``fixture_digest:`` line, or adding one
+    under ``initial_state`` (after ``repository_commit`` or ``repository``), so comments, order
+    and layout survive; only ever on request (``task lint --write-digest``)."""
     import re
 
     from assay.records.io import atomic_write_text
@@ -242,9 +243,38 @@ def set_fixture_digest(root: Path, digest: str) -> None:
     new, n = re.subn(r"^(\s*fixture_digest:)[ \t]*[^\s#]*", rf"\g<1> {digest}", text, count=1,
                      flags=re.MULTILINE)
     if n != 1:
-        raise SuiteError.one(path, "no 'fixture_digest:' line under initial_state to write to",
-                             field="initial_state.fixture_digest")
+        new = _insert_digest_line(path, text, digest)
     atomic_write_text(path, new)
+
+
+def _insert_digest_line(path: Path, text: str, digest: str) -> str:
+    lines = text.splitlines(keepends=True)
+    head = next((i for i, line in enumerate(lines)
+                 if line.rstrip("\r\n").split("#", 1)[0].rstrip() == "initial_state:"), None)
+    if head is None:
+        raise SuiteError.one(path, "initial_state is not a block mapping (one key per line): "
+                             "add 'fixture_digest: null' under it, then --write-digest again",
+                             field="initial_state.fixture_digest")
+    children = []
+    for i in range(head + 1, len(lines)):
+        body = lines[i].split("#", 1)[0]
+        if not body.strip():
+            continue
+        indent = len(body) - len(body.lstrip(" "))
+        if indent == 0:
+            break
+        children.append((i, indent, body.strip()))
+    if not children:
+        raise SuiteError.one(path, "initial_state has no keys", field="initial_state")
+    indent = children[0][1]
+    after = head
+    for key in ("repository:", "repository_commit:"):
+        after = next((i for i, ind, b in children if ind == indent and b.startswith(key)), after)
+    newline = "\r\n" if lines[after].endswith("\r\n") else "\n"
+    if not lines[after].endswith(("\n", "\r")):
+        lines[after] += newline
+    lines.insert(after + 1, " " * indent + f"fixture_digest: {digest}" + newline)
+    return "".join(lines)
 
 
 def find_bundles(paths: list[Path]) -> list[Path]:

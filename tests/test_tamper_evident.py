@@ -1,0 +1,281 @@
+"""Verdicts that survive the candidate's own code: each attack from the issue, through the real
+sandbox and the real pytest, rejected with the right code; the same attack accepted when the
+check is opted out of tamper evidence (so the defence, not luck, is what rejects it); the canary
+machinery shown able to fail; the structured report's rules on hand-written reports."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import run_cli
+from support.bundles import FIXED_SOURCE, make_bundle
+
+from assay.agents.mutants import BY_NAME, MutantAgent
+from assay.grading.canaries import Canary, plant
+from assay.grading.integrity import check_integrity
+from assay.grading.tamper_scan import scan_source
+from assay.grading.test_report import judge, parse_report
+from assay.records.artifact import list_tree
+from assay.runner.trial import run_trial
+from assay.sandbox import bwrap_available
+from assay.suites.bundle import load_bundle
+
+needs_bwrap = pytest.mark.skipif(not bwrap_available(), reason="bubblewrap cannot run here")
+
+
+def _edit_yaml(bundle: Path, old: str, new: str) -> None:
+    p = bundle / "task.yaml"
+    text = p.read_text()
+    assert old in text
+    p.write_text(text.replace(old, new))
+
+
+def _opt_out(bundle: Path) -> None:
+    p = bundle / "task.yaml"
+    text = p.read_text()
+    out = [line.replace("}", ", tamper_evident: false}") if line.strip().startswith(
+        ("behavior:", "regression:")) else line for line in text.splitlines()]
+    p.write_text("\n".join(out) + "\n")
+
+
+def _mutant(bundle_dir: Path, name: str, out: Path) -> dict[str, Any]:
+    res = run_trial(load_bundle(bundle_dir), MutantAgent(BY_NAME[name]), out)
+    assert res.grade is not None, res.record
+    return res.grade
+
+
+@needs_bwrap
+@pytest.mark.parametrize("name", ["fake_summary_exit", "noop_test_calls", "flip_failed_reports"])
+def test_in_process_attacks_are_caught_and_work_without_the_defence(
+        name: str, tmp_path: Path) -> None:
+    guarded = make_bundle(tmp_path / "guarded")
+    g = _mutant(guarded, name, tmp_path / "t1")
+    assert g["accepted"] is False
+    assert g["failure_code"] == "test_runner_tampered", g["details"]["integrity"]
+    assert g["checks"]["integrity"] == "fail"
+    evidence = next(p for p in g["details"]["integrity"]["problems"]
+                    if p["code"] == "test_runner_tampered")["evidence"]
+    if name == "fake_summary_exit":
+        assert any("exited 0" in e for e in evidence), evidence
+    else:
+        # the grade names the canary that gave it away
+        assert any("canary test_" in e and "must fail but was reported passed" in e
+                   for e in evidence), evidence
+    # the scan lists what the candidate reached for, with file and line, as evidence only
+    whats = {(s["file"], s["what"]) for s in g["details"]["suspicious"]}
+    assert any(f == "src/calc/__init__.py" for f, _ in whats), whats
+
+    open_ = make_bundle(tmp_path / "open")
+    _opt_out(open_)
+    g2 = _mutant(open_, name, tmp_path / "t2")
+    assert set(g2["details"]["not_tamper_evident"]) == {"behavior", "regression"}
+    if name in ("noop_test_calls", "flip_failed_reports"):
+        # without the defence the attack is accepted: this is what the canaries stop
+        assert g2["accepted"] is True, g2["failure_code"]
+    else:
+        # the printed summary alone cannot be trusted: only the old summary rule saw through
+        # os._exit(0) when no real summary is printed; what matters is the guarded verdict
+        assert g2["failure_code"] != "test_runner_tampered"
+
+
+@needs_bwrap
+def test_shadow_bytecode_is_refused_and_never_run_even_when_allowed(tmp_path: Path) -> None:
+    b = make_bundle(tmp_path / "b")
+    g = _mutant(b, "shadow_bytecode", tmp_path / "t1")
+    assert g["failure_code"] == "compiled_code_added"
+    codes = [p for p in g["details"]["integrity"]["problems"] if p["code"] ==
+             "compiled_code_added"]
+    assert codes and codes[0]["path"].startswith("src/calc/__pycache__/")
+
+    allowed = make_bundle(tmp_path / "allowed")
+    _edit_yaml(allowed, '  allowed_paths: ["src/**"]',
+               '  allowed_paths: ["src/**"]\n  allowed_binaries: ["**/__pycache__/**"]')
+    g2 = _mutant(allowed, "shadow_bytecode", tmp_path / "t2")
+    # integrity lets the file through, but the verifier never reads workspace bytecode: the
+    # untouched (buggy) source runs, and the hidden tests fail honestly
+    assert g2["checks"]["integrity"] == "pass"
+    assert g2["failure_code"] == "behavior_failed"
+    assert any(r.startswith("src/calc/__pycache__") for r in
+               g2["details"]["behavior"]["bytecode_removed"])
+
+
+@needs_bwrap
+def test_canaries_fail_when_the_runner_is_honest_and_the_fix_is_accepted(tmp_path: Path) -> None:
+    b = make_bundle(tmp_path / "b")
+    cmd = "command:sed -i 's/return a - b/return a + b/' src/calc/__init__.py"
+    res = run_trial(load_bundle(b), _parse(cmd), tmp_path / "t")
+    g = res.grade
+    assert g is not None and g["accepted"] is True, g and g["failure_code"]
+    beh = g["details"]["behavior"]
+    te = beh["tamper_evident"]
+    assert te["applied"] is True and te["verdict"] == "pass"
+    outcomes = {c["must"]: c["outcome"] for c in te["canaries"]}
+    assert outcomes == {"pass": "passed", "fail": "failed"}
+    assert te["expected_ids"] == 3 and "solve.patch" in te["expected_ids_source"]
+    assert beh["exit_code"] == 1  # the must-fail canary fails; the report decides, not the exit
+    assert beh["counts"]["passed"] == 3 and beh["counts"]["failed"] == 0
+    assert beh["stdout_counts"]["passed"] == 4 and beh["stdout_counts"]["failed"] == 1
+    assert g["details"]["suspicious"] == []
+    assert g["details"]["not_tamper_evident"] == {}
+
+
+def _parse(spec: str) -> Any:
+    from assay.agents import parse_agent
+
+    return parse_agent(spec)
+
+
+@needs_bwrap
+def test_a_hidden_test_that_needs_the_fix_to_import_still_gets_its_ids(tmp_path: Path) -> None:
+    """The hidden test imports a name only the fix adds: on the pristine tree it cannot even be
+    collected, so its ids come from the pristine tree plus the reference solution."""
+    hidden = "from calc import add, sub\n\n\ndef test_sub():\n    assert sub(5, 3) == 2\n"
+    patch = (
+        "--- a/src/calc/__init__.py\n+++ b/src/calc/__init__.py\n"
+        "@@ -8,3 +8,7 @@ def add(a, b):\n \n def mul(a, b):\n     return a * b\n+\n+\n"
+        "+def sub(a, b):\n+    return a - b\n")
+    b = make_bundle(tmp_path / "b", hidden_tests=hidden, solve_patch=patch)
+    good = ("command:printf '\\n\\ndef sub(a, b):\\n    return a - b\\n' >> "
+            "src/calc/__init__.py")
+    g = run_trial(load_bundle(b), _parse(good), tmp_path / "t1").grade
+    assert g is not None and g["accepted"] is True, g and g["details"]["behavior"]
+    assert g["details"]["behavior"]["tamper_evident"]["expected_ids"] == 1
+
+
+def test_judge_rules_on_hand_written_reports() -> None:
+    start = json.dumps({"event": "start", "schema": "assay.pytest_report/1"})
+    finish = json.dumps({"event": "finish", "exitstatus": 1})
+
+    def test(nodeid: str, outcome: str, when: str = "call") -> str:
+        return json.dumps({"event": "test", "nodeid": nodeid, "when": when, "outcome": outcome})
+
+    canaries = [Canary("test_ok_x", "tests/t.py", "pass"), Canary("test_no_y", "tests/t.py",
+                                                                   "fail")]
+    honest = "\n".join([start, test("t.py::test_a", "passed"), test("t.py::test_ok_x", "passed"),
+                        test("t.py::test_no_y", "failed"), finish])
+    v = judge(honest, exit_code=1, canaries=canaries, expected_ids=["t.py::test_a"],
+              summary={"runner": "pytest", "passed": 2, "failed": 1})
+    assert v["status"] == "pass" and v["counts"]["passed"] == 1
+
+    flipped = honest.replace('"t.py::test_no_y", "when": "call", "outcome": "failed"',
+                              '"t.py::test_no_y", "when": "call", "outcome": "passed"')
+    v = judge(flipped, exit_code=0, canaries=canaries, expected_ids=["t.py::test_a"],
+              summary=None)
+    assert v["status"] == "tampered" and "test_no_y must fail" in v["tampered"][0]
+
+    no_canary = "\n".join([start, test("t.py::test_a", "passed"), finish])
+    v = judge(no_canary, exit_code=0, canaries=canaries, expected_ids=None, summary=None)
+    assert v["status"] == "tampered" and sum("missing" in t for t in v["tampered"]) == 2
+
+    assert judge(None, exit_code=0, canaries=canaries, expected_ids=None,
+                 summary=None)["status"] == "tampered"
+    assert judge(None, exit_code=2, canaries=canaries, expected_ids=None,
+                 summary=None)["status"] == "fail"
+    unfinished = "\n".join([start, test("t.py::test_a", "passed")])
+    assert judge(unfinished, exit_code=0, canaries=[], expected_ids=None,
+                 summary=None)["status"] == "tampered"
+
+    torn = honest + "\n7 passed in 0.02s"
+    v = judge(torn, exit_code=1, canaries=canaries, expected_ids=None, summary=None)
+    assert v["status"] == "tampered" and "did not write" in v["tampered"][0]
+
+    v = judge(honest, exit_code=1, canaries=canaries, expected_ids=["t.py::test_a"],
+              summary={"runner": "pytest", "passed": 9, "failed": 0})
+    assert v["status"] == "tampered" and "printed summary" in v["tampered"][0]
+
+    v = judge(honest, exit_code=1, canaries=canaries,
+              expected_ids=["t.py::test_a", "t.py::test_gone"], summary=None)
+    assert v["status"] == "fail" and v["failure"] == "tests_missing"
+    assert v["missing_ids"] == ["t.py::test_gone"]
+
+    errs = "\n".join([start, test("t.py::test_a", "failed", "setup"), test("t.py::test_ok_x",
+                      "passed"), test("t.py::test_no_y", "failed"), finish])
+    v = judge(errs, exit_code=1, canaries=canaries, expected_ids=None, summary=None)
+    assert v["status"] == "fail" and v["counts"]["errors"] == 1
+    rep = parse_report(errs)
+    assert rep is not None and rep.outcome("t.py::test_a") == "error"
+
+
+def test_canaries_are_planted_among_the_tests_and_collected(tmp_path: Path) -> None:
+    f = tmp_path / "test_x.py"
+    f.write_text("import os\n\n\ndef test_a():\n    assert 1\n\n\n@staticmethod\ndef helper():"
+                 "\n    pass\n")
+    planted = plant(tmp_path, "tests", ["test_x.py"])
+    assert [c.must for c in planted] == ["pass", "fail"]
+    text = f.read_text()
+    compile(text, "test_x.py", "exec")
+    for c in planted:
+        assert f"def {c.name}():" in text and c.name.startswith("test_")
+    res = subprocess.run(["python3", "-m", "pytest", "-q", "-p", "no:cacheprovider", str(f)],
+                         capture_output=True, text=True, cwd=tmp_path, check=False,
+                         env={**os.environ, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"})
+    assert "1 failed, 2 passed" in res.stdout, res.stdout
+
+
+def test_pyproject_dependency_edit_is_not_test_tooling(tmp_path: Path) -> None:
+    base = "[project]\nname = 'x'\ndependencies = []\n\n[tool.pytest.ini_options]\naddopts = '-q'\n"
+    before, deps, runner = tmp_path / "a", tmp_path / "b", tmp_path / "c"
+    for d, text in ((before, base), (deps, base.replace("[]", "['requests']")),
+                    (runner, base.replace("'-q'", "'-q --collect-only'"))):
+        d.mkdir()
+        (d / "pyproject.toml").write_text(text)
+    pristine = list_tree(before)
+    ok = check_integrity(pristine, list_tree(deps), protected=[], allowed=None)
+    assert ok.passed, ok.problems
+    bad = check_integrity(pristine, list_tree(runner), protected=[], allowed=None)
+    assert bad.failure_code == "test_tooling_changed"
+
+
+def test_compiled_code_is_found_by_content_whatever_its_name(tmp_path: Path) -> None:
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir()
+    b.mkdir()
+    (b / "notes.txt").write_bytes(b"\x7fELF\x02\x01\x01" + bytes(64))
+    res = check_integrity(list_tree(a), list_tree(b), protected=[], allowed=None)
+    assert res.failure_code == "compiled_code_added"
+    assert res.problems[0]["kind"] == "elf"
+    allowed = check_integrity(list_tree(a), list_tree(b), protected=[], allowed=None,
+                              allowed_binaries=["*.txt"])
+    assert allowed.passed
+
+
+def test_tamper_scan_lists_findings_with_lines() -> None:
+    src = "import os\nimport _pytest.python\n\ndef f():\n    os._exit(0)\n# os._exit(1)\n"
+    found = scan_source("src/pkg/mod.py", src)
+    assert [(f["line"], f["what"]) for f in found] == [(2, "test runner internals"),
+                                                       (5, "hard process exit")]
+    # pytest's own names inside a test file are ordinary there
+    assert scan_source("tests/test_mod.py", "import _pytest\n") == []
+    assert FIXED_SOURCE and scan_source("src/calc/__init__.py", FIXED_SOURCE) == []
+
+
+def test_write_digest_adds_the_missing_line_keeping_comments(tmp_path: Path) -> None:
+    b = make_bundle(tmp_path / "b", pin_digest=False)
+    p = b / "task.yaml"
+    text = p.read_text().replace("  fixture_digest: null\n", "")
+    p.write_text(text)
+    res = run_cli(["task", "lint", str(b), "--write-digest"])
+    assert res.code == 0, res.stderr
+    new = p.read_text()
+    assert "Traceback" not in res.stderr
+    lines = new.splitlines()
+    i = lines.index("  repository_commit: null")
+    assert lines[i + 1].startswith("  fixture_digest: sha256:")
+    assert [ln for ln in lines if "fixture_digest" not in ln] == text.splitlines()
+    assert run_cli(["task", "lint", str(b)]).code == 0
+
+
+@needs_bwrap
+def test_trial_run_refuses_a_folder_of_several_bundles(tmp_path: Path) -> None:
+    make_bundle(tmp_path / "tasks" / "a", task_id="a-1")
+    make_bundle(tmp_path / "tasks" / "b", task_id="b-1")
+    res = run_cli(["trial", "run", str(tmp_path / "tasks"), "--agent", "nop", "--out",
+                   str(tmp_path / "t")])
+    assert res.code == 2
+    assert "holds 2 task bundles" in res.stderr and "a-1" not in res.stdout
+    assert not (tmp_path / "t").exists()
