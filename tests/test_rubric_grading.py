@@ -23,8 +23,10 @@ import assay
 from assay.cli.rubric_ui import interactive_session
 from assay.grading.rubric import (
     GradingError,
+    ShownAnswer,
     collect_answers,
     export_csv,
+    grade_session,
     import_csv,
     latest_grades,
     shuffle_answers,
@@ -251,6 +253,39 @@ def test_the_raw_answer_is_redacted_when_nothing_was_extracted(runs):
     for secret in secrets_of(a, b):
         assert secret not in out
     assert not (a["dir"] / "grades" / "rubric").exists()  # skips write nothing
+
+
+class RecordingScreen:
+    """A GraderScreen with no terminal: keeps what a front end would be handed."""
+
+    def __init__(self) -> None:
+        self.shown: list[ShownAnswer] = []
+        self.messages: list[str] = []
+
+    def show(self, answer: ShownAnswer) -> None:
+        self.shown.append(answer)
+
+    def tell(self, message: str) -> None:
+        self.messages.append(message)
+
+    def warn(self, message: str) -> None:
+        self.messages.append(message)
+
+
+def test_a_front_end_is_handed_only_redacted_answers(runs):
+    a, b = runs
+    screen = RecordingScreen()
+    summary = grade_session([a["dir"], b["dir"]], grader="ann", seed=3, screen=screen,
+                            ask=Script(["s"] * 15 + ["1", "fine"]))
+    assert summary["graded"] == 1 and summary["skipped"] == 15 and not summary["stopped"]
+    assert [(x.index, x.total) for x in screen.shown] == [(i, 16) for i in range(1, 17)]
+    handed = " ".join(f"{x.task_id} {x.answer_id} {x.prompt} {x.rubric} {x.text}"
+                      for x in screen.shown) + " ".join(screen.messages)
+    for secret in secrets_of(a, b):
+        assert secret.lower() not in handed.lower(), f"{secret!r} handed to the front end"
+    assert handed.count("As [redacted] I think") == 2
+    (row,) = grade_rows(a) + grade_rows(b)
+    assert row["answer_id"] == screen.shown[-1].answer_id and row["note"] == "fine"
 
 
 def test_same_seed_same_order_other_seed_other_order(runs):

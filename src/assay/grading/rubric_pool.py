@@ -130,6 +130,7 @@ def _shown_text(row: dict[str, Any]) -> str:
 
 
 def sha256(text: str) -> str:
+    """Ties a grade to the exact text graded, so a changed answer is never given an old grade."""
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
@@ -150,6 +151,7 @@ class Pool:
         return text
 
     def sha_of(self, answer: BlindAnswer) -> str:
+        """The hash of the text as collected, before redaction (what the run holds)."""
         return self.hashes[(answer.run_dir, answer.task_id, answer.sample)]
 
 
