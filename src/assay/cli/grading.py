@@ -1,8 +1,13 @@
-"""``assay grade``: blind human grading of rubric answers."""
+"""``assay grade``: blind human grading of rubric answers, in the terminal or through a CSV.
+
+The command only picks the way in; the rules live in ``assay.grading.rubric`` and the terminal
+drawing in ``assay.cli.rubric_ui``.
+"""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
 
@@ -13,6 +18,10 @@ from assay.cli.app import (
     fail,
     out,
 )
+
+ask_grader: Callable[[str], str] = input
+"""Where a sitting reads the grader's replies: the keyboard. The seam a test replaces to drive
+``assay grade`` through the real CLI without a terminal."""
 
 
 @app.command()
@@ -28,7 +37,8 @@ def grade(
     = None,
 ) -> None:
     """Blind human grading of rubric answers, one at a time or through a CSV."""
-    from assay.grading.rubric import GradingError, export_csv, import_csv, interactive_session
+    from assay.cli.rubric_ui import interactive_session
+    from assay.grading.rubric import GradingError, export_csv, import_csv
 
     who = grader or os.environ.get("USER") or "grader"
     try:
@@ -40,7 +50,7 @@ def grade(
             summary = import_csv(run_dirs, import_, grader=who)
         else:
             summary = interactive_session(run_dirs, grader=who, seed=seed, regrade=regrade,
-                                          console=out)
+                                          console=out, ask=ask_grader)
     except GradingError as exc:
         raise fail(str(exc)) from None
     out.print(", ".join(f"{k}: {v}" for k, v in summary.items()), highlight=False)

@@ -148,7 +148,8 @@ def _write_report(run_dir: Path) -> dict[str, Any]:
     if read_manifest(run_dir).get("kind") == "coding":
         from rich.markdown import Markdown
 
-        from assay.report.coding import NOT_ISOLATED, build_coding_report, coding_markdown
+        from assay.report.coding import build_coding_report
+        from assay.report.coding_markdown import NOT_ISOLATED, coding_markdown
 
         rep = build_coding_report(run_dir)
         md = coding_markdown(rep)

@@ -1,0 +1,76 @@
+"""The coding report's Markdown, drawn from a report dict alone (no run directory): the edge
+cases a real run reaches only now and then: nothing measured yet, rows still missing, a run
+without the sandbox, rubric answers graded and not. The figures themselves are tested on real
+runs in test_coding_run.py and test_html_report.py."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from assay.report.coding_markdown import NOT_ISOLATED, coding_headline, coding_markdown
+
+
+def report(**over: Any) -> dict[str, Any]:
+    rep: dict[str, Any] = {
+        "schema": "assay.coding.report/1", "run_id": "r1", "suite": "tiny", "model": "m",
+        "not_isolated": False, "samples_per_task": 2, "expected_rows": 6, "missing_rows": 0,
+        "auto_graded_tasks": 2,
+        "pass_at_1": {"mean": 0.75, "ci95": [0.5, 1.0], "tasks": 2},
+        "pass_all": {"mean": 0.5, "ci95": [0.0, 1.0], "tasks": 2}, "pass_all_k": 2,
+        "pass_at_k": {"1": {"mean": 0.75, "ci95": [0.5, 1.0], "tasks": 2},
+                      "2": {"mean": 1.0, "ci95": [1.0, 1.0], "tasks": 2}},
+        "pass_hat_k": {}, "mixed_tasks": ["py-add"],
+        "failure_reasons": {"wrong_answer": 1}, "infra_errors": 1,
+        "tasks": [
+            {"id": "py-add", "type": "unit", "samples": 2, "passes": 1, "pass_rate": 0.5,
+             "mixed": True, "failures": ["#1: wrong_answer"], "infra_errors": 0,
+             "rubric_answers": 0},
+            {"id": "py-sub", "type": "unit", "samples": 2, "passes": 2, "pass_rate": 1.0,
+             "mixed": False, "failures": [], "infra_errors": 1, "rubric_answers": 0},
+            {"id": "sql-01", "type": "rubric", "samples": 0, "passes": 0, "pass_rate": None,
+             "mixed": False, "failures": [], "infra_errors": 0, "rubric_answers": 1},
+        ],
+        "rubric": {"answers": 1, "graded": 1, "ungraded": 0, "mean_score": 2.0,
+                   "scale": "0-3"},
+        "served_models": {"m-0613": 5}, "warnings": [], "started_at": None, "ended_at": None,
+    }
+    return {**rep, **over}
+
+
+def test_markdown_shows_the_figures_and_every_task():
+    md = coding_markdown(report())
+    assert md.startswith("# assay coding report: tiny × m\n")
+    assert "| pass@1 (mean over samples, 95% CI by task) | 75.0% [50.0%, 100.0%] |" in md
+    assert "| pass^2 (every sample passes) | 50.0% [0.0%, 100.0%] |" in md
+    assert "| pass@2 (unbiased) | 100.0% [100.0%, 100.0%] |" in md
+    assert "pass@1 (unbiased)" not in md  # pass@1 has its own row
+    assert "| tasks with mixed outcomes | 1 (py-add) |" in md
+    assert "| rubric answers graded | 1 of 1, mean 2.00 / 3 |" in md
+    assert "| served model | m-0613 (5) |" in md
+    assert "| py-add | unit | 1 of 2 (mixed) | #1: wrong_answer |" in md
+    (sub,) = [line for line in md.splitlines() if line.startswith("| py-sub |")]
+    assert sub.startswith("| py-sub | unit | 2 of 2 |") and sub.endswith("1 infra errors |")
+    assert "| sql-01 | rubric | 1 answer for human grading |  |" in md
+    assert NOT_ISOLATED not in md and "not yet answered" not in md
+
+
+def test_unknown_figures_say_so_and_never_print_as_zero():
+    rep = report(pass_at_1=None, pass_all=None, pass_at_k={}, mixed_tasks=[],
+                 failure_reasons={}, served_models={}, missing_rows=4,
+                 rubric={"answers": 3, "graded": 0, "ungraded": 3, "mean_score": None,
+                         "scale": "0-3"})
+    rows = dict(coding_headline(rep))
+    assert rows["pass@1 (mean over samples, 95% CI by task)"] == "n/a"
+    assert rows["pass^2 (every sample passes)"] == "n/a"
+    assert rows["served model"] == "n/a" and rows["failure reasons"] == "none"
+    assert rows["rubric answers graded"] == "0 of 3"  # no mean of nothing
+    assert rows["tasks with mixed outcomes"] == "0"
+    assert coding_headline(rep)[0] == ("not yet answered", "4 (resume with the same --out)")
+
+
+def test_a_run_without_the_sandbox_and_its_warnings_head_the_page():
+    md = coding_markdown(report(not_isolated=True, warnings=["served model changed"]))
+    lines = md.splitlines()
+    assert lines[2] == f"> **{NOT_ISOLATED}**"
+    assert lines[4] == "> **Warning:** served model changed"
+    assert lines[5] == "| figure | value |"
