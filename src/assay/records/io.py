@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from assay.errors import NeverOverwrite
+from assay.errors import NeverOverwrite, RecordError
 
 
 def _umask() -> int:
@@ -71,6 +71,20 @@ def atomic_write_json(path: Path, data: Any) -> None:
         # A surrogate-escaped file name (not UTF-8 on disk) can only travel as an ASCII escape.
         text = json.dumps(data, indent=2, ensure_ascii=True, allow_nan=False) + "\n"
     atomic_write_text(path, text)
+
+
+def read_json_file(path: Path) -> dict[str, Any]:
+    """A whole-file JSON record; a corrupt or foreign one is a ``RecordError`` that names the
+    file and the line, never a traceback."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except UnicodeDecodeError as exc:
+        raise RecordError(f"{path}: not UTF-8 text ({exc.reason})") from None
+    except json.JSONDecodeError as exc:
+        raise RecordError(f"{path}:{exc.lineno}: corrupt JSON record ({exc.msg})") from None
+    if not isinstance(data, dict):
+        raise RecordError(f"{path}: expected a JSON object")
+    return data
 
 
 def write_new_text(path: Path, text: str) -> None:

@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
-import json
 import os
 import platform
 import subprocess
 from pathlib import Path
 from typing import Any
 
-from assay.records.io import atomic_write_json
+from assay.records.io import atomic_write_json, read_json_file
 from assay.version import __version__
 
 MANIFEST = "manifest.json"
@@ -47,7 +46,7 @@ def tool_identity() -> dict[str, Any]:
 def read_manifest(run_dir: Path) -> dict[str, Any]:
     path = run_dir / MANIFEST
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        return read_json_file(path)
     except FileNotFoundError as exc:
         raise FileNotFoundError(f"{path}: no manifest: not an assay run directory") from exc
 

@@ -8,7 +8,6 @@ the frozen artifact.
 
 from __future__ import annotations
 
-import json
 import tempfile
 import time
 from dataclasses import dataclass
@@ -20,7 +19,7 @@ from assay.agents.mutants import clear_tree
 from assay.errors import NeverOverwrite, TrialRefused
 from assay.grading.verifier import verify
 from assay.records.artifact import freeze
-from assay.records.io import atomic_write_json
+from assay.records.io import atomic_write_json, read_json_file
 from assay.records.manifest import tool_identity, utc_now
 from assay.sandbox import Limits, run_sandboxed
 from assay.suites.bundle import Bundle, tree_digest
@@ -174,7 +173,7 @@ def run_trial(bundle: Bundle, agent: Agent, trial_dir: Path, *, rep: int = 0,
 
 
 def read_trial(trial_dir: Path) -> dict[str, Any]:
-    return json.loads((trial_dir / TRIAL_JSON).read_text())
+    return read_json_file(trial_dir / TRIAL_JSON)
 
 
 def regrade(trial_dir: Path, bundle: Bundle, revision: str) -> dict[str, Any]:
