@@ -5,7 +5,12 @@
 and an environment built only from what the caller passes. The :class:`ExecResult` says what
 happened (``reason``), which limits were actually applied and by which mechanism
 (``limits_applied``), and the kernel evidence behind the classification (``evidence``).
-See :mod:`assay.sandbox.bwrap`, :mod:`assay.sandbox.limits` and :mod:`assay.sandbox.run`.
+
+One module per concern: ``run`` (the orchestrator, ``run_sandboxed``), ``bwrap`` (what the
+command can see), ``limits`` (what it may use, and the record of what was applied), ``plan`` (one
+decision per limit), ``cgroups`` and ``evidence`` (the kernel side), ``wrapper`` (the shell prefix
+that applies them), ``execute`` and ``proctree`` (watchdog and killing), ``pipes`` (bounded
+output), ``outcome`` (the pure classification into a reason) and ``result`` (``ExecResult``).
 """
 
 from assay.sandbox.bwrap import (
@@ -19,8 +24,12 @@ from assay.sandbox.bwrap import (
     bwrap_available,
     check_bwrap,
 )
+from assay.sandbox.execute import KILL_GRACE_SECONDS
 from assay.sandbox.limits import NOT_APPLIED, AppliedLimit, Limits
-from assay.sandbox.run import KILL_GRACE_SECONDS, REASONS, TAIL_BYTES, ExecResult, run_sandboxed
+from assay.sandbox.outcome import REASONS
+from assay.sandbox.pipes import TAIL_BYTES
+from assay.sandbox.result import ExecResult
+from assay.sandbox.run import run_sandboxed
 
 __all__ = [
     "DEFAULT_PATH",

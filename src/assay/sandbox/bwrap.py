@@ -31,6 +31,7 @@ from __future__ import annotations
 import atexit
 import functools
 import glob
+import json
 import os
 import shutil
 import subprocess
@@ -39,6 +40,7 @@ import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+from typing import Any
 
 from assay.errors import SandboxUnavailable
 
@@ -264,6 +266,27 @@ def bwrap_options(
 
 def bwrap_argv(bwrap: str, args_fd: int, command: Sequence[str]) -> list[str]:
     return [bwrap, "--args", str(args_fd), "--", *command]
+
+
+def parse_json_status(raw: bytes) -> dict[str, Any]:
+    """Merge the JSON documents bwrap wrote to ``--json-status-fd`` ({"child-pid": ...},
+    {"exit-code": ...}); a truncated last document is ignored."""
+    merged: dict[str, Any] = {}
+    text = raw.decode("utf-8", errors="replace")
+    decoder = json.JSONDecoder()
+    pos = 0
+    while True:
+        while pos < len(text) and text[pos].isspace():
+            pos += 1
+        if pos >= len(text):
+            break
+        try:
+            doc, pos = decoder.raw_decode(text, pos)
+        except ValueError:
+            break
+        if isinstance(doc, dict):
+            merged.update(doc)
+    return merged
 
 
 def data_fd(text: str, name: str) -> int:
