@@ -327,3 +327,21 @@ def test_import_assay_stays_cheap_and_report_is_not_shadowed() -> None:
     assert done.stdout.strip() == "ok"
     with pytest.raises(AttributeError, match="no attribute 'nothing'"):
         assay.nothing  # noqa: B018 - the attribute access is the test
+
+
+def test_cli_and_library_make_the_same_run(tmp_path: Path) -> None:
+    from conftest import run_cli
+
+    suite = write_suite(tmp_path / "suite", CASES, extra_yaml=TUNED)
+    res = run_cli(["run", str(suite), "--model", "builtin/oracle", "--out", str(tmp_path / "c")])
+    assert res.code == 0, res.stderr
+    lib = assay.run(suite, "builtin/oracle", out=tmp_path / "l")
+    cli_m, lib_m = manifest_of(tmp_path / "c"), manifest_of(tmp_path / "l")
+    for key in ("parameters", "comparable", "limits", "suite", "model"):
+        assert cli_m[key] == lib_m[key], key
+    cli_rep = json.loads((tmp_path / "c" / "report.json").read_text())
+    drop = ("run_id", "started_at", "ended_at", "latency_ms")
+    assert {k: v for k, v in cli_rep.items() if k not in drop} == {
+        k: v for k, v in lib.report.items() if k not in drop}
+    assert sorted(p.name for p in (tmp_path / "c").iterdir()) == sorted(
+        p.name for p in (tmp_path / "l").iterdir())
