@@ -28,6 +28,9 @@ LAYERS: dict[str, int] = {
     "__main__": 9,
 }
 
+# assay/__init__.py re-exports the api package (lazily): the two are one layer and one unit.
+ONE_UNIT = {"__init__", "api"}
+
 # Imports that still run against the flow, each to be removed by the change that fixes it.
 # The test fails when one listed here is gone, so the list can only shrink.
 KNOWN_BACKWARDS: set[tuple[str, str]] = {
@@ -65,7 +68,7 @@ def _violations() -> list[tuple[str, str, str]]:
         for name, line in _imports(path):
             parts = name.split(".")
             there = parts[1] if len(parts) > 1 else "__init__"
-            if there == here:
+            if there == here or {here, there} == ONE_UNIT:
                 continue
             assert there in LAYERS, f"{path}:{line}: imports {name}, which has no layer"
             if LAYERS[there] >= LAYERS[here]:

@@ -342,8 +342,14 @@ EXPECTED_MUTANT_CODES = {
     "shadow_pytest": "test_tooling_changed",
     "pytest_plugin": "test_tooling_changed",
     "link_outside": "link_outside_workspace",
+    "fake_summary_exit": "test_runner_tampered",
+    "noop_test_calls": "test_runner_tampered",
+    "flip_failed_reports": "test_runner_tampered",
+    "shadow_bytecode": "compiled_code_added",
 }
-EXPECTED_OPEN_CODES = {"fake_output": "behavior_failed", "shadow_pytest": "test_tooling_changed"}
+EXPECTED_OPEN_CODES = {"fake_output": "behavior_failed", "shadow_pytest": "test_tooling_changed",
+                       "noop_test_calls": "test_runner_tampered",
+                       "shadow_bytecode": "compiled_code_added"}
 MUTANT_CASES = ([("calc-001", m, c) for m, c in EXPECTED_MUTANT_CODES.items()]
                 + [("calc-open", m, c) for m, c in EXPECTED_OPEN_CODES.items()])
 
@@ -392,7 +398,7 @@ def test_mutant_rejected(mutant_trials: dict[tuple[str, str], Path], task: str,
     assert g["accepted"] is False
     assert g["failure_code"] == code, g["details"].get("integrity")
     if code in ("protected_file_changed", "change_outside_allowed_paths", "test_tooling_changed",
-                "link_outside_workspace"):
+                "link_outside_workspace", "test_runner_tampered", "compiled_code_added"):
         assert g["checks"]["integrity"] == "fail"
 
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import sys
-from pathlib import Path
 
 import typer
 from rich.console import Console
@@ -58,16 +57,6 @@ def _resolve_endpoint(model: str | None, base_url: str | None, api_key_env: str 
                   "servers)[/]")
         key_source = None
     return model, base_url, key or "", key_source
-
-
-def _suite_kind(path: Path) -> tuple[str, Path]:
-    """A ``.jsonl`` file (or a folder holding ``tasks.jsonl``) is a coding suite; a folder with
-    ``data/cases.jsonl`` is a narrow-task suite."""
-    if path.is_file():
-        return "coding", path
-    if (path / "tasks.jsonl").is_file() and not (path / "data" / "cases.jsonl").exists():
-        return "coding", path / "tasks.jsonl"
-    return "narrow", path
 
 
 def _require_sandbox(sandbox: str) -> None:

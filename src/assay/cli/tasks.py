@@ -98,9 +98,9 @@ def task_check(
     """nop must fail, oracle must pass every time, mutants must all be rejected."""
     from rich.table import Table
 
+    from assay.api import check_tasks
     from assay.records.io import atomic_write_json
     from assay.records.manifest import utc_now
-    from assay.runner.task_check import check_tasks
 
     _require_sandbox("bwrap")
     bundles = _load_bundles(dirs)
@@ -140,7 +140,7 @@ def trial_run(
     """Prepare, run the agent in the sandbox, freeze, verify; print the grade. Exit 0 whatever
     the verdict; 3 when the trial could not be run or graded."""
     from assay.agents import parse_agent
-    from assay.runner.trial import run_trial
+    from assay.api import run_trial
 
     bundles = _load_bundles([task_dir])
     if len(bundles) > 1:

@@ -1,0 +1,135 @@
+"""What a caller may set on a run, and where every value comes from when they do not.
+
+One table for the CLI and for Python callers, so the same inputs make the same run: a narrow
+suite's ``temperature``, ``repeats`` and ``max_tokens`` come from its ``suite.yaml``; everything
+else from the defaults below; the caller's overrides win over both. A name not in the table is
+refused rather than ignored: a misspelt ``temprature=0.7`` must not run a whole suite at 0.
+
+This module imports nothing heavy: the CLI reads its flag defaults from here at start-up.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
+from typing import Any
+
+from assay.errors import InputError
+
+# Defaults of both kinds (a narrow suite's temperature/repeats/max_tokens come from suite.yaml).
+SHARED_DEFAULTS: Mapping[str, Any] = MappingProxyType({
+    "concurrency": 16,  # requests in flight
+    "timeout": 120.0,  # seconds per request
+    "max_tries": 5,  # transport tries per request
+})
+# Defaults of coding runs: tasks.jsonl has no settings of its own.
+CODING_DEFAULTS: Mapping[str, Any] = MappingProxyType({
+    "temperature": 0.2,
+    "samples": 3,  # answers per task
+    "sandbox": "bwrap",  # or "none": candidate code runs NOT ISOLATED
+    "exec_timeout": 30.0,  # seconds per sandboxed execution
+    "memory_mib": 1024,
+    "pids": 256,
+})
+
+ENDPOINT_OPTIONS = ("base_url", "api_key", "api_key_env")
+SHARED_OPTIONS = ("temperature", "max_tokens", "concurrency", "timeout", "max_tries")
+NARROW_OPTIONS = ("repeats", "split")
+CODING_OPTIONS = ("samples", "sandbox", "exec_timeout", "memory_mib", "pids")
+
+# Which run options each suite kind takes (the endpoint options apply to both).
+RUN_OPTIONS: Mapping[str, frozenset[str]] = MappingProxyType({
+    "narrow": frozenset(ENDPOINT_OPTIONS + SHARED_OPTIONS + NARROW_OPTIONS),
+    "coding": frozenset(ENDPOINT_OPTIONS + SHARED_OPTIONS + CODING_OPTIONS),
+})
+
+
+def _positive_int(v: Any) -> str | None:
+    ok = isinstance(v, int) and not isinstance(v, bool) and v >= 1
+    return None if ok else "must be an integer of at least 1"
+
+
+def _positive_number(v: Any) -> str | None:
+    ok = isinstance(v, int | float) and not isinstance(v, bool) and v > 0
+    return None if ok else "must be a number above 0"
+
+
+def _temperature(v: Any) -> str | None:
+    ok = isinstance(v, int | float) and not isinstance(v, bool) and v >= 0
+    return None if ok else "must be a number of at least 0"
+
+
+def _text(v: Any) -> str | None:
+    return None if isinstance(v, str) else "must be a string"
+
+
+def _sandbox(v: Any) -> str | None:
+    return None if v in ("bwrap", "none") else "must be 'bwrap' or 'none'"
+
+
+_CHECKS: dict[str, Callable[[Any], str | None]] = {
+    "base_url": _text, "api_key": _text, "api_key_env": _text,
+    "temperature": _temperature, "max_tokens": _positive_int, "concurrency": _positive_int,
+    "timeout": _positive_number, "max_tries": _positive_int,
+    "repeats": _positive_int, "split": _text,
+    "samples": _positive_int, "sandbox": _sandbox, "exec_timeout": _positive_number,
+    "memory_mib": _positive_int, "pids": _positive_int,
+}
+
+
+def check_overrides(kind: str, overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """The overrides that were given (``None`` means "not given"), checked; every bad name or
+    value is named in one :class:`InputError`, so a caller fixes them all at once."""
+    known = RUN_OPTIONS[kind]
+    every = RUN_OPTIONS["narrow"] | RUN_OPTIONS["coding"]
+    unknown = sorted(k for k in overrides if k not in every)
+    other = sorted(k for k in overrides if k in every and k not in known
+                   and overrides[k] is not None)
+    problems: list[str] = []
+    if unknown:
+        problems.append(f"unknown run option(s): {', '.join(unknown)} "
+                        f"(known: {', '.join(sorted(every))})")
+    if other:
+        problems.append(f"{', '.join(other)}: not an option of {kind} suites")
+    given = {k: v for k, v in overrides.items() if k in known and v is not None}
+    for name, value in given.items():
+        problem = _CHECKS[name](value)
+        if problem:
+            problems.append(f"{name}={value!r}: {problem}")
+    if problems:
+        raise InputError("; ".join(problems))
+    return given
+
+
+def resolve_endpoint(model: str, given: Mapping[str, Any], *, builtin: bool,
+                     environ: Mapping[str, str] = os.environ
+                     ) -> tuple[str | None, str, str | None]:
+    """(base URL, API key, name of the variable the key came from) for ``model``: the caller's
+    ``base_url=`` / ``api_key=`` / ``api_key_env=`` first, then ``MODEL_BASE_URL`` and
+    ``MODEL_API_KEY``. No key at all sends a placeholder (local servers need none); the key
+    itself is never recorded, only the name of its variable."""
+    if builtin:
+        extra = [k for k in ENDPOINT_OPTIONS if given.get(k) is not None]
+        if extra:
+            raise InputError(f"{model} is served locally by assay: {', '.join(extra)} "
+                             "do not apply")
+        return None, "", None
+    base_url = given.get("base_url") or environ.get("MODEL_BASE_URL")
+    if not base_url:
+        raise InputError(f"no endpoint for {model!r}: pass base_url= or set MODEL_BASE_URL "
+                         "(e.g. http://localhost:8000/v1 for vLLM)")
+    key_env: str | None = given.get("api_key_env")
+    if given.get("api_key") is not None:
+        return base_url, given["api_key"], key_env
+    if key_env is not None:
+        if key_env not in environ:
+            raise InputError(f"api_key_env={key_env!r}: that environment variable is not set")
+        return base_url, environ[key_env], key_env
+    if "MODEL_API_KEY" in environ:
+        return base_url, environ["MODEL_API_KEY"], "MODEL_API_KEY"
+    return base_url, "", None
+
+
+__all__ = ["CODING_DEFAULTS", "RUN_OPTIONS", "SHARED_DEFAULTS", "check_overrides",
+           "resolve_endpoint"]
