@@ -4,18 +4,14 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import tempfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
-
-sys.path.insert(0, str(Path(__file__).parent))
-
 from support.scripted_server import ScriptedServer  # noqa: E402
+from typer.testing import CliRunner
 
 # The verifier caches the test ids it learns from trusted trees; keep the tests' own cache out
 # of the user's home, and shared within one test session.

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from assay.agents.base import AgentContext, AgentRun
-from assay.grading.integrity import matches_any
 from assay.suites.bundle import Bundle
+from assay.suites.patterns import matches_any
 
 _ASSERT_PY = re.compile(r"^(\s*)assert\b.*$", re.MULTILINE)
 _ASSERT_JS = re.compile(r"^(\s*)assert(\.\w+)?\(.*$", re.MULTILINE)

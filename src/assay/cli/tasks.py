@@ -55,11 +55,10 @@ def task_lint(
                                                "fixture_digest into task.yaml.")] = False,
 ) -> None:
     """Validate bundles and their starting-tree digests (exit 1 on a missing or wrong digest)."""
-    import tempfile
 
     from rich.table import Table
 
-    from assay.suites.bundle import set_fixture_digest, tree_digest
+    from assay.suites.bundle import check_starting_tree, set_fixture_digest
 
     bundles = _load_bundles(dirs)
     table = Table(title="task lint", title_justify="left")
@@ -67,11 +66,9 @@ def task_lint(
         table.add_column(col)
     bad = 0
     for b in bundles:
-        with tempfile.TemporaryDirectory() as tmp:
-            b.export_starting_tree(Path(tmp) / "t")
-            digest = tree_digest(Path(tmp) / "t")
-        pinned = b.spec.initial_state.fixture_digest
-        if pinned == digest:
+        check = check_starting_tree(b)
+        digest, pinned = check.digest, check.pinned
+        if check.state == "ok":
             state = "[green]ok[/]"
         elif write_digest:
             set_fixture_digest(b.root, digest)

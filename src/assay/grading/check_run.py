@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from assay.grading.canaries import Canary, is_test_file, plant
-from assay.grading.integrity import matches_any
 from assay.sandbox import ExecResult, Limits, Mount, run_sandboxed
 from assay.suites.bundle import Bundle
+from assay.suites.patterns import matches_any
 
 TESTS_MOUNT = "/assay/tests"
 HOME_MOUNT = "/assay/home"

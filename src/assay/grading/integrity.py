@@ -10,8 +10,12 @@ from __future__ import annotations
 import posixpath
 from collections import deque
 from dataclasses import dataclass, field
-from fnmatch import fnmatchcase
 from typing import Any
+
+from assay.suites.patterns import glob_match, matches_any
+
+__all__ = ["ChangeSet", "IntegrityResult", "check_integrity", "diff_trees", "glob_match",
+           "matches_any"]
 
 # Files whose mere presence changes how Python or pytest behave: a candidate who adds one can
 # make any test run "pass" without fixing anything.
@@ -24,21 +28,6 @@ TOOLING_SUFFIXES = (".pth", ".dist-info", ".egg-info", ".egg-link")
 COMPILED_SUFFIXES = (".pyc", ".pyo", ".so", ".pyd", ".dylib", ".dll")
 # Shared config files are legitimate to edit, unless the edit carries test-runner settings.
 CONFIG_WITH_SECTIONS = {"setup.cfg", "pyproject.toml"}
-
-
-def glob_match(path: str, pattern: str) -> bool:
-    """Glob where ``**`` spans directories and ``dir/**`` also names ``dir`` itself."""
-    pattern = pattern.strip("/")
-    if pattern.endswith("/**") and path == pattern[:-3]:
-        return True
-    if fnmatchcase(path, pattern):
-        return True
-    # fnmatch's "*" already crosses "/", so "a/**/b" should also match "a/b"
-    return "/**/" in pattern and fnmatchcase(path, pattern.replace("/**/", "/"))
-
-
-def matches_any(path: str, patterns: list[str]) -> bool:
-    return any(glob_match(path, p) for p in patterns)
 
 
 @dataclass

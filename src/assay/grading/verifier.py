@@ -26,7 +26,7 @@ from assay.grading.testcounts import counts_say_pass, parse_counts
 from assay.records.artifact import ARTIFACT_JSON, ARTIFACT_TAR, extract_paths, list_tree
 from assay.records.io import write_new_text
 from assay.records.manifest import utc_now
-from assay.suites.bundle import Bundle, Command, tree_digest
+from assay.suites.bundle import Bundle, Command, check_starting_tree
 
 __all__ = ["HOME_MOUNT", "TESTS_MOUNT", "grade_path", "run_check", "verify"]
 
@@ -172,12 +172,10 @@ def verify(bundle: Bundle, trial_dir: Path, *, revision: str, trial_id: str,
         with tempfile.TemporaryDirectory(prefix="assay-verifier-") as tmp:
             pristine = Path(tmp) / "pristine"
             bundle.export_starting_tree(pristine)
-            digest = tree_digest(pristine)
-            details["fixture_digest"] = digest
-            pinned = spec.initial_state.fixture_digest
-            if pinned and pinned != digest:
-                raise VerifierError(f"starting tree digest {digest} does not match the pinned "
-                                    f"fixture_digest {pinned}")
+            check = check_starting_tree(bundle, pristine)
+            digest = details["fixture_digest"] = check.digest
+            if check.problem:
+                raise VerifierError(check.problem)
             integrity = check_integrity(list_tree(pristine), artifact,
                                         protected=acc.protected_paths,
                                         allowed=acc.allowed_paths,

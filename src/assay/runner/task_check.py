@@ -8,7 +8,6 @@ must be rejected: an accepted mutant is a defect in the grader, reported loudly.
 
 from __future__ import annotations
 
-import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,7 +15,7 @@ from typing import Any
 
 from assay.agents import MUTANTS, Agent, MutantAgent, parse_agent
 from assay.runner.trial import TrialResult, run_trial
-from assay.suites.bundle import Bundle, tree_digest
+from assay.suites.bundle import Bundle, check_starting_tree
 
 
 @dataclass
@@ -75,15 +74,11 @@ def check_tasks(bundles: list[Bundle], out_root: Path, *, reruns: int = 3,
 
     for b in bundles:
         rep = reports[b.id]
-        pinned = b.spec.initial_state.fixture_digest
-        if pinned:
-            with tempfile.TemporaryDirectory() as tmp:
-                b.export_starting_tree(Path(tmp) / "t")
-                actual = tree_digest(Path(tmp) / "t")
-            rep.digest = "ok" if actual == pinned else "mismatch"
-            if actual != pinned:
-                rep.problems.append(f"starting tree digest {actual} != pinned {pinned}")
-        else:
+        check = check_starting_tree(b)
+        rep.digest = check.state
+        if check.problem:
+            rep.problems.append(check.problem)
+        elif check.state == "missing":
             rep.problems.append("no fixture_digest pinned (assay task lint --write-digest)")
 
     for b, label, res in results:

@@ -22,7 +22,7 @@ from assay.records.artifact import freeze
 from assay.records.io import atomic_write_json, read_json_file
 from assay.records.manifest import tool_identity, utc_now
 from assay.sandbox import Limits, run_sandboxed
-from assay.suites.bundle import Bundle, tree_digest
+from assay.suites.bundle import Bundle, check_starting_tree
 
 TRIAL_JSON = "trial.json"
 
@@ -132,12 +132,10 @@ def run_trial(bundle: Bundle, agent: Agent, trial_dir: Path, *, rep: int = 0,
             def prepare() -> None:
                 bundle.export_starting_tree(workspace)
                 home.mkdir()
-                digest = tree_digest(workspace)
-                record["task"]["fixture_digest"] = digest
-                pinned = spec.initial_state.fixture_digest
-                if pinned and pinned != digest:
-                    raise TrialRefused(f"starting tree digest {digest} does not match the "
-                                       f"pinned fixture_digest {pinned}")
+                check = check_starting_tree(bundle, workspace)
+                record["task"]["fixture_digest"] = check.digest
+                if check.problem:
+                    raise TrialRefused(check.problem)
                 record["environment"] = check_environment(bundle, workspace)
 
             stages.run("prepare", prepare)

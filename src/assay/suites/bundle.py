@@ -144,6 +144,44 @@ class Bundle:
             shutil.copytree(source, dest, symlinks=True)
 
 
+@dataclass(frozen=True)
+class DigestCheck:
+    """The starting tree's digest against the pinned one: ``state`` is ``ok``, ``missing``
+    (nothing pinned) or ``mismatch``."""
+
+    digest: str
+    pinned: str | None
+
+    @property
+    def state(self) -> str:
+        if self.pinned is None:
+            return "missing"
+        return "ok" if self.pinned == self.digest else "mismatch"
+
+    @property
+    def problem(self) -> str | None:
+        """The one sentence every caller reports for a mismatch (None otherwise)."""
+        if self.state != "mismatch":
+            return None
+        return (f"starting tree digest {self.digest} does not match the pinned fixture_digest "
+                f"{self.pinned}")
+
+
+def check_starting_tree(bundle: Bundle, tree: Path | None = None) -> DigestCheck:
+    """Digest ``tree`` (an exported starting tree), or a fresh export when None, against the
+    bundle's pin: one place for the check the trial, the verifier, ``task check`` and ``task
+    lint`` all make."""
+    if tree is None:
+        import tempfile
+
+        with tempfile.TemporaryDirectory(prefix="assay-digest-") as tmp:
+            bundle.export_starting_tree(Path(tmp) / "t")
+            digest = tree_digest(Path(tmp) / "t")
+    else:
+        digest = tree_digest(tree)
+    return DigestCheck(digest, bundle.spec.initial_state.fixture_digest)
+
+
 def _key_lines(text: str) -> dict[tuple[str, ...], int]:
     """Line of every mapping key, by its path, so a validation error can point at it."""
     lines: dict[tuple[str, ...], int] = {}
