@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -279,3 +280,114 @@ def test_trial_run_refuses_a_folder_of_several_bundles(tmp_path: Path) -> None:
     assert res.code == 2
     assert "holds 2 task bundles" in res.stderr and "a-1" not in res.stdout
     assert not (tmp_path / "t").exists()
+
+
+# --------------------------------------------------------------------- node's test runner
+
+JS_BUGGY = "function add(a, b) {\n  return a - b;\n}\n\nmodule.exports = { add };\n"
+JS_HIDDEN = ("const test = require('node:test');\nconst assert = require('node:assert');\n"
+             "const { add } = require(process.cwd() + '/src/calc.js');\n\n"
+             "test('adds small numbers', () => { assert.strictEqual(add(2, 3), 5); });\n"
+             "test('adds negatives', () => { assert.strictEqual(add(-1, -1), -2); });\n")
+JS_REGRESSION = ("const test = require('node:test');\nconst assert = require('node:assert');\n"
+                 "const { add } = require('../src/calc.js');\n\n"
+                 "test('add is a function', () => { assert.strictEqual(typeof add, "
+                 "'function'); });\n")
+JS_PATCH = ("--- a/src/calc.js\n+++ b/src/calc.js\n@@ -1,3 +1,3 @@\n function add(a, b) {\n"
+            "-  return a - b;\n+  return a + b;\n }\n")
+JS_TASK = """id: jscalc-001
+revision: 1
+instruction: instruction.md
+initial_state:
+  repository: repo
+  network_policy: none
+  environment: {requires: [node]}
+resources: {cpu_cores: 1, memory_limit_mib: 1024, pids: 128}
+budget: {agent_wall_seconds: 60, verifier_wall_seconds: 60}
+acceptance:
+  verifier_revision: v1
+  required: [behavior, regression, integrity]
+  behavior: {command: "node --test $ASSAY_TESTS/fix.test.js"}
+  regression: {command: "node --test test/"}
+  protected_paths: ["test/**"]
+  allowed_paths: ["src/**"]
+"""
+
+
+def _js_bundle(root: Path) -> Path:
+    (root / "repo" / "src").mkdir(parents=True)
+    (root / "repo" / "test").mkdir()
+    (root / "tests").mkdir()
+    (root / "solution").mkdir()
+    (root / "repo" / "src" / "calc.js").write_text(JS_BUGGY)
+    (root / "repo" / "test" / "calc.test.js").write_text(JS_REGRESSION)
+    (root / "tests" / "fix.test.js").write_text(JS_HIDDEN)
+    (root / "solution" / "solve.patch").write_text(JS_PATCH)
+    (root / "instruction.md").write_text("Make add(a, b) return the sum.\n")
+    (root / "task.yaml").write_text(JS_TASK)
+    return root
+
+
+needs_node = pytest.mark.skipif(shutil.which("node") is None, reason="node is not installed")
+
+
+@needs_bwrap
+@needs_node
+def test_node_checks_are_tamper_evident(tmp_path: Path) -> None:
+    b = _js_bundle(tmp_path / "js")
+    fix = "command:sed -i 's/return a - b/return a + b/' src/calc.js"
+    g = run_trial(load_bundle(b), _parse(fix), tmp_path / "good").grade
+    assert g is not None and g["accepted"] is True, g and g["details"]["behavior"]
+    te = g["details"]["behavior"]["tamper_evident"]
+    assert te["applied"] and te["runner"] == "node" and te["expected_ids"] == 2
+    assert {c["must"]: c["outcome"] for c in te["canaries"]} == {"pass": "passed",
+                                                                   "fail": "failed"}
+    assert g["details"]["regression"]["tamper_evident"]["expected_ids"] == 1
+
+    # the candidate's module turns every assertion into a no-op: the must-fail canary passes
+    attack = ("command:printf \"require('node:assert').strictEqual = () => {};\\n\" > /tmp/h; "
+              "cat src/calc.js >> /tmp/h; cp /tmp/h src/calc.js")
+    g = run_trial(load_bundle(b), _parse(attack), tmp_path / "attack").grade
+    assert g is not None and g["failure_code"] == "test_runner_tampered", g["details"]
+    _opt_out(b)
+    g = run_trial(load_bundle(b), _parse(attack), tmp_path / "open").grade
+    assert g is not None and g["accepted"] is True  # what the canaries stop
+
+
+def test_tap_parsing_on_a_hand_written_report() -> None:
+    from assay.grading.test_report import parse_tap
+
+    tap = """TAP version 13
+# Subtest: math
+    # Subtest: adds
+    ok 1 - adds
+      ---
+      duration_ms: 0.5
+      ...
+    # Subtest: subtracts
+    not ok 2 - subtracts
+      ---
+      error: 'boom'
+      ...
+    ok 3 - later # SKIP not today
+    1..3
+ok 1 - math
+  ---
+  duration_ms: 2
+  type: 'suite'
+  ...
+# Subtest: top
+ok 2 - top
+1..2
+# tests 4
+# pass 2
+"""
+    rep = parse_tap(tap)
+    assert rep is not None and rep.finished == 1 and rep.foreign_lines == []
+    assert {i: rep.outcome(i) for i in rep.phases} == {
+        "math > adds": "passed", "math > subtracts": "failed", "math > later": "skipped",
+        "top": "passed"}
+    unfinished = parse_tap(tap.split("# tests")[0])
+    assert unfinished is not None and unfinished.finished == 0
+    assert parse_tap("") is None
+    assert parse_tap("7 passed\n") is not None and parse_tap("7 passed\n").foreign_lines == [1]

@@ -27,6 +27,21 @@ def is_test_file(path: str) -> bool:
     return base.endswith(".py") and (base.startswith("test_") or base.endswith("_test.py"))
 
 
+_JS_SUFFIXES = (".js", ".cjs", ".mjs")
+
+
+def is_js_test_file(path: str) -> bool:
+    """node's default ``--test`` patterns: ``*.test.js``, ``*-test.js``, ``*_test.js``,
+    ``test-*.js``, ``test.js`` (and ``.cjs`` / ``.mjs``), or any of those under ``test/``;
+    ``*.spec.js`` too, since teams name them so."""
+    base = posixpath.basename(path)
+    if not base.endswith(_JS_SUFFIXES):
+        return False
+    stem = base.rsplit(".", 1)[0]
+    return (stem == "test" or stem.startswith("test-") or stem.endswith(
+        (".test", "-test", "_test", ".spec")) or "test" in path.split("/")[:-1])
+
+
 @dataclass(frozen=True)
 class Canary:
     """One planted test: its function name, the file it went into (relative to the root it was
@@ -49,6 +64,28 @@ def _body(name: str, must: str, rng: secrets.SystemRandom) -> str:
     a = rng.randrange(10_000, 99_999)
     b = a if must == "pass" else a + rng.randrange(1, 999)
     return f"\n\ndef {name}():\n    value = {a}\n    assert value == {b}\n\n"
+
+
+def _js_body(name: str, must: str, rng: secrets.SystemRandom, esm: bool) -> str:
+    a = rng.randrange(10_000, 99_999)
+    b = a if must == "pass" else a + rng.randrange(1, 999)
+    fn = f"t{secrets.token_hex(3)}"
+    # node:assert, as the task's own tests use it: an attack on the assertions fails the
+    # must-fail canary too
+    check = f"() => {{ const value = {a}; {fn}a.strictEqual(value, {b}); }}"
+    if esm:
+        return (f"\nimport {{ test as {fn} }} from 'node:test';\nimport {fn}a from 'node:assert';"
+                f"\n{fn}({name!r}, {check});\n")
+    return (f"\nconst {fn}a = require('node:assert');\n"
+            f"require('node:test')({name!r}, {check});\n")
+
+
+def _is_esm(path: Path, text: str) -> bool:
+    if path.suffix == ".mjs":
+        return True
+    if path.suffix == ".cjs":
+        return False
+    return any(line.startswith(("import ", "export ")) for line in text.splitlines())
 
 
 def _insert_points(text: str) -> list[int]:
@@ -88,9 +125,16 @@ def plant(root: Path, label: str, files: list[str]) -> list[Canary]:
             continue
         if text and not text.endswith("\n"):
             text += "\n"
-        lines = text.splitlines(keepends=True)
         pair = [Canary(_name(rng), f"{label}/{rel}", "pass"),
                 Canary(_name(rng), f"{label}/{rel}", "fail")]
+        if path.suffix in _JS_SUFFIXES:
+            # No JavaScript parser here: the pair goes at the end, among the file's own tests.
+            esm = _is_esm(path, text)
+            text += "".join(_js_body(c.name, c.must, rng, esm) for c in rng.sample(pair, 2))
+            path.write_text(text, encoding="utf-8")
+            planted += pair
+            continue
+        lines = text.splitlines(keepends=True)
         points = _insert_points(text)
         # Insert from the bottom up so earlier line indexes stay valid.
         chosen = sorted(((rng.choice(points), c) for c in pair), key=lambda t: -t[0])

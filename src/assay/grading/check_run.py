@@ -19,7 +19,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from assay.grading.canaries import Canary, is_test_file, plant
+from assay.grading.canaries import Canary, is_js_test_file, is_test_file, plant
 from assay.sandbox import ExecResult, Limits, Mount, run_sandboxed
 from assay.suites.bundle import Bundle
 from assay.suites.patterns import matches_any
@@ -68,23 +68,41 @@ def _user_site(base: Path) -> None:
 
 @dataclass
 class CheckRun:
-    """One command's execution and what the reporter wrote (None: no report file at all)."""
+    """One command's execution and what the reporters wrote (None: no report file at all):
+    assay's pytest reporter, and node's TAP reporter."""
 
     result: ExecResult
     report_text: str | None
     canaries: list[Canary]
     bytecode_removed: list[str]
+    tap_text: str | None = None
+
+    @property
+    def runner(self) -> str | None:
+        """Which structured report this run produced: ``pytest``, ``node`` or None."""
+        if self.report_text and self.report_text.strip():
+            return "pytest"
+        if self.tap_text and self.tap_text.strip():
+            return "node"
+        return None
+
+    @property
+    def structured(self) -> str | None:
+        return self.report_text if self.runner != "node" else self.tap_text
 
 
 def canary_targets(bundle: Bundle, work: Path, tests: Path) -> tuple[list[str], list[str]]:
     """The files canaries go into: every test file of the hidden tests, and every test file
     of the workspace under the task's protected paths."""
-    hidden = sorted(p.relative_to(tests).as_posix() for p in tests.rglob("*.py")
-                    if is_test_file(p.name) and not p.is_symlink())
+    def wanted(root: Path, p: Path) -> bool:
+        rel = p.relative_to(root).as_posix()
+        return p.is_file() and not p.is_symlink() and "node_modules" not in rel.split("/") \
+            and (is_test_file(rel) or is_js_test_file(rel))
+
+    hidden = sorted(p.relative_to(tests).as_posix() for p in tests.rglob("*") if wanted(tests, p))
     protected = bundle.spec.acceptance.protected_paths
-    own = sorted(p.relative_to(work).as_posix() for p in work.rglob("*.py")
-                 if is_test_file(p.name) and not p.is_symlink()
-                 and matches_any(p.relative_to(work).as_posix(), protected))
+    own = sorted(p.relative_to(work).as_posix() for p in work.rglob("*")
+                 if wanted(work, p) and matches_any(p.relative_to(work).as_posix(), protected))
     return hidden, own
 
 
@@ -110,19 +128,24 @@ def run_command(command: str, workspace: Path, bundle: Bundle, *, record_dir: Pa
         mounts = [Mount(tests, TESTS_MOUNT, writable=False), Mount(home, HOME_MOUNT, writable=True)]
         planted: list[Canary] = []
         report_file: Path | None = None
+        tap_file: Path | None = None
         if tamper_evident:
             pyuser, out = tmp / "pyuser", tmp / "out"
             _user_site(pyuser)
             out.mkdir()
             token = secrets.token_hex(8)
-            report_name = f"r-{token}.jsonl"
+            report_name, tap_name = f"r-{token}.jsonl", f"n-{token}.tap"
             out_mount = f"/assay/out-{token}"
             mounts += [Mount(pyuser, PYUSER_MOUNT, writable=False),
                        Mount(out, out_mount, writable=True)]
             env.update({"PYTHONUSERBASE": PYUSER_MOUNT, "PYTEST_PLUGINS": REPORTER_MODULE,
                         "ASSAY_VERIFIER_REPORT": f"{out_mount}/{report_name}",
-                        "ASSAY_VERIFIER_MODE": mode})
-            report_file = out / report_name
+                        "ASSAY_VERIFIER_MODE": mode,
+                        # node's test runner: its usual report on stdout, TAP to our file
+                        "NODE_OPTIONS": "--test-reporter=tap --test-reporter-destination=stdout"
+                                        f" --test-reporter=tap --test-reporter-destination="
+                                        f"{out_mount}/{tap_name}"})
+            report_file, tap_file = out / report_name, out / tap_name
             if canaries:
                 hidden, own = canary_targets(bundle, work, tests)
                 planted = plant(tests, "tests", hidden) + plant(work, "work", own)
@@ -131,7 +154,12 @@ def run_command(command: str, workspace: Path, bundle: Bundle, *, record_dir: Pa
                         cpu_cores=spec.resources.cpu_cores)
         result = run_sandboxed(["sh", "-c", command], work, limits=limits, env=env,
                                mounts=mounts, record_dir=record_dir)
-        text = None
-        if report_file is not None and report_file.is_file() and not report_file.is_symlink():
-            text = report_file.read_bytes()[:8 << 20].decode("utf-8", errors="replace")
-    return CheckRun(result, text, planted, removed)
+        text = _read(report_file) if report_file is not None else None
+        tap = _read(tap_file) if tap_file is not None else None
+    return CheckRun(result, text, planted, removed, tap)
+
+
+def _read(path: Path) -> str | None:
+    if not path.is_file() or path.is_symlink():
+        return None
+    return path.read_bytes()[:8 << 20].decode("utf-8", errors="replace")

@@ -5,9 +5,10 @@ list of tests a check must report passed cannot come from the candidate's own ru
 collected by the verifier on the **pristine starting tree with the task's reference solution
 applied** (``solution/solve.patch``; the pristine tree alone when the bundle has none): that tree
 holds no candidate code, and with the solution applied a hidden test that imports a name the fix
-adds is still collected. The same command runs in collect mode (the reporter records the ids and
-runs nothing), with a canary pair planted in every test file, which also tells which files'
-canaries the command collects at all.
+adds is still collected. The same command runs in collect mode (the pytest reporter records the
+ids and runs nothing; node's runner has no such mode, so a node command runs in full and its TAP
+report lists the ids), with a canary pair planted in every test file, which also tells which
+files' canaries the command collects at all.
 
 Collecting costs a pytest start-up per check, so the result is cached on the host, outside any
 sandbox, under a key made of everything it depends on (the command, the starting tree's digest,
@@ -26,11 +27,11 @@ from pathlib import Path
 from typing import Any
 
 from assay.grading.check_run import reporter_source, run_command
-from assay.grading.test_report import parse_report
+from assay.grading.test_report import parse_report, parse_tap
 from assay.records.io import atomic_write_json
 from assay.suites.bundle import Bundle, tree_digest
 
-CACHE_VERSION = 1
+CACHE_VERSION = 2
 
 
 def cache_dir() -> Path:
@@ -85,20 +86,22 @@ def collect(bundle: Bundle, command: str, pristine: Path) -> dict[str, Any]:
                       else f"pristine starting tree (solve.patch did not apply: {why})")
         run = run_command(command, tree, bundle, record_dir=None, tamper_evident=True,
                           mode="collect")
-    rep = parse_report(run.report_text)
+    runner = run.runner
+    rep = parse_tap(run.tap_text) if runner == "node" else parse_report(run.report_text)
     if rep is None or rep.sessions == 0:
-        return {"report": False, "ids": [], "canary_files": [], "collect_errors": [],
-                "source": source, "exit_code": run.result.exit_code,
+        return {"report": False, "runner": None, "ids": [], "canary_files": [],
+                "collect_errors": [], "source": source, "exit_code": run.result.exit_code,
                 "reason": run.result.reason}
     names = {c.name: c for c in run.canaries}
     ids, files = [], set()
     for nodeid in rep.collected:
-        name = nodeid.rsplit("::", 1)[-1]
+        name = nodeid.rsplit("::", 1)[-1].rsplit(" > ", 1)[-1]
         if name in names:
             files.add(names[name].file)
         else:
             ids.append(nodeid)
-    return {"report": True, "ids": sorted(set(ids)), "canary_files": sorted(files),
+    return {"report": True, "runner": runner, "ids": sorted(set(ids)),
+            "canary_files": sorted(files),
             "collect_errors": rep.collect_errors, "source": source,
             "exit_code": run.result.exit_code, "reason": run.result.reason}
 

@@ -10,6 +10,7 @@ is tested on hand-written reports.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -91,18 +92,81 @@ def parse_report(text: str | None) -> ParsedReport | None:
     return rep
 
 
+_TAP_RESULT = re.compile(r"^(?P<indent> *)(?P<ok>not ok|ok) \d+(?: - (?P<name>.*?))?"
+                         r"(?: # (?P<directive>SKIP|TODO)\b.*)?$", re.IGNORECASE)
+_TAP_SUBTEST = re.compile(r"^(?P<indent> *)# Subtest: (?P<name>.*)$")
+_TAP_YAML_TYPE = re.compile(r"^ *type: '?suite'?\s*$")
+
+
+def _yaml_says_suite(lines: list[str], after: int) -> bool:
+    """Whether the YAML block right after result line ``after`` (1-based) says
+    ``type: 'suite'``; a result with no block directly under it is a test."""
+    if after >= len(lines) or lines[after].strip() != "---":
+        return False
+    for line in lines[after + 1:]:
+        if line.strip() == "...":
+            return False
+        if _TAP_YAML_TYPE.match(line):
+            return True
+    return False
+
+
+def parse_tap(text: str | None) -> ParsedReport | None:
+    """node's TAP reporter, read into the same shape: one "call" phase per test, ids the names
+    of the enclosing suites and the test joined by `` > ``; suites themselves are not tests.
+    A report without node's closing ``# tests N`` count never finished."""
+    if text is None or not text.strip():
+        return None
+    rep = ParsedReport()
+    lines = text.splitlines()
+    if not lines[0].startswith("TAP version"):
+        rep.foreign_lines.append(1)
+    rep.sessions = 1
+    stack: list[str] = []
+    for n, line in enumerate(lines, start=1):
+        sub = _TAP_SUBTEST.match(line)
+        if sub:
+            level = len(sub.group("indent")) // 4
+            stack = stack[:level] + [sub.group("name")]
+            continue
+        res = _TAP_RESULT.match(line)
+        if res:
+            level = len(res.group("indent")) // 4
+            name = res.group("name") or f"#{n}"
+            nodeid = " > ".join([*stack[:level], name])
+            is_suite = _yaml_says_suite(lines, n)
+            if not is_suite:
+                directive = (res.group("directive") or "").upper()
+                outcome = ("skipped" if directive else
+                           "passed" if res.group("ok") == "ok" else "failed")
+                rep.phases[nodeid] = {"call": (outcome, False)}
+                rep.collected.append(nodeid)
+            stack = stack[:level]
+            continue
+        if line.startswith("# tests "):
+            rep.finished = 1
+    return rep
+
+
 def _canary_id(rep: ParsedReport, name: str) -> str | None:
     for nodeid in rep.phases:
-        if nodeid.rsplit("::", 1)[-1] == name:
+        if _last_name(nodeid) == name:
             return nodeid
     return None
 
 
+def _last_name(nodeid: str) -> str:
+    """The test's own name: after pytest's last ``::`` or node's last `` > ``."""
+    return nodeid.rsplit("::", 1)[-1].rsplit(" > ", 1)[-1]
+
+
 def judge(text: str | None, *, exit_code: int | None, canaries: list[Canary],
-          expected_ids: list[str] | None, summary: dict[str, Any] | None) -> dict[str, Any]:
+          expected_ids: list[str] | None, summary: dict[str, Any] | None,
+          runner: str = "pytest") -> dict[str, Any]:
     """The verdict of one tamper-evident check: ``status`` pass / fail / tampered, with the
-    evidence. ``summary`` is what the printed pytest summary line said (or None)."""
-    rep = parse_report(text)
+    evidence. ``summary`` is what the printed summary line said (or None); ``runner`` says
+    which structured report ``text`` is (``pytest``: assay's reporter, ``node``: TAP)."""
+    rep = parse_tap(text) if runner == "node" else parse_report(text)
     out: dict[str, Any] = {"status": "fail", "tampered": [], "problems": []}
     if rep is None or rep.sessions == 0:
         if exit_code == 0:
@@ -135,8 +199,8 @@ def judge(text: str | None, *, exit_code: int | None, canaries: list[Canary],
             out["problems"].append(f"canary {c.name} must pass but was reported {got}")
     out["canaries"] = seen
 
-    own = {i: rep.outcome(i) for i in rep.phases if i.rsplit("::", 1)[-1] not in canary_names}
-    counts = {"runner": "pytest", "source": "structured", "passed": 0, "failed": 0, "errors": 0,
+    own = {i: rep.outcome(i) for i in rep.phases if _last_name(i) not in canary_names}
+    counts = {"runner": runner, "source": "structured", "passed": 0, "failed": 0, "errors": 0,
               "skipped": 0, "xfailed": 0, "xpassed": 0}
     for o in own.values():
         key = {"error": "errors"}.get(str(o), str(o))

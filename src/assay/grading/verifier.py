@@ -80,9 +80,9 @@ def run_check(name: str, command: Command, workspace: Path, bundle: Bundle,
     else:
         trusted = expected_tests(bundle, command.command, pristine, fixture_digest)
         if not trusted["report"]:
-            tamper["why"] = ("the command wrote no structured pytest report on the trusted "
-                             f"tree (exit {trusted.get('exit_code')}): not a pytest run, so "
-                             "its exit code and summary decide")
+            tamper["why"] = ("the command wrote no structured report on the trusted tree "
+                             f"(exit {trusted.get('exit_code')}): neither pytest nor node's "
+                             "test runner ran, so its exit code and summary decide")
             trusted = None
     run = run_command(command.command, workspace, bundle, record_dir=record_dir,
                       tamper_evident=trusted is not None)
@@ -96,14 +96,16 @@ def run_check(name: str, command: Command, workspace: Path, bundle: Bundle,
         counts = summary
     else:
         canaries = [c for c in run.canaries if c.file in set(trusted["canary_files"])]
-        verdict = judge(run.report_text, exit_code=result.exit_code, canaries=canaries,
-                        expected_ids=trusted["ids"], summary=summary)
+        runner = trusted.get("runner") or "pytest"
+        verdict = judge(run.tap_text if runner == "node" else run.report_text,
+                        exit_code=result.exit_code, canaries=canaries,
+                        expected_ids=trusted["ids"], summary=summary, runner=runner)
         counts = verdict.get("counts")
         if result.reason in ("timeout", "sandbox_error"):
             status = "error"
         else:
             status = "pass" if verdict["status"] == "pass" else "fail"
-        tamper = {"applied": True, "verdict": verdict["status"],
+        tamper = {"applied": True, "runner": runner, "verdict": verdict["status"],
                   "tampered": verdict["tampered"], "problems": verdict["problems"],
                   "failure": verdict.get("failure"), "canaries": verdict.get("canaries", []),
                   "canaries_planted": len(run.canaries),
