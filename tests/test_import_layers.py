@@ -33,8 +33,6 @@ LAYERS: dict[str, int] = {
 KNOWN_BACKWARDS: set[tuple[str, str]] = {
     ("agents", "grading"),  # agents/mutants.py: glob matching belongs with the bundle spec
     ("grading", "runner"),  # grading/suite_check.py: the coding graders belong in grading
-    ("models", "runner"),  # models/builtin.py: coding oracle needs answer building from suites
-    ("report", "runner"),  # report/*: run layout (file names) belongs in records
 }
 
 

@@ -99,13 +99,12 @@ def task_check(
     from rich.table import Table
 
     from assay.records.io import atomic_write_json
-    from assay.records.manifest import utc_now
+    from assay.records.layout import run_stamp
     from assay.runner.task_check import check_tasks
 
     _require_sandbox("bwrap")
     bundles = _load_bundles(dirs)
-    stamp = utc_now().replace(":", "").replace("-", "").replace(".", "")[:15]
-    root = out_dir or Path("runs") / f"task-check-{stamp}Z"
+    root = out_dir or Path("runs") / f"task-check-{run_stamp()}"
     reports = check_tasks(bundles, root, reruns=reruns, mutants=mutants, workers=workers)
     table = Table(title=f"task check ({root})", title_justify="left")
     table.add_column("task", no_wrap=True)

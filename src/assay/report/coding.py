@@ -15,9 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from assay.records.io import iter_rows
+from assay.records.layout import SAMPLES, standing_rows
 from assay.records.manifest import read_manifest
-from assay.runner.coding import SAMPLES
-from assay.runner.engine import standing_rows
 from assay.stats import cluster_bootstrap_mean, pass_at_k, pass_hat_k
 
 

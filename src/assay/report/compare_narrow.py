@@ -12,9 +12,9 @@ from typing import Any
 
 from assay.errors import NotComparable
 from assay.records.io import iter_rows
+from assay.records.layout import RAW_PREDICTIONS
 from assay.records.manifest import read_manifest
 from assay.report.narrow import final_rows
-from assay.runner.narrow import RAW_PREDICTIONS
 from assay.stats import mcnemar_exact, paired_bootstrap_diff
 
 

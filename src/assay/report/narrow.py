@@ -12,9 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from assay.records.io import iter_rows, torn_tail
+from assay.records.layout import RAW_PREDICTIONS, standing_rows
 from assay.records.manifest import read_manifest
-from assay.runner.engine import standing_rows
-from assay.runner.narrow import RAW_PREDICTIONS
 from assay.stats import nearest_rank, wilson
 
 INVALID_COLUMN = "(invalid)"

@@ -19,6 +19,7 @@ from assay.grading.extract import extract_code
 from assay.grading.unit import Isolation, Verdict, run_unit
 from assay.models.client import ChatClient, TransportError
 from assay.records.io import atomic_write_text
+from assay.records.layout import SAMPLES, SUITE_SNAPSHOT
 from assay.records.manifest import tool_identity, utc_now
 from assay.runner.engine import (
     NullProgress,
@@ -32,17 +33,10 @@ from assay.runner.engine import (
 from assay.runner.narrow import Endpoint
 from assay.sandbox import Limits
 from assay.suites.coding import CodingSuite, CodingTask
+from assay.suites.prompts import INSTRUCTIONS, user_prompt
+from assay.suites.prompts import coding_messages as messages_for
 
-SAMPLES = "samples.jsonl"
-SUITE_SNAPSHOT = "suite/tasks.jsonl"  # the exact tasks file, kept for grading and re-reporting
 MANIFEST_SCHEMA = "assay.coding.manifest/1"
-
-INSTRUCTIONS = {
-    "unit": "Return only the code, in a single fenced code block, with no explanation.",
-    "rubric": "Return only the code, in a single fenced code block, with no explanation.",
-    "diff": ("Return only a unified diff (with --- a/ and +++ b/ file headers) that applies to "
-             "the files above, in a single fenced code block, with no explanation."),
-}
 
 
 @dataclass(frozen=True)
@@ -64,22 +58,6 @@ class CodingParams:
         # the watchdog is starved.
         return Limits(wall_seconds=self.exec_timeout_s, memory_mib=self.memory_mib,
                       pids=self.pids, cpu_seconds=max(1, int(self.exec_timeout_s + 0.999)))
-
-
-def user_prompt(task: CodingTask) -> str:
-    """The task prompt plus one fixed instruction; diff tasks also show the files to change."""
-    parts = [task.prompt.rstrip()]
-    if task.type == "diff":
-        for name, text in task.files.items():
-            body = text if text.endswith("\n") else text + "\n"
-            parts.append(f"File `{name}`:\n```\n{body}```")
-    parts.append(INSTRUCTIONS[task.type])
-    return "\n\n".join(parts)
-
-
-def messages_for(task: CodingTask) -> list[dict[str, str]]:
-    msgs = [{"role": "system", "content": task.system}] if task.system else []
-    return msgs + [{"role": "user", "content": user_prompt(task)}]
 
 
 def grade_answer(task: CodingTask, answer: str | None, params: CodingParams,
@@ -204,3 +182,6 @@ async def run_coding(suite: CodingSuite, endpoint: Endpoint, params: CodingParam
                            already_done=len(done), concurrency=params.concurrency)
     finally:
         await client.aclose()
+
+
+__all__ = ["INSTRUCTIONS", "SAMPLES", "SUITE_SNAPSHOT", "messages_for", "user_prompt"]

@@ -15,9 +15,11 @@ from typing import Any, Protocol, TypeVar
 
 from assay.errors import RunConflict
 from assay.records.io import JsonlAppender, iter_rows
+from assay.records.layout import standing_rows
 from assay.records.manifest import MANIFEST, ManifestWriter, read_manifest
 
 T = TypeVar("T")
+__all__ = ["standing_rows"]
 
 
 class Progress(Protocol):
@@ -73,19 +75,6 @@ def open_run_dir(run_dir: Path, kind: str, comparable: dict[str, Any],
     writer = ManifestWriter(run_dir, new_manifest())
     writer.save()
     return writer
-
-
-def standing_rows(rows: Iterable[dict[str, Any]],
-                  key: Callable[[dict[str, Any]], tuple[Any, ...]]) -> dict[Any, dict[str, Any]]:
-    """The row that stands for each unit of work: the last answered one; an infra-error row
-    only when no answer ever arrived. Older rows stay on disk as the run's history."""
-    out: dict[Any, dict[str, Any]] = {}
-    for row in rows:
-        k = key(row)
-        prev = out.get(k)
-        if prev is None or not row.get("error") or prev.get("error"):
-            out[k] = row
-    return out
 
 
 def pending(units: Iterable[Any], passes: int, done: set[tuple[str, int]]

@@ -13,8 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from assay.grading.labels import parse_answer, retry_instruction
+from assay.grading.labels import parse_answer
 from assay.models.client import ChatClient, Completion, TransportError, redact_url
+from assay.records.layout import RAW_PREDICTIONS, run_stamp
 from assay.records.manifest import tool_identity, utc_now
 from assay.runner.engine import (
     NullProgress,
@@ -27,8 +28,8 @@ from assay.runner.engine import (
     pending,
 )
 from assay.suites.cases import Case, NarrowSuite
+from assay.suites.prompts import format_retry, narrow_messages
 
-RAW_PREDICTIONS = "raw_predictions.jsonl"
 MANIFEST_SCHEMA = "assay.narrow.manifest/1"
 
 
@@ -54,9 +55,8 @@ class NarrowParams:
 
 def default_run_dir(suite_name: str, model: str, root: Path = Path("runs")) -> Path:
     """runs/<suite>-<model>-<UTC timestamp>, with the model name made path-safe."""
-    stamp = utc_now().replace(":", "").replace("-", "").replace(".", "")[:15] + "Z"
     safe_model = re.sub(r"[^A-Za-z0-9._-]+", "_", model).strip("_") or "model"
-    return root / f"{suite_name}-{safe_model}-{stamp}"
+    return root / f"{suite_name}-{safe_model}-{run_stamp()}"
 
 
 def comparable_settings(suite: NarrowSuite, endpoint: Endpoint,
@@ -118,11 +118,6 @@ def build_manifest(run_id: str, suite: NarrowSuite, endpoint: Endpoint,
     }
 
 
-def _messages(suite: NarrowSuite, case: Case) -> list[dict[str, str]]:
-    return [{"role": "system", "content": suite.system_prompt},
-            {"role": "user", "content": case.input}]
-
-
 def _sum_usage(answers: list[Completion]) -> dict[str, Any] | None:
     """Token usage over every answer of a case; ``None`` when no answer reported any, and an
     ``incomplete`` flag when only some did: a missing figure is unknown, not zero."""
@@ -145,7 +140,7 @@ async def answer_case(client: ChatClient, suite: NarrowSuite, case: Case, repeat
     row: dict[str, Any] = {"id": case.id, "repeat": repeat, "expected": case.expected}
     labels = suite.labels
     field_name = suite.config.output_field
-    messages = _messages(suite, case)
+    messages = narrow_messages(suite, case)
     answers: list[Completion] = []
     tries: list[dict[str, Any]] = []
     error: str | None = None
@@ -160,10 +155,7 @@ async def answer_case(client: ChatClient, suite: NarrowSuite, case: Case, repeat
                               refusal=first.refusal)
         if not parsed.valid:
             first_reason = parsed.reason
-            retry = messages + [
-                {"role": "assistant", "content": first.content or ""},
-                {"role": "user", "content": retry_instruction(field_name, labels)},
-            ]
+            retry = format_retry(messages, first.content, field_name, labels)
             second = await client.complete(retry, temperature=params.temperature,
                                            max_tokens=params.max_tokens)
             answers.append(second)
@@ -225,4 +217,5 @@ async def run_narrow(suite: NarrowSuite, endpoint: Endpoint, params: NarrowParam
         await client.aclose()
 
 
-__all__ = ["Endpoint", "NarrowParams", "RunConflict", "RunResult", "run_narrow"]
+__all__ = ["RAW_PREDICTIONS", "Endpoint", "NarrowParams", "RunConflict", "RunResult",
+           "run_narrow"]
