@@ -14,15 +14,15 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from assay.records.io import iter_rows
-from assay.records.layout import SAMPLES, standing_rows
-from assay.records.manifest import read_manifest
+from assay.records.coding import CodingManifest, graded_samples
+from assay.records.layout import sample_key, standing_rows
+from assay.records.manifest import read_run_manifest
 from assay.stats import cluster_bootstrap_mean, pass_at_k, pass_hat_k
 
 
 def final_sample_rows(rows: Iterable[dict[str, Any]]) -> dict[tuple[str, int], dict[str, Any]]:
     """The row standing for each (task, sample)."""
-    return standing_rows(rows, lambda r: (r["id"], int(r["sample"])))
+    return standing_rows(rows, sample_key)
 
 
 def _interval(values: list[float], seed: int = 0) -> dict[str, Any] | None:
@@ -68,9 +68,10 @@ def rubric_summary(run_dir: Path, finals: dict[tuple[str, int], dict[str, Any]])
             "mean_score": sum(scores) / len(scores) if scores else None, "scale": "0-3"}
 
 
-def build_coding_report(run_dir: Path) -> dict[str, Any]:
-    manifest = read_manifest(run_dir)
-    finals = final_sample_rows(iter_rows(run_dir / SAMPLES))
+def build_coding_report(run_dir: Path, revision: str | None = None) -> dict[str, Any]:
+    """Figures from the answers and one grade revision: the newest unless ``revision``."""
+    manifest = read_run_manifest(run_dir, CodingManifest)
+    grade_revision, finals = graded_samples(run_dir, manifest, revision)
     samples = manifest["parameters"]["samples"]
     tasks = task_table(finals, manifest["suite"]["task_ids"])
     auto = [t for t in tasks if t["type"] in ("unit", "diff") and t["samples"]]
@@ -101,6 +102,8 @@ def build_coding_report(run_dir: Path) -> dict[str, Any]:
         "mixed_tasks": [t["id"] for t in auto if t["mixed"]],
         "failure_reasons": dict(Counter(r["reason"] for r in graded_rows if not r["passed"])),
         "infra_errors": len(errors),
+        "grade_revision": grade_revision,
+        "ungraded": sum(1 for r in finals.values() if r.get("reason") == "ungraded"),
         "tasks": tasks,
         "rubric": rubric_summary(run_dir, finals),
         "served_models": dict(Counter(r.get("served_model") or "(not reported)"
@@ -135,6 +138,8 @@ def coding_headline(rep: dict[str, Any]) -> list[tuple[str, str]]:
         ("failure reasons", ", ".join(f"{k}: {v}" for k, v in
                                       sorted(rep["failure_reasons"].items())) or "none"),
         ("infra errors (excluded)", str(rep["infra_errors"])),
+        ("grade revision", (rep.get("grade_revision") or "none")
+         + (f", {rep['ungraded']} answers not yet graded" if rep.get("ungraded") else "")),
         ("rubric answers graded", f"{rub['graded']} of {rub['answers']}"
          + (f", mean {rub['mean_score']:.2f} / 3" if rub["mean_score"] is not None else "")),
         ("served model", ", ".join(f"{k} ({v})" for k, v in rep["served_models"].items())
