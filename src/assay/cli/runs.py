@@ -139,8 +139,9 @@ def _execute(runner: Any, suite: Any, params: Any, run_dir: Path, builtin: Any, 
         signal.signal(signal.SIGTERM, old_term)
 
 
-def _write_report(run_dir: Path) -> dict[str, Any]:
-    """Rebuild report.json, report.md and report.html from the records; print the tables."""
+def _write_report(run_dir: Path, grade_revision: str | None = None) -> dict[str, Any]:
+    """Rebuild report.json, report.md and report.html from the records; print the tables.
+    Coding runs use ``grade_revision``, else their newest grade revision."""
     from assay.records.manifest import read_manifest
     from assay.report.files import write_reports
     from assay.report.html import write_html
@@ -150,7 +151,7 @@ def _write_report(run_dir: Path) -> dict[str, Any]:
 
         from assay.report.coding import NOT_ISOLATED, build_coding_report, coding_markdown
 
-        rep = build_coding_report(run_dir)
+        rep = build_coding_report(run_dir, grade_revision)
         md = coding_markdown(rep)
         write_reports(run_dir, rep, md)
         write_html(run_dir, rep, "coding")
@@ -169,11 +170,15 @@ def _write_report(run_dir: Path) -> dict[str, Any]:
 
 
 @app.command()
-def report(run_dir: Annotated[Path, typer.Argument(metavar="RUN_DIR")]) -> None:
+def report(
+    run_dir: Annotated[Path, typer.Argument(metavar="RUN_DIR")],
+    grade_revision: Annotated[str | None, typer.Option(
+        help="Coding runs: the grade revision to report (default: the newest).")] = None,
+) -> None:
     """Rebuild report.json, report.md and report.html from a run directory's rows alone."""
     if not (run_dir / "manifest.json").is_file():
         raise fail(f"{run_dir}: no manifest.json: not an assay run directory")
-    _write_report(run_dir)
+    _write_report(run_dir, grade_revision)
 
 
 @app.command()
