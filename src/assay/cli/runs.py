@@ -60,7 +60,6 @@ def run(
 ) -> None:
     """Evaluate a model on a suite; resume by passing the same --out again."""
     from assay.models.builtin import BUILTIN_PREFIX, load_builtin
-    from assay.runner.coding import CodingParams, run_coding
     from assay.runner.narrow import NarrowParams, default_run_dir, run_narrow
     from assay.suites.cases import load_suite
     from assay.suites.coding import load_coding_suite
@@ -80,6 +79,8 @@ def run(
     params: Any
     runner: Any
     if kind == "coding":
+        from assay.runner.coding import CodingParams, run_coding  # the sandbox stack: coding only
+
         _require_sandbox(sandbox)
         params = CodingParams(
             samples=samples, temperature=0.2 if temperature is None else temperature,
