@@ -543,6 +543,7 @@ def test_compare_two_coding_runs(tmp_path: Path, server: ScriptedServer,
     assert res.code == 0, res.stderr
     c = json.loads(out1.read_text())
     assert c["tasks"] == 3
+    assert c["run_a"]["grade_revision"] == c["run_b"]["grade_revision"] == "v1"
     assert c["pass_at_1_a"] == pytest.approx(2 / 3)
     assert c["pass_at_1_b"] == pytest.approx(1.5 / 3)
     # by hand: per-task deltas -1/2, -1, +1 -> mean -1/6

@@ -203,6 +203,14 @@ def _status_message(resp: httpx.Response) -> str:
     return text
 
 
+def _text_or_none(value: object) -> str | None:
+    """A field the records keep as text: gateways that send a number or an object there are
+    recorded as its JSON text rather than failing the row."""
+    if value is None or value == "":
+        return None
+    return value if isinstance(value, str) else json.dumps(value)
+
+
 def _parse_body(text: str) -> Completion | str:
     """The response body as a Completion, or a short reason why it cannot be one (retried)."""
     try:
@@ -228,9 +236,9 @@ def _parse_body(text: str) -> Completion | str:
     return Completion(
         content=content,
         refusal=message.get("refusal") or None,
-        served_model=body.get("model") if isinstance(body.get("model"), str) else None,
-        system_fingerprint=body.get("system_fingerprint") or None,
+        served_model=_text_or_none(body.get("model")),
+        system_fingerprint=_text_or_none(body.get("system_fingerprint")),
         usage=usage if isinstance(usage, dict) else None,
-        finish_reason=choices[0].get("finish_reason"),
+        finish_reason=_text_or_none(choices[0].get("finish_reason")),
         latency_ms=0.0,
     )
