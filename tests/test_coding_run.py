@@ -31,6 +31,7 @@ from support.scripted_server import (
     by_input,
 )
 
+from assay.records.coding import GradeRow, SampleRow, graded_samples
 from assay.runner.coding import INSTRUCTIONS, user_prompt
 from assay.sandbox import bwrap_available
 from assay.stats import cluster_bootstrap_mean, paired_bootstrap_diff
@@ -87,8 +88,14 @@ def sample_rows(run: Path) -> list[dict[str, Any]]:
             if line.strip()]
 
 
-def final(run: Path) -> dict[tuple[str, int], dict[str, Any]]:
-    return {(r["id"], r["sample"]): r for r in sample_rows(run) if not r.get("error")}
+def graded(run: Path, revision: str | None = None) -> dict[tuple[str, int], dict[str, Any]]:
+    """Every standing answer joined with its grade (``passed``, ``reason``, ``exec``): the view
+    the report reads."""
+    return graded_samples(run, json.loads((run / "manifest.json").read_text()), revision)[1]
+
+
+def final(run: Path, revision: str | None = None) -> dict[tuple[str, int], dict[str, Any]]:
+    return {k: r for k, r in graded(run, revision).items() if not r.get("error")}
 
 
 def report(run: Path) -> dict[str, Any]:
@@ -134,8 +141,11 @@ def test_run_end_to_end(tmp_path: Path, server: ScriptedServer,
     rows = sample_rows(run)
     assert sorted((r["id"], r["sample"]) for r in rows) == sorted(
         (t, s) for t in ("py-add", "js-add", "py-fix", "sql-review") for s in (0, 1))
-    for r in rows:
+    for r in graded(run).values():
         assert SAMPLE_FIELDS <= set(r), r
+    for r in rows:
+        assert SAMPLE_FIELDS - {"passed", "reason"} <= set(r), r
+        assert "passed" not in r and "exec" not in r  # verdicts live in grades/<revision>
         assert r["served_model"] == "scripted-model" and r["error"] is None
         assert r["latency_ms"] > 0 and r["usage"]["total_tokens"] > 0
     got = final(run)
@@ -214,7 +224,8 @@ def test_infra_errors_exit_3_and_resume_asks_only_for_missing_samples(
     res = run_cli(args)
     assert res.code == 3, res.stderr
     assert "resume" in res.stderr and str(run) in squash(res.stderr)
-    bad = [r for r in sample_rows(run) if r["id"] == "js-add"]
+    assert len([r for r in sample_rows(run) if r["id"] == "js-add"]) == 2
+    bad = [r for r in graded(run).values() if r["id"] == "js-add"]
     assert len(bad) == 2
     for r in bad:
         assert r["reason"] == "infra_error" and r["error"] and r["passed"] is None
@@ -436,11 +447,15 @@ def test_report_figures_on_a_hand_computed_example(tmp_path: Path, server: Scrip
     assert run_cli(["run", str(tasks), "--samples", "3", "--out", str(run)]).code == 0
 
     def row(tid: str, sample: int, passed: bool | None, reason: str,
-            error: str | None = None) -> dict[str, Any]:
-        return {"id": tid, "sample": sample, "type": "rubric" if tid == "sql-r" else "unit",
-                "language": None if tid == "sql-r" else "python", "raw": "x", "code": "x",
-                "passed": passed, "reason": reason, "latency_ms": 5.0, "usage": None,
-                "served_model": "scripted-model", "error": error}
+            error: str | None = None) -> tuple[dict[str, Any], dict[str, Any] | None]:
+        kind = "rubric" if tid == "sql-r" else "unit"
+        answer = SampleRow(id=tid, sample=sample, type=kind,
+                           language=None if tid == "sql-r" else "python", raw="x", code="x",
+                           latency_ms=5.0, usage=None, served_model="scripted-model",
+                           error=error).to_row()
+        grade = None if error else GradeRow(id=tid, sample=sample, type=kind, passed=passed,
+                                            reason=reason, graded_at="2026-01-01T00:00:00Z")
+        return answer, None if grade is None else grade.to_json()
 
     # A: 3 of 3. B: 1 of 3 (fails: nonzero_exit, timeout). C: 0 of 3. R: rubric, 3 answers.
     # A's sample 2 first ended in an infra error, then was answered on resume.
@@ -452,7 +467,9 @@ def test_report_figures_on_a_hand_computed_example(tmp_path: Path, server: Scrip
             row("py-c", 2, False, "nonzero_exit"),
             row("py-a", 2, True, "ok"),
             *(row("sql-r", s, None, "needs_human_grade") for s in range(3))]
-    (run / "samples.jsonl").write_text("".join(json.dumps(r) + "\n" for r in hand))
+    (run / "samples.jsonl").write_text("".join(json.dumps(a) + "\n" for a, _ in hand))
+    (run / "grades" / "v1.jsonl").write_text("".join(json.dumps(g) + "\n" for _, g in hand
+                                                     if g is not None))
     res = run_cli(["report", str(run)])
     assert res.code == 0, res.stderr
     rep = report(run)
@@ -526,6 +543,7 @@ def test_compare_two_coding_runs(tmp_path: Path, server: ScriptedServer,
     assert res.code == 0, res.stderr
     c = json.loads(out1.read_text())
     assert c["tasks"] == 3
+    assert c["run_a"]["grade_revision"] == c["run_b"]["grade_revision"] == "v1"
     assert c["pass_at_1_a"] == pytest.approx(2 / 3)
     assert c["pass_at_1_b"] == pytest.approx(1.5 / 3)
     # by hand: per-task deltas -1/2, -1, +1 -> mean -1/6

@@ -15,6 +15,7 @@ from conftest import run_cli, write_suite
 from support.rows import U1, U2
 from support.rows import narrow_row as _row
 
+from assay.records.coding import GradeRow
 from assay.report.coding import build_coding_report
 from assay.report.html import render_html, write_html
 from assay.report.narrow import build_report
@@ -289,11 +290,13 @@ def coding_report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     res = run_cli(["run", str(tasks), "--model", "builtin/oracle", "--samples", "2",
                    "--sandbox", "none", "--out", str(run)])
     assert res.code == 0, res.stderr
-    rows = [json.loads(line) for line in (run / "samples.jsonl").read_text().splitlines()]
+    grades = run / "grades" / "v1.jsonl"
+    rows = [GradeRow.read(json.loads(line), grades).to_json()
+            for line in grades.read_text().splitlines()]
     for row in rows:
         if row["id"] == "add" and row["sample"] == 1:
             row.update(passed=False, reason="tests_failed <exit 1>")
-    (run / "samples.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    grades.write_text("".join(json.dumps(r) + "\n" for r in rows))
     rep = build_coding_report(run)
     write_html(run, rep, "coding")
     rep["_run"] = str(run)

@@ -297,3 +297,20 @@ def test_unreachable_endpoint_stops_the_run_at_once(tmp_path: Path,
     assert "cannot connect" in res.stderr
     rows = read_rows(run)
     assert 0 < len(rows) < 60 and all(r["error"] for r in rows)  # stopped, not burned through
+
+
+def test_odd_typed_fields_from_a_gateway_are_recorded_as_text(
+        tmp_path: Path, server: ScriptedServer, endpoint_env: dict[str, str]) -> None:
+    """A gateway that sends a number where the API has a string must not fail the row (rows
+    are validated as they are written): the value is kept as its JSON text."""
+    body = json.dumps({"model": 7, "system_fingerprint": {"build": 3}, "choices": [
+        {"message": {"role": "assistant", "content": '{"label": "bug"}'}, "finish_reason": 1}]})
+    server.handler = lambda req, n: Garbage(body=body, content_type="application/json")
+    suite = write_suite(tmp_path / "suite", CASES[:1])
+    run = tmp_path / "run"
+    res = run_cli(["run", str(suite), "--out", str(run)])
+    assert res.code == 0, res.stderr
+    [row] = read_rows(run)
+    assert row["correct"] is True and row["error"] is None
+    assert (row["served_model"], row["system_fingerprint"], row["finish_reason"]) == (
+        "7", '{"build": 3}', "1")

@@ -238,9 +238,10 @@ def _require_run_dir(run_dir: Path) -> None:
         raise InputError(f"{run_dir}: no manifest.json: not an assay run directory")
 
 
-def rebuild_report(run_dir: PathLike) -> dict[str, Any]:
+def rebuild_report(run_dir: PathLike, *, grade_revision: str | None = None) -> dict[str, Any]:
     """Rebuild report.json, report.md and report.html from a run directory's records alone,
-    and return the report (its ``schema`` says which kind)."""
+    and return the report (its ``schema`` says which kind). Coding runs are reported from
+    ``grade_revision``, else their newest grade revision."""
     from assay.records.manifest import read_manifest
     from assay.report.files import write_reports
     from assay.report.html import write_html
@@ -251,7 +252,7 @@ def rebuild_report(run_dir: PathLike) -> dict[str, Any]:
         from assay.report.coding import build_coding_report
         from assay.report.coding_markdown import coding_markdown
 
-        rep = build_coding_report(where)
+        rep = build_coding_report(where, grade_revision)
         write_reports(where, rep, coding_markdown(rep))
         write_html(where, rep, "coding")
         return rep

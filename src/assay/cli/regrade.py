@@ -1,7 +1,12 @@
-"""``assay regrade``: a new grade revision from recorded answers, beside the old ones."""
+"""``assay regrade``: a new grade revision from recorded answers, beside the old ones.
+
+Two kinds of directory hold recorded answers: a trial directory (a frozen artifact, graded by
+the task's verifier) and a coding run directory (answers in ``samples.jsonl``, graded by the
+coding graders into ``grades/<revision>.jsonl``)."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Annotated
 
@@ -10,6 +15,7 @@ import typer
 from assay.cli.app import (
     _require_sandbox,
     app,
+    err,
     fail,
 )
 from assay.cli.tasks import _load_bundles, _print_grade
@@ -21,21 +27,25 @@ from assay.errors import (
 
 @app.command()
 def regrade(
-    trial_dir: Annotated[Path, typer.Argument(metavar="TRIAL_DIR")],
+    trial_dir: Annotated[Path, typer.Argument(metavar="DIR", help="A trial directory, or a "
+                                              "coding run directory.")],
     verifier_revision: Annotated[str, typer.Option(help="Name of the new grade revision.")],
     task_dir: Annotated[Path | None, typer.Option("--task", help="The bundle, if it moved.")]
     = None,
 ) -> None:
-    """Grade the same frozen artifact again, into grades/<NEW>.json beside the old grades."""
-    import re
+    """Grade the same recorded answers again into a new revision beside the old grades:
+    grades/<NEW>.json for a trial, grades/<NEW>.jsonl for a coding run."""
+    if not re.fullmatch(r"[A-Za-z0-9._-]+", verifier_revision):
+        raise fail("--verifier-revision: letters, digits, '.', '_' and '-' only")
+    if not (trial_dir / "trial.json").is_file() and (trial_dir / "manifest.json").is_file():
+        _regrade_coding_run(trial_dir, verifier_revision)
+        return
 
     from assay.runner.trial import TrialRefused, read_trial
     from assay.runner.trial import regrade as do_regrade
 
     if not (trial_dir / "trial.json").is_file():
         raise fail(f"{trial_dir}: no trial.json: not a trial directory")
-    if not re.fullmatch(r"[A-Za-z0-9._-]+", verifier_revision):
-        raise fail("--verifier-revision: letters, digits, '.', '_' and '-' only")
     record = read_trial(trial_dir)
     [bundle] = _load_bundles([task_dir or Path(record["task"]["path"])])[:1]
     _require_sandbox("bwrap")
@@ -45,4 +55,28 @@ def regrade(
         raise fail(str(exc)) from None
     _print_grade(grade)
     if grade["validity"]["status"] != "valid":
+        raise typer.Exit(EXIT_INFRA)
+
+
+def _regrade_coding_run(run_dir: Path, revision: str) -> None:
+    """Grade every recorded answer of a coding run into ``revision``, then rebuild the reports
+    from it (the newest revision)."""
+    from assay.cli.runs import _write_report
+    from assay.grading.revisions import regrade_run, settings_of
+    from assay.records.manifest import read_manifest
+
+    manifest = read_manifest(run_dir)
+    if manifest.get("kind") != "coding":
+        raise fail(f"{run_dir}: a {manifest.get('kind')!r} run; regrade works on trial "
+                   "directories and coding runs")
+    _require_sandbox(settings_of(manifest).isolation)
+    try:
+        summary = regrade_run(run_dir, revision)
+    except NeverOverwrite as exc:
+        raise fail(str(exc)) from None
+    err.print(f"graded {summary.graded} answers into revision {revision} "
+              f"({summary.grader_errors} grader errors); older revisions are untouched",
+              highlight=False)
+    _write_report(run_dir, revision)
+    if summary.grader_errors:
         raise typer.Exit(EXIT_INFRA)

@@ -148,10 +148,14 @@ def _print_report(rep: dict[str, Any]) -> None:
 
 
 @app.command()
-def report(run_dir: Annotated[Path, typer.Argument(metavar="RUN_DIR")]) -> None:
+def report(
+    run_dir: Annotated[Path, typer.Argument(metavar="RUN_DIR")],
+    grade_revision: Annotated[str | None, typer.Option(
+        help="Coding runs: the grade revision to report (default: the newest).")] = None,
+) -> None:
     """Rebuild report.json, report.md and report.html from a run directory's rows alone."""
     try:
-        rep = api.rebuild_report(run_dir)
+        rep = api.rebuild_report(run_dir, grade_revision=grade_revision)
     except InputError as exc:
         raise fail(str(exc)) from None
     _print_report(rep)

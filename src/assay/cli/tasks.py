@@ -97,12 +97,11 @@ def task_check(
 
     from assay.api import check_tasks
     from assay.records.io import atomic_write_json
-    from assay.records.manifest import utc_now
+    from assay.records.layout import run_stamp
 
     _require_sandbox("bwrap")
     bundles = _load_bundles(dirs)
-    stamp = utc_now().replace(":", "").replace("-", "").replace(".", "")[:15]
-    root = out_dir or Path("runs") / f"task-check-{stamp}Z"
+    root = out_dir or Path("runs") / f"task-check-{run_stamp()}"
     reports = check_tasks(bundles, root, reruns=reruns, mutants=mutants, workers=workers)
     table = Table(title=f"task check ({root})", title_justify="left")
     table.add_column("task", no_wrap=True)

@@ -14,6 +14,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from assay.suites.prompts import retry_instruction
+
 INVALID_REASONS = (
     "empty",
     "not_json",
@@ -110,10 +112,5 @@ def parse_answer(text: str | None, *, output_field: str, labels: Iterable[str],
     return Parsed(label, None)
 
 
-def retry_instruction(output_field: str, labels: Iterable[str]) -> str:
-    """The one format-retry message: what exactly to send back, nothing else."""
-    choices = ", ".join(f'"{x}"' for x in labels)
-    return (
-        "Your previous answer could not be used. Reply with only one JSON object and nothing "
-        f'else, exactly of the form {{"{output_field}": "<one of {choices}>"}}.'
-    )
+__all__ = ["Parsed", "find_top_level_objects", "parse_answer", "retry_instruction",
+           "strip_reasoning"]

@@ -13,8 +13,8 @@ from typing import Any
 
 from assay.errors import SandboxFailed
 from assay.grading.diff import apply_diff
+from assay.grading.table import SandboxSettings, grade_answer
 from assay.grading.unit import Verdict
-from assay.runner.coding import CodingParams, grade_answer
 from assay.suites.coding import CodingSuite, CodingTask
 
 
@@ -60,7 +60,7 @@ class TaskCheck:
                 "problems": self.problems}
 
 
-def check_task(task: CodingTask, params: CodingParams) -> TaskCheck:
+def check_task(task: CodingTask, params: SandboxSettings) -> TaskCheck:
     if task.type == "rubric":
         return TaskCheck(task, None, None)
     solution = grade_answer(task, task.solution, params)[1] if task.solution else None
@@ -78,6 +78,6 @@ def check_task(task: CodingTask, params: CodingParams) -> TaskCheck:
     return TaskCheck(task, solution, empty, golden_problem)
 
 
-def check_suite(suite: CodingSuite, params: CodingParams) -> list[TaskCheck]:
+def check_suite(suite: CodingSuite, params: SandboxSettings) -> list[TaskCheck]:
     with ThreadPoolExecutor(max_workers=params.exec_concurrency) as pool:
         return list(pool.map(lambda t: check_task(t, params), suite.tasks))

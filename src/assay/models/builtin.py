@@ -20,6 +20,7 @@ from typing import Protocol
 
 from assay.suites.cases import NarrowSuite
 from assay.suites.coding import CodingSuite
+from assay.suites.prompts import user_prompt
 
 BUILTIN_PREFIX = "builtin/"
 BUILTIN_MODELS = ("builtin/baseline", "builtin/oracle")
@@ -124,8 +125,6 @@ class CodingOracle:
     name = "builtin/oracle"
 
     def __init__(self, suite: CodingSuite) -> None:
-        from assay.runner.coding import user_prompt
-
         self.answers: dict[str, str] = {}
         for task in suite.tasks:
             if task.solution is None:

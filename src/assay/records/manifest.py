@@ -13,12 +13,15 @@ import os
 import platform
 import subprocess
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
+from pydantic import ConfigDict, Field
+
+from assay.errors import RecordError
+from assay.records.base import Record
 from assay.records.io import atomic_write_json, read_json_file
+from assay.records.layout import MANIFEST
 from assay.version import __version__
-
-MANIFEST = "manifest.json"
 
 
 def utc_now() -> str:
@@ -44,11 +47,86 @@ def tool_identity() -> dict[str, Any]:
 
 
 def read_manifest(run_dir: Path) -> dict[str, Any]:
+    """The manifest as written, unvalidated: every kind of run has one. Readers that depend on
+    its shape validate it with :func:`read_run_manifest`."""
     path = run_dir / MANIFEST
     try:
         return read_json_file(path)
     except FileNotFoundError as exc:
         raise FileNotFoundError(f"{path}: no manifest: not an assay run directory") from exc
+
+
+class ModelInfo(Record):
+    """The model as asked for and as the endpoint said it served."""
+
+    requested: str
+    """The model name sent with every request."""
+    builtin: bool = False
+    """True for ``builtin/...`` models served by assay itself."""
+    base_url: str
+    """The endpoint, with any credentials and query removed."""
+    api_key_env: str | None = None
+    """The variable the key was read from (never the key)."""
+    served_models: list[str] = []
+    """Every model id the endpoint reported, in order of first appearance."""
+    system_fingerprints: list[str] = []
+    """Every system fingerprint the endpoint reported."""
+
+
+class ManifestBase(Record):
+    """What every model-run manifest holds; ``schema`` names the kind and version."""
+
+    schema_name: ClassVar[str] = ""
+
+    schema_: str = Field(alias="schema")
+    """``name/version`` of this manifest's schema."""
+    kind: str
+    """``narrow`` or ``coding``: which reader understands the run."""
+    run_id: str
+    """The run directory's name when the run started."""
+    assay: dict[str, Any]
+    """assay's version, git commit and dirtiness, and the Python version."""
+    limits: dict[str, Any]
+    """Resource settings of the latest session (they may change on resume)."""
+    comparable: dict[str, Any]
+    """Settings that must be identical for two sessions to write one run (resume checks)."""
+    record_schemas: dict[str, str] | None = None
+    """Schema id of each JSONL file's rows (rows carry none each); None in runs from before
+    rows were versioned, which read as version 1."""
+    started_at: str
+    """UTC time the run was created."""
+    ended_at: str | None = None
+    """UTC time the latest session ended."""
+    warnings: list[str] = []
+    """Things a reader must know (served model changed mid-run, ...)."""
+    sessions: list[dict[str, Any]] = []
+    """One entry per invocation: time window, status, pid, limits, rows written."""
+
+    model_config = ConfigDict(populate_by_name=True)
+
+    def to_json(self) -> dict[str, Any]:
+        return self.model_dump(mode="json", by_alias=True)
+
+
+def read_run_manifest(run_dir: Path, model: type[ManifestBase]) -> dict[str, Any]:
+    """The manifest of a run of ``model``'s kind, validated; refused when written by a newer
+    assay, when of another kind, or when a row file's schema is newer than this assay reads."""
+    data = read_manifest(run_dir)
+    where = run_dir / MANIFEST
+    model.check_schema_id(data.get("schema"), where)
+    model.read(data, where)
+    return data
+
+
+def check_row_schema(manifest: dict[str, Any], file: str, row: type[Record],
+                     where: Path | str) -> None:
+    """Refuse rows of ``file`` written with another or a newer schema than ``row``."""
+    schemas = manifest.get("record_schemas")
+    if schemas is None:
+        return  # written before rows were versioned: version 1
+    if not isinstance(schemas, dict) or file not in schemas:
+        raise RecordError(f"{where}: record_schemas names no schema for {file}")
+    row.check_schema_id(schemas[file], f"{where}: {file}")
 
 
 class ManifestWriter:

@@ -17,16 +17,15 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from assay.records.io import iter_rows
-from assay.records.manifest import read_manifest
-from assay.runner.coding import SAMPLES
-from assay.runner.engine import standing_rows
+from assay.records.coding import CodingManifest, graded_samples
+from assay.records.layout import sample_key, standing_rows
+from assay.records.manifest import read_run_manifest
 from assay.stats import cluster_bootstrap_mean, pass_at_k, pass_hat_k
 
 
 def final_sample_rows(rows: Iterable[dict[str, Any]]) -> dict[tuple[str, int], dict[str, Any]]:
     """The row standing for each (task, sample)."""
-    return standing_rows(rows, lambda r: (r["id"], int(r["sample"])))
+    return standing_rows(rows, sample_key)
 
 
 def _interval(values: list[float], seed: int = 0) -> dict[str, Any] | None:
@@ -72,9 +71,10 @@ def rubric_summary(run_dir: Path, finals: dict[tuple[str, int], dict[str, Any]])
             "mean_score": sum(scores) / len(scores) if scores else None, "scale": "0-3"}
 
 
-def build_coding_report(run_dir: Path) -> dict[str, Any]:
-    manifest = read_manifest(run_dir)
-    finals = final_sample_rows(iter_rows(run_dir / SAMPLES))
+def build_coding_report(run_dir: Path, revision: str | None = None) -> dict[str, Any]:
+    """Figures from the answers and one grade revision: the newest unless ``revision``."""
+    manifest = read_run_manifest(run_dir, CodingManifest)
+    grade_revision, finals = graded_samples(run_dir, manifest, revision)
     samples = manifest["parameters"]["samples"]
     tasks = task_table(finals, manifest["suite"]["task_ids"])
     auto = [t for t in tasks if t["type"] in ("unit", "diff") and t["samples"]]
@@ -105,6 +105,8 @@ def build_coding_report(run_dir: Path) -> dict[str, Any]:
         "mixed_tasks": [t["id"] for t in auto if t["mixed"]],
         "failure_reasons": dict(Counter(r["reason"] for r in graded_rows if not r["passed"])),
         "infra_errors": len(errors),
+        "grade_revision": grade_revision,
+        "ungraded": sum(1 for r in finals.values() if r.get("reason") == "ungraded"),
         "tasks": tasks,
         "rubric": rubric_summary(run_dir, finals),
         "served_models": dict(Counter(r.get("served_model") or "(not reported)"

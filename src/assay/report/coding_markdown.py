@@ -37,6 +37,8 @@ def coding_headline(rep: dict[str, Any]) -> list[tuple[str, str]]:
         ("failure reasons", ", ".join(f"{k}: {v}" for k, v in
                                       sorted(rep["failure_reasons"].items())) or "none"),
         ("infra errors (excluded)", str(rep["infra_errors"])),
+        ("grade revision", (rep.get("grade_revision") or "none")
+         + (f", {rep['ungraded']} answers not yet graded" if rep.get("ungraded") else "")),
         ("rubric answers graded", f"{rub['graded']} of {rub['answers']}"
          + (f", mean {rub['mean_score']:.2f} / 3" if rub["mean_score"] is not None else "")),
         ("served model", ", ".join(f"{k} ({v})" for k, v in rep["served_models"].items())

@@ -44,8 +44,10 @@ def compare_coding_runs(run_a: Path, run_b: Path, *, seed: int = 0,
         warnings.append("at least one run was NOT ISOLATED (--sandbox none)")
     return {
         "schema": "assay.coding.compare/1",
-        "run_a": {"dir": str(run_a), "model": ma["model"]["requested"]},
-        "run_b": {"dir": str(run_b), "model": mb["model"]["requested"]},
+        "run_a": {"dir": str(run_a), "model": ma["model"]["requested"],
+                  "grade_revision": ra["grade_revision"]},
+        "run_b": {"dir": str(run_b), "model": mb["model"]["requested"],
+                  "grade_revision": rb["grade_revision"]},
         "tasks": len(ids),
         "pass_at_1_a": sum(a) / len(a),
         "pass_at_1_b": sum(b) / len(b),
@@ -63,7 +65,8 @@ def compare_coding_markdown(c: dict[str, Any]) -> str:
     lo, hi = c["diff_ci95"]
     lines = [f"# assay compare (coding): A = {c['run_a']['model']}, B = {c['run_b']['model']}",
              "", *[f"> **Warning:** {w}" for w in c["warnings"]], "",
-             f"- tasks compared: {c['tasks']}",
+             f"- tasks compared: {c['tasks']} (grade revisions: A "
+             f"{c['run_a'].get('grade_revision')}, B {c['run_b'].get('grade_revision')})",
              f"- pass@1 A {100 * c['pass_at_1_a']:.1f}%, B {100 * c['pass_at_1_b']:.1f}%",
              f"- difference B − A: {100 * c['pass_at_1_diff_b_minus_a']:+.1f} points, 95% paired "
              f"bootstrap CI by task [{100 * lo:+.1f}, {100 * hi:+.1f}] "

@@ -11,15 +11,14 @@ from pathlib import Path
 from typing import Any
 
 from assay.errors import NotComparable
-from assay.records.io import iter_rows
 from assay.records.manifest import read_manifest
+from assay.records.narrow import iter_narrow_rows, read_narrow_manifest
 from assay.report.narrow import final_rows
-from assay.runner.narrow import RAW_PREDICTIONS
 from assay.stats import mcnemar_exact, paired_bootstrap_diff
 
 
-def _answered(run_dir: Path) -> dict[tuple[str, int], dict[str, Any]]:
-    rows = final_rows(iter_rows(run_dir / RAW_PREDICTIONS))
+def _answered(run_dir: Path, manifest: dict[str, Any]) -> dict[tuple[str, int], dict[str, Any]]:
+    rows = final_rows(iter_narrow_rows(run_dir, manifest))
     return {k: r for k, r in rows.items() if not r.get("error")}
 
 
@@ -29,6 +28,7 @@ def compare_runs(run_a: Path, run_b: Path, *, seed: int = 0,
     for m, d in ((ma, run_a), (mb, run_b)):
         if m.get("kind") != "narrow":
             raise NotComparable(f"{d}: not a narrow-task run")
+    ma, mb = read_narrow_manifest(run_a), read_narrow_manifest(run_b)
     sa, sb = ma["suite"], mb["suite"]
     if sa["cases_sha256"] != sb["cases_sha256"] or sa["labels"] != sb["labels"]:
         raise NotComparable(
@@ -40,7 +40,7 @@ def compare_runs(run_a: Path, run_b: Path, *, seed: int = 0,
                         "together")
     if ma["parameters"] != mb["parameters"]:
         warnings.append(f"parameters differ: {ma['parameters']} vs {mb['parameters']}")
-    a, b = _answered(run_a), _answered(run_b)
+    a, b = _answered(run_a, ma), _answered(run_b, mb)
     keys = sorted(set(a) & set(b))
     if not keys:
         raise NotComparable("no case is answered in both runs")

@@ -11,10 +11,9 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from assay.records.io import iter_rows, torn_tail
-from assay.records.manifest import read_manifest
-from assay.runner.engine import standing_rows
-from assay.runner.narrow import RAW_PREDICTIONS
+from assay.records.io import torn_tail
+from assay.records.layout import RAW_PREDICTIONS, narrow_key, standing_rows
+from assay.records.narrow import iter_narrow_rows, read_narrow_manifest
 from assay.stats import nearest_rank, wilson
 
 INVALID_COLUMN = "(invalid)"
@@ -32,7 +31,7 @@ def slim(row: dict[str, Any]) -> dict[str, Any]:
 
 def final_rows(rows: Iterable[dict[str, Any]]) -> dict[tuple[str, int], dict[str, Any]]:
     """The row standing for each (case, repeat), reduced to what the figures use."""
-    return standing_rows((slim(r) for r in rows), lambda r: (r["id"], int(r["repeat"])))
+    return standing_rows((slim(r) for r in rows), narrow_key)
 
 
 def _ratio(num: int, den: int) -> float | None:
@@ -100,12 +99,12 @@ def usage_totals(answered: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def build_report(run_dir: Path) -> dict[str, Any]:
-    manifest = read_manifest(run_dir)
+    manifest = read_narrow_manifest(run_dir)
     rows_path = run_dir / RAW_PREDICTIONS
     labels: list[str] = manifest["suite"]["labels"]
     repeats: int = manifest["parameters"]["repeats"]
     expected_total = manifest["suite"]["n_cases"] * repeats
-    finals = final_rows(iter_rows(rows_path))
+    finals = final_rows(iter_narrow_rows(run_dir, manifest))
     answered = [r for r in finals.values() if not r.get("error")]
     errors = [r for r in finals.values() if r.get("error")]
     n = len(answered)

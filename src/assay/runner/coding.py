@@ -1,6 +1,9 @@
-"""Running a coding suite: several samples per task, each answer graded in the sandbox.
+"""Running a coding suite: several samples per task; answers recorded, then graded from the
+record.
 
-One row per task and sample goes to ``samples.jsonl`` as soon as it is graded. Model calls run
+One answer row per task and sample goes to ``samples.jsonl`` as soon as it arrives; the answer
+is then graded from that row into the run's grade revision (``grades/v1.jsonl``), so a fixed
+grader can later grade the very same answers again (``assay regrade``). Model calls run
 ``concurrency`` at a time; sandboxed executions run at most ``exec_concurrency`` at a time,
 because they compete for the CPU and their time limits should measure the candidate, not the
 queue.
@@ -14,35 +17,30 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from assay.grading.diff import grade_diff
-from assay.grading.extract import extract_code
-from assay.grading.unit import Isolation, Verdict, run_unit
+from assay.grading.revisions import Revision, grade_remaining
+from assay.grading.table import ExecSettings, extract, grade_answer
+from assay.grading.unit import Isolation
 from assay.models.client import ChatClient, TransportError
+from assay.records.coding import ROW_SCHEMAS, CodingManifest, SampleRow
 from assay.records.io import atomic_write_text
-from assay.records.manifest import tool_identity, utc_now
+from assay.records.layout import RUN_GRADE_REVISION, SAMPLES, SUITE_SNAPSHOT
+from assay.records.manifest import read_manifest
 from assay.runner.engine import (
+    Endpoint,
     NullProgress,
     Progress,
     RunResult,
-    done_keys,
-    drive,
-    open_run_dir,
-    pending,
+    RunSpec,
+    Transport,
+    model_manifest,
+    run_model,
 )
-from assay.runner.narrow import Endpoint
 from assay.sandbox import Limits
 from assay.suites.coding import CodingSuite, CodingTask
+from assay.suites.prompts import INSTRUCTIONS, user_prompt
+from assay.suites.prompts import coding_messages as messages_for
 
-SAMPLES = "samples.jsonl"
-SUITE_SNAPSHOT = "suite/tasks.jsonl"  # the exact tasks file, kept for grading and re-reporting
-MANIFEST_SCHEMA = "assay.coding.manifest/1"
-
-INSTRUCTIONS = {
-    "unit": "Return only the code, in a single fenced code block, with no explanation.",
-    "rubric": "Return only the code, in a single fenced code block, with no explanation.",
-    "diff": ("Return only a unified diff (with --- a/ and +++ b/ file headers) that applies to "
-             "the files above, in a single fenced code block, with no explanation."),
-}
+MANIFEST_SCHEMA = CodingManifest.schema_id()
 
 
 @dataclass(frozen=True)
@@ -59,40 +57,13 @@ class CodingParams:
     pids: int = 256
     isolation: Isolation = "bwrap"
 
+    def exec_settings(self) -> ExecSettings:
+        return ExecSettings(isolation=self.isolation, exec_timeout_s=self.exec_timeout_s,
+                            memory_mib=self.memory_mib, pids=self.pids,
+                            exec_concurrency=self.exec_concurrency)
+
     def limits(self) -> Limits:
-        # CPU time is capped at the wall limit: a busy loop cannot outlive its budget even if
-        # the watchdog is starved.
-        return Limits(wall_seconds=self.exec_timeout_s, memory_mib=self.memory_mib,
-                      pids=self.pids, cpu_seconds=max(1, int(self.exec_timeout_s + 0.999)))
-
-
-def user_prompt(task: CodingTask) -> str:
-    """The task prompt plus one fixed instruction; diff tasks also show the files to change."""
-    parts = [task.prompt.rstrip()]
-    if task.type == "diff":
-        for name, text in task.files.items():
-            body = text if text.endswith("\n") else text + "\n"
-            parts.append(f"File `{name}`:\n```\n{body}```")
-    parts.append(INSTRUCTIONS[task.type])
-    return "\n\n".join(parts)
-
-
-def messages_for(task: CodingTask) -> list[dict[str, str]]:
-    msgs = [{"role": "system", "content": task.system}] if task.system else []
-    return msgs + [{"role": "user", "content": user_prompt(task)}]
-
-
-def grade_answer(task: CodingTask, answer: str | None, params: CodingParams,
-                 record_dir: Path | None = None) -> tuple[str, Verdict]:
-    """The code extracted from an answer and its verdict; shared by runs and `suite check`."""
-    if task.type == "diff":
-        code = extract_code(answer, "diff")
-        return code, grade_diff(task, code, limits=params.limits(), isolation=params.isolation)
-    code = extract_code(answer, task.language)
-    if task.type == "rubric":
-        return code, Verdict(None, "needs_human_grade", {})
-    return code, run_unit(task, code, limits=params.limits(), isolation=params.isolation,
-                          record_dir=record_dir)
+        return self.exec_settings().limits()
 
 
 def comparable_settings(suite: CodingSuite, endpoint: Endpoint,
@@ -109,98 +80,97 @@ def limits_of(params: CodingParams) -> dict[str, Any]:
             "request_timeout_s": params.timeout_s, "transport_max_tries": params.max_tries,
             "sandbox": {"isolation": params.isolation, "wall_seconds": params.exec_timeout_s,
                         "memory_mib": params.memory_mib, "pids": params.pids,
-                        "note": "requested; what each execution actually got is in its row "
+                        "note": "requested; what each execution actually got is in its grade "
                                 "(exec.limits_applied)"}}
 
 
 def build_manifest(run_id: str, suite: CodingSuite, endpoint: Endpoint,
                    params: CodingParams) -> dict[str, Any]:
-    from assay.models.client import redact_url
-
     counts: dict[str, int] = {}
     for t in suite.tasks:
         counts[t.type] = counts.get(t.type, 0) + 1
-    return {
-        "schema": MANIFEST_SCHEMA,
-        "kind": "coding",
-        "run_id": run_id,
-        "assay": tool_identity(),
-        "suite": {"name": suite.name, "path": str(suite.path.resolve()),
-                  "tasks_sha256": suite.sha256, "n_tasks": len(suite.tasks),
-                  "types": counts, "task_ids": [t.id for t in suite.tasks]},
-        "model": {"requested": endpoint.model, "builtin": endpoint.builtin,
-                  "base_url": redact_url(endpoint.base_url), "api_key_env": endpoint.api_key_env,
-                  "served_models": [], "system_fingerprints": []},
-        "parameters": {"samples": params.samples, "temperature": params.temperature,
-                       "max_tokens": params.max_tokens, "instructions": INSTRUCTIONS},
-        "isolation": params.isolation,
-        "not_isolated": params.isolation == "none",
-        "limits": limits_of(params),
-        "comparable": comparable_settings(suite, endpoint, params),
-        "started_at": utc_now(),
-        "ended_at": None,
-        "warnings": [],
-        "sessions": [],
-    }
+    data = model_manifest(
+        schema=MANIFEST_SCHEMA, kind="coding", run_id=run_id, endpoint=endpoint,
+        suite={"name": suite.name, "path": str(suite.path.resolve()),
+               "tasks_sha256": suite.sha256, "n_tasks": len(suite.tasks),
+               "types": counts, "task_ids": [t.id for t in suite.tasks]},
+        parameters={"samples": params.samples, "temperature": params.temperature,
+                    "max_tokens": params.max_tokens, "instructions": INSTRUCTIONS},
+        limits=limits_of(params), comparable=comparable_settings(suite, endpoint, params),
+        record_schemas=dict(ROW_SCHEMAS),
+        isolation=params.isolation, not_isolated=params.isolation == "none")
+    return CodingManifest.read(data, "new coding manifest").to_json()
 
 
-async def sample_task(client: ChatClient, task: CodingTask, sample: int, params: CodingParams,
-                      exec_slots: asyncio.Semaphore, run_dir: Path) -> dict[str, Any]:
-    row: dict[str, Any] = {"id": task.id, "sample": sample, "type": task.type,
-                           "language": task.language}
+async def answer_task(client: ChatClient, task: CodingTask, sample: int,
+                      params: CodingParams) -> dict[str, Any]:
+    """One sample of one task: the answer and the code extracted from it, no verdict."""
     try:
         completion = await client.complete(messages_for(task), temperature=params.temperature,
                                            max_tokens=params.max_tokens)
     except TransportError as exc:
-        row.update({"raw": None, "code": None, "passed": None, "reason": "infra_error",
-                    "latency_ms": None, "usage": None, "served_model": None,
-                    "error": str(exc), "tries": [t.to_record() for t in exc.tries]})
-        if exc.fatal:
-            row["fatal"] = True
-        return row
-    record_dir = run_dir / "exec" / task.id / str(sample)
-    async with exec_slots:
-        code, verdict = await asyncio.to_thread(grade_answer, task, completion.content, params,
-                                                record_dir)
-    row.update({
-        "raw": completion.content,
-        "code": code,
-        "passed": verdict.passed,
-        "reason": verdict.reason,
-        "latency_ms": round(completion.latency_ms, 1),
-        "usage": completion.usage,
-        "served_model": completion.served_model,
-        "system_fingerprint": completion.system_fingerprint,
-        "finish_reason": completion.finish_reason,
-        "error": verdict.infra_error,
-        "exec": verdict.detail or None,
-        "tries": [t.to_record() for t in completion.tries],
-    })
-    return row
+        return SampleRow(id=task.id, sample=sample, type=task.type, language=task.language,
+                         error=str(exc), tries=[t.to_record() for t in exc.tries],
+                         fatal=exc.fatal or None).to_row()
+    return SampleRow(
+        id=task.id, sample=sample, type=task.type, language=task.language,
+        raw=completion.content, code=extract(task, completion.content),
+        latency_ms=round(completion.latency_ms, 1), usage=completion.usage,
+        served_model=completion.served_model, system_fingerprint=completion.system_fingerprint,
+        finish_reason=completion.finish_reason,
+        tries=[t.to_record() for t in completion.tries]).to_row()
 
 
 async def run_coding(suite: CodingSuite, endpoint: Endpoint, params: CodingParams,
                      run_dir: Path, progress: Progress | None = None) -> RunResult:
-    progress = progress or NullProgress()
-    manifest = open_run_dir(
-        run_dir, "coding", comparable_settings(suite, endpoint, params),
-        lambda: build_manifest(run_dir.name, suite, endpoint, params), limits_of(params))
-    snapshot = run_dir / SUITE_SNAPSHOT
-    if not snapshot.exists():
-        atomic_write_text(snapshot, suite.path.read_text(encoding="utf-8"))
-    rows_path = run_dir / SAMPLES
-    wanted = {(t.id, s) for t in suite.tasks for s in range(params.samples)}
-    done = done_keys(rows_path, lambda r: (r["id"], int(r["sample"]))) & wanted
-    client = ChatClient(endpoint.base_url, endpoint.api_key, endpoint.model,
-                        timeout_s=params.timeout_s, max_tries=params.max_tries)
+    """Run (or resume) a coding suite into ``run_dir``: answers first, each graded from its
+    recorded row into revision ``v1`` as it lands; a last sweep grades what an earlier session
+    left ungraded."""
+    tasks = {t.id: t for t in suite.tasks}
     exec_slots = asyncio.Semaphore(params.exec_concurrency)
+    revision: Revision | None = None
 
-    async def work(item: tuple[CodingTask, int]) -> dict[str, Any]:
-        return await sample_task(client, item[0], item[1], params, exec_slots, run_dir)
+    def prepare(run_dir: Path) -> None:
+        nonlocal revision
+        snapshot = run_dir / SUITE_SNAPSHOT
+        if not snapshot.exists():
+            atomic_write_text(snapshot, suite.path.read_text(encoding="utf-8"))
+        revision = Revision(run_dir, RUN_GRADE_REVISION, source="run",
+                            settings=params.exec_settings(), tasks_sha256=suite.sha256,
+                            create_only=False)
 
+    async def ask(client: ChatClient, task: CodingTask, sample: int) -> dict[str, Any]:
+        return await answer_task(client, task, sample, params)
+
+    async def grade(row: dict[str, Any]) -> dict[str, Any]:
+        if row.get("error"):
+            return {**row, "passed": None, "reason": "infra_error"}
+        assert revision is not None
+        async with exec_slots:
+            g = await asyncio.to_thread(revision.grade, tasks[row["id"]], row)
+        return {**row, "passed": g["passed"], "reason": g["reason"], "error": g["error"]}
+
+    spec: RunSpec[CodingTask] = RunSpec(
+        kind="coding", rows_file=SAMPLES, row_model=SampleRow, units=suite.tasks,
+        passes=params.samples, pass_field="sample",
+        comparable=comparable_settings(suite, endpoint, params),
+        manifest=lambda: build_manifest(run_dir.name, suite, endpoint, params),
+        limits=limits_of(params),
+        transport=Transport(params.concurrency, params.timeout_s, params.max_tries),
+        ask=ask, after=grade, prepare=prepare)
     try:
-        return await drive(pending(suite.tasks, params.samples, done), work, rows_path=rows_path,
-                           manifest=manifest, progress=progress, total=len(wanted),
-                           already_done=len(done), concurrency=params.concurrency)
+        result = await run_model(spec, endpoint, run_dir, progress or NullProgress())
+        if result.status != "aborted":
+            assert revision is not None
+            swept = await grade_remaining(revision, run_dir, read_manifest(run_dir), tasks)
+            result.infra_errors += swept.grader_errors
+            if swept.grader_errors and result.status == "complete":
+                result.status = "infra_errors"
+        return result
     finally:
-        await client.aclose()
+        if revision is not None:
+            revision.close()
+
+
+__all__ = ["INSTRUCTIONS", "SAMPLES", "SUITE_SNAPSHOT", "CodingParams", "grade_answer",
+           "messages_for", "run_coding", "user_prompt"]

@@ -3,42 +3,38 @@
 The raw rows are the run's state. A case/repeat is done when it has a row without ``error``;
 resuming re-reads the rows (dropping a line torn by a crash) and asks only for what is missing,
 so a ``kill -9`` loses at most the answers in flight and never duplicates a finished row.
-Cases are pulled lazily by a fixed pool of workers, so memory stays flat however large the suite.
+What is specific to narrow runs is here: the spec of a unit of work (a case at a repeat), the
+ask-parse-retry loop, and the manifest's suite part; the loop itself is ``engine.run_model``.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from assay.grading.labels import parse_answer, retry_instruction
-from assay.models.client import ChatClient, Completion, TransportError, redact_url
-from assay.records.manifest import tool_identity, utc_now
+from assay.grading.labels import parse_answer
+from assay.models.client import ChatClient, Completion, TransportError
+from assay.records.layout import RAW_PREDICTIONS, run_stamp
+from assay.records.narrow import ROW_SCHEMAS, NarrowManifest, NarrowRow
 from assay.runner.engine import (
+    Endpoint,
     NullProgress,
     Progress,
     RunConflict,
     RunResult,
-    done_keys,
-    drive,
-    open_run_dir,
-    pending,
+    RunSpec,
+    Transport,
+    model_manifest,
+    run_model,
 )
 from assay.suites.cases import Case, NarrowSuite
+from assay.suites.prompts import format_retry, narrow_messages
 
-RAW_PREDICTIONS = "raw_predictions.jsonl"
-MANIFEST_SCHEMA = "assay.narrow.manifest/1"
-
-
-@dataclass(frozen=True)
-class Endpoint:
-    base_url: str
-    model: str
-    api_key: str = field(repr=False)  # never recorded anywhere
-    api_key_env: str | None = None
-    builtin: bool = False
+MANIFEST_SCHEMA = NarrowManifest.schema_id()
+#: answers asked again for their format, at most, per case
+FORMAT_RETRIES = 1
 
 
 @dataclass(frozen=True)
@@ -54,9 +50,8 @@ class NarrowParams:
 
 def default_run_dir(suite_name: str, model: str, root: Path = Path("runs")) -> Path:
     """runs/<suite>-<model>-<UTC timestamp>, with the model name made path-safe."""
-    stamp = utc_now().replace(":", "").replace("-", "").replace(".", "")[:15] + "Z"
     safe_model = re.sub(r"[^A-Za-z0-9._-]+", "_", model).strip("_") or "model"
-    return root / f"{suite_name}-{safe_model}-{stamp}"
+    return root / f"{suite_name}-{safe_model}-{run_stamp()}"
 
 
 def comparable_settings(suite: NarrowSuite, endpoint: Endpoint,
@@ -75,14 +70,16 @@ def comparable_settings(suite: NarrowSuite, endpoint: Endpoint,
     }
 
 
+def limits_of(params: NarrowParams) -> dict[str, Any]:
+    return {"concurrency": params.concurrency, "request_timeout_s": params.timeout_s,
+            "transport_max_tries": params.max_tries}
+
+
 def build_manifest(run_id: str, suite: NarrowSuite, endpoint: Endpoint,
                    params: NarrowParams) -> dict[str, Any]:
-    return {
-        "schema": MANIFEST_SCHEMA,
-        "kind": "narrow",
-        "run_id": run_id,
-        "assay": tool_identity(),
-        "suite": {
+    data = model_manifest(
+        schema=MANIFEST_SCHEMA, kind="narrow", run_id=run_id, endpoint=endpoint,
+        suite={
             "name": suite.name,
             "path": str(suite.root.resolve()),
             "cases_file": str(suite.cases_path.relative_to(suite.root)),
@@ -95,32 +92,11 @@ def build_manifest(run_id: str, suite: NarrowSuite, endpoint: Endpoint,
             "labels_source": suite.labels_source,
             "output_field": suite.config.output_field,
         },
-        "model": {
-            "requested": endpoint.model,
-            "builtin": endpoint.builtin,
-            "base_url": "(built-in, local)" if endpoint.builtin else redact_url(endpoint.base_url),
-            "api_key_env": endpoint.api_key_env,
-            "served_models": [],
-            "system_fingerprints": [],
-        },
-        "parameters": {
-            "temperature": params.temperature,
-            "repeats": params.repeats,
-            "max_tokens": params.max_tokens,
-            "format_retries": 1,
-        },
-        "limits": limits_of(params),
-        "comparable": comparable_settings(suite, endpoint, params),
-        "started_at": utc_now(),
-        "ended_at": None,
-        "warnings": [],
-        "sessions": [],
-    }
-
-
-def _messages(suite: NarrowSuite, case: Case) -> list[dict[str, str]]:
-    return [{"role": "system", "content": suite.system_prompt},
-            {"role": "user", "content": case.input}]
+        parameters={"temperature": params.temperature, "repeats": params.repeats,
+                    "max_tokens": params.max_tokens, "format_retries": FORMAT_RETRIES},
+        limits=limits_of(params), comparable=comparable_settings(suite, endpoint, params),
+        record_schemas=dict(ROW_SCHEMAS))
+    return NarrowManifest.read(data, "new narrow manifest").to_json()
 
 
 def _sum_usage(answers: list[Completion]) -> dict[str, Any] | None:
@@ -129,6 +105,11 @@ def _sum_usage(answers: list[Completion]) -> dict[str, Any] | None:
     have = [a.usage for a in answers if a.usage]
     if not have:
         return None
+    if len(have) == 1 == len(answers):
+        usage = have[0]
+        if all(isinstance(usage.get(k), int | float)
+               for k in ("prompt_tokens", "completion_tokens", "total_tokens")):
+            return {k: usage[k] for k in ("prompt_tokens", "completion_tokens", "total_tokens")}
     total: dict[str, Any] = {}
     for key in ("prompt_tokens", "completion_tokens", "total_tokens"):
         vals = [u.get(key) for u in have]
@@ -141,88 +122,75 @@ def _sum_usage(answers: list[Completion]) -> dict[str, Any] | None:
 
 async def answer_case(client: ChatClient, suite: NarrowSuite, case: Case, repeat: int,
                       params: NarrowParams) -> dict[str, Any]:
-    """One case, one repeat: an answer, at most one format retry, and the row that records it."""
-    row: dict[str, Any] = {"id": case.id, "repeat": repeat, "expected": case.expected}
+    """One case, one repeat: an answer, at most ``FORMAT_RETRIES`` format retries, and the row
+    that records it."""
     labels = suite.labels
     field_name = suite.config.output_field
-    messages = _messages(suite, case)
+    messages = narrow_messages(suite, case)
     answers: list[Completion] = []
     tries: list[dict[str, Any]] = []
     error: str | None = None
+    fatal: bool | None = None
     parsed = None
     first_reason: str | None = None
     try:
-        first = await client.complete(messages, temperature=params.temperature,
-                                      max_tokens=params.max_tokens)
-        answers.append(first)
-        tries += [t.to_record() for t in first.tries]
-        parsed = parse_answer(first.content, output_field=field_name, labels=labels,
-                              refusal=first.refusal)
-        if not parsed.valid:
-            first_reason = parsed.reason
-            retry = messages + [
-                {"role": "assistant", "content": first.content or ""},
-                {"role": "user", "content": retry_instruction(field_name, labels)},
-            ]
-            second = await client.complete(retry, temperature=params.temperature,
+        for attempt in range(1 + FORMAT_RETRIES):
+            if attempt:
+                messages = format_retry(messages, answers[-1].content, field_name, labels)
+            answer = await client.complete(messages, temperature=params.temperature,
                                            max_tokens=params.max_tokens)
-            answers.append(second)
-            tries += [t.to_record() for t in second.tries]
-            parsed = parse_answer(second.content, output_field=field_name, labels=labels,
-                                  refusal=second.refusal)
+            answers.append(answer)
+            tries += [t.to_record() for t in answer.tries]
+            parsed = parse_answer(answer.content, output_field=field_name, labels=labels,
+                                  refusal=answer.refusal)
+            if parsed.valid:
+                break
+            if attempt == 0:
+                first_reason = parsed.reason
     except TransportError as exc:
         tries += [t.to_record() for t in exc.tries]
         error = str(exc)
-        row["fatal"] = exc.fatal or None
+        fatal = exc.fatal or None
     last = answers[-1] if answers else None
-    row.update({
-        "raw": last.content if last else None,
-        "raws": [a.content for a in answers],
-        "label": parsed.label if (parsed and error is None) else "",
-        "correct": (parsed.label == case.expected) if (parsed and error is None) else None,
-        "attempts": len(answers),
-        "invalid_reason": parsed.reason if (parsed and error is None) else None,
-        "first_invalid_reason": first_reason,
-        "latency_ms": round(sum(a.latency_ms for a in answers), 1) if error is None else None,
-        "usage": _sum_usage(answers),
-        "served_model": last.served_model if last else None,
-        "system_fingerprint": last.system_fingerprint if last else None,
-        "finish_reason": last.finish_reason if last else None,
-        "error": error,
-        "tries": tries,
-    })
-    if row.get("fatal") is None:
-        row.pop("fatal", None)
-    return row
+    ok = parsed is not None and error is None
+    return NarrowRow(
+        id=case.id, repeat=repeat, expected=case.expected,
+        raw=last.content if last else None,
+        raws=[a.content for a in answers],
+        label=parsed.label if ok else "",  # type: ignore[union-attr]
+        correct=(parsed.label == case.expected) if ok else None,  # type: ignore[union-attr]
+        attempts=len(answers),
+        invalid_reason=parsed.reason if ok else None,  # type: ignore[union-attr]
+        first_invalid_reason=first_reason,
+        latency_ms=round(sum(a.latency_ms for a in answers), 1) if error is None else None,
+        usage=_sum_usage(answers),
+        served_model=last.served_model if last else None,
+        system_fingerprint=last.system_fingerprint if last else None,
+        finish_reason=last.finish_reason if last else None,
+        error=error, tries=tries, fatal=fatal,
+    ).to_row()
 
 
-def limits_of(params: NarrowParams) -> dict[str, Any]:
-    return {"concurrency": params.concurrency, "request_timeout_s": params.timeout_s,
-            "transport_max_tries": params.max_tries}
+def narrow_spec(suite: NarrowSuite, endpoint: Endpoint, params: NarrowParams,
+                run_dir: Path) -> RunSpec[Case]:
+    async def ask(client: ChatClient, case: Case, repeat: int) -> dict[str, Any]:
+        return await answer_case(client, suite, case, repeat, params)
+
+    return RunSpec(
+        kind="narrow", rows_file=RAW_PREDICTIONS, row_model=NarrowRow, units=suite.cases,
+        passes=params.repeats,
+        pass_field="repeat", comparable=comparable_settings(suite, endpoint, params),
+        manifest=lambda: build_manifest(run_dir.name, suite, endpoint, params),
+        limits=limits_of(params),
+        transport=Transport(params.concurrency, params.timeout_s, params.max_tries), ask=ask)
 
 
 async def run_narrow(suite: NarrowSuite, endpoint: Endpoint, params: NarrowParams,
                      run_dir: Path, progress: Progress | None = None) -> RunResult:
     """Run (or resume) a suite into ``run_dir``; the caller has validated everything."""
-    progress = progress or NullProgress()
-    manifest = open_run_dir(
-        run_dir, "narrow", comparable_settings(suite, endpoint, params),
-        lambda: build_manifest(run_dir.name, suite, endpoint, params), limits_of(params))
-    rows_path = run_dir / RAW_PREDICTIONS
-    wanted = {(c.id, r) for c in suite.cases for r in range(params.repeats)}
-    done = done_keys(rows_path, lambda r: (r["id"], int(r["repeat"]))) & wanted
-    client = ChatClient(endpoint.base_url, endpoint.api_key, endpoint.model,
-                        timeout_s=params.timeout_s, max_tries=params.max_tries)
-
-    async def work(item: tuple[Case, int]) -> dict[str, Any]:
-        return await answer_case(client, suite, item[0], item[1], params)
-
-    try:
-        return await drive(pending(suite.cases, params.repeats, done), work, rows_path=rows_path,
-                           manifest=manifest, progress=progress, total=len(wanted),
-                           already_done=len(done), concurrency=params.concurrency)
-    finally:
-        await client.aclose()
+    return await run_model(narrow_spec(suite, endpoint, params, run_dir), endpoint, run_dir,
+                           progress or NullProgress())
 
 
-__all__ = ["Endpoint", "NarrowParams", "RunConflict", "RunResult", "run_narrow"]
+__all__ = ["RAW_PREDICTIONS", "Endpoint", "NarrowParams", "RunConflict", "RunResult",
+           "run_narrow"]
