@@ -68,7 +68,7 @@ def test_regrade_writes_a_new_revision_beside_the_old(
     assert v1_meta["graders"].keys() == {"unit", "diff", "rubric"}
     assert v1_meta["sandbox"]["isolation"] == "bwrap"
     manifest = json.loads((run / "manifest.json").read_text())
-    assert manifest["record_schemas"]["samples.jsonl"] == "assay.coding.sample/2"
+    assert manifest["record_schemas"]["samples.jsonl"] == "assay.coding.sample/3"
     before = _snapshot(run)
     requests = len(server.chat_requests())
 

@@ -143,9 +143,12 @@ def test_run_end_to_end(tmp_path: Path, server: ScriptedServer,
         (t, s) for t in ("py-add", "js-add", "py-fix", "sql-review") for s in (0, 1))
     for r in graded(run).values():
         assert SAMPLE_FIELDS <= set(r), r
+    v1 = graded(run)
     for r in rows:
-        assert SAMPLE_FIELDS - {"passed", "reason"} <= set(r), r
-        assert "passed" not in r and "exec" not in r  # verdicts live in grades/<revision>
+        assert SAMPLE_FIELDS <= set(r), r
+        # the row carries the run's own verdict, a copy of its grade in revision v1
+        key = (r["id"], r["sample"])
+        assert (r["passed"], r["reason"]) == (v1[key]["passed"], v1[key]["reason"])
         assert r["served_model"] == "scripted-model" and r["error"] is None
         assert r["latency_ms"] > 0 and r["usage"]["total_tokens"] > 0
     got = final(run)

@@ -109,7 +109,7 @@ def test_a_row_that_does_not_fit_is_refused(narrow_run: Path) -> None:
 
 
 def test_coding_records_versions(tmp_path: Path) -> None:
-    assert SampleRow.schema_id() == "assay.coding.sample/2"
+    assert SampleRow.schema_id() == "assay.coding.sample/3"
     assert CodingManifest.schema_id() == "assay.coding.manifest/2"
     # a schema-1 sample row (grade inside) still validates
     SampleRow.read({"id": "t", "sample": 0, "type": "unit", "raw": "x", "code": "x",

@@ -61,7 +61,8 @@ def regrade(
 def _regrade_coding_run(run_dir: Path, revision: str) -> None:
     """Grade every recorded answer of a coding run into ``revision``, then rebuild the reports
     from it (the newest revision)."""
-    from assay.cli.runs import _write_report
+    from assay import api
+    from assay.cli.runs import _print_report
     from assay.grading.revisions import regrade_run, settings_of
     from assay.records.manifest import read_manifest
 
@@ -77,6 +78,6 @@ def _regrade_coding_run(run_dir: Path, revision: str) -> None:
     err.print(f"graded {summary.graded} answers into revision {revision} "
               f"({summary.grader_errors} grader errors); older revisions are untouched",
               highlight=False)
-    _write_report(run_dir, revision)
+    _print_report(api.rebuild_report(run_dir, grade_revision=revision))
     if summary.grader_errors:
         raise typer.Exit(EXIT_INFRA)

@@ -1,10 +1,13 @@
 """What a coding run writes: answers, automatic grades in revisions, and the manifest.
 
-Answers and grades are kept apart so a fixed grader can grade the same answers again: the
-runner appends one :class:`SampleRow` per task and sample to ``samples.jsonl`` and nothing
-else; a grader appends one :class:`GradeRow` per answer to ``grades/<revision>.jsonl`` beside a
-:class:`GradeMeta` written once. :func:`graded_samples` joins the two into the view reports
-read (the fields a sample row had when runs graded inline: ``passed``, ``reason``, ``exec``).
+Answers and grades are kept apart so a fixed grader can grade the same answers again: a grader
+appends one :class:`GradeRow` per answer to ``grades/<revision>.jsonl`` beside a
+:class:`GradeMeta` written once, and :func:`graded_samples` joins answers with one revision into
+the view reports read. The runner appends one :class:`SampleRow` per task and sample to
+``samples.jsonl``; it grades each answer into revision ``v1`` before writing the row and copies
+that verdict (``passed``, ``reason``, ``exec``) into it, because ``samples.jsonl`` is an interface
+other tools read with those keys. The copy is the run's own verdict only: reports read the
+revision they are asked for, and a regrade never touches the row.
 
 Runs from before the split (sample schema 1, manifest schema 1) carry their grade inside each
 row; they are read as one revision named :data:`INLINE_REVISION`.
@@ -34,10 +37,11 @@ INLINE_REVISION = "inline"
 
 
 class SampleRow(Record):
-    """One answer of a model to one coding task (no verdict: that is a grade revision's)."""
+    """One answer of a model to one coding task, with the run's own verdict on it (a copy of
+    its grade in revision ``v1``)."""
 
     schema_name: ClassVar[str] = "assay.coding.sample"
-    schema_version: ClassVar[int] = 2
+    schema_version: ClassVar[int] = 3
     file: ClassVar[str] = SAMPLES
 
     id: str
@@ -69,17 +73,16 @@ class SampleRow(Record):
     fatal: bool | None = None
     """Present (true) only when this error stopped the run (bad key, model or URL)."""
     passed: bool | None = None
-    """Schema 1 only (inline grade): the verdict. Schema 2 rows leave it out."""
+    """The run's own verdict (revision ``v1`` at answer time); None for an infra error, a
+    grader error or a rubric answer. Schema 2 rows had none; later revisions live in grades/."""
     reason: str | None = None
-    """Schema 1 only (inline grade): the reason of the verdict."""
+    """Why: ``ok``, ``nonzero_exit``, ``timeout``, ``does_not_apply``, ``infra_error``, …"""
     exec: dict[str, Any] | None = None
-    """Schema 1 only (inline grade): what the execution did."""
+    """What the execution did (exit code, tails, limits applied), when something ran."""
 
     def to_row(self) -> dict[str, Any]:
-        """The JSON object written: the answer fields; ``fatal`` only when set."""
+        """The JSON object written; ``fatal`` only when set."""
         row = dict(self.__dict__)
-        for key in ("passed", "reason", "exec"):
-            row.pop(key, None)
         if row.get("fatal") is None:
             row.pop("fatal", None)
         return row

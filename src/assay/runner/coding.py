@@ -123,9 +123,9 @@ async def answer_task(client: ChatClient, task: CodingTask, sample: int,
 
 async def run_coding(suite: CodingSuite, endpoint: Endpoint, params: CodingParams,
                      run_dir: Path, progress: Progress | None = None) -> RunResult:
-    """Run (or resume) a coding suite into ``run_dir``: answers first, each graded from its
-    recorded row into revision ``v1`` as it lands; a last sweep grades what an earlier session
-    left ungraded."""
+    """Run (or resume) a coding suite into ``run_dir``: each answer is graded into revision
+    ``v1`` as it arrives and written with that verdict; a last sweep grades what an earlier
+    session left ungraded."""
     tasks = {t.id: t for t in suite.tasks}
     exec_slots = asyncio.Semaphore(params.exec_concurrency)
     revision: Revision | None = None
@@ -140,15 +140,16 @@ async def run_coding(suite: CodingSuite, endpoint: Endpoint, params: CodingParam
                             create_only=False)
 
     async def ask(client: ChatClient, task: CodingTask, sample: int) -> dict[str, Any]:
-        return await answer_task(client, task, sample, params)
-
-    async def grade(row: dict[str, Any]) -> dict[str, Any]:
+        """The answer, graded into ``v1`` before its row is written, so the row carries the
+        run's own verdict as ``samples.jsonl`` always has (a crash between the two leaves a
+        grade whose answer is asked again; the newer grade then stands)."""
+        row = await answer_task(client, task, sample, params)
         if row.get("error"):
-            return {**row, "passed": None, "reason": "infra_error"}
+            return {**row, "passed": None, "reason": "infra_error", "exec": None}
         assert revision is not None
         async with exec_slots:
-            g = await asyncio.to_thread(revision.grade, tasks[row["id"]], row)
-        return {**row, "passed": g["passed"], "reason": g["reason"], "error": g["error"]}
+            g = await asyncio.to_thread(revision.grade, task, row)
+        return {**row, "passed": g["passed"], "reason": g["reason"], "exec": g["exec"]}
 
     spec: RunSpec[CodingTask] = RunSpec(
         kind="coding", rows_file=SAMPLES, row_model=SampleRow, units=suite.tasks,
@@ -157,7 +158,7 @@ async def run_coding(suite: CodingSuite, endpoint: Endpoint, params: CodingParam
         manifest=lambda: build_manifest(run_dir.name, suite, endpoint, params),
         limits=limits_of(params),
         transport=Transport(params.concurrency, params.timeout_s, params.max_tries),
-        ask=ask, after=grade, prepare=prepare)
+        ask=ask, prepare=prepare)
     try:
         result = await run_model(spec, endpoint, run_dir, progress or NullProgress())
         if result.status != "aborted":
