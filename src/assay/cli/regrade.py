@@ -41,7 +41,8 @@ def regrade(
         _regrade_coding_run(trial_dir, verifier_revision)
         return
 
-    from assay.runner.trial import TrialRefused, read_trial
+    from assay.records.trial import read_trial
+    from assay.runner.trial import TrialRefused
     from assay.runner.trial import regrade as do_regrade
 
     if not (trial_dir / "trial.json").is_file():

@@ -26,11 +26,10 @@ from assay.grading.testcounts import counts_say_pass, parse_counts
 from assay.records.artifact import ARTIFACT_JSON, ARTIFACT_TAR, extract_paths, list_tree
 from assay.records.io import write_new_text
 from assay.records.manifest import utc_now
+from assay.records.trial import GRADES, Grade, grade_json
 from assay.suites.bundle import Bundle, Command, check_starting_tree
 
 __all__ = ["HOME_MOUNT", "TESTS_MOUNT", "grade_path", "run_check", "verify"]
-
-GRADES = "grades"
 
 # Execution outcomes that fail a trial whatever the artifact holds.
 EXECUTION_FAILURES = {"agent_timeout", "budget_exhausted", "resource_limit"}
@@ -227,6 +226,7 @@ def verify(bundle: Bundle, trial_dir: Path, *, revision: str, trial_id: str,
     accepted = failure is None and required_pass
     details["ended_at"] = utc_now()
     grade = {
+        "schema": Grade.schema_id(),
         "trial_id": trial_id,
         "execution": execution,
         "validity": validity,
@@ -236,5 +236,6 @@ def verify(bundle: Bundle, trial_dir: Path, *, revision: str, trial_id: str,
         "failure_code": failure,
         "details": details,
     }
+    grade = grade_json(grade, target)
     write_new_text(target, json.dumps(grade, indent=2) + "\n")
     return grade

@@ -19,12 +19,11 @@ from assay.agents.mutants import clear_tree
 from assay.errors import NeverOverwrite, TrialRefused
 from assay.grading.verifier import verify
 from assay.records.artifact import freeze
-from assay.records.io import atomic_write_json, read_json_file
+from assay.records.io import atomic_write_json
 from assay.records.manifest import tool_identity, utc_now
+from assay.records.trial import TRIAL_JSON, read_trial, trial_json
 from assay.sandbox import Limits, run_sandboxed
 from assay.suites.bundle import Bundle, check_starting_tree
-
-TRIAL_JSON = "trial.json"
 
 # One sandbox call checks every requirement: an executable on PATH, else a Python module.
 _REQUIRE_SCRIPT = r"""
@@ -76,7 +75,8 @@ class _Stages:
         self.record = record
 
     def save(self) -> None:
-        atomic_write_json(self.trial_dir / TRIAL_JSON, self.record)
+        path = self.trial_dir / TRIAL_JSON
+        atomic_write_json(path, trial_json(self.record, path))
 
     def run(self, name: str, fn: Any) -> Any:
         stage: dict[str, Any] = {"name": name, "started_at": utc_now(), "status": "running"}
@@ -168,10 +168,6 @@ def run_trial(bundle: Bundle, agent: Agent, trial_dir: Path, *, rep: int = 0,
                          "accepted": grade["accepted"], "failure_code": grade["failure_code"]})
     stages.save()
     return TrialResult(trial_dir, "graded", grade, record)
-
-
-def read_trial(trial_dir: Path) -> dict[str, Any]:
-    return read_json_file(trial_dir / TRIAL_JSON)
 
 
 def regrade(trial_dir: Path, bundle: Bundle, revision: str) -> dict[str, Any]:

@@ -1,0 +1,189 @@
+"""What an agent trial writes: ``trial.json`` (how far it got, stage by stage) and its grades
+(``grades/<revision>.json``, one file per verifier revision, never overwritten).
+
+The trial record is rewritten atomically after every stage, so it is validated on every save:
+a stage that wrote a field of the wrong shape fails in the test that ran it, not in a reader
+months later. The grade's ``details`` stay an open mapping on purpose: they are the verifier's
+evidence (integrity problems, each check's command, tails, limits, canaries), which grows with
+every new defence, and a reader takes from them what it knows.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, ClassVar, Literal
+
+from pydantic import Field
+
+from assay.records.base import Record
+from assay.records.io import read_json_file
+
+TRIAL_JSON = "trial.json"
+GRADES = "grades"
+
+
+class TaskIdentity(Record):
+    """Which task, exactly, the trial ran."""
+
+    id: str
+    """The task id from task.yaml."""
+    revision: int
+    """The task's revision number."""
+    family: str | None
+    """The task family, when the bundle names one."""
+    split: str
+    """``dev``, ``validation`` or ``holdout``."""
+    path: str
+    """Where the bundle was when the trial ran (absolute)."""
+    spec_sha256: str
+    """sha256 of task.yaml's bytes."""
+    fixture_digest_pinned: str | None
+    """The starting tree's digest pinned in task.yaml, if any."""
+    fixture_digest: str | None = None
+    """The starting tree's digest as exported for this trial (set by the prepare stage)."""
+
+
+class Stage(Record):
+    """One stage of the trial: prepare, agent, freeze or verify."""
+
+    name: str
+    """The stage's name."""
+    started_at: str
+    """UTC time the stage started."""
+    status: Literal["running", "ok", "failed"]
+    """``running`` until it ends; ``failed`` when it raised."""
+    seconds: float | None = None
+    """Wall time of the stage, so a slow environment never reads as a slow agent."""
+    detail: str | None = None
+    """Why a failed stage failed."""
+
+
+class GradeSummary(Record):
+    """The verdict in trial.json; the whole grade is in ``grades/<revision>.json``."""
+
+    revision: str
+    """The verifier revision that graded the trial."""
+    accepted: bool
+    """Whether every required check passed."""
+    failure_code: str | None
+    """The first reason it was not accepted (see the README's list), None when accepted."""
+
+
+class TrialRecord(Record):
+    """``trial.json``: one trial of one agent on one task, as far as it got."""
+
+    schema_name: ClassVar[str] = "assay.trial"
+    schema_version: ClassVar[int] = 1
+    file: ClassVar[str] = TRIAL_JSON
+
+    schema_: str = Field(alias="schema")
+    """``assay.trial/1``."""
+    trial_id: str
+    """``<task>/<agent>/<rep>``."""
+    attempt: int
+    """Which try of the trial this is (0 for a single ``trial run``)."""
+    task: TaskIdentity
+    """The task, pinned."""
+    agent: str
+    """The agent spec as given (``oracle``, ``nop``, ``command:…``, ``mutant:…``)."""
+    rep: int
+    """The repetition number."""
+    assay: dict[str, Any]
+    """assay's version, git commit and dirtiness, and Python's version."""
+    network_policy: dict[str, Any]
+    """``requested`` (task.yaml), ``applied`` (what the sandbox did), and a ``note``."""
+    budget: dict[str, Any]
+    """The task's budget as written (agent and verifier wall seconds, assistant steps)."""
+    resources: dict[str, Any]
+    """The task's resources as written (cpu_cores, memory_limit_mib, pids)."""
+    not_enforced: dict[str, str]
+    """Limits asked for but not in force, each with the reason."""
+    started_at: str
+    """UTC time the trial started."""
+    ended_at: str | None
+    """UTC time it ended; None while it runs (or when the runner died)."""
+    status: Literal["running", "graded", "infra_error"]
+    """``graded`` once a grade exists; ``infra_error`` when it could not be run."""
+    stages: list[Stage]
+    """Every stage started, in order."""
+    execution: dict[str, Any] | None
+    """The agent's execution record (status, exit code, reason, limits applied, evidence);
+    None before the agent ran."""
+    environment: dict[str, Any] | None = None
+    """The task's required tools as found inside the sandbox, with versions."""
+    error: str | None = None
+    """Why the trial could not be run (infra_error)."""
+    grade: GradeSummary | None = None
+    """The verdict, once graded."""
+
+
+class Validity(Record):
+    """Whether the grade is a verdict at all."""
+
+    status: Literal["valid", "invalid"]
+    """``invalid`` when the verifier could not do its job: never a pass."""
+    reason: str | None = None
+    """``grader_error`` when invalid."""
+    detail: str | None = None
+    """What went wrong, for a reader."""
+
+
+class Grade(Record):
+    """``grades/<revision>.json``: a verdict on a frozen artifact, written once."""
+
+    schema_name: ClassVar[str] = "assay.trial.grade"
+    schema_version: ClassVar[int] = 1
+    file: ClassVar[str] = "grades/<revision>.json"
+
+    schema_: str = Field(alias="schema")
+    """``assay.trial.grade/1``."""
+    trial_id: str
+    """The trial graded."""
+    execution: dict[str, Any]
+    """The agent's execution record the grade took into account (a timeout fails the trial
+    whatever the artifact holds)."""
+    validity: Validity
+    """Whether this is a verdict at all."""
+    checks: dict[str, Literal["pass", "fail", "error", "not_run"]]
+    """``behavior``, ``regression``, ``integrity``: each check's outcome."""
+    required: list[str]
+    """The checks task.yaml requires; only these can reject."""
+    accepted: bool
+    """True only when every required check passed and the grade is valid."""
+    failure_code: str | None
+    """The first reason the trial is not accepted, in the order a reader should fix things."""
+    details: dict[str, Any]
+    """The verifier's evidence: revisions, digests, integrity (changes and problems), each
+    check's command, counts, tamper evidence (canaries, expected ids), tails and limits, the
+    tamper scan's findings (``suspicious``), and which checks were not tamper-evident."""
+
+
+def trial_json(record: dict[str, Any], where: Path | str) -> dict[str, Any]:
+    """The trial record validated for writing (the writer keeps a plain dict it fills in
+    stage by stage); written with the keys it was given, so an optional field that was never
+    set stays absent rather than appearing as a made-up null."""
+    return TrialRecord.read(record, where).model_dump(mode="json", by_alias=True,
+                                                      exclude_unset=True)
+
+
+def grade_json(grade: dict[str, Any], where: Path | str) -> dict[str, Any]:
+    return Grade.read(grade, where).model_dump(mode="json", by_alias=True,
+                                               exclude_unset=True)
+
+
+def read_trial(trial_dir: Path) -> dict[str, Any]:
+    """``trial.json`` validated; a corrupt one or a newer schema is a RecordError."""
+    path = Path(trial_dir) / TRIAL_JSON
+    data = read_json_file(path)
+    TrialRecord.check_schema_id(data.get("schema"), path)
+    return trial_json(data, path)
+
+
+def read_grade(trial_dir: Path, revision: str) -> dict[str, Any]:
+    """One grade validated; grades written before the grade had a ``schema`` read as
+    ``assay.trial.grade/1``."""
+    path = Path(trial_dir) / GRADES / f"{revision}.json"
+    data = read_json_file(path)
+    data.setdefault("schema", Grade.schema_id())
+    Grade.check_schema_id(data["schema"], path)
+    return grade_json(data, path)
