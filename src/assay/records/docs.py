@@ -1,0 +1,99 @@
+"""The reference page of every record a run writes, generated from the record models.
+
+``docs/records.md`` is this module's output, checked by a test to be current, so a user can
+read any file in a run directory without reading the code, and the page can never drift from
+what the writers validate against. Regenerate it with::
+
+    .venv/bin/python -m assay.records.docs > docs/records.md
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import pkgutil
+import re
+import typing
+from typing import Any
+
+from pydantic import BaseModel
+
+import assay.records as records_pkg
+from assay.records.base import REGISTRY, Record
+
+
+def _load_all() -> list[type[Record]]:
+    for info in pkgutil.iter_modules(records_pkg.__path__):
+        if info.name not in ("docs",):
+            importlib.import_module(f"assay.records.{info.name}")
+    seen: set[str] = set()
+    out = []
+    for cls in REGISTRY:
+        key = cls.schema_id()
+        if key not in seen:
+            seen.add(key)
+            out.append(cls)
+    return sorted(out, key=lambda c: c.schema_name)
+
+
+def _type_name(annotation: Any) -> str:
+    text = str(annotation) if not isinstance(annotation, type) else annotation.__name__
+    text = re.sub(r"\btyping\.", "", text)
+    text = re.sub(r"<class '([\w.]+)'>", lambda m: m.group(1).rsplit(".", 1)[-1], text)
+    text = re.sub(r"\b(?:[a-z_]+\.)+([A-Z]\w*)", r"\1", text)
+    return text.replace("NoneType", "None")
+
+
+def _nested(annotation: Any) -> list[type[BaseModel]]:
+    found = []
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        found.append(annotation)
+    for arg in typing.get_args(annotation):
+        found += _nested(arg)
+    return found
+
+
+def _doc(cls: type) -> str:
+    return inspect.cleandoc(cls.__doc__ or "").replace("\n", " ")
+
+
+def _table(cls: type[BaseModel]) -> list[str]:
+    lines = ["| field | type | meaning |", "|---|---|---|"]
+    for name, info in cls.model_fields.items():
+        shown = info.alias or name
+        desc = (info.description or "").replace("\n", " ").replace("|", "\\|")
+        desc = re.sub(r"\s+", " ", desc).strip()
+        kind = _type_name(info.annotation).replace("|", "\\|")
+        lines.append(f"| `{shown}` | `{kind}` | {desc} |")
+    return lines
+
+
+def render() -> str:
+    out = ["# Records: what every file in a run directory holds", "",
+           "Generated from the record models in `src/assay/records/` by "
+           "`python -m assay.records.docs`; a test keeps it current. Whole files carry their "
+           "schema id in a `schema` field; JSONL rows carry none each, and the run's "
+           "`manifest.json` names their schema under `record_schemas`. A record written by a "
+           "newer assay (a higher version of the same schema) is refused with a clear error.",
+           ""]
+    for cls in _load_all():
+        out += [f"## `{cls.schema_id()}`" + (f" — `{cls.file}`" if cls.file else ""), "",
+                _doc(cls), ""]
+        out += _table(cls)
+        out.append("")
+        done: set[type] = {cls}
+        pending = [n for f in cls.model_fields.values() for n in _nested(f.annotation)]
+        while pending:
+            sub = pending.pop(0)
+            if sub in done:
+                continue
+            done.add(sub)
+            out += [f"### `{sub.__name__}` (in `{cls.schema_name}`)", "", _doc(sub), ""]
+            out += _table(sub)
+            out.append("")
+            pending += [n for f in sub.model_fields.values() for n in _nested(f.annotation)]
+    return "\n".join(out).rstrip() + "\n"
+
+
+if __name__ == "__main__":
+    print(render(), end="")
