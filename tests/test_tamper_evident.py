@@ -391,3 +391,16 @@ ok 2 - top
     assert unfinished is not None and unfinished.finished == 0
     assert parse_tap("") is None
     assert parse_tap("7 passed\n") is not None and parse_tap("7 passed\n").foreign_lines == [1]
+
+
+@needs_bwrap
+def test_a_trusted_collection_that_times_out_gives_no_grade(tmp_path: Path) -> None:
+    """When the expected tests cannot be learned (the trusted run timed out), the check is a
+    grader error, never judged by the weaker rule."""
+    slow = "sleep 5; PYTHONPATH=src python3 -m pytest -q -p no:cacheprovider $ASSAY_TESTS"
+    b = make_bundle(tmp_path / "b", behavior_cmd=slow, verifier_seconds=1.5)
+    fix = "command:sed -i 's/return a - b/return a + b/' src/calc/__init__.py"
+    g = run_trial(load_bundle(b), _parse(fix), tmp_path / "t").grade
+    assert g is not None and g["accepted"] is False
+    assert g["validity"]["status"] == "invalid" and g["failure_code"] == "verifier_error"
+    assert "trusted tree ended in timeout" in g["details"]["behavior"]["tamper_evident"]["why"]

@@ -78,6 +78,14 @@ def run_check(name: str, command: Command, workspace: Path, bundle: Bundle,
         tamper["why"] = "no pristine tree to learn the expected tests from"
     else:
         trusted = expected_tests(bundle, command.command, pristine, fixture_digest)
+        if not trusted["report"] and trusted.get("reason") in ("timeout", "sandbox_error"):
+            # The trusted tree could not be run: no grade rather than a weaker one.
+            return {"status": "error", "command": command.command,
+                    "counts_rule": command.counts, "reason": trusted["reason"],
+                    "exit_code": trusted.get("exit_code"), "counts": None,
+                    "stdout_counts": None,
+                    "tamper_evident": {"applied": False, "why": "collecting the expected "
+                                       f"tests on the trusted tree ended in {trusted['reason']}"}}
         if not trusted["report"]:
             tamper["why"] = ("the command wrote no structured report on the trusted tree "
                              f"(exit {trusted.get('exit_code')}): neither pytest nor node's "
