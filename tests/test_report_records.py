@@ -201,6 +201,8 @@ def test_narrow_comparison_validates_and_round_trips(narrow_runs: tuple[Path, Pa
     # one repeat of c2 answered wrong (which one depends on the order asked), and c4 twice
     assert len(c.b_right_a_wrong) == 3 and c.b_right_a_wrong[0].startswith("c2#")
     assert c.b_right_a_wrong[1:] == ["c4#0", "c4#1"]
+    with pytest.raises(RecordError, match="field 'table.only_b'"):
+        NarrowComparison.checked({**data, "table": {**data["table"], "only_b": "3"}}, out)
 
 
 # --------------------------------------------------------------------------- coding
@@ -236,6 +238,8 @@ def test_coding_comparison_validates_and_round_trips(coding_runs: tuple[Path, Pa
     assert c.tasks == 2 and c.run_a.grade_revision == "v1" and c.bootstrap.clustered_by == "task"
     assert [(t.id, t.a, t.b, t.delta) for t in c.per_task] == [
         ("py-add", "1/2", "2/2", 0.5), ("py-also", "2/2", "2/2", 0.0)]
+    with pytest.raises(RecordError, match="field 'newly_passing'"):
+        CodingComparison.checked({k: v for k, v in data.items() if k != "newly_passing"}, out)
 
 
 # --------------------------------------------------------------------------- drift is caught

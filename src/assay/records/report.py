@@ -289,8 +289,8 @@ class CodingReport(ReportRecord):
     infra_errors: int
     """Answers with an infra error (no answer, or the grader failed): excluded."""
     grade_revision: str | None
-    """The grade revision the figures come from (``inline`` for runs that graded inside their
-    rows); null when no answer is graded yet."""
+    """The grade revision the figures come from: the one asked for, else the newest
+    (``inline`` for runs that graded inside their rows); null when the run has none yet."""
     ungraded: int
     """Answers not yet graded in that revision."""
     tasks: list[TaskFigures]
