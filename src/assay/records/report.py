@@ -11,6 +11,10 @@ field (README "What the report figures mean" explains them for people). Unknown 
 The models are strict (no coercion): a report is computed by assay, not typed by a person, so a
 ``"3"`` where a count belongs is a bug to catch, not an input to forgive. An integer is still
 accepted where a float belongs (``latency_ms`` of 400 is 400.0).
+
+The module is over 400 lines because it is four record declarations with a docstring under
+every field and nothing else; split, a reader would lose the one place where every key a report
+file can carry is listed.
 """
 
 from __future__ import annotations
