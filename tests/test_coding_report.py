@@ -7,34 +7,38 @@ from __future__ import annotations
 
 from typing import Any
 
+from assay.records.report import CodingReport, RubricSummary, SuiteFigure, TaskFigures
 from assay.report.coding_markdown import NOT_ISOLATED, coding_headline, coding_markdown
 
 
+def _fig(mean: float, lo: float, hi: float) -> SuiteFigure:
+    return SuiteFigure(mean=mean, ci95=[lo, hi], tasks=2)
+
+
+def _task(tid: str, kind: str, samples: int, passes: int, failures: list[str], *,
+          infra_errors: int = 0, rubric_answers: int = 0) -> TaskFigures:
+    return TaskFigures(id=tid, type=kind, samples=samples, passes=passes,
+                       pass_rate=passes / samples if samples else None,
+                       mixed=0 < passes < samples, failures=failures,
+                       infra_errors=infra_errors, rubric_answers=rubric_answers)
+
+
 def report(**over: Any) -> dict[str, Any]:
-    rep: dict[str, Any] = {
-        "schema": "assay.coding.report/1", "run_id": "r1", "suite": "tiny", "model": "m",
-        "not_isolated": False, "samples_per_task": 2, "expected_rows": 6, "missing_rows": 0,
-        "auto_graded_tasks": 2,
-        "pass_at_1": {"mean": 0.75, "ci95": [0.5, 1.0], "tasks": 2},
-        "pass_all": {"mean": 0.5, "ci95": [0.0, 1.0], "tasks": 2}, "pass_all_k": 2,
-        "pass_at_k": {"1": {"mean": 0.75, "ci95": [0.5, 1.0], "tasks": 2},
-                      "2": {"mean": 1.0, "ci95": [1.0, 1.0], "tasks": 2}},
-        "pass_hat_k": {}, "mixed_tasks": ["py-add"],
-        "failure_reasons": {"wrong_answer": 1}, "infra_errors": 1,
-        "tasks": [
-            {"id": "py-add", "type": "unit", "samples": 2, "passes": 1, "pass_rate": 0.5,
-             "mixed": True, "failures": ["#1: wrong_answer"], "infra_errors": 0,
-             "rubric_answers": 0},
-            {"id": "py-sub", "type": "unit", "samples": 2, "passes": 2, "pass_rate": 1.0,
-             "mixed": False, "failures": [], "infra_errors": 1, "rubric_answers": 0},
-            {"id": "sql-01", "type": "rubric", "samples": 0, "passes": 0, "pass_rate": None,
-             "mixed": False, "failures": [], "infra_errors": 0, "rubric_answers": 1},
-        ],
-        "rubric": {"answers": 1, "graded": 1, "ungraded": 0, "mean_score": 2.0,
-                   "scale": "0-3"},
-        "served_models": {"m-0613": 5}, "warnings": [], "started_at": None, "ended_at": None,
-    }
-    return {**rep, **over}
+    """A coding report built through its model, then changed by ``over`` and checked again,
+    so every report the Markdown is tested on is one a run could write."""
+    rep = CodingReport(
+        schema_=CodingReport.schema_id(), run_id="r1", suite="tiny", model="m",
+        not_isolated=False, samples_per_task=2, expected_rows=6, missing_rows=0,
+        auto_graded_tasks=2, pass_at_1=_fig(0.75, 0.5, 1.0), pass_all=_fig(0.5, 0.0, 1.0),
+        pass_all_k=2, pass_at_k={"1": _fig(0.75, 0.5, 1.0), "2": _fig(1.0, 1.0, 1.0)},
+        pass_hat_k={}, mixed_tasks=["py-add"], failure_reasons={"wrong_answer": 1},
+        infra_errors=1, grade_revision="v1", ungraded=0,
+        tasks=[_task("py-add", "unit", 2, 1, ["#1: wrong_answer"]),
+               _task("py-sub", "unit", 2, 2, [], infra_errors=1),
+               _task("sql-01", "rubric", 0, 0, [], rubric_answers=1)],
+        rubric=RubricSummary(answers=1, graded=1, ungraded=0, mean_score=2.0, scale="0-3"),
+        served_models={"m-0613": 5}, warnings=[], started_at=None, ended_at=None)
+    return CodingReport.checked({**rep.to_json(), **over}, "hand-built report")
 
 
 def test_markdown_shows_the_figures_and_every_task():

@@ -16,6 +16,7 @@ from support.rows import U1, U2
 from support.rows import narrow_row as _row
 
 from assay.records.coding import GradeRow
+from assay.records.report import CodingReport, NarrowReport
 from assay.report.coding import build_coding_report
 from assay.report.html import render_html, write_html
 from assay.report.narrow import build_report
@@ -254,6 +255,7 @@ def test_narrow_repeats_warnings_and_escaping(tmp_path: Path) -> None:
     assert rep["agreement"]["unstable_cases"] == ["k2", "k7"] and rep["missing_rows"] == 0
     rep["agreement"]["unstable_cases"].append(XSS)
     rep["warnings"] = ["labels inferred <script>alert(1)</script>", "second"]
+    NarrowReport.checked(rep, "changed report")  # still a report a run could write
     html = render_html(rep, "narrow")
     root = parse(html)
     assert_self_contained(html, root)
@@ -345,8 +347,10 @@ def test_coding_report(coding_report: dict[str, Any]) -> None:
 
 def test_coding_without_banner_and_unknown_figures(coding_report: dict[str, Any]) -> None:
     rep = {k: v for k, v in coding_report.items() if k != "_run"}
-    rep.update(not_isolated=False, pass_at_1=None, pass_all=None, pass_at_k={}, pass_hat_k={},
-               rubric={**rep["rubric"], "graded": 2, "ungraded": 0, "mean_score": 2.5})
+    rep = CodingReport.checked(  # a report a run could write, with its unknowns unknown
+        {**rep, "not_isolated": False, "pass_at_1": None, "pass_all": None, "pass_at_k": {},
+         "pass_hat_k": {}, "rubric": {**rep["rubric"], "graded": 2, "ungraded": 0,
+                                      "mean_score": 2.5}}, "changed report")
     html = render_html(rep, "coding")
     root = parse(html)
     assert "NOT ISOLATED" not in html and not root.find_all(cls="banner")

@@ -20,6 +20,7 @@ from typing import Any
 from assay.records.coding import CodingManifest, graded_samples
 from assay.records.layout import sample_key, standing_rows
 from assay.records.manifest import read_run_manifest
+from assay.records.report import CodingReport
 from assay.stats import cluster_bootstrap_mean, pass_at_k, pass_hat_k
 
 
@@ -72,7 +73,8 @@ def rubric_summary(run_dir: Path, finals: dict[tuple[str, int], dict[str, Any]])
 
 
 def build_coding_report(run_dir: Path, revision: str | None = None) -> dict[str, Any]:
-    """Figures from the answers and one grade revision: the newest unless ``revision``."""
+    """Figures from the answers and one grade revision: the newest unless ``revision``;
+    checked against :class:`CodingReport`."""
     manifest = read_run_manifest(run_dir, CodingManifest)
     grade_revision, finals = graded_samples(run_dir, manifest, revision)
     samples = manifest["parameters"]["samples"]
@@ -87,8 +89,8 @@ def build_coding_report(run_dir: Path, revision: str | None = None) -> dict[str,
     all_pass = [1.0 if t["passes"] == t["samples"] else 0.0 for t in auto]
     graded_rows = [r for r in finals.values() if not r.get("error") and r.get("passed") is not None]
     errors = [r for r in finals.values() if r.get("error")]
-    return {
-        "schema": "assay.coding.report/1",
+    return CodingReport.checked({
+        "schema": CodingReport.schema_id(),
         "run_id": manifest["run_id"],
         "suite": manifest["suite"]["name"],
         "model": manifest["model"]["requested"],
@@ -114,4 +116,4 @@ def build_coding_report(run_dir: Path, revision: str | None = None) -> dict[str,
         "warnings": manifest.get("warnings", []),
         "started_at": manifest.get("started_at"),
         "ended_at": manifest.get("ended_at"),
-    }
+    }, run_dir / CodingReport.file)

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from assay.records.manifest import read_manifest
+from assay.records.report import CodingComparison
 from assay.report.coding import build_coding_report
 from assay.report.compare_narrow import NotComparable
 from assay.stats import paired_bootstrap_diff
@@ -42,8 +43,8 @@ def compare_coding_runs(run_a: Path, run_b: Path, *, seed: int = 0,
                         f"{ma['parameters']['temperature']} vs {mb['parameters']['temperature']}")
     if ra["not_isolated"] or rb["not_isolated"]:
         warnings.append("at least one run was NOT ISOLATED (--sandbox none)")
-    return {
-        "schema": "assay.coding.compare/1",
+    return CodingComparison.checked({
+        "schema": CodingComparison.schema_id(),
         "run_a": {"dir": str(run_a), "model": ma["model"]["requested"],
                   "grade_revision": ra["grade_revision"]},
         "run_b": {"dir": str(run_b), "model": mb["model"]["requested"],
@@ -58,7 +59,7 @@ def compare_coding_runs(run_a: Path, run_b: Path, *, seed: int = 0,
         "newly_passing": [i for i in ids if ta[i]["passes"] == 0 and tb[i]["passes"] > 0],
         "per_task": per_task,
         "warnings": warnings,
-    }
+    }, f"comparison of {run_a} and {run_b}")
 
 
 def compare_coding_markdown(c: dict[str, Any]) -> str:

@@ -13,6 +13,7 @@ from typing import Any
 from assay.errors import NotComparable
 from assay.records.manifest import read_manifest
 from assay.records.narrow import iter_narrow_rows, read_narrow_manifest
+from assay.records.report import NarrowComparison
 from assay.report.narrow import final_rows
 from assay.stats import mcnemar_exact, paired_bootstrap_diff
 
@@ -65,8 +66,8 @@ def compare_runs(run_a: Path, run_b: Path, *, seed: int = 0,
         else:
             neither += 1
     diff, lo, hi = paired_bootstrap_diff(xa, xb, [k[0] for k in keys], n_boot=n_boot, seed=seed)
-    return {
-        "schema": "assay.narrow.compare/1",
+    return NarrowComparison.checked({
+        "schema": NarrowComparison.schema_id(),
         "run_a": {"dir": str(run_a), "model": ma["model"]["requested"],
                   "accuracy": sum(xa) / len(xa)},
         "run_b": {"dir": str(run_b), "model": mb["model"]["requested"],
@@ -81,7 +82,7 @@ def compare_runs(run_a: Path, run_b: Path, *, seed: int = 0,
         "a_right_b_wrong": a_not_b,
         "b_right_a_wrong": b_not_a,
         "warnings": warnings,
-    }
+    }, f"comparison of {run_a} and {run_b}")
 
 
 def compare_markdown(c: dict[str, Any]) -> str:

@@ -14,6 +14,7 @@ from typing import Any
 from assay.records.io import torn_tail
 from assay.records.layout import RAW_PREDICTIONS, narrow_key, standing_rows
 from assay.records.narrow import iter_narrow_rows, read_narrow_manifest
+from assay.records.report import NarrowReport
 from assay.stats import nearest_rank, wilson
 
 INVALID_COLUMN = "(invalid)"
@@ -99,6 +100,7 @@ def usage_totals(answered: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def build_report(run_dir: Path) -> dict[str, Any]:
+    """The ``report.json`` of a narrow run, checked against :class:`NarrowReport`."""
     manifest = read_narrow_manifest(run_dir)
     rows_path = run_dir / RAW_PREDICTIONS
     labels: list[str] = manifest["suite"]["labels"]
@@ -118,8 +120,8 @@ def build_report(run_dir: Path) -> dict[str, Any]:
         confusion[r["expected"]][predicted] += 1
     served = Counter(r.get("served_model") or "(not reported)" for r in answered)
     interval = wilson(correct, n) if n else None
-    return {
-        "schema": "assay.narrow.report/1",
+    return NarrowReport.checked({
+        "schema": NarrowReport.schema_id(),
         "run_id": manifest["run_id"],
         "suite": manifest["suite"]["name"],
         "model": manifest["model"]["requested"],
@@ -155,4 +157,4 @@ def build_report(run_dir: Path) -> dict[str, Any]:
         "parameters": manifest["parameters"],
         "started_at": manifest.get("started_at"),
         "ended_at": manifest.get("ended_at"),
-    }
+    }, run_dir / NarrowReport.file)

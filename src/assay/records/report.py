@@ -1,0 +1,475 @@
+"""What a report says: ``report.json`` of a narrow or coding run, and the comparison that
+``assay compare --json`` writes.
+
+Reports are derived data (rebuilt from the rows at will), but other tools read them, so their
+keys are an interface: the builders in ``assay.report`` produce plain dicts, and validate them
+here before returning them, so a builder that drifts from the declared shape fails loudly in
+tests instead of silently changing what a reader sees. The figures are documented beside each
+field (README "What the report figures mean" explains them for people). Unknown figures are
+``null``, never 0.
+
+The models are strict (no coercion): a report is computed by assay, not typed by a person, so a
+``"3"`` where a count belongs is a bug to catch, not an input to forgive. An integer is still
+accepted where a float belongs (``latency_ms`` of 400 is 400.0).
+
+The module is over 400 lines because it is four record declarations with a docstring under
+every field and nothing else; split, a reader would lose the one place where every key a report
+file can carry is listed.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, ClassVar, Self
+
+from pydantic import ConfigDict, Field
+
+from assay.errors import RecordError
+from assay.records.base import Record
+from assay.records.io import read_json_file
+from assay.records.narrow import NarrowParameters
+
+REPORT_JSON = "report.json"
+
+#: ``[low, high]`` of a 95% interval; a list, as report readers have always read it.
+Interval95 = Annotated[list[float], Field(min_length=2, max_length=2)]
+
+
+class ReportPart(Record):
+    """A strict sub-object of a report (see the module docstring for why strict)."""
+
+    model_config = ConfigDict(strict=True)
+
+
+class ReportRecord(ReportPart):
+    """A whole report file: ``schema`` names its kind and version."""
+
+    schema_: str = Field(alias="schema")
+    """``name/version`` of this report's schema."""
+
+    model_config = ConfigDict(populate_by_name=True)
+
+    def to_json(self) -> dict[str, Any]:
+        return self.model_dump(mode="json", by_alias=True)
+
+    @classmethod
+    def checked(cls, data: dict[str, Any], where: Path | str) -> dict[str, Any]:
+        """``data`` itself, once it names exactly this schema and validates: what a builder
+        returns and a writer writes, so the bytes on disk are the builder's, checked."""
+        if data.get("schema") != cls.schema_id():
+            raise RecordError(f"{where}: schema {data.get('schema')!r}, expected "
+                              f"{cls.schema_id()!r}")
+        cls.read(data, where)
+        return data
+
+    @classmethod
+    def load(cls, data: dict[str, Any], where: Path | str) -> Self:
+        """Read a report written earlier: a newer schema is refused, an older one is read
+        while its fields still validate."""
+        cls.check_schema_id(data.get("schema"), where)
+        return cls.read(data, where)
+
+
+# --------------------------------------------------------------------------- narrow report
+
+
+class Latency(ReportPart):
+    """Nearest-rank percentiles of ``latency_ms`` over the answers used."""
+
+    p50: float | None
+    """Median time spent on the answers used, in ms; null when no answer has a latency."""
+    p95: float | None
+    """95th percentile (nearest rank), in ms; null when no answer has a latency."""
+    max: float | None
+    """Slowest answer used, in ms; null when no answer has a latency."""
+
+
+class LabelFigures(ReportPart):
+    """Precision, recall and F1 of one label over the answered cases."""
+
+    precision: float | None
+    """Answers of this label that were right; null when the label was never answered."""
+    recall: float | None
+    """Cases expecting this label that got it; null when no case expects it."""
+    f1: float | None
+    """Harmonic mean of precision and recall; 0 when either is 0, null when undefined."""
+    support: int
+    """Answered cases that expect this label."""
+    predicted: int
+    """Answered cases whose answer is this label."""
+
+
+class Agreement(ReportPart):
+    """How often the repeats of a case give the same label."""
+
+    cases_with_all_repeats: int
+    """Cases with every repeat answered: only these count."""
+    consistent_cases: int
+    """Of those, cases whose repeats all gave the same label."""
+    rate: float | None
+    """``consistent_cases / cases_with_all_repeats``; null when no case has every repeat."""
+    unstable_cases: list[str]
+    """Ids of the cases whose repeats disagree, sorted."""
+
+
+class UsageTotals(ReportPart):
+    """Token totals over the answered cases, honest about what the endpoint did not report."""
+
+    prompt_tokens: int | float | None
+    """Prompt tokens summed over the answers that reported them; null when none did. A number
+    as the endpoint sent it (an int, or a float from endpoints that send floats)."""
+    completion_tokens: int | float | None
+    """Completion tokens summed likewise; null when none reported them."""
+    total_tokens: int | float | None
+    """Total tokens summed likewise; null when none reported them."""
+    incomplete: bool
+    """True as soon as one answer lacked a figure: the totals are then lower bounds."""
+    rows_missing_usage: int
+    """Answered cases without usage, or with usage marked incomplete."""
+
+
+class NarrowReport(ReportRecord):
+    """The figures of a narrow run, rebuilt from ``raw_predictions.jsonl`` and the manifest."""
+
+    schema_name: ClassVar[str] = "assay.narrow.report"
+    schema_version: ClassVar[int] = 1
+    file: ClassVar[str] = REPORT_JSON
+
+    run_id: str
+    """The run's id, from the manifest."""
+    suite: str
+    """The suite's name."""
+    model: str
+    """The model as requested."""
+    served_models: dict[str, int]
+    """Answers per model id the endpoint said served them (``(not reported)`` when it said
+    none)."""
+    system_fingerprints: list[str]
+    """Every system fingerprint the endpoint reported, from the manifest."""
+    isolation_note: str | None
+    """A sentence every view must show about isolation; null for narrow runs, which run no
+    code (the key is kept for readers that look for it in either kind of report)."""
+    expected_rows: int
+    """Cases × repeats: the rows a complete run has."""
+    n: int
+    """Case × repeat pairs with an answer (infra errors left out)."""
+    correct: int
+    """Answers whose label equals the expected one."""
+    accuracy: float | None
+    """``correct / n``; invalid answers count as wrong; null when nothing was answered."""
+    accuracy_ci95: Interval95 | None
+    """95% Wilson score interval of the accuracy; null when nothing was answered."""
+    invalid_remaining: int
+    """Answers still without a valid label after the format retry."""
+    invalid_first_try: int
+    """Answers whose first try was unusable (the format retry was sent)."""
+    retried: int
+    """Answers that took more than one attempt."""
+    invalid_reasons: dict[str, int]
+    """Why the remaining invalid answers are invalid, with counts."""
+    infra_errors: int
+    """Case × repeat pairs with no usable answer from the endpoint (excluded, resumable)."""
+    infra_error_ids: list[str]
+    """Ids of the cases with an infra error, sorted, each once."""
+    missing_rows: int
+    """Rows not yet written (``expected_rows`` minus the rows standing); a resume asks them."""
+    latency_ms: Latency
+    """Time spent on the answers used, backoff waits excluded, measured in the client."""
+    confusion: dict[str, dict[str, int]]
+    """Counts by expected label (outer) and answered label (inner, ``(invalid)`` for no valid
+    label); keyed by label because the labels are the suite's."""
+    per_label: dict[str, LabelFigures]
+    """Precision, recall and F1 of each of the suite's labels."""
+    agreement: Agreement | None
+    """Agreement across repeats; null when every case is asked once."""
+    usage: UsageTotals
+    """Token totals as the endpoint reported them."""
+    torn_tail_bytes: int
+    """Bytes of a torn last line in the rows file (an interrupted write), not counted."""
+    warnings: list[str]
+    """The manifest's warnings (served model changed mid-run, ...)."""
+    labels: list[str]
+    """The allowed labels, in order."""
+    labels_source: str | None
+    """Where the labels came from (``suite.yaml`` or the cases); null in older manifests."""
+    parameters: NarrowParameters
+    """What the model was asked with, as the manifest records it."""
+    started_at: str | None
+    """UTC time the run was created."""
+    ended_at: str | None
+    """UTC time the latest session ended; null while a session runs or after a crash."""
+
+
+# --------------------------------------------------------------------------- coding report
+
+
+class SuiteFigure(ReportPart):
+    """A mean over tasks with its task-clustered bootstrap interval."""
+
+    mean: float
+    """Mean over the auto-graded tasks, each task weighing the same."""
+    ci95: Interval95
+    """95% bootstrap interval that resamples tasks, not samples."""
+    tasks: int
+    """Tasks the mean is over."""
+
+
+class TaskFigures(ReportPart):
+    """One task of a coding run: k of n, the failures, and whether its samples disagree."""
+
+    id: str
+    """The task id."""
+    type: str | None
+    """``unit``, ``diff`` or ``rubric``; null when the task has no answer yet."""
+    samples: int
+    """Graded samples (infra errors and ungraded answers left out)."""
+    passes: int
+    """Graded samples that passed."""
+    pass_rate: float | None
+    """``passes / samples``; null when no sample is graded (rubric tasks, no answer yet)."""
+    mixed: bool
+    """Some samples passed and some failed."""
+    failures: list[str]
+    """``#<sample>: <reason>`` of every failed sample."""
+    infra_errors: int
+    """Samples with no answer from the endpoint, or whose grader failed."""
+    rubric_answers: int
+    """Answers kept for human rubric grading."""
+
+
+class RubricSummary(ReportPart):
+    """Unblinded figures of the human rubric grades (the newest grade of each answer)."""
+
+    answers: int
+    """Rubric answers in the run."""
+    graded: int
+    """Of those, answers with a grade."""
+    ungraded: int
+    """Answers still to grade."""
+    mean_score: float | None
+    """Mean of the grades; null when nothing is graded (no mean of nothing)."""
+    scale: str
+    """The grade scale, ``0-3``."""
+
+
+class CodingReport(ReportRecord):
+    """The figures of a coding run, from its answers and one grade revision."""
+
+    schema_name: ClassVar[str] = "assay.coding.report"
+    schema_version: ClassVar[int] = 1
+    file: ClassVar[str] = REPORT_JSON
+
+    run_id: str
+    """The run's id, from the manifest."""
+    suite: str
+    """The suite's name."""
+    model: str
+    """The model as requested."""
+    not_isolated: bool
+    """True when candidate code ran without the sandbox (``--sandbox none``)."""
+    samples_per_task: int
+    """Samples asked per task."""
+    expected_rows: int
+    """Tasks × samples: the answers a complete run has."""
+    missing_rows: int
+    """Answers not yet written; a resume asks them."""
+    auto_graded_tasks: int
+    """Unit and diff tasks with at least one graded sample: what the suite figures are over."""
+    pass_at_1: SuiteFigure | None
+    """Mean over tasks of the pass rate; null when no task is auto-graded."""
+    pass_all: SuiteFigure | None
+    """Share of tasks whose every graded sample passed (pass^k, k = ``pass_all_k``); null when
+    no task is auto-graded."""
+    pass_all_k: int
+    """The fewest graded samples of an auto-graded task: the k of ``pass_all``."""
+    pass_at_k: dict[str, SuiteFigure]
+    """Unbiased pass@k for k = 1 .. ``pass_all_k``, keyed by k as a string."""
+    pass_hat_k: dict[str, SuiteFigure]
+    """pass^k (all of k samples pass, estimated unbiased) for the same k."""
+    mixed_tasks: list[str]
+    """Ids of the auto-graded tasks with mixed outcomes."""
+    failure_reasons: dict[str, int]
+    """Reasons of the failed samples, with counts."""
+    infra_errors: int
+    """Answers with an infra error (no answer, or the grader failed): excluded."""
+    grade_revision: str | None
+    """The grade revision the figures come from: the one asked for, else the newest
+    (``inline`` for runs that graded inside their rows); null when the run has none yet."""
+    ungraded: int
+    """Answers not yet graded in that revision."""
+    tasks: list[TaskFigures]
+    """Every task, in the task file's order."""
+    rubric: RubricSummary
+    """The human rubric grades, unblinded."""
+    served_models: dict[str, int]
+    """Answers per model id the endpoint said served them."""
+    warnings: list[str]
+    """The manifest's warnings."""
+    started_at: str | None
+    """UTC time the run was created."""
+    ended_at: str | None
+    """UTC time the latest session ended."""
+
+
+# --------------------------------------------------------------------------- comparisons
+
+
+class PairedTable(ReportPart):
+    """The 2×2 table of paired outcomes."""
+
+    both_right: int
+    """Pairs both runs got right."""
+    only_a: int
+    """Pairs only run A got right."""
+    only_b: int
+    """Pairs only run B got right."""
+    both_wrong: int
+    """Pairs both runs got wrong."""
+
+
+class BootstrapInfo(ReportPart):
+    """How the paired bootstrap interval was drawn, so it can be drawn again."""
+
+    n_boot: int
+    """Bootstrap resamples."""
+    seed: int
+    """The seed: the same seed gives the same interval."""
+    clustered_by: str
+    """What is resampled: ``case id`` or ``task``."""
+
+
+class NarrowSide(ReportPart):
+    """One of the two narrow runs compared."""
+
+    dir: str
+    """The run directory as given."""
+    model: str
+    """The model as requested."""
+    accuracy: float
+    """Accuracy over the paired cases only."""
+
+
+class NarrowComparison(ReportRecord):
+    """Two narrow runs of the same suite, case by case (B − A)."""
+
+    schema_name: ClassVar[str] = "assay.narrow.compare"
+    schema_version: ClassVar[int] = 1
+    file: ClassVar[str] = "(the path given to assay compare --json)"
+
+    run_a: NarrowSide
+    """Run A."""
+    run_b: NarrowSide
+    """Run B."""
+    paired: int
+    """Case × repeat pairs answered in both runs: all figures are over these."""
+    only_in_one_run: int
+    """Pairs answered in one run only (left out)."""
+    table: PairedTable
+    """Both right, only A, only B, both wrong."""
+    mcnemar_p: float
+    """Exact two-sided McNemar p-value from the discordant pairs."""
+    accuracy_diff_b_minus_a: float
+    """Accuracy of B minus accuracy of A over the paired cases."""
+    diff_ci95: Interval95
+    """95% paired bootstrap interval of the difference, resampling cases."""
+    bootstrap: BootstrapInfo
+    """How the interval was drawn."""
+    a_right_b_wrong: list[str]
+    """Cases A got right and B wrong (``id#repeat`` when cases are repeated)."""
+    b_right_a_wrong: list[str]
+    """Cases B got right and A wrong."""
+    warnings: list[str]
+    """What makes the comparison weaker (different prompts or parameters)."""
+
+
+class CodingSide(ReportPart):
+    """One of the two coding runs compared."""
+
+    dir: str
+    """The run directory as given."""
+    model: str
+    """The model as requested."""
+    grade_revision: str | None
+    """The grade revision its figures come from; null when nothing is graded."""
+
+
+class TaskDelta(ReportPart):
+    """One task compared: k of n in each run and the change of pass rate."""
+
+    id: str
+    """The task id."""
+    a: str
+    """``passes/samples`` in run A."""
+    b: str
+    """``passes/samples`` in run B."""
+    delta: float
+    """Pass rate of B minus pass rate of A."""
+
+
+class CodingComparison(ReportRecord):
+    """Two coding runs of the same task file, task by task (B − A)."""
+
+    schema_name: ClassVar[str] = "assay.coding.compare"
+    schema_version: ClassVar[int] = 1
+    file: ClassVar[str] = "(the path given to assay compare --json)"
+
+    run_a: CodingSide
+    """Run A."""
+    run_b: CodingSide
+    """Run B."""
+    tasks: int
+    """Auto-graded tasks with graded answers in both runs: all figures are over these."""
+    pass_at_1_a: float
+    """Mean pass rate of A over those tasks."""
+    pass_at_1_b: float
+    """Mean pass rate of B over those tasks."""
+    pass_at_1_diff_b_minus_a: float
+    """Paired difference of the mean pass rates."""
+    diff_ci95: Interval95
+    """95% paired bootstrap interval of the difference, resampling tasks."""
+    bootstrap: BootstrapInfo
+    """How the interval was drawn."""
+    newly_failing: list[str]
+    """Tasks A solved at least once and B never."""
+    newly_passing: list[str]
+    """Tasks A never solved and B did at least once."""
+    per_task: list[TaskDelta]
+    """Every compared task, in A's task order."""
+    warnings: list[str]
+    """What makes the comparison weaker (different parameters, no sandbox)."""
+
+
+# --------------------------------------------------------------------------- reading back
+
+REPORTS: dict[str, type[NarrowReport] | type[CodingReport]] = {
+    m.schema_name: m for m in (NarrowReport, CodingReport)}
+
+
+def _report_model(schema: object, where: Path | str) -> type[NarrowReport] | type[CodingReport]:
+    name = schema.rpartition("/")[0] if isinstance(schema, str) else ""
+    model = REPORTS.get(name)
+    if model is None:
+        raise RecordError(f"{where}: not an assay report (schema {schema!r})")
+    return model
+
+
+def check_report(data: dict[str, Any], where: Path | str) -> dict[str, Any]:
+    """``data`` unchanged once it validates as the report its ``schema`` names: the check a
+    writer makes before a report reaches disk."""
+    return _report_model(data.get("schema"), where).checked(data, where)
+
+
+def read_report(path: Path) -> NarrowReport | CodingReport:
+    """A ``report.json`` (or a run directory holding one), validated as the kind its
+    ``schema`` names; a newer schema is refused. Reports are derived data, so a report that no
+    longer validates is rebuilt with ``assay report RUN_DIR`` rather than repaired."""
+    if path.is_dir():
+        path = path / REPORT_JSON
+    data = read_json_file(path)
+    model = _report_model(data.get("schema"), path)
+    model.check_schema_id(data.get("schema"), path)
+    try:
+        return model.read(data, path)
+    except RecordError as exc:
+        raise RecordError(f"{exc} (`assay report {path.parent}` rebuilds it from the run's "
+                          "records)") from None
