@@ -230,14 +230,17 @@ class StateDB:
         path = Path(root) / DB_FILE
         if not path.is_file():
             raise RecordError(f"{path}: not found: not an experiment run directory")
+        conn = _connect(path, readonly=True)
         try:
-            conn = _connect(path, readonly=True)
-        except sqlite3.OperationalError:
-            # A WAL database needs its -shm beside it; in a directory this user cannot write
-            # (an archived run) and after a clean shutdown it is gone: read the file as is.
-            conn = _connect(path, readonly=True, immutable=True)
-        try:
-            tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
+            try:
+                tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
+            except sqlite3.OperationalError:
+                # A WAL reader needs a -shm file beside the database; after a clean shutdown it
+                # is gone, and in a directory this user cannot write (an archived run, another
+                # user's) it cannot be made: read the file as it is, as an immutable snapshot.
+                conn.close()
+                conn = _connect(path, readonly=True, immutable=True)
+                tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
             if "meta" not in tables:
                 raise RecordError(f"{path}: not an assay state database (no experiment "
                                   "state written yet)")
