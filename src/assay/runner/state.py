@@ -38,7 +38,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -114,11 +114,21 @@ class Attempt:
     trial: TrialKey
     state: str
     reason: str | None
-    dir: Path
+    rel_dir: str
     """Relative to the run directory: ``trials/<task>/<arm>/<rep>/<label>``."""
     started_at: str
     ended_at: str | None = None
-    timings: dict[str, float] = field(default_factory=dict)
+    timings_json: str = "{}"
+    """Seconds per stage (setup, agent, freeze, verify), as stored; decoded on demand because
+    listing 100,000 trials should not decode what it does not show."""
+
+    @property
+    def dir(self) -> Path:
+        return Path(self.rel_dir)
+
+    @property
+    def timings(self) -> dict[str, float]:
+        return json.loads(self.timings_json)
 
 
 @dataclass(frozen=True)
@@ -323,7 +333,7 @@ class StateDB:
             c.execute("UPDATE trials SET state='preparing', attempts_made=? WHERE id=?",
                       (made + 1, tid))
             assert cur.lastrowid is not None
-            return Attempt(cur.lastrowid, label, trial, "preparing", None, rel, now)
+            return Attempt(cur.lastrowid, label, trial, "preparing", None, str(rel), now)
 
     def _leave(self, c: sqlite3.Connection, attempt: Attempt,
                allowed: Sequence[str]) -> tuple[int, str, dict[str, float]]:
@@ -353,7 +363,7 @@ class StateDB:
                       "WHERE id=?", (state, reason, time.time(), json.dumps(timings),
                                      attempt.id))
             c.execute("UPDATE trials SET state=? WHERE id=?", (state, tid))
-        return _replace(attempt, state=state, reason=reason, timings=timings)
+        return _replace(attempt, state=state, reason=reason, timings_json=json.dumps(timings))
 
     def finish_attempt(self, attempt: Attempt, state: str, *, reason: str) -> str:
         """Close an attempt without a grade (``interrupted`` or ``infra_error``) and return its
@@ -497,8 +507,8 @@ _ATTEMPT_SELECT = ("SELECT t.id, t.task, t.arm, t.rep, a.id, a.attempt, a.state,
 
 def _attempt(row: Sequence[Any]) -> Attempt:
     _, task, arm, rep, aid, label, state, reason, rel, started, ended, timings = row
-    return Attempt(aid, label, TrialKey(task, arm, rep), state, reason, Path(rel), started,
-                   ended, json.loads(timings))
+    return Attempt(aid, label, TrialKey(task, arm, rep), state, reason, rel, started, ended,
+                   timings)
 
 
 def _replace(a: Attempt, **changes: Any) -> Attempt:
