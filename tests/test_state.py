@@ -371,26 +371,32 @@ def test_sigkill_at_a_random_moment_then_resume_to_the_end(tmp_path: Path, seed:
 from assay.suites.experiment import TrialKey
 plan = [TrialKey(f"t{{i}}", a, r) for i in range(100) for a in ("A", "B") for r in range(2)]
 db = open_db(root, plan=plan)
-full_attempt(db, plan[0])
-print("started", flush=True)
 rng = random.Random({seed})
-for key in plan[1:]:
+for i, key in enumerate(plan):
     a = db.begin_attempt(key)
     if rng.random() < 0.2:
         db.finish_attempt(a, "infra_error", reason="flaky")
         a = db.begin_attempt(key)
     a = to(db, a, "running", "freezing", "verifying")
     db.grade_trial(a, accepted=rng.random() < 0.5, failure_code=None, revision="v1")
-print("finished", flush=True)
+    print(i, flush=True)
 """
+    # killed once it reports trial k graded, a random instant later: whatever transition of
+    # the trials after k it is in the middle of, however loaded the machine
+    rng = random.Random(seed)
+    k = rng.randrange(3, 150)
     child = _child(tmp_path, body)
-    assert child.stdout is not None and child.stdout.readline().strip() == "started"
-    time.sleep(random.Random(seed).uniform(0.0, 0.4))  # the whole run takes ~1.5 s
+    assert child.stdout is not None
+    while (line := child.stdout.readline()) and int(line) < k:
+        pass
+    time.sleep(rng.uniform(0.0, 0.01))
     os.kill(child.pid, signal.SIGKILL)
     child.wait()
+    assert line, "the child ended before it was killed"
     with open_db(tmp_path, plan=plan) as db:
         _consistent(db)
-        assert 0 < db.counts().trials.get("done", 0) < len(plan), "the kill missed the run"
+        done = db.counts().trials.get("done", 0)
+        assert k < done < len(plan), f"the kill missed the run: {done} done, k={k}"
         graded_before = {t.key: t.accepted for t in db.trials() if t.state == "done"}
         for a in db.recover():  # frozen: verified again, never run again
             db.grade_trial(a, accepted=False, failure_code=None, revision="v1")
