@@ -34,7 +34,7 @@ def open_db(root: Path, *, retries: int = 1, plan: list[TrialKey] = PLAN) -> Sta
 
 def to(db: StateDB, a: Attempt, *states: str) -> Attempt:
     for s in states:
-        a = db.move(a, s)
+        a = db.move(a, s, reason="pytest crashed" if s == "grader_error" else None)
     return a
 
 
@@ -127,7 +127,7 @@ RECOVER_CASES = {
     "verifying": (["running", "freezing", "verifying"], True,
                   ("verifying", None, "verifying", True)),
     "grader_error": (["running", "freezing", "verifying", "grader_error"], True,
-                     ("grader_error", None, "grader_error", True)),
+                     ("grader_error", "pytest crashed", "grader_error", True)),
 }
 
 
@@ -157,6 +157,7 @@ def test_recover(tmp_path: Path, name: str) -> None:
             v = again[0]
             if v.state == "grader_error":
                 v = db.move(v, "verifying")
+                assert v.reason == "pytest crashed"  # what went wrong stays on record
             db.grade_trial(v, accepted=False, failure_code="behavior_failed", revision="v1")
             assert trial_of(db, PLAN[0]).state == "done"
             with pytest.raises(ValueError):

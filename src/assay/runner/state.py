@@ -359,11 +359,14 @@ class StateDB:
             if not allowed:
                 raise ValueError(f"{state!r} is not a state an attempt moves to with move()")
             tid, _, timings = self._leave(c, attempt, allowed)
-            c.execute("UPDATE attempts SET state=?, reason=?, entered_at=?, timings=? "
-                      "WHERE id=?", (state, reason, time.time(), json.dumps(timings),
-                                     attempt.id))
+            # a reason is kept until a new one is given: re-verifying after a grader error
+            # still shows what went wrong the first time
+            c.execute("UPDATE attempts SET state=?, reason=COALESCE(?, reason), entered_at=?, "
+                      "timings=? WHERE id=?", (state, reason, time.time(), json.dumps(timings),
+                                               attempt.id))
             c.execute("UPDATE trials SET state=? WHERE id=?", (state, tid))
-        return _replace(attempt, state=state, reason=reason, timings_json=json.dumps(timings))
+        return _replace(attempt, state=state, reason=reason or attempt.reason,
+                        timings_json=json.dumps(timings))
 
     def finish_attempt(self, attempt: Attempt, state: str, *, reason: str) -> str:
         """Close an attempt without a grade (``interrupted`` or ``infra_error``) and return its

@@ -17,6 +17,7 @@ import hashlib
 import json
 import random
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
@@ -28,6 +29,8 @@ from assay.suites.errors import Problem, SuiteError
 from assay.suites.yamlfile import key_lines, line_of, load_mapping, validation_error
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
+#: Builds a ``Problem`` at a field path of the experiment file, with that field's line.
+ProblemAt = Callable[[tuple[str, ...], str], Problem]
 
 
 class _Strict(BaseModel):
@@ -218,7 +221,7 @@ def load_experiment(path: Path) -> Experiment:
                       identity=identity)
 
 
-def _check_names(spec: ExperimentSpec, problem: Any) -> list[Problem]:
+def _check_names(spec: ExperimentSpec, problem: ProblemAt) -> list[Problem]:
     import re
 
     return [problem(("arms", name), "an arm name is a folder name: letters, digits, '.', '_' "
@@ -227,7 +230,7 @@ def _check_names(spec: ExperimentSpec, problem: Any) -> list[Problem]:
 
 
 def _load_tasks(path: Path, spec: ExperimentSpec,
-                problem: Any) -> tuple[dict[str, Bundle], list[Problem]]:
+                problem: ProblemAt) -> tuple[dict[str, Bundle], list[Problem]]:
     problems: list[Problem] = []
     found: dict[str, Bundle] = {}
     base = path.parent
@@ -255,7 +258,7 @@ def _load_tasks(path: Path, spec: ExperimentSpec,
     return found, problems
 
 
-def _select(spec: ExperimentSpec, found: dict[str, Bundle], problem: Any,
+def _select(spec: ExperimentSpec, found: dict[str, Bundle], problem: ProblemAt,
             problems: list[Problem]) -> list[Bundle]:
     sel = spec.select
     if sel.ids is not None:
@@ -273,7 +276,7 @@ def _select(spec: ExperimentSpec, found: dict[str, Bundle], problem: Any,
     return chosen
 
 
-def _check_prices(spec: ExperimentSpec, problem: Any) -> list[Problem]:
+def _check_prices(spec: ExperimentSpec, problem: ProblemAt) -> list[Problem]:
     """A cost limit with an unpriced model could never be enforced: refused up front."""
     lim = spec.limits
     if lim.cost_usd is None and lim.total_cost_usd is None:
