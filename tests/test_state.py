@@ -412,3 +412,34 @@ for i, key in enumerate(plan):
         # nothing graded before the crash was graded again
         assert {t.key: t.accepted for t in views if t.key in graded_before} == graded_before
         assert sum(1 for t in views if t.state == "done") == db.counts().attempts["done"]
+
+
+def test_an_experiment_file_frozen_into_the_state_and_a_changed_one_refused(
+        tmp_path: Path) -> None:
+    from support.bundles import make_bundle
+
+    from assay.suites.experiment import load_experiment, plan
+
+    for tid in ("calc-a", "calc-b"):
+        make_bundle(tmp_path / "tasks" / tid, task_id=tid)
+    text = ("name: e\ntasks: [tasks]\nrepetitions: 2\nseed: 3\n"
+            "arms:\n  base: {agent: nop}\n  cand: {agent: oracle}\n")
+    (tmp_path / "experiment.yaml").write_text(text)
+
+    def open_run() -> StateDB:
+        exp = load_experiment(tmp_path / "experiment.yaml")
+        return StateDB.open(tmp_path / "run", exp.identity, plan(exp),
+                            retries_infra=exp.spec.retries.infra)
+
+    with open_run() as db:
+        assert db.pending() == plan(load_experiment(tmp_path / "experiment.yaml"))
+        assert db.counts().planned == 8 and db.retries_infra == 2
+    open_run().close()  # the same file resumes
+    (tmp_path / "experiment.yaml").write_text(text.replace("repetitions: 2", "repetitions: 3"))
+    with pytest.raises(RunConflict, match="settings.repetitions: 2 -> 3"):
+        open_run()
+    (tmp_path / "experiment.yaml").write_text(text)
+    (tmp_path / "tasks/calc-b/tests/test_fix.py").write_text("def test_x():\n    pass\n")
+    with pytest.raises(RunConflict) as info:
+        open_run()
+    assert "tasks.calc-b.tests_digest" in str(info.value) and "calc-a" not in str(info.value)
