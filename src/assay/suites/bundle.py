@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from assay.suites.errors import Problem, SuiteError
+from assay.suites.yamlfile import load_mapping, validation_error
 
 TASK_FILE = "task.yaml"
 CHECKS = ("behavior", "regression", "integrity")
@@ -182,54 +182,17 @@ def check_starting_tree(bundle: Bundle, tree: Path | None = None) -> DigestCheck
     return DigestCheck(digest, bundle.spec.initial_state.fixture_digest)
 
 
-def _key_lines(text: str) -> dict[tuple[str, ...], int]:
-    """Line of every mapping key, by its path, so a validation error can point at it."""
-    lines: dict[tuple[str, ...], int] = {}
-    try:
-        root = yaml.compose(text)
-    except yaml.YAMLError:
-        return lines
-
-    def walk(node: yaml.Node, path: tuple[str, ...]) -> None:
-        if isinstance(node, yaml.MappingNode):
-            for k, v in node.value:
-                p = (*path, str(k.value))
-                lines[p] = k.start_mark.line + 1
-                walk(v, p)
-
-    if root is not None:
-        walk(root, ())
-    return lines
-
-
 def load_bundle(root: Path) -> Bundle:
     root = Path(root)
     path = root / TASK_FILE
     if not path.is_file():
         raise SuiteError.one(path, "task.yaml not found: not a task bundle")
     text = path.read_text(encoding="utf-8")
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        raise SuiteError.one(path, f"invalid YAML: {getattr(exc, 'problem', exc)}",
-                             line=mark.line + 1 if mark else None) from exc
-    if not isinstance(data, dict):
-        raise SuiteError.one(path, "expected a mapping at the top level")
+    data = load_mapping(path, text)
     try:
         spec = TaskSpec.model_validate(data)
     except ValidationError as exc:
-        lines = _key_lines(text)
-        problems = []
-        for e in exc.errors():
-            loc = tuple(str(x) for x in e["loc"])
-            line = None
-            for n in range(len(loc), 0, -1):
-                if loc[:n] in lines:
-                    line = lines[loc[:n]]
-                    break
-            problems.append(Problem(path, line, ".".join(loc) or None, e["msg"]))
-        raise SuiteError(problems) from exc
+        raise validation_error(path, text, exc) from exc
     problems = []
     acc = spec.acceptance
     for check in ("behavior", "regression"):

@@ -1,0 +1,334 @@
+"""The experiment file: which tasks, which arms, how many repetitions, what may be spent.
+
+Everything is checked before anything runs (an experiment that fails on its 300th trial because
+of a typo in an arm wastes the 299 before it), and every problem names file, line and field.
+``load_experiment`` also computes the experiment's **identity**: the file's bytes, each task's
+fingerprint and each arm's agent, model and parameters. It is frozen into ``manifest.json`` and
+the state database before the first trial, so a resume against a changed file, a changed task or
+a changed arm is refused instead of mixing two experiments in one table.
+
+``bar`` and ``weights`` are read, validated and kept in the identity (they must be fixed before
+the run, see the statistics notes) but nothing here acts on them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, NamedTuple
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from assay.suites.bundle import Bundle, find_bundles, load_bundle, tree_digest
+from assay.suites.errors import Problem, SuiteError
+from assay.suites.yamlfile import key_lines, line_of, load_mapping, validation_error
+
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
+#: Builds a ``Problem`` at a field path of the experiment file, with that field's line.
+ProblemAt = Callable[[tuple[str, ...], str], Problem]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+
+
+class Select(_Strict):
+    """Which of the found bundles take part; every given filter must hold."""
+
+    split: Literal["dev", "validation", "holdout"] | None = None
+    """Only bundles of this split."""
+    families: list[str] | None = None
+    """Only bundles whose ``family`` is one of these."""
+    ids: list[str] | None = None
+    """Only these task ids (each must exist)."""
+
+
+class ModelSpec(_Strict):
+    """The model an arm's agent talks to, through the gateway."""
+
+    name: str = Field(min_length=1)
+    """Model name asked of the upstream; also the key into ``prices``."""
+    base_url_env: str | None = None
+    """Environment variable holding the upstream's base URL (read by the gateway only)."""
+    api_key_env: str | None = None
+    """Environment variable holding the real key (read by the gateway only, never recorded)."""
+    protocol: Literal["chat", "responses", "anthropic"] = "chat"
+    """Which API the agent speaks to the gateway."""
+
+
+class Arm(_Strict):
+    """One configuration under test."""
+
+    agent: str = Field(min_length=1)
+    """Agent spec, e.g. ``command:python3 agent.py`` or a built-in such as ``oracle``."""
+    model: ModelSpec | None = None
+    """The model, for agents that call one."""
+    params: dict[str, Any] = Field(default_factory=dict)
+    """Passed to the agent and pinned in the identity."""
+
+
+class Limits(_Strict):
+    """Spending limits; all optional, enforced by the gateway."""
+
+    tokens: int | None = Field(default=None, ge=1)
+    """Per trial attempt."""
+    cost_usd: float | None = Field(default=None, gt=0)
+    """Per trial attempt, in USD from ``prices``."""
+    total_cost_usd: float | None = Field(default=None, gt=0)
+    """The whole experiment: no new attempt starts once it is reached."""
+
+
+class Price(_Strict):
+    """USD per million tokens."""
+
+    input: float = Field(ge=0)
+    """Uncached input tokens."""
+    cached_input: float | None = Field(default=None, ge=0)
+    """Cached input tokens; unset means the upstream's cached tokens cost as ``input``."""
+    output: float = Field(ge=0)
+    """Output tokens (reasoning included)."""
+
+
+class Retries(_Strict):
+    """New attempts for infrastructure failures only; task failures are never retried."""
+
+    infra: int = Field(default=2, ge=0)
+    """How many new attempts a trial gets after ``infra_error`` attempts."""
+
+
+class Bar(_Strict):
+    """The decision rule, written down before the run (acted on by ``exp verdict``)."""
+
+    primary: Literal["pass_rate"] = "pass_rate"
+    """The primary metric: Δ of the task-weighted pass rate, B − A."""
+    hoped_improvement: float
+    """The Δ the change is hoped to reach."""
+    max_regression: float = Field(ge=0)
+    """The interval's lower bound must stay above −max_regression."""
+    max_cost_increase: float | None = Field(default=None, ge=0)
+    """Relative increase allowed in cost per completed task."""
+    integrity_violations: int = Field(default=0, ge=0)
+    """Integrity violations allowed in the candidate arm (a hard requirement)."""
+    max_new_failures: int | None = Field(default=None, ge=0)
+    """Tasks the baseline passes and the candidate fails, at most."""
+
+
+class ExperimentSpec(_Strict):
+    """``experiment.yaml``, as written."""
+
+    name: str = Field(pattern=NAME_PATTERN)
+    """The experiment's name (letters, digits, '.', '_', '-')."""
+    tasks: list[str] = Field(min_length=1)
+    """Bundle folders, or folders holding bundles, relative to this file."""
+    select: Select = Field(default_factory=Select)
+    """Which of those bundles take part."""
+    repetitions: int = Field(default=1, ge=1)
+    """Trials per (task, arm)."""
+    seed: int = 0
+    """Seeds the schedule order and everything random in the run."""
+    concurrency: int = Field(default=1, ge=1)
+    """Attempts in flight at once (``-j`` overrides)."""
+    arms: dict[str, Arm] = Field(min_length=1)
+    """The configurations under test, by name."""
+    limits: Limits = Field(default_factory=Limits)
+    """Spending limits."""
+    prices: dict[str, Price] = Field(default_factory=dict)
+    """Pinned price table, by model name."""
+    retries: Retries = Field(default_factory=Retries)
+    """Retry policy."""
+    bar: Bar | None = None
+    """The decision rule (kept, not acted on here)."""
+    weights: dict[str, float] | None = None
+    """Task weights fixed before the run (kept, not acted on here)."""
+
+
+class TrialKey(NamedTuple):
+    """One trial: an arm at a task, repetition ``rep`` (from 0)."""
+
+    task: str
+    arm: str
+    rep: int
+
+
+@dataclass(frozen=True)
+class Experiment:
+    path: Path
+    spec: ExperimentSpec
+    file_sha256: str
+    bundles: dict[str, Bundle]
+    """The selected bundles, by task id, sorted by id."""
+    identity: dict[str, Any]
+
+    @property
+    def identity_sha256(self) -> str:
+        return identity_sha256(self.identity)
+
+
+def identity_sha256(identity: dict[str, Any]) -> str:
+    """sha256 of the canonical JSON of an identity (sorted keys, no spaces)."""
+    blob = json.dumps(identity, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def load_experiment(path: Path) -> Experiment:
+    """Validate the file, load and select its bundles and compute its identity; every problem
+    found is reported at once as a ``SuiteError``."""
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+        text = raw.decode("utf-8")
+    except FileNotFoundError:
+        raise SuiteError.one(path, "experiment file not found") from None
+    except UnicodeDecodeError as exc:
+        raise SuiteError.one(path, f"not valid UTF-8: {exc.reason}") from exc
+    data = load_mapping(path, text)
+    try:
+        spec = ExperimentSpec.model_validate(data)
+    except ValidationError as exc:
+        raise validation_error(path, text, exc, items=True) from exc
+    lines = key_lines(text, items=True)
+
+    def problem(loc: tuple[str, ...], message: str) -> Problem:
+        return Problem(path, line_of(lines, loc), ".".join(loc), message)
+
+    problems = _check_names(spec, problem)
+    found, load_problems = _load_tasks(path, spec, problem)
+    problems += load_problems
+    selected = _select(spec, found, problem, problems)
+    problems += _check_prices(spec, problem)
+    if spec.weights is not None:
+        for task, weight in spec.weights.items():
+            if task not in found:
+                problems.append(problem(("weights", task), f"no task {task!r} in tasks"))
+            elif weight <= 0:
+                problems.append(problem(("weights", task), "a weight must be above 0"))
+    if problems:
+        raise SuiteError(problems)
+    bundles = {b.id: b for b in sorted(selected, key=lambda b: b.id)}
+    sha = hashlib.sha256(raw).hexdigest()
+    identity = {
+        "file_sha256": sha,
+        "settings": spec.model_dump(mode="json"),
+        "tasks": {tid: task_fingerprint(b) for tid, b in bundles.items()},
+        "arms": {name: arm_identity(arm) for name, arm in sorted(spec.arms.items())},
+    }
+    return Experiment(path=path, spec=spec, file_sha256=sha, bundles=bundles,
+                      identity=identity)
+
+
+def _check_names(spec: ExperimentSpec, problem: ProblemAt) -> list[Problem]:
+    import re
+
+    return [problem(("arms", name), "an arm name is a folder name: letters, digits, '.', '_' "
+                    "and '-' only")
+            for name in spec.arms if not re.fullmatch(NAME_PATTERN, name)]
+
+
+def _load_tasks(path: Path, spec: ExperimentSpec,
+                problem: ProblemAt) -> tuple[dict[str, Bundle], list[Problem]]:
+    problems: list[Problem] = []
+    found: dict[str, Bundle] = {}
+    base = path.parent
+    for i, entry in enumerate(spec.tasks):
+        where = ("tasks", str(i))
+        folder = (base / entry) if not Path(entry).is_absolute() else Path(entry)
+        if not folder.is_dir():
+            problems.append(problem(where, f"{folder} is not a folder"))
+            continue
+        roots = find_bundles([folder])
+        if not roots:
+            problems.append(problem(where, f"no task bundle (a folder with task.yaml) in "
+                                    f"{folder}"))
+        for root in roots:
+            try:
+                bundle = load_bundle(root)
+            except SuiteError as exc:
+                problems += exc.problems
+                continue
+            if bundle.id in found:
+                problems.append(problem(where, f"task id {bundle.id!r} found twice: in "
+                                        f"{found[bundle.id].root} and {root}"))
+                continue
+            found[bundle.id] = bundle
+    return found, problems
+
+
+def _select(spec: ExperimentSpec, found: dict[str, Bundle], problem: ProblemAt,
+            problems: list[Problem]) -> list[Bundle]:
+    sel = spec.select
+    if sel.ids is not None:
+        for i, tid in enumerate(sel.ids):
+            if tid not in found and found:
+                problems.append(problem(("select", "ids", str(i)), f"no task {tid!r} in tasks"))
+        if len(set(sel.ids)) != len(sel.ids):
+            problems.append(problem(("select", "ids"), "a task id is named twice"))
+    chosen = [b for b in found.values()
+              if (sel.split is None or b.spec.split == sel.split)
+              and (sel.families is None or b.spec.family in sel.families)
+              and (sel.ids is None or b.id in sel.ids)]
+    if found and not chosen:
+        problems.append(problem(("select",), f"selects none of the {len(found)} tasks found"))
+    return chosen
+
+
+def _check_prices(spec: ExperimentSpec, problem: ProblemAt) -> list[Problem]:
+    """A cost limit with an unpriced model could never be enforced: refused up front."""
+    lim = spec.limits
+    if lim.cost_usd is None and lim.total_cost_usd is None:
+        return []
+    return [problem(("arms", name, "model", "name"),
+                    f"model {arm.model.name!r} has no entry in prices, but limits set a cost")
+            for name, arm in spec.arms.items()
+            if arm.model is not None and arm.model.name not in spec.prices]
+
+
+def task_fingerprint(bundle: Bundle) -> dict[str, Any]:
+    """What makes two runs of "the same task" the same: its task.yaml, its starting tree and
+    its hidden tests. A pinned ``fixture_digest`` is the starting tree's identity (every trial
+    checks the tree against it); an unpinned one is computed here."""
+    state = bundle.spec.initial_state
+    fixture = state.fixture_digest
+    if fixture is None:
+        if state.repository_commit:
+            with tempfile.TemporaryDirectory(prefix="assay-fingerprint-") as tmp:
+                bundle.export_starting_tree(Path(tmp) / "t")
+                fixture = tree_digest(Path(tmp) / "t")
+        else:
+            fixture = tree_digest((bundle.root / state.repository).resolve())
+    tests = tree_digest(bundle.tests_dir) if bundle.tests_dir.is_dir() else None
+    return {"revision": bundle.spec.revision, "task_yaml_sha256": bundle.spec_sha256,
+            "fixture_digest": fixture, "tests_digest": tests}
+
+
+def arm_identity(arm: Arm) -> dict[str, Any]:
+    """The agent spec, the model (name, protocol; never a key) and the parameters."""
+    model = None
+    if arm.model is not None:
+        model = {"name": arm.model.name, "protocol": arm.model.protocol}
+    return {"agent": arm.agent, "model": model, "params": arm.params}
+
+
+def plan(experiment: Experiment) -> list[TrialKey]:
+    """Every trial, in a seeded random order that interleaves the arms.
+
+    The (task, repetition) blocks are shuffled with the seed and, within each block, the arms
+    come in their own seeded order: both arms of a comparison see the same stretch of time, the
+    same concurrency and the same cache warmth, and no arm is always first. The same seed and
+    file give the same order, so a resumed run continues the same schedule.
+    """
+    spec = experiment.spec
+    rng = random.Random(spec.seed)
+    blocks = [(task, rep) for task in experiment.bundles for rep in range(spec.repetitions)]
+    rng.shuffle(blocks)
+    arms = sorted(spec.arms)
+    order: list[TrialKey] = []
+    for task, rep in blocks:
+        block_arms = arms[:]
+        rng.shuffle(block_arms)
+        order += [TrialKey(task, arm, rep) for arm in block_arms]
+    return order
