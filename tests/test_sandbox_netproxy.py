@@ -51,6 +51,10 @@ class GatewayHandler(http.server.BaseHTTPRequestHandler):
 
     def setup(self) -> None:
         super().setup()
+        if self.connection.family == socket.AF_INET:
+            # headers and body are two writes: without this the server itself would wait for
+            # the client's delayed ACK (~40 ms) and hide what the proxy adds
+            self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         with self.server.lock:
             self.server.connections += 1
 
@@ -308,19 +312,27 @@ def test_sse_chunks_arrive_one_by_one_with_their_timing(workdir: Path, gateway: 
     assert min(gaps) > gap * 0.75, gaps
 
 
-def test_keep_alive_reuses_one_connection(workdir: Path, gateway: TcpGateway) -> None:
+def test_keep_alive_reuses_one_connection_without_delay(
+    workdir: Path, gateway: TcpGateway
+) -> None:
+    """Twenty requests on one connection: one connection at the gateway, and no hop holds the
+    responses back (a Nagle / delayed-ACK stall would cost ~40 ms each)."""
     code = (
-        "import http.client\n"
+        "import http.client, json, statistics, time\n"
         f"c = http.client.HTTPConnection('127.0.0.1', {PORT}, timeout=10)\n"
-        "out = []\n"
+        "out, ms = [], []\n"
         "for i in range(20):\n"
+        "    t = time.perf_counter()\n"
         "    c.request('GET', f'/hello/{i}')\n"
         "    out.append(c.getresponse().read().decode())\n"
-        "print(len(set(out)), out[-1])\n"
+        "    ms.append((time.perf_counter() - t) * 1000)\n"
+        "print(json.dumps([len(set(out)), out[-1], statistics.median(ms)]))\n"
     )
     res = py(code, workdir, gateway)
     assert res.reason == "ok", (res.detail, res.stderr_tail)
-    assert res.stdout_tail.strip() == "20 hello from the gateway /hello/19"
+    distinct, last, median_ms = json.loads(res.stdout_tail)
+    assert [distinct, last] == [20, "hello from the gateway /hello/19"]
+    assert median_ms < 15, median_ms
     assert gateway.connections == 1
     assert res.network_applied is not None and res.network_applied["connections"] == 1
 
@@ -351,6 +363,54 @@ def test_many_concurrent_connections_each_get_their_own_answer(
     assert server.connections == conns
     if kind == "tcp":
         assert res.network_applied is not None and res.network_applied["connections"] == conns
+
+
+def test_a_gateway_slow_to_accept_does_not_stall_other_streams(workdir: Path) -> None:
+    """The gateway's accept queue is full, so the relay's next connect waits on a dropped SYN
+    (retried after a second): a stream already flowing on another connection must not wait
+    with it."""
+    listener = socket.create_server(("127.0.0.1", 0), backlog=1)
+    port = listener.getsockname()[1]
+    n, gap = 6, 0.3
+    sent: list[float] = []
+
+    def serve_one() -> None:  # accepts the first connection only, never another
+        conn, _ = listener.accept()
+        with conn:
+            conn.recv(65536)
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\r\n")
+            for i in range(n):
+                time.sleep(gap)
+                sent.append(time.time())
+                conn.sendall(f"data: {i}\n\n".encode())
+
+    code = (
+        "import json, socket, time\n"
+        f"a = socket.create_connection(('127.0.0.1', {PORT}))\n"
+        "a.sendall(b'GET /sse HTTP/1.1\\r\\nHost: gw\\r\\n\\r\\n')\n"
+        "time.sleep(0.1)\n"
+        f"others = [socket.create_connection(('127.0.0.1', {PORT})) for _ in range(5)]\n"
+        "got, buf = [], b''\n"
+        f"while len(got) < {n}:\n"
+        "    chunk = a.recv(65536)\n"
+        "    if not chunk:\n"
+        "        break\n"
+        "    got += [time.time()] * chunk.count(b'data: ')\n"
+        "print(json.dumps(got))\n"
+    )
+    t = threading.Thread(target=serve_one, daemon=True)
+    t.start()
+    try:
+        res = run_sandboxed(["python3", "-c", code], workdir, network="model-proxy", limits=FAST,
+                            proxy=ProxyTarget(tcp=("127.0.0.1", port), port=PORT))
+        assert res.reason == "ok", (res.detail, res.stderr_tail)
+        got = json.loads(res.stdout_tail)
+        assert len(got) == n == len(sent)
+        delays = [g - s for g, s in zip(got, sent, strict=True)]
+        assert max(delays) < 0.5, delays
+    finally:
+        t.join(10)
+        listener.close()
 
 
 def test_large_bodies_pass_intact_both_ways(workdir: Path, gateway: TcpGateway) -> None:

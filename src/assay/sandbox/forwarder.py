@@ -28,6 +28,7 @@ executed), and a command cannot forge either.
 
 from __future__ import annotations
 
+import errno
 import os
 import selectors
 import socket
@@ -49,7 +50,7 @@ _MAX_STATUS = 2000
 class _End:
     """One socket of a spliced pair: what waits to be written to it, whether it sent EOF."""
 
-    __slots__ = ("sock", "peer", "pending", "eof", "shut", "mask", "closed")
+    __slots__ = ("sock", "peer", "pending", "eof", "shut", "mask", "closed", "connecting")
 
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
@@ -59,6 +60,7 @@ class _End:
         self.shut = False
         self.mask = 0
         self.closed = False
+        self.connecting = False
 
 
 def _nodelay(sock: socket.socket) -> None:
@@ -87,13 +89,20 @@ def unix_connector(path: str) -> Callable[[], socket.socket]:
 
 
 def tcp_connector(address: tuple[str, int]) -> Callable[[], socket.socket]:
-    """Connections to ``address`` (the gateway is local, so a blocking connect is short)."""
+    """Connections to ``address``, returned while the handshake may still be in progress (the
+    splicer waits for it without blocking: a gateway with a full backlog, whose SYNs are
+    dropped and retried after a second, must not stall every other connection)."""
 
     def connect() -> socket.socket:
-        sock = socket.create_connection(address, timeout=CONNECT_TIMEOUT)
+        family, kind, proto, _, sockaddr = socket.getaddrinfo(
+            address[0], address[1], type=socket.SOCK_STREAM)[0]
+        sock = socket.socket(family, kind, proto)
         try:
             _nodelay(sock)
             sock.setblocking(False)
+            err = sock.connect_ex(sockaddr)
+            if err not in (0, errno.EINPROGRESS, errno.EAGAIN, errno.EWOULDBLOCK):
+                raise OSError(err, os.strerror(err))
         except BaseException:
             sock.close()
             raise
@@ -140,7 +149,10 @@ class Splicer:
                 if end.closed:
                     continue
                 if events & _W:
-                    self._flush(end)
+                    if end.connecting:
+                        self._connected(end)
+                    else:
+                        self._flush(end)
                 if events & _R and not end.closed:
                     self._read(end)
 
@@ -163,8 +175,18 @@ class Splicer:
             _nodelay(client)
             a, b = _End(client), _End(upstream)
             a.peer, b.peer = b, a
+            b.connecting = True  # writable once connected (at once for a Unix socket)
             self.ends.update((a, b))
             self._settle(a)
+
+    def _connected(self, end: _End) -> None:
+        err = end.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+        if err:
+            self.upstream_failures += 1
+            self._close(end)
+            return
+        end.connecting = False
+        self._settle(end)
 
     def _read(self, end: _End) -> None:
         try:
@@ -219,7 +241,12 @@ class Splicer:
             self._close(end)
             return
         for e in (end, peer):
-            mask = (0 if e.eof or e.peer.pending else _R) | (_W if e.pending else 0)
+            if e.connecting:
+                mask = _W
+            elif e.eof or e.peer.pending or e.peer.connecting:
+                mask = _W if e.pending else 0
+            else:
+                mask = _R | (_W if e.pending else 0)
             if mask != e.mask:
                 if e.mask == 0:
                     self.sel.register(e.sock, mask, e)
