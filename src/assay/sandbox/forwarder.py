@@ -34,6 +34,7 @@ import selectors
 import socket
 import stat
 import sys
+import time
 from collections.abc import Callable
 
 READY = "ready"
@@ -41,7 +42,9 @@ FAILED = "failed:"
 EXEC_FAILED = "exec-failed:"
 CHUNK = 65536
 BACKLOG = 512
+#: how long an accepted connection may wait for the upstream's backlog to make room
 CONNECT_TIMEOUT = 10.0
+RETRY_SECONDS = 0.01
 _R = selectors.EVENT_READ
 _W = selectors.EVENT_WRITE
 _MAX_STATUS = 2000
@@ -72,14 +75,15 @@ def _nodelay(sock: socket.socket) -> None:
 
 
 def unix_connector(path: str) -> Callable[[], socket.socket]:
-    """Connections to the Unix socket ``path`` (a local connect does not wait for accept)."""
+    """Connections to the Unix socket ``path``. A local connect completes at once or, when the
+    listener's backlog is full, raises ``BlockingIOError`` (the splicer retries; waiting here
+    would stall every other connection)."""
 
     def connect() -> socket.socket:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            sock.settimeout(CONNECT_TIMEOUT)
-            sock.connect(path)
             sock.setblocking(False)
+            sock.connect(path)
         except BaseException:
             sock.close()
             raise
@@ -101,7 +105,9 @@ def tcp_connector(address: tuple[str, int]) -> Callable[[], socket.socket]:
             _nodelay(sock)
             sock.setblocking(False)
             err = sock.connect_ex(sockaddr)
-            if err not in (0, errno.EINPROGRESS, errno.EAGAIN, errno.EWOULDBLOCK):
+            if err in (errno.EAGAIN, errno.EWOULDBLOCK):
+                raise BlockingIOError(err, os.strerror(err))
+            if err not in (0, errno.EINPROGRESS):
                 raise OSError(err, os.strerror(err))
         except BaseException:
             sock.close()
@@ -130,6 +136,8 @@ class Splicer:
         self.accepted = 0
         self.upstream_failures = 0
         self.ends: set[_End] = set()
+        #: accepted clients whose upstream refused for now (a Unix listener's full backlog)
+        self.waiting: list[tuple[socket.socket, float]] = []
         listener.setblocking(False)
         self.sel.register(listener, _R, None)
         if stop_sock is not None:
@@ -138,7 +146,7 @@ class Splicer:
 
     def run(self) -> None:
         while True:
-            for key, events in self.sel.select():
+            for key, events in self.sel.select(RETRY_SECONDS if self.waiting else None):
                 end = key.data
                 if end is None:
                     if key.fileobj is self.listener:
@@ -155,6 +163,8 @@ class Splicer:
                         self._flush(end)
                 if events & _R and not end.closed:
                     self._read(end)
+            if self.waiting:
+                self._retry_waiting()
 
     def _accept(self) -> None:
         while True:
@@ -162,22 +172,39 @@ class Splicer:
                 client, _addr = self.listener.accept()
             except (BlockingIOError, InterruptedError):
                 return
-            except OSError:  # e.g. EMFILE: leave it queued, try again on the next event
+            except OSError:  # e.g. EMFILE: leave it queued, try again shortly
+                time.sleep(RETRY_SECONDS)
                 return
             self.accepted += 1
-            try:
-                upstream = self.connect()
-            except OSError:
-                self.upstream_failures += 1
-                client.close()
-                continue
             client.setblocking(False)
             _nodelay(client)
-            a, b = _End(client), _End(upstream)
-            a.peer, b.peer = b, a
-            b.connecting = True  # writable once connected (at once for a Unix socket)
-            self.ends.update((a, b))
-            self._settle(a)
+            self._pair(client, time.monotonic() + CONNECT_TIMEOUT)
+
+    def _pair(self, client: socket.socket, deadline: float) -> None:
+        """Connect ``client``'s upstream; a full backlog (EAGAIN) waits in ``waiting``."""
+        try:
+            upstream = self.connect()
+        except BlockingIOError:
+            if time.monotonic() < deadline:
+                self.waiting.append((client, deadline))
+                return
+            self.upstream_failures += 1
+            client.close()
+            return
+        except OSError:
+            self.upstream_failures += 1
+            client.close()
+            return
+        a, b = _End(client), _End(upstream)
+        a.peer, b.peer = b, a
+        b.connecting = True  # writable once connected (at once for a Unix socket)
+        self.ends.update((a, b))
+        self._settle(a)
+
+    def _retry_waiting(self) -> None:
+        waiting, self.waiting = self.waiting, []
+        for client, deadline in waiting:
+            self._pair(client, deadline)
 
     def _connected(self, end: _End) -> None:
         err = end.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
@@ -270,6 +297,9 @@ class Splicer:
     def close_all(self) -> None:
         for end in list(self.ends):
             self._close(end)
+        for client, _deadline in self.waiting:
+            client.close()
+        self.waiting = []
         self.sel.close()
         self.listener.close()
 
