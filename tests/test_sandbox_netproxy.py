@@ -34,6 +34,7 @@ from assay.sandbox import (
     bwrap_available,
     run_sandboxed,
 )
+from assay.sandbox.outcome import classify
 
 pytestmark = pytest.mark.skipif(not bwrap_available(), reason="bubblewrap cannot run here")
 
@@ -796,3 +797,20 @@ def test_concurrent_sandboxes_each_get_their_own_relay(
         assert results[i].network_applied is not None
         assert results[i].network_applied["connections"] == 1
     assert sorted(gateway.paths) == [f"/hello/t{i}" for i in range(4)]
+
+
+def test_a_setup_failure_outranks_whatever_the_exit_looked_like() -> None:
+    """Pure rule: if the launcher never handed over, the command did not run, whatever the
+    exit status, the watchdog or the kernel counters say."""
+    common: dict[str, Any] = dict(
+        sandboxed=True, evidence={"oom_kills": 1}, stderr_tail="", memory_mechanism="cgroup_v1",
+        pids_mechanism="cgroup_v1", cpu_seconds_mechanism="not_applied", wall_seconds=5.0,
+        cpu_seconds=None)
+    for code, timed_out in ((0, False), (125, False), (None, True)):
+        out = classify(returncode=code or 0, bwrap_exit_code=code, timed_out=timed_out,
+                       setup_failure="model-proxy forwarder did not start: x", **common)
+        assert out.reason == "sandbox_error" and out.exit_code is None
+        assert out.detail is not None and out.detail.startswith("model-proxy forwarder")
+        assert ("watchdog fired before the command started" in out.detail) == timed_out
+    assert classify(returncode=0, bwrap_exit_code=0, timed_out=False, setup_failure=None,
+                    **{**common, "evidence": {}}).reason == "ok"

@@ -18,12 +18,13 @@ execution's ``pids`` limit.
 The launcher protocol (``python3 -I -S -c SOURCE SOCKET PORT STATUS_FD -- COMMAND...``): listen on
 ``127.0.0.1:PORT`` *before* anything else, so the command's first connection is queued even if
 the forwarder has not been scheduled yet; fork the forwarder off (twice, so it is re-parented to
-bubblewrap's PID 1 and is never a child the command could ``wait`` for); write :data:`READY` to
-the status descriptor; ``exec`` the command with the environment the launcher itself was given
-(read back from ``/proc/self/environ``: Python's locale coercion may have added ``LC_CTYPE``).
-The status descriptor is close-on-exec, so only the launcher can write to it: a failure is a
-:data:`FAILED` line (forwarder) or an :data:`EXEC_FAILED` line (the command could not be
-executed), and a command cannot forge either.
+bubblewrap's PID 1 and is never a child the command could ``wait`` for) and wait for its
+"running" byte; write :data:`READY` to the status descriptor; ``exec`` the command with the
+environment the launcher itself was given (read back from ``/proc/self/environ``: Python's
+locale coercion may have added ``LC_CTYPE``). The status descriptor is close-on-exec, so only
+the launcher can write to it: a failure is a :data:`FAILED` line (forwarder) or an
+:data:`EXEC_FAILED` line (the command could not be executed), and a command cannot forge
+either.
 """
 
 from __future__ import annotations
@@ -319,13 +320,46 @@ def _initial_environ() -> dict[str, str]:
     return env
 
 
-def _serve(listener: socket.socket, socket_path: str) -> None:
-    """The forwarder process: stdio on /dev/null (it must hold none of the command's pipes)."""
+def _serve(listener: socket.socket, socket_path: str, ready_fd: int) -> None:
+    """The forwarder process: stdio on /dev/null (it must hold none of the command's pipes);
+    one byte on ``ready_fd`` once its loop can run."""
     null = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):
         os.dup2(null, fd)
     os.close(null)
-    Splicer(listener, unix_connector(socket_path)).run()
+    splicer = Splicer(listener, unix_connector(socket_path))
+    os.write(ready_fd, b"1")
+    os.close(ready_fd)
+    splicer.run()
+
+
+def _start_forwarder(listener: socket.socket, socket_path: str, status_fd: int) -> None:
+    """Fork the forwarder (via a short-lived middle process) and wait until it says it runs;
+    raises ``OSError`` if it does not."""
+    ready_r, ready_w = os.pipe()
+    try:
+        middle = os.fork()
+        if middle == 0:  # pragma: no cover - runs in the sandbox
+            try:
+                os.close(status_fd)
+                os.close(ready_r)
+                if os.fork() == 0:
+                    try:
+                        _serve(listener, socket_path, ready_w)
+                    finally:
+                        os._exit(0)
+            finally:
+                os._exit(0)  # a failed fork closes ready_w unwritten: the launcher sees EOF
+        os.close(ready_w)
+        ready_w = -1
+        os.waitpid(middle, 0)
+        if os.read(ready_r, 1) != b"1":
+            raise OSError("the forwarder process ended before it was ready "
+                          "(no room for one more process?)")
+    finally:
+        os.close(ready_r)
+        if ready_w != -1:
+            os.close(ready_w)
 
 
 def launch(args: list[str]) -> int:
@@ -348,18 +382,7 @@ def launch(args: list[str]) -> int:
         listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         listener.bind(("127.0.0.1", port))
         listener.listen(BACKLOG)
-        middle = os.fork()
-        if middle == 0:  # pragma: no cover - runs in the sandbox
-            try:
-                os.close(status_fd)
-                if os.fork() == 0:
-                    try:
-                        _serve(listener, socket_path)
-                    finally:
-                        os._exit(0)
-            finally:
-                os._exit(0)
-        os.waitpid(middle, 0)
+        _start_forwarder(listener, socket_path, status_fd)
         listener.close()
     except OSError as exc:
         report(f"{FAILED} forwarder for 127.0.0.1:{port} -> {socket_path}: {exc}")

@@ -23,8 +23,10 @@ sandbox; the relay is stopped by :meth:`ProxySession.close` before ``run_sandbox
 The launcher's verdict arrives on a pipe only it can write to (close-on-exec); anything but a
 clean hand-over is a ``sandbox_error`` (:meth:`ProxySession.failure`).
 
-Costs: one python3 start per execution (~15-30 ms), the forwarder's memory (~10 MiB) and one
-process, counted in the execution's own limits.
+Costs: one python3 start per execution (~15-30 ms) and the forwarder's memory (~10 MiB,
+counted in the execution's memory limit). Its process is added to the ``pids`` budget (the
+record's note says so), but starting it needs one short-lived process more, so ``pids=1`` is a
+``sandbox_error``. Added latency per request: ``bench/proxy_overhead.py``.
 """
 
 from __future__ import annotations

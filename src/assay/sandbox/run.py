@@ -159,7 +159,8 @@ def run_sandboxed(
         sinks.append(out)
         err = OutputSink(err_path, limits.output_bytes)
         sinks.append(err)
-        plan = plan_limits(limits, use_cgroups=use_cgroups, grace_seconds=KILL_GRACE_SECONDS)
+        plan = plan_limits(limits, use_cgroups=use_cgroups, grace_seconds=KILL_GRACE_SECONDS,
+                           forwarder=proxy is not None)
         status_fd: int | None = None
         if sandboxed:
             bwrap = bwrap_executable()
