@@ -4,7 +4,9 @@ This file runs in two places, which is why it imports nothing but the standard l
 to what the sandbox's *system* ``python3`` (3.9 or later) understands: the host imports
 :class:`Splicer` for its relay thread (:mod:`assay.sandbox.relay`), and
 :mod:`assay.sandbox.netproxy` hands this file's source to ``python3 -I -S -c`` inside the
-sandbox, where :func:`launch` starts the forwarder and then becomes the command.
+sandbox, where :func:`launch` starts the forwarder and then becomes the command. That is also
+why it is one file of about 400 lines: the sandbox runs it as a single ``python3 -c`` program,
+so the pump and the launcher cannot live in separate modules there.
 
 :class:`Splicer` is one thread and one selector for any number of connections: every accepted
 connection is paired with a new connection to the one fixed upstream, and bytes are written on
