@@ -1,16 +1,20 @@
 """Where all untrusted code runs: bubblewrap isolation, resource limits, honest outcomes.
 
 ``run_sandboxed(argv, workdir, ...)`` runs a command with ``workdir`` bound read-write at
-:data:`SANDBOX_WORKDIR`, the system read-only, no network, a private /tmp, a new PID namespace
-and an environment built only from what the caller passes. The :class:`ExecResult` says what
-happened (``reason``), which limits were actually applied and by which mechanism
-(``limits_applied``), and the kernel evidence behind the classification (``evidence``).
+:data:`SANDBOX_WORKDIR`, the system read-only, no network (or, with ``network="model-proxy"`` and
+a :class:`ProxyTarget`, one model gateway at ``http://127.0.0.1:<port>`` and nothing else), a
+private /tmp, a new PID namespace and an environment built only from what the caller passes.
+The :class:`ExecResult` says what happened (``reason``), which limits were actually applied and
+by which mechanism (``limits_applied``), and the kernel evidence behind the classification
+(``evidence``).
 
 One module per concern: ``run`` (the orchestrator, ``run_sandboxed``), ``bwrap`` (what the
 command can see), ``limits`` (what it may use, and the record of what was applied), ``plan`` (one
 decision per limit), ``cgroups`` and ``evidence`` (the kernel side), ``wrapper`` (the shell prefix
 that applies them), ``execute`` and ``proctree`` (watchdog and killing), ``pipes`` (bounded
-output), ``outcome`` (the pure classification into a reason) and ``result`` (``ExecResult``).
+output), ``outcome`` (the pure classification into a reason), ``result`` (``ExecResult``), and
+for the model proxy ``netproxy`` (the setup and its record), ``forwarder`` (the byte pump and
+the in-sandbox launcher) and ``relay`` (the host-side thread for a TCP gateway).
 """
 
 from assay.sandbox.bwrap import (
@@ -26,6 +30,7 @@ from assay.sandbox.bwrap import (
 )
 from assay.sandbox.execute import KILL_GRACE_SECONDS
 from assay.sandbox.limits import NOT_APPLIED, AppliedLimit, Limits
+from assay.sandbox.netproxy import DEFAULT_PROXY_PORT, SANDBOX_PROXY_SOCKET, ProxyTarget
 from assay.sandbox.outcome import REASONS
 from assay.sandbox.pipes import TAIL_BYTES
 from assay.sandbox.result import ExecResult
@@ -33,10 +38,12 @@ from assay.sandbox.run import run_sandboxed
 
 __all__ = [
     "DEFAULT_PATH",
+    "DEFAULT_PROXY_PORT",
     "KILL_GRACE_SECONDS",
     "NOT_APPLIED",
     "REASONS",
     "SANDBOX_HOME",
+    "SANDBOX_PROXY_SOCKET",
     "SANDBOX_TMP",
     "SANDBOX_UID",
     "SANDBOX_WORKDIR",
@@ -45,6 +52,7 @@ __all__ = [
     "ExecResult",
     "Limits",
     "Mount",
+    "ProxyTarget",
     "SandboxUnavailable",
     "bwrap_available",
     "check_bwrap",

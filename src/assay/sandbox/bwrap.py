@@ -20,7 +20,8 @@ The sandbox root is an empty tmpfs that is remounted read-only once populated. V
 
 Nothing else of the host (``/root``, ``/home``, the host's ``/tmp``, the repository...) exists in
 the sandbox. Namespaces: user (the command runs as uid/gid 1000 with no capabilities), PID, IPC,
-UTS, cgroup (if possible) and, unless ``network="host"``, network (only a loopback interface).
+UTS, cgroup (if possible) and, unless ``network="host"``, network (only a loopback interface;
+``"model-proxy"`` adds one socket file bound read-only, see :mod:`assay.sandbox.netproxy`).
 ``--die-with-parent`` and ``--new-session`` are always set. The environment is cleared and rebuilt
 from the values passed in; the bwrap options (including those values) travel through a memfd
 (``--args``), so an API key given to the sandbox never shows up in a host ``ps`` listing.
@@ -236,10 +237,10 @@ def bwrap_options(
         "--die-with-parent",
         "--new-session",
     ]
-    if network == "none":
+    if network in ("none", "model-proxy"):  # model-proxy: the way out is a bound socket
         args.append("--unshare-net")
     elif network != "host":
-        raise ValueError(f"network must be 'none' or 'host', not {network!r}")
+        raise ValueError(f"network must be 'none', 'host' or 'model-proxy', not {network!r}")
     args += _system_args()
     args += ["--ro-bind", str(etc_dir()), "/etc"]
     for path in _ETC_BOUND_DIRS:

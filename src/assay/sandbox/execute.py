@@ -15,6 +15,7 @@ import os
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from typing import Any
 
 from assay.sandbox.limits import Limits
@@ -46,8 +47,12 @@ def execute(
     err: OutputSink,
     warnings: list[str],
     common: dict[str, Any],
+    setup_check: Callable[[], str | None] | None = None,
 ) -> ExecResult:
     """Run ``command`` (the wrapper prefix included) to its end under the watchdog.
+
+    ``setup_check``, called once the command is gone, says why in-sandbox setup (the
+    model-proxy launcher) did not hand over to the command, or ``None`` if it did.
 
     ``pass_fds`` are closed here once the child has them and removed from ``owned_fds``, which
     the caller closes; the sinks and the plan's cgroups stay the caller's to close."""
@@ -122,6 +127,7 @@ def execute(
         cpu_seconds_mechanism=applied["cpu_seconds"].mechanism,
         wall_seconds=limits.wall_seconds,
         cpu_seconds=limits.cpu_seconds,
+        setup_failure=setup_check() if setup_check is not None else None,
     )
     return ExecResult(
         **common,

@@ -8,7 +8,10 @@ Classification (``ExecResult.reason``), first match wins:
 
 ``sandbox_error``
     bubblewrap did not start the command (bad mount, exec failure, cannot create namespaces), or
-    the wrapper could not join a cgroup / set an rlimit. Known from bwrap's ``--json-status-fd``:
+    the wrapper could not join a cgroup / set an rlimit, or (``network="model-proxy"``) the
+    launcher in the sandbox did not hand over to the command (``setup_failure``: the forwarder
+    did not start, or the command could not be executed; reported on a pipe the command never
+    holds). Known from bwrap's ``--json-status-fd``:
     it reports ``exit-code`` only for a command it actually ran, and the command cannot write to
     that descriptor, so a program cannot fake this outcome by printing something.
 ``ok``
@@ -90,6 +93,7 @@ def classify(
     cpu_seconds_mechanism: str,
     wall_seconds: float,
     cpu_seconds: int | None,
+    setup_failure: str | None = None,
 ) -> Outcome:
     """Classify one finished execution; see the module docstring for the rules.
 
@@ -97,7 +101,9 @@ def classify(
     ``None`` if it could not be reaped, read as SIGKILL). ``bwrap_exit_code`` is the
     ``exit-code`` bwrap reported on its status descriptor, ``None`` if it reported none (it
     never started the command, or was killed first). ``*_mechanism`` are the ``AppliedLimit``
-    mechanisms; ``wall_seconds`` / ``cpu_seconds`` the requested limits, for ``detail``."""
+    mechanisms; ``wall_seconds`` / ``cpu_seconds`` the requested limits, for ``detail``.
+    ``setup_failure`` says why in-sandbox setup never handed over to the command (``None``: it
+    did, or there was none): whatever happened after, the command did not run."""
     exit_code: int | None = None
     sig: str | None = None
     notes: list[str] = []
@@ -127,6 +133,10 @@ def classify(
         parts = ([why] if why else []) + notes
         return Outcome(reason, exit_code, sig, "; ".join(parts) or None)
 
+    if setup_failure is not None:
+        if timed_out:
+            notes.append("the watchdog fired before the command started")
+        return Outcome("sandbox_error", None, None, "; ".join([setup_failure, *notes]))
     if not started:
         last = stderr_tail.strip().splitlines()[-1:] or [f"wrapper exit status {rc}"]
         what = "bubblewrap did not start the command" if sandboxed else "the wrapper failed"

@@ -19,7 +19,8 @@ actually enforced it, or ``"not_applied"`` with the reason:
     uid already has plus ``pids``, and the note says that the budget is shared with every other
     process of that uid (including concurrent sandboxes). Both mechanisms count threads too.
     bubblewrap's own monitor and PID-1 reaper run inside the cgroup, so the cgroup limit is set
-    to ``pids + 2`` to give the command the full ``pids`` it asked for.
+    to ``pids + 2`` to give the command the full ``pids`` it asked for (``pids + 3`` with the
+    model-proxy forwarder, which is not the command's either).
 ``cpu_seconds``
     ``RLIMIT_CPU`` ("rlimit_cpu"): per process; SIGXCPU at the soft limit, SIGKILL one second
     later at the hard limit.
@@ -117,14 +118,15 @@ def cpu_quota_us(cores: float) -> int:
     return max(1000, round(cores * CPU_PERIOD_US))  # the kernel refuses quotas under 1 ms
 
 
-def cgroup_wants(limits: Limits) -> dict[str, int]:
+def cgroup_wants(limits: Limits, *, forwarder: bool = False) -> dict[str, int]:
     """The cgroup controllers this execution asks for, each with the value the kernel file
-    takes (bytes, ``pids.max``, quota µs); limits set to ``None`` ask for nothing."""
+    takes (bytes, ``pids.max``, quota µs); limits set to ``None`` ask for nothing.
+    ``forwarder``: the model-proxy forwarder, one more process that is not the command's."""
     want: dict[str, int] = {}
     if limits.memory_mib is not None:
         want["memory"] = limits.memory_mib * _MIB
     if limits.pids is not None:
-        want["pids"] = limits.pids + BWRAP_HELPER_PROCESSES
+        want["pids"] = limits.pids + BWRAP_HELPER_PROCESSES + (1 if forwarder else 0)
     if limits.cpu_cores is not None:
         want["cpu"] = cpu_quota_us(limits.cpu_cores)
     return want
@@ -159,17 +161,21 @@ def plan_memory(memory_mib: int | None, cgroup: str | None, why_not: str) -> Pla
     return Planned(AppliedLimit(kib // 1024, MECH_RLIMIT_DATA, note=note), (f"ulimit -d {kib}",))
 
 
-def plan_pids(pids: int | None, cgroup: str | None, why_not: str) -> Planned:
+def plan_pids(pids: int | None, cgroup: str | None, why_not: str, *,
+              forwarder: bool = False) -> Planned:
     """A cgroup if one enforces ``pids``, else ``RLIMIT_NPROC`` on top of what the uid already
-    runs, or nothing for root (the kernel ignores RLIMIT_NPROC for real uid 0)."""
+    runs, or nothing for root (the kernel ignores RLIMIT_NPROC for real uid 0). ``forwarder``
+    (model-proxy) adds its one process to the budget, so the command keeps all of ``pids``."""
     if pids is None:
         return Planned(not_applied(None, "no process limit requested"))
     if cgroup is not None:
-        return Planned(AppliedLimit(
-            pids, cgroup,
-            note=f"counts threads; pids.max = {pids} + {BWRAP_HELPER_PROCESSES} "
-            "for bubblewrap's monitor and reaper",
-        ))
+        if forwarder:
+            why = (f"{BWRAP_HELPER_PROCESSES + 1} for bubblewrap's monitor and reaper and the "
+                   "model-proxy forwarder")
+        else:
+            why = f"{BWRAP_HELPER_PROCESSES} for bubblewrap's monitor and reaper"
+        return Planned(AppliedLimit(pids, cgroup,
+                                    note=f"counts threads; pids.max = {pids} + {why}"))
     uid = os.getuid()
     if uid == 0:
         return Planned(not_applied(
@@ -178,9 +184,11 @@ def plan_pids(pids: int | None, cgroup: str | None, why_not: str) -> Planned:
             "uid 0 and the sandbox runs as host root",
         ))
     existing = _uid_process_count(uid)
-    n = _clamp_to_hard(resource.RLIMIT_NPROC, existing + pids)
+    extra = 1 if forwarder else 0
+    n = _clamp_to_hard(resource.RLIMIT_NPROC, existing + pids + extra)
+    plus = " + 1 for the model-proxy forwarder" if extra else ""
     note = (f"RLIMIT_NPROC={n} = {existing} processes uid {uid} already had + "
-            f"{pids}; counted per real uid host-wide, shared with every other process "
+            f"{pids}{plus}; counted per real uid host-wide, shared with every other process "
             "of that uid (including concurrent sandboxes); counts threads")
     return Planned(AppliedLimit(pids, MECH_RLIMIT_NPROC, note=note), (f"ulimit -p {n}",))
 
@@ -219,12 +227,15 @@ def plan_wall(wall_seconds: float, grace_seconds: float) -> Planned:
     ))
 
 
-def plan_limits(limits: Limits, *, use_cgroups: bool = True, grace_seconds: float) -> LimitPlan:
+def plan_limits(limits: Limits, *, use_cgroups: bool = True, grace_seconds: float,
+                forwarder: bool = False) -> LimitPlan:
     """Create the cgroups for one execution (if possible) and decide the rlimit fallbacks.
 
     ``use_cgroups=False`` forces the rlimit fallback (used by tests to check that nothing is
-    claimed that the fallback does not do). The caller must call :meth:`LimitPlan.cleanup`."""
-    want = cgroup_wants(limits)
+    claimed that the fallback does not do). ``forwarder``: the execution also runs the
+    model-proxy forwarder (one process more in the pids budget). The caller must call
+    :meth:`LimitPlan.cleanup`."""
+    want = cgroup_wants(limits, forwarder=forwarder)
     if want and use_cgroups:
         got = open_cgroups(want)
     else:
@@ -234,7 +245,7 @@ def plan_limits(limits: Limits, *, use_cgroups: bool = True, grace_seconds: floa
     try:
         decided = {
             "memory_mib": plan_memory(limits.memory_mib, mech("memory"), why("memory", "")),
-            "pids": plan_pids(limits.pids, mech("pids"), why("pids", "")),
+            "pids": plan_pids(limits.pids, mech("pids"), why("pids", ""), forwarder=forwarder),
             "cpu_seconds": plan_cpu_seconds(limits.cpu_seconds),
             "cpu_cores": plan_cpu_cores(limits.cpu_cores, mech("cpu"), why("cpu", "")),
             "wall_seconds": plan_wall(limits.wall_seconds, grace_seconds),

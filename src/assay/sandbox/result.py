@@ -19,7 +19,7 @@ class ExecResult:
 
     argv: tuple[str, ...]
     isolation: Literal["bwrap", "none"]
-    network: Literal["none", "host"]
+    network: Literal["none", "host", "model-proxy"]
     reason: Reason
     exit_code: int | None
     signal: str | None
@@ -39,13 +39,17 @@ class ExecResult:
     stdout_truncated: bool = False  # the record file kept fewer bytes than were written
     stderr_truncated: bool = False
     warnings: tuple[str, ...] = ()
+    #: what the command could reach, for ``network="model-proxy"`` only (see
+    #: :meth:`assay.sandbox.netproxy.ProxySession.record`); ``None`` (and no key in the
+    #: record) for ``"none"`` and ``"host"``, whose records are unchanged.
+    network_applied: dict[str, Any] | None = None
 
     @property
     def ok(self) -> bool:
         return self.reason == "ok"
 
     def to_record(self) -> dict[str, Any]:
-        return {
+        record: dict[str, Any] = {
             "argv": list(self.argv),
             "isolation": self.isolation,
             "network": self.network,
@@ -69,6 +73,9 @@ class ExecResult:
             "sandbox_workdir": self.sandbox_workdir,
             "warnings": list(self.warnings),
         }
+        if self.network_applied is not None:
+            record["network_applied"] = dict(self.network_applied)
+        return record
 
 
 def not_started(

@@ -20,12 +20,15 @@ executions from several threads at once).
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import os
 import shutil
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
+from assay.errors import SandboxFailed
 from assay.sandbox.bwrap import (
     DEFAULT_PATH,
     SANDBOX_HOME,
@@ -41,6 +44,7 @@ from assay.sandbox.bwrap import (
 )
 from assay.sandbox.execute import KILL_GRACE_SECONDS, execute
 from assay.sandbox.limits import Limits
+from assay.sandbox.netproxy import ProxySession, ProxyTarget, read_available, start_proxy
 from assay.sandbox.outcome import REASONS
 from assay.sandbox.pipes import TAIL_BYTES, OutputSink
 from assay.sandbox.plan import LimitPlan, plan_limits
@@ -59,6 +63,10 @@ def _resolve_plain(argv0: str, path: str, workdir: Path) -> str | None:
     return shutil.which(argv0, path=path)
 
 
+def _proxy_failure(session: ProxySession, status_fd: int) -> str | None:
+    return session.failure(read_available(status_fd))
+
+
 def run_sandboxed(
     argv: Sequence[str],
     workdir: Path,
@@ -66,17 +74,24 @@ def run_sandboxed(
     limits: Limits = DEFAULT_LIMITS,
     env: Mapping[str, str] | None = None,
     mounts: Sequence[Mount] = (),
-    network: Literal["none", "host"] = "none",
+    network: Literal["none", "host", "model-proxy"] = "none",
     stdin: bytes | None = None,
     record_dir: Path | None = None,
     isolation: Literal["bwrap", "none"] = "bwrap",
     use_cgroups: bool = True,
+    proxy: ProxyTarget | None = None,
 ) -> ExecResult:
     """Run ``argv`` with ``workdir`` as its (only writable) directory; see the module docstring.
 
     Synchronous and thread-safe. ``isolation="none"`` runs the command as a plain subprocess in
     ``workdir`` with the same environment rules and limits but *no isolation*; only use it when a
     caller asked for it explicitly. ``use_cgroups=False`` forces the rlimit fallback.
+
+    ``network="model-proxy"`` (needs ``proxy`` and ``isolation="bwrap"``): the command's own
+    network namespace, where ``proxy.base_url`` (``http://127.0.0.1:<proxy.port>``) reaches the
+    gateway ``proxy`` names and nothing else is reachable (:mod:`assay.sandbox.netproxy`);
+    ``ExecResult.network_applied`` says what was applied. A proxy that cannot be set up, or a
+    forwarder that does not start, makes the execution a ``sandbox_error``.
 
     Raises :class:`SandboxUnavailable` when bubblewrap cannot run, ``ValueError`` /
     ``FileNotFoundError`` for invalid arguments. Everything that happens to the command itself
@@ -86,8 +101,15 @@ def run_sandboxed(
         raise ValueError("argv must be a non-empty sequence of strings without NUL bytes")
     if isolation not in ("bwrap", "none"):
         raise ValueError(f"isolation must be 'bwrap' or 'none', not {isolation!r}")
-    if network not in ("none", "host"):
-        raise ValueError(f"network must be 'none' or 'host', not {network!r}")
+    if network not in ("none", "host", "model-proxy"):
+        raise ValueError(f"network must be 'none', 'host' or 'model-proxy', not {network!r}")
+    if (network == "model-proxy") != (proxy is not None):
+        raise ValueError("network='model-proxy' and proxy=ProxyTarget(...) go together")
+    if proxy is not None and not isinstance(proxy, ProxyTarget):
+        raise TypeError("proxy must be a ProxyTarget")
+    if network == "model-proxy" and isolation != "bwrap":
+        raise ValueError("network='model-proxy' needs isolation='bwrap' (nothing else confines "
+                         "the network)")
     if stdin is not None and not isinstance(stdin, bytes | bytearray | memoryview):
         raise TypeError("stdin must be bytes or None")
     workdir = Path(workdir).resolve()
@@ -130,18 +152,40 @@ def run_sandboxed(
     parent_fds: list[int] = []
     sinks: list[OutputSink] = []
     plan: LimitPlan | None = None
+    session: ProxySession | None = None
+    setup_check: Callable[[], str | None] | None = None
     try:
         out = OutputSink(out_path, limits.output_bytes)
         sinks.append(out)
         err = OutputSink(err_path, limits.output_bytes)
         sinks.append(err)
-        plan = plan_limits(limits, use_cgroups=use_cgroups, grace_seconds=KILL_GRACE_SECONDS)
+        plan = plan_limits(limits, use_cgroups=use_cgroups, grace_seconds=KILL_GRACE_SECONDS,
+                           forwarder=proxy is not None)
         status_fd: int | None = None
         if sandboxed:
             bwrap = bwrap_executable()
             assert bwrap is not None  # check_bwrap passed
             status_fd, status_w = os.pipe()
             parent_fds += [status_fd, status_w]
+            inner: list[str] = list(argv)
+            extra_fds: tuple[int, ...] = ()
+            if proxy is not None:
+                try:
+                    session = start_proxy(proxy)
+                except SandboxFailed as exc:
+                    return dataclasses.replace(
+                        not_started(common, plan.applied, str(exc), wall_seconds=0.0,
+                                    warnings=warnings),
+                        network_applied={"network": "model-proxy", "reachable": [],
+                                         "gateway": proxy.describe(),
+                                         "forwarder": "not started"})
+                setup_r, setup_w = os.pipe()
+                parent_fds += [setup_r, setup_w]
+                checked_mounts.append(session.mount().validated())
+                inner = session.launcher_argv(argv, setup_w)
+                extra_fds = (setup_w,)
+                setup_check = functools.partial(_proxy_failure, session, setup_r)
+
             tmp_bytes = (limits.memory_mib or 1024) * _MIB
             opts = bwrap_options(
                 workdir=workdir,
@@ -153,8 +197,8 @@ def run_sandboxed(
             )
             args_fd = options_fd(opts)
             parent_fds.append(args_fd)
-            command = bwrap_argv(bwrap, args_fd, argv)
-            pass_fds: tuple[int, ...] = (status_w, args_fd)
+            command = bwrap_argv(bwrap, args_fd, inner)
+            pass_fds: tuple[int, ...] = (status_w, args_fd, *extra_fds)
             cwd = "/"
             popen_env = {"PATH": DEFAULT_PATH, "LANG": "C.UTF-8"}
         else:
@@ -167,7 +211,7 @@ def run_sandboxed(
             pass_fds = ()
             cwd = str(workdir)
             popen_env = cmd_env
-        return execute(
+        result = execute(
             plan=plan,
             command=plan.wrapper_argv() + command,
             cwd=cwd,
@@ -182,8 +226,19 @@ def run_sandboxed(
             err=err,
             warnings=warnings,
             common=common,
+            setup_check=setup_check,
         )
+        if session is not None:
+            warnings = session.close()
+            result = dataclasses.replace(
+                result,
+                network_applied=session.record(),
+                warnings=result.warnings + tuple(warnings),
+            )
+        return result
     finally:
+        if session is not None:
+            session.close()
         for sink in sinks:
             sink.close()
         for fd in parent_fds:
