@@ -11,7 +11,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from assay.sandbox import SANDBOX_WORKDIR, ExecResult, Limits, Mount, run_sandboxed
+from assay.sandbox import (
+    KILL_GRACE_SECONDS,
+    SANDBOX_WORKDIR,
+    ExecResult,
+    Limits,
+    Mount,
+    ProxyTarget,
+    run_sandboxed,
+)
 from assay.suites.bundle import Bundle
 
 INSTRUCTION_MOUNT = "/assay/instruction.md"
@@ -35,6 +43,13 @@ class AgentContext:
     workspace: Path  # host path of the live workspace
     home: Path  # host path of the agent's fresh HOME (outside the workspace)
     record_dir: Path  # where the agent's raw streams go
+    #: the gateway's variables (OPENAI_BASE_URL, the attempt's scoped OPENAI_API_KEY, …); never
+    #: the real key, which only the gateway holds
+    model_env: dict[str, str] = field(default_factory=dict)
+    #: where the sandbox's only network path leads (``network_policy: model-proxy-only``)
+    proxy: ProxyTarget | None = None
+    #: the runner's watchdog: SIGTERM at the wall budget, SIGKILL this much later
+    grace_seconds: float = KILL_GRACE_SECONDS
 
 
 @dataclass
@@ -47,11 +62,20 @@ class AgentRun:
     limits_applied: dict[str, Any] = field(default_factory=dict)
     #: the kernel's counters behind the outcome (OOM kills, refused forks, CPU throttling)
     evidence: dict[str, int] = field(default_factory=dict)
+    #: which layer ended the agent: ``agent`` (it exited) or ``watchdog`` (the wall budget)
+    ended_by: str | None = None
+    #: what network the sandbox applied (None: the default, no network)
+    network_applied: dict[str, Any] | None = None
 
     def to_record(self) -> dict[str, Any]:
-        return {"status": self.status, "exit_code": self.exit_code, "reason": self.reason,
-                "wall_seconds": self.wall_seconds, "detail": self.detail,
-                "limits_applied": self.limits_applied, "evidence": self.evidence}
+        rec = {"status": self.status, "exit_code": self.exit_code, "reason": self.reason,
+               "wall_seconds": self.wall_seconds, "detail": self.detail,
+               "limits_applied": self.limits_applied, "evidence": self.evidence}
+        if self.ended_by is not None:
+            rec["ended_by"] = self.ended_by
+        if self.network_applied is not None:
+            rec["network_applied"] = self.network_applied
+        return rec
 
 
 class Agent(Protocol):
@@ -80,11 +104,14 @@ def run_in_agent_sandbox(ctx: AgentContext, argv: list[str],
                     cpu_cores=spec.resources.cpu_cores)
     mounts = [Mount(ctx.bundle.instruction_path.resolve(), INSTRUCTION_MOUNT),
               Mount(ctx.home, AGENT_HOME, writable=True), *(extra_mounts or [])]
-    result: ExecResult = run_sandboxed(argv, ctx.workspace, limits=limits, env=agent_env(ctx),
-                                       mounts=mounts, network="none",
-                                       record_dir=ctx.record_dir)
+    result: ExecResult = run_sandboxed(
+        argv, ctx.workspace, limits=limits, env={**agent_env(ctx), **ctx.model_env},
+        mounts=mounts, network="model-proxy" if ctx.proxy is not None else "none",
+        proxy=ctx.proxy, record_dir=ctx.record_dir, grace_seconds=ctx.grace_seconds)
     return AgentRun(status=EXECUTION_STATUS.get(result.reason, "infra_error"),
                     exit_code=result.exit_code, reason=result.reason,
                     wall_seconds=round(result.wall_seconds, 3), detail=result.detail,
                     limits_applied={k: v.to_record() for k, v in result.limits_applied.items()},
-                    evidence=dict(result.evidence))
+                    evidence=dict(result.evidence),
+                    ended_by="watchdog" if result.timed_out else "agent",
+                    network_applied=result.network_applied)

@@ -91,7 +91,7 @@ def collect(bundle: Bundle, command: str, pristine: Path) -> dict[str, Any]:
     if rep is None or rep.sessions == 0:
         return {"report": False, "runner": None, "ids": [], "canary_files": [],
                 "collect_errors": [], "source": source, "exit_code": run.result.exit_code,
-                "reason": run.result.reason}
+                "reason": run.result.reason, "wall_seconds": round(run.result.wall_seconds, 3)}
     names = {c.name: c for c in run.canaries}
     ids, files = [], set()
     for nodeid in rep.collected:

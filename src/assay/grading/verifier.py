@@ -83,7 +83,7 @@ def run_check(name: str, command: Command, workspace: Path, bundle: Bundle,
             return {"status": "error", "command": command.command,
                     "counts_rule": command.counts, "reason": trusted["reason"],
                     "exit_code": trusted.get("exit_code"), "counts": None,
-                    "stdout_counts": None,
+                    "stdout_counts": None, "wall_seconds": trusted.get("wall_seconds"),
                     "tamper_evident": {"applied": False, "why": "collecting the expected "
                                        f"tests on the trusted tree ended in {trusted['reason']}"}}
         if not trusted["report"]:

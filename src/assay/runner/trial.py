@@ -22,7 +22,7 @@ from assay.records.artifact import freeze
 from assay.records.io import atomic_write_json
 from assay.records.manifest import tool_identity, utc_now
 from assay.records.trial import TRIAL_JSON, read_trial, trial_json
-from assay.sandbox import Limits, run_sandboxed
+from assay.sandbox import KILL_GRACE_SECONDS, Limits, run_sandboxed
 from assay.suites.bundle import Bundle, check_starting_tree
 
 # One sandbox call checks every requirement: an executable on PATH, else a Python module.
@@ -96,13 +96,37 @@ class _Stages:
             self.save()
 
 
+class TrialHooks:
+    """What a runner around a trial adds without owning its stages (the experiment runner: its
+    state transitions, the gateway's variables, the budget read back). The defaults do
+    nothing, which is ``assay trial run``."""
+
+    #: gateway variables for the agent, and the network path to the gateway
+    model_env: dict[str, str] = {}
+    proxy: Any = None
+    grace_seconds: float = KILL_GRACE_SECONDS
+    verifier_revision: str | None = None
+
+    def before(self, stage: str) -> None:
+        """Called before each stage starts (``agent``, ``freeze``, ``verify``); the experiment
+        runner commits its state transition here, before the action it announces."""
+
+    def after_agent(self, execution: dict[str, Any]) -> dict[str, Any]:
+        """The agent's execution record once it ended; may add to it or change its status
+        (budget exhausted, upstream unreachable)."""
+        return execution
+
+
 def run_trial(bundle: Bundle, agent: Agent, trial_dir: Path, *, rep: int = 0,
-              attempt: int = 0) -> TrialResult:
+              attempt: int = 0, hooks: TrialHooks | None = None,
+              trial_id: str | None = None) -> TrialResult:
+    hooks = hooks or TrialHooks()
     if (trial_dir / TRIAL_JSON).exists():
         raise NeverOverwrite(f"{trial_dir} already holds a trial: a trial is never overwritten")
     trial_dir.mkdir(parents=True, exist_ok=True)
-    trial_id = f"{bundle.id}/{agent.name}/{rep}"
+    trial_id = trial_id or f"{bundle.id}/{agent.name}/{rep}"
     spec = bundle.spec
+    proxied = hooks.proxy is not None
     record: dict[str, Any] = {
         "schema": "assay.trial/1", "trial_id": trial_id, "attempt": attempt,
         "task": {"id": spec.id, "revision": spec.revision, "family": spec.family,
@@ -110,15 +134,18 @@ def run_trial(bundle: Bundle, agent: Agent, trial_dir: Path, *, rep: int = 0,
                  "spec_sha256": bundle.spec_sha256,
                  "fixture_digest_pinned": spec.initial_state.fixture_digest},
         "agent": agent.name, "rep": rep, "assay": tool_identity(),
-        "network_policy": {"requested": spec.initial_state.network_policy, "applied": "none",
-                           **({"note": "no model proxy yet: the agent gets no network"}
-                              if spec.initial_state.network_policy != "none" else {})},
+        "network_policy": {"requested": spec.initial_state.network_policy,
+                           "applied": "model-proxy" if proxied else "none",
+                           **({"note": "no model gateway for this trial: the agent gets no "
+                                       "network"}
+                              if spec.initial_state.network_policy != "none" and not proxied
+                              else {})},
         "budget": spec.budget.model_dump(), "resources": spec.resources.model_dump(),
         # Asked for but not enforced; the sandbox's own record (execution.limits_applied)
         # says which limits were in force and how. Filled in as the stages learn it.
         "not_enforced": {
             **({"budget.assistant_steps": f"{agent.name} reports no steps to count"}
-               if spec.budget.assistant_steps is not None else {}),
+               if spec.budget.assistant_steps is not None and not hooks.model_env else {}),
         },
         "started_at": utc_now(), "ended_at": None, "status": "running", "stages": [],
         "execution": None,
@@ -139,15 +166,20 @@ def run_trial(bundle: Bundle, agent: Agent, trial_dir: Path, *, rep: int = 0,
                 record["environment"] = check_environment(bundle, workspace)
 
             stages.run("prepare", prepare)
-            ctx = AgentContext(bundle, workspace, home, trial_dir / "agent")
+            ctx = AgentContext(bundle, workspace, home, trial_dir / "agent",
+                               model_env=dict(hooks.model_env), proxy=hooks.proxy,
+                               grace_seconds=hooks.grace_seconds)
+            hooks.before("agent")
             run: AgentRun = stages.run("agent", lambda: agent.run(ctx))
-            record["execution"] = run.to_record()
+            record["execution"] = hooks.after_agent(run.to_record())
             cpu = run.limits_applied.get("cpu_cores") or {}
             if cpu.get("mechanism", "not_applied") == "not_applied":
                 record["not_enforced"]["resources.cpu_cores"] = cpu.get(
                     "reason", "the agent ran without a CPU quota")
-            if run.status == "infra_error":
-                raise TrialRefused(f"the agent could not be started: {run.detail}")
+            if record["execution"]["status"] == "infra_error":
+                raise TrialRefused("the agent could not be run: "
+                                   f"{record['execution'].get('detail') or run.detail}")
+            hooks.before("freeze")
             stages.run("freeze", lambda: freeze(workspace, trial_dir))
         except TrialRefused as exc:
             record.update(status="infra_error", error=str(exc), ended_at=utc_now())
@@ -160,11 +192,13 @@ def run_trial(bundle: Bundle, agent: Agent, trial_dir: Path, *, rep: int = 0,
             return TrialResult(trial_dir, "infra_error", None, record)
         finally:
             clear_tree(workspace)
+    revision = hooks.verifier_revision or spec.acceptance.verifier_revision
+    hooks.before("verify")
     grade = stages.run("verify", lambda: verify(
-        bundle, trial_dir, revision=spec.acceptance.verifier_revision, trial_id=trial_id,
+        bundle, trial_dir, revision=revision, trial_id=trial_id,
         execution=record["execution"]))
     record.update(status="graded", ended_at=utc_now(),
-                  grade={"revision": spec.acceptance.verifier_revision,
+                  grade={"revision": revision,
                          "accepted": grade["accepted"], "failure_code": grade["failure_code"]})
     stages.save()
     return TrialResult(trial_dir, "graded", grade, record)

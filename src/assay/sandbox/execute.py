@@ -48,6 +48,7 @@ def execute(
     warnings: list[str],
     common: dict[str, Any],
     setup_check: Callable[[], str | None] | None = None,
+    grace_seconds: float = KILL_GRACE_SECONDS,
 ) -> ExecResult:
     """Run ``command`` (the wrapper prefix included) to its end under the watchdog.
 
@@ -89,7 +90,7 @@ def execute(
         if not pump.exited:
             timed_out = True
             tree.signal_command(signal.SIGTERM)
-            pump.pump(time.monotonic() + KILL_GRACE_SECONDS, lambda: pump.exited)
+            pump.pump(time.monotonic() + grace_seconds, lambda: pump.exited)
             if not pump.exited:
                 tree.kill_everything()
                 pump.pump(time.monotonic() + _REAP_SECONDS, lambda: pump.exited)

@@ -80,6 +80,7 @@ def run_sandboxed(
     isolation: Literal["bwrap", "none"] = "bwrap",
     use_cgroups: bool = True,
     proxy: ProxyTarget | None = None,
+    grace_seconds: float = KILL_GRACE_SECONDS,
 ) -> ExecResult:
     """Run ``argv`` with ``workdir`` as its (only writable) directory; see the module docstring.
 
@@ -92,6 +93,10 @@ def run_sandboxed(
     gateway ``proxy`` names and nothing else is reachable (:mod:`assay.sandbox.netproxy`);
     ``ExecResult.network_applied`` says what was applied. A proxy that cannot be set up, or a
     forwarder that does not start, makes the execution a ``sandbox_error``.
+
+    ``grace_seconds``: at the wall limit the watchdog (in this process, outside the sandbox)
+    sends SIGTERM, waits this long, then kills everything; the applied ``wall_seconds`` limit
+    records it.
 
     Raises :class:`SandboxUnavailable` when bubblewrap cannot run, ``ValueError`` /
     ``FileNotFoundError`` for invalid arguments. Everything that happens to the command itself
@@ -159,7 +164,7 @@ def run_sandboxed(
         sinks.append(out)
         err = OutputSink(err_path, limits.output_bytes)
         sinks.append(err)
-        plan = plan_limits(limits, use_cgroups=use_cgroups, grace_seconds=KILL_GRACE_SECONDS,
+        plan = plan_limits(limits, use_cgroups=use_cgroups, grace_seconds=grace_seconds,
                            forwarder=proxy is not None)
         status_fd: int | None = None
         if sandboxed:
@@ -227,6 +232,7 @@ def run_sandboxed(
             warnings=warnings,
             common=common,
             setup_check=setup_check,
+            grace_seconds=grace_seconds,
         )
         if session is not None:
             warnings = session.close()

@@ -1,0 +1,357 @@
+"""``assay exp run``: every (task, arm, repetition) of an experiment, surviving crashes.
+
+The experiment file, the task fingerprints and the arms' identities are frozen into
+``manifest.json`` and the state database before the first trial; resuming is the same command,
+and a changed file is refused. Every attempt owns a directory that is never reused and talks to
+the model only through the run's gateway with a token of its own. State transitions are
+committed before the action they announce (``runner/state.py``), so after a ``kill -9`` an
+attempt found preparing or running is closed as interrupted and run anew, while an attempt
+whose artifact is frozen is only verified again, never run again.
+
+The failure taxonomy of DESIGN.md: an attempt that failed before the agent started (sandbox,
+environment check) or whose every model call found the upstream unreachable is an
+``infra_error`` and retried with a new attempt, up to ``retries.infra``; a timeout, an exhausted
+budget or a resource limit is the trial's result; a grader error is graded again from the same
+artifact. At ``limits.total_cost_usd`` no new attempt starts, and the run stops resumable.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import threading
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from assay.agents import Agent, parse_agent
+from assay.errors import InputError, NeverOverwrite, RunConflict
+from assay.grading.verifier import verify
+from assay.models.client import redact_url
+from assay.models.gateway import Gateway, Upstream
+from assay.models.gateway_budget import Limits as BudgetLimits
+from assay.records.io import atomic_write_json, read_json_file
+from assay.records.manifest import tool_identity, utc_now
+from assay.records.trial import read_grade, read_trial
+from assay.runner.state import StateDB
+from assay.runner.trial import TrialHooks, run_trial
+from assay.sandbox import ProxyTarget
+from assay.suites.experiment import Experiment, TrialKey, identity_sha256, load_experiment, plan
+
+MANIFEST = "manifest.json"
+EXPERIMENT_COPY = "experiment.yaml"
+MANIFEST_SCHEMA = "assay.experiment.manifest/1"
+DEFAULT_GRACE_SECONDS = 10.0
+
+
+class ExperimentProgress(Protocol):
+    def started(self, total: int, done: int) -> None: ...
+    def trial_done(self, key: TrialKey, outcome: str) -> None: ...
+    def note(self, message: str) -> None: ...
+
+
+class _Silent:
+    def started(self, total: int, done: int) -> None:
+        pass
+
+    def trial_done(self, key: TrialKey, outcome: str) -> None:
+        pass
+
+    def note(self, message: str) -> None:
+        pass
+
+
+@dataclass
+class ExperimentResult:
+    out_dir: Path
+    status: str  # complete, infra_errors, budget_stopped
+    counts: dict[str, int]
+    spent_usd: float
+    spent_complete: bool
+    message: str | None = None
+    reverified: int = 0
+    interrupted: int = 0
+
+
+@dataclass
+class _ArmAccess:
+    """How one arm's agents reach their model; the key never leaves this object."""
+
+    model: str | None
+    upstream: Upstream | None
+    base_url_shown: str | None
+    params: dict[str, Any] = field(default_factory=dict)
+
+
+def _arm_access(exp: Experiment) -> dict[str, _ArmAccess]:
+    out: dict[str, _ArmAccess] = {}
+    problems: list[str] = []
+    for name, arm in exp.spec.arms.items():
+        try:
+            parse_agent(arm.agent)
+        except ValueError as exc:
+            problems.append(f"arms.{name}.agent: {exc}")
+        if arm.model is None:
+            out[name] = _ArmAccess(None, None, None, dict(arm.params))
+            continue
+        if arm.model.protocol != "chat":
+            problems.append(f"arms.{name}.model.protocol: {arm.model.protocol!r} is not served "
+                            "by the gateway yet (chat only)")
+        env = arm.model.base_url_env or "MODEL_BASE_URL"
+        base = os.environ.get(env)
+        if not base:
+            problems.append(f"arms.{name}.model: the environment variable {env} (base URL of "
+                            "the upstream) is not set")
+            continue
+        key = os.environ.get(arm.model.api_key_env or "MODEL_API_KEY", "")
+        out[name] = _ArmAccess(arm.model.name, Upstream(base.rstrip("/"), key),
+                               redact_url(base), dict(arm.params))
+    if problems:
+        raise InputError(f"{exp.path}: " + "; ".join(problems))
+    return out
+
+
+def _manifest(exp: Experiment, access: dict[str, _ArmAccess], jobs: int,
+              grace: float) -> dict[str, Any]:
+    spec = exp.spec
+    return {
+        "schema": MANIFEST_SCHEMA, "kind": "experiment", "name": spec.name,
+        "experiment_file": str(exp.path.resolve()), "identity": exp.identity,
+        "identity_sha256": identity_sha256(exp.identity), "assay": tool_identity(),
+        "created_at": utc_now(),
+        "arms": {n: {"agent": a.agent, "model": a.model.name if a.model else None,
+                     "protocol": a.model.protocol if a.model else None,
+                     "base_url": access[n].base_url_shown, "params": a.params}
+                 for n, a in spec.arms.items()},
+        "limits": spec.limits.model_dump(), "prices": {k: v.model_dump()
+                                                       for k, v in spec.prices.items()},
+        "retries": spec.retries.model_dump(), "repetitions": spec.repetitions,
+        "seed": spec.seed, "concurrency": jobs, "watchdog_grace_seconds": grace,
+        "sessions": [],
+    }
+
+
+def _open_run_dir(out: Path, exp: Experiment, access: dict[str, _ArmAccess], jobs: int,
+                  grace: float) -> dict[str, Any]:
+    path = out / MANIFEST
+    if path.exists():
+        manifest = read_json_file(path)
+        if manifest.get("kind") != "experiment":
+            raise RunConflict(f"{out} holds a {manifest.get('kind')!r} run, not an experiment")
+        return manifest
+    if out.exists() and any(out.iterdir()):
+        raise RunConflict(f"{out} exists, is not empty and has no {MANIFEST}")
+    out.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(exp.path, out / EXPERIMENT_COPY)
+    manifest = _manifest(exp, access, jobs, grace)
+    atomic_write_json(path, manifest)
+    return manifest
+
+
+class _AttemptHooks(TrialHooks):
+    """Binds one attempt's trial stages to the state database and the gateway."""
+
+    def __init__(self, state: StateDB, attempt: Any, gateway: Gateway | None,
+                 token: str | None, access: _ArmAccess, proxy: ProxyTarget | None,
+                 grace: float, revision: str) -> None:
+        self.state, self.attempt, self.gateway, self.token = state, attempt, gateway, token
+        self.grace_seconds = grace
+        self.verifier_revision = revision
+        self.proxy = proxy if token else None
+        self.model_env = {}
+        if token and access.model and proxy is not None:
+            base = proxy.base_url + "/v1"
+            self.model_env = {"OPENAI_BASE_URL": base, "OPENAI_API_BASE": base,
+                              "OPENAI_API_KEY": token, "ASSAY_MODEL": access.model,
+                              "ASSAY_MODEL_PARAMS": _json(access.params)}
+
+    def before(self, stage: str) -> None:
+        nxt = {"agent": "running", "freeze": "freezing", "verify": "verifying"}[stage]
+        self.attempt = self.state.move(self.attempt, nxt)
+
+    def after_agent(self, execution: dict[str, Any]) -> dict[str, Any]:
+        if self.gateway is None or self.token is None:
+            return execution
+        self.gateway.close_attempt(self.token)
+        usage = dict(self.gateway.attempt_usage(self.token))
+        execution = {**execution, "model_usage": usage,
+                     "assistant_steps_enforced_by": "gateway (completed assistant responses)"}
+        if usage.get("exhausted"):
+            execution.update(status="budget_exhausted",
+                             detail=f"budget exhausted: {usage['exhausted']} (the gateway "
+                                    "refused further calls)")
+        elif usage["calls"] and usage["upstream_unreachable_calls"] == usage["calls"]:
+            execution.update(status="infra_error",
+                             detail="the gateway could not reach the upstream for any call")
+        return execution
+
+
+def _json(value: Any) -> str:
+    import json
+
+    return json.dumps(value, sort_keys=True)
+
+
+class ExperimentRunner:
+    def __init__(self, exp: Experiment, out: Path, *, jobs: int | None = None,
+                 grace_seconds: float = DEFAULT_GRACE_SECONDS,
+                 progress: ExperimentProgress | None = None) -> None:
+        self.exp, self.out = exp, out
+        self.jobs = jobs or exp.spec.concurrency
+        self.grace = grace_seconds
+        self.progress = progress or _Silent()
+        self.access = _arm_access(exp)
+        self.plan = plan(exp)
+        self.stop_new = threading.Event()
+
+    def run(self) -> ExperimentResult:
+        spec = self.exp.spec
+        _open_run_dir(self.out, self.exp, self.access, self.jobs, self.grace)
+        state = StateDB.open(self.out, self.exp.identity, self.plan,
+                             retries_infra=spec.retries.infra)
+        sock_dir = Path(tempfile.mkdtemp(prefix="assay-gw-"))
+        try:
+            to_verify = state.recover()
+            interrupted = state.counts().attempts.get("interrupted", 0)
+            gateway = Gateway(unix_socket=sock_dir / "gw.sock",
+                              log_path=self.out / "gateway_events.jsonl",
+                              total_cost_usd=spec.limits.total_cost_usd)
+            with gateway:
+                self.gateway = gateway
+                self.proxy = ProxyTarget(unix_socket=sock_dir / "gw.sock")
+                for a in to_verify:
+                    self._reverify(state, a)
+                counts = state.counts()
+                done = counts.trials.get("done", 0) + counts.trials.get("infra_error", 0)
+                self.progress.started(len(self.plan), done)
+                self._schedule(state)
+                spent, complete = gateway.spent(), gateway.spent_complete()
+            counts = state.counts()
+        finally:
+            state.close()
+            shutil.rmtree(sock_dir, ignore_errors=True)
+        status, message = "complete", None
+        left = counts.trials.get("pending", 0)
+        if self.stop_new.is_set() and left:
+            status = "budget_stopped"
+            message = (f"stopped at the total budget: ${spent:.4f} spent"
+                       + ("" if complete else " (a lower bound: some calls reported no usage)")
+                       + f" of ${spec.limits.total_cost_usd}; {left} trials not started")
+        elif counts.trials.get("infra_error", 0) or left:
+            status = "infra_errors"
+        return ExperimentResult(self.out, status, dict(counts.trials), spent, complete, message,
+                                len(to_verify), interrupted)
+
+    # --------------------------------------------------------------------- scheduling
+
+    def _schedule(self, state: StateDB) -> None:
+        running: dict[Future[str], TrialKey] = {}
+        with ThreadPoolExecutor(max_workers=self.jobs, thread_name_prefix="assay-trial") as pool:
+            while True:
+                if self.gateway.total_exhausted:
+                    self.stop_new.set()
+                if not self.stop_new.is_set():
+                    busy = set(running.values())
+                    for key in state.pending(limit=self.jobs * 2 + len(busy)):
+                        if len(running) >= self.jobs:
+                            break
+                        if key in busy:
+                            continue
+                        attempt = state.begin_attempt(key)
+                        running[pool.submit(self._attempt, state, attempt)] = key
+                        busy.add(key)
+                if not running:
+                    return
+                finished, _ = wait(list(running), return_when=FIRST_COMPLETED)
+                for fut in finished:
+                    key = running.pop(fut)
+                    self.progress.trial_done(key, fut.result())
+
+    def _attempt(self, state: StateDB, attempt: Any) -> str:
+        key: TrialKey = attempt.trial
+        bundle = self.exp.bundles[key.task]
+        arm = self.exp.spec.arms[key.arm]
+        access = self.access[key.arm]
+        agent: Agent = parse_agent(arm.agent)
+        attempt_dir = self.out / attempt.dir
+        attempt_id = f"{key.task}/{key.arm}/{key.rep}/{attempt.label}"
+        token = None
+        policy = bundle.spec.initial_state.network_policy
+        if access.upstream is not None and policy == "model-proxy-only":
+            attempt_dir.mkdir(parents=True, exist_ok=False)
+            limits = self.exp.spec.limits
+            token = self.gateway.open_attempt(
+                attempt_id, ledger_path=attempt_dir / "model_calls.jsonl",
+                upstream=access.upstream, model=access.model or "",
+                limits=BudgetLimits(tokens=limits.tokens, cost_usd=limits.cost_usd,
+                                    assistant_steps=bundle.spec.budget.assistant_steps),
+                prices={k: v.model_dump() for k, v in self.exp.spec.prices.items()})
+        hooks = _AttemptHooks(state, attempt, self.gateway, token, access, self.proxy,
+                              self.grace, bundle.spec.acceptance.verifier_revision)
+        try:
+            res = run_trial(bundle, agent, attempt_dir, rep=key.rep,
+                            attempt=int(attempt.label[1:]), hooks=hooks,
+                            trial_id=f"{key.task}/{key.arm}/{key.rep}")
+        except Exception as exc:  # noqa: BLE001 - one attempt's crash is its record, not the run's
+            if hooks.attempt.state == "verifying":
+                state.move(hooks.attempt, "grader_error", reason=f"{type(exc).__name__}: {exc}")
+                return "grader_error"
+            state.finish_attempt(hooks.attempt, "infra_error",
+                                 reason=f"{type(exc).__name__}: {exc}"[:500])
+            return "infra_error"
+        finally:
+            if token is not None:
+                self.gateway.close_attempt(token)  # idempotent; revoked whatever happened
+        if res.grade is None:
+            new_state = state.finish_attempt(hooks.attempt, "infra_error",
+                                             reason=str(res.record.get("error"))[:500])
+            return "infra_error" + (" (will retry)" if new_state == "pending" else "")
+        return self._record_grade(state, hooks.attempt, res.grade)
+
+    def _record_grade(self, state: StateDB, attempt: Any, grade: dict[str, Any]) -> str:
+        if grade["validity"]["status"] != "valid":
+            state.move(attempt, "grader_error", reason=grade["validity"].get("detail"))
+            return "grader_error"
+        try:
+            state.grade_trial(attempt, accepted=grade["accepted"],
+                              failure_code=grade["failure_code"],
+                              revision=grade["details"]["verifier_revision"])
+        except NeverOverwrite:
+            return "already graded"
+        return "accepted" if grade["accepted"] else f"rejected:{grade['failure_code']}"
+
+    def _reverify(self, state: StateDB, attempt: Any) -> None:
+        """A frozen attempt after a restart, or a grader error: grade the same artifact again,
+        never run the agent again. A new revision name each time, so no grade is overwritten."""
+        key: TrialKey = attempt.trial
+        bundle = self.exp.bundles[key.task]
+        attempt_dir = self.out / attempt.dir
+        base = bundle.spec.acceptance.verifier_revision
+        n = 1
+        while (attempt_dir / "grades" / (base if n == 1 else f"{base}.r{n}")).with_suffix(
+                ".json").exists():
+            n += 1
+        revision = base if n == 1 else f"{base}.r{n}"
+        if attempt.state == "grader_error":
+            attempt = state.move(attempt, "verifying")
+        try:
+            execution = read_trial(attempt_dir).get("execution") or {}
+        except Exception:  # noqa: BLE001 - a torn trial.json: grade what is frozen
+            execution = {}
+        grade = verify(bundle, attempt_dir, revision=revision,
+                       trial_id=f"{key.task}/{key.arm}/{key.rep}", execution=execution)
+        self.progress.trial_done(key, "re-verified: " + self._record_grade(state, attempt, grade))
+
+
+def run_experiment(path: Path, out: Path, *, jobs: int | None = None,
+                   grace_seconds: float = DEFAULT_GRACE_SECONDS,
+                   progress: ExperimentProgress | None = None) -> ExperimentResult:
+    """Run (or resume) the experiment in ``path`` into ``out``."""
+    exp = load_experiment(Path(path))
+    return ExperimentRunner(exp, Path(out), jobs=jobs, grace_seconds=grace_seconds,
+                            progress=progress).run()
+
+
+__all__ = ["ExperimentResult", "ExperimentRunner", "read_grade", "run_experiment"]
