@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 import openai
 import pytest
-from support.scripted_server import Answer, ScriptedServer, Status, by_input
+from support.scripted_server import Answer, Drop, ScriptedServer, Status, by_input
 
 from assay.models.gateway import Gateway, Limits, Upstream
 from assay.records.io import iter_rows
@@ -186,6 +186,38 @@ def test_stream_arrives_as_it_comes(gateway: Gateway, tmp_path: Path) -> None:
         stream.close()
     # the whole answer takes > 1.3 s upstream; its first words reach the agent long before
     assert first is not None and first < 0.8
+
+
+def test_close_delimited_stream_and_connection_reuse(gateway: Gateway,
+                                                     tmp_path: Path) -> None:
+    script = by_input({"closing": Answer("x y", usage=USAGE, stream_framing="close")},
+                      default=Answer("kept", usage=USAGE))
+    with ScriptedServer(script) as server:
+        token, ledger = _open(gateway, server, tmp_path)
+        client = _agent(gateway, token)
+        for _ in range(3):
+            _ask(client, "plain")
+        _collect(_ask(client, "plain", stream=True))
+        assert _collect(_ask(client, "closing", stream=True))["content"] == "x y"
+        _ask(client, "plain")
+        connections = [r.connection for r in server.chat_requests()]
+    # keep-alive upstream: one connection until the close-delimited stream ended it
+    assert connections == [1, 1, 1, 1, 1, 2]
+    assert [r.input_tokens for r in _rows(ledger)] == [1000] * 6
+
+
+def test_upstream_dropping_the_call_is_502_not_unreachable(gateway: Gateway,
+                                                           tmp_path: Path) -> None:
+    with ScriptedServer(by_input({}, default=Drop())) as server:
+        token, ledger = _open(gateway, server, tmp_path)
+        with pytest.raises(openai.APIStatusError) as info:
+            _ask(_agent(gateway, token), "x")
+    assert info.value.status_code == 502 and info.value.body["code"] == "upstream_error"
+    (row,) = _rows(ledger)
+    assert row.upstream_unreachable is False
+    # the request reached the upstream, which may have billed it: unknown, not zero
+    assert row.usage_missing is True and row.cost_usd is None
+    assert gateway.attempt_usage(token)["upstream_unreachable_calls"] == 0
 
 
 def test_streamed_usage_missing_when_upstream_cannot_send_it(gateway: Gateway,

@@ -49,7 +49,7 @@ from assay.models.gateway_http import (
 from assay.models.gateway_protocols import ROUTES, Outcome, Prepared, WireProtocol
 from assay.models.ledger import LedgerFile, Syncer
 from assay.models.prices import ModelPrice, call_cost, price_table
-from assay.records.ledger import GatewayEvent, LimitName, ModelCall
+from assay.records.ledger import GatewayEvent, LimitName
 
 __all__ = ["Gateway", "Limits", "Secret", "Upstream"]
 
@@ -570,25 +570,27 @@ class Gateway:
                 self._spent += cost
             elif call.metered:
                 self._spent_complete = False
-        row = ModelCall(
-            time=call.at, latency_ms=round((time.perf_counter() - call.started) * 1000, 3),
-            attempt_id=attempt.attempt_id, seq=call.seq, endpoint=call.endpoint,
-            status=status, upstream_status=call.upstream_status, forwarded=call.forwarded,
-            stream=call.stream, model_asked=call.model_asked,
-            model_upstream=call.model_upstream,
-            model_served=outcome.model_served if outcome else None,
-            request_sha256=hashlib.sha256(call.request.body).hexdigest(),
-            request_bytes=len(call.request.body),
-            input_tokens=usage.input if usage else None,
-            cached_input_tokens=usage.cached_input if usage else None,
-            output_tokens=usage.output if usage else None,
-            reasoning_tokens=usage.reasoning if usage else None,
-            usage_missing=call.usage_missing, cost_usd=cost, assistant_step=step,
-            finish_reason=outcome.finish_reason if outcome else None,
-            exhausted=call.exhausted or reached, upstream_unreachable=call.unreachable,
-            error=_scrub(call.error, attempt.upstream.api_key),
-        )
-        attempt.ledger.append(row.to_json())
+        # A plain dict in ModelCall's field order (validating each row would cost more than
+        # the rest of the call; the tests read every row back through ModelCall).
+        row = {
+            "time": call.at, "latency_ms": round((time.perf_counter() - call.started) * 1000, 3),
+            "attempt_id": attempt.attempt_id, "seq": call.seq, "endpoint": call.endpoint,
+            "status": status, "upstream_status": call.upstream_status,
+            "forwarded": call.forwarded, "stream": call.stream, "model_asked": call.model_asked,
+            "model_upstream": call.model_upstream,
+            "model_served": outcome.model_served if outcome else None,
+            "request_sha256": hashlib.sha256(call.request.body).hexdigest(),
+            "request_bytes": len(call.request.body),
+            "input_tokens": usage.input if usage else None,
+            "cached_input_tokens": usage.cached_input if usage else None,
+            "output_tokens": usage.output if usage else None,
+            "reasoning_tokens": usage.reasoning if usage else None,
+            "usage_missing": call.usage_missing, "cost_usd": cost, "assistant_step": step,
+            "finish_reason": outcome.finish_reason if outcome else None,
+            "exhausted": call.exhausted or reached, "upstream_unreachable": call.unreachable,
+            "error": _scrub(call.error, attempt.upstream.api_key),
+        }
+        attempt.ledger.append(row)
 
 
 @dataclass

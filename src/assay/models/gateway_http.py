@@ -29,8 +29,10 @@ from urllib.parse import urlsplit
 from assay.errors import TransportError
 
 MAX_HEAD = 64 * 1024
-#: Idle upstream connections older than this are not reused (servers drop idle ones).
-IDLE_SECONDS = 30.0
+#: Idle upstream connections older than this are not reused: servers drop idle ones (uvicorn,
+#: under most local model servers, after 5 s), and a request written into a connection the
+#: server is closing fails without an answer. Reconnecting costs far less than a model call.
+IDLE_SECONDS = 4.0
 
 HOP_BY_HOP = frozenset({
     "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer",
