@@ -17,7 +17,7 @@ that every answer arrived intact and every call is in a ledger. Exit 0 when all 
 
 Usage::
 
-    .venv/bin/python bench/gateway_overhead.py [--n 2000] [--concurrency 8] [--client openai|raw]
+    .venv/bin/python bench/gateway_overhead.py [--n 2000] [--concurrency 4] [--client openai|raw]
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import http.client
 import json
+import resource
 import statistics
 import subprocess
 import sys
@@ -96,10 +97,10 @@ async def main():
             content = await call()
             lat.append((time.perf_counter() - t) * 1000)
             bad += content != CONTENT
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     await asyncio.gather(*(work(c) for c in callers))
-    wall = time.perf_counter() - start
-    print(json.dumps({"latencies_ms": lat, "wall_s": wall, "bad": bad}))
+    wall, cpu = time.perf_counter() - start, time.process_time() - cpu
+    print(json.dumps({"latencies_ms": lat, "wall_s": wall, "bad": bad, "cpu_s": cpu}))
 
 asyncio.run(main())
 '''
@@ -113,6 +114,12 @@ def _load(base_url: str, keys: list[str], n: int, client: str, warmup: int) -> d
     return json.loads(out.stdout)
 
 
+def _cpu() -> float:
+    """CPU seconds of this process: the gateway's threads (the main one waits meanwhile)."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
 def _pct(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
@@ -121,7 +128,7 @@ def _pct(values: list[float], q: float) -> float:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=2000)
-    parser.add_argument("--concurrency", type=int, default=8)
+    parser.add_argument("--concurrency", type=int, default=4)
     parser.add_argument("--client", choices=["openai", "raw"], default="openai")
     parser.add_argument("--rounds", type=int, default=10,
                         help="alternating direct/gateway segments per side")
@@ -150,7 +157,10 @@ def main() -> int:
                      (via, gw.base_url, tokens)]
             for r, n in enumerate(per):
                 for total, url, keys in (sides if r % 2 == 0 else sides[::-1]):
+                    before = _cpu()
                     got = _load(url, keys, n, args.client, warmup)
+                    total["gateway_cpu_s"] = total.get("gateway_cpu_s", 0.0) + _cpu() - before
+                    total["client_cpu_s"] = total.get("client_cpu_s", 0.0) + got["cpu_s"]
                     total["latencies_ms"] += got["latencies_ms"]
                     total["wall_s"] += got["wall_s"]
                     total["bad"] += got["bad"]
@@ -190,7 +200,16 @@ def main() -> int:
     print(f"{'latency p95 (ms)':22}{d95:12.3f}{g95:12.3f}")
     print(f"{'mean latency (ms)':22}{statistics.fmean(direct['latencies_ms']):12.3f}"
           f"{statistics.fmean(via['latencies_ms']):12.3f}")
-    print(f"{'throughput (calls/s)':22}{d_tput:12.1f}{g_tput:12.1f}\n")
+    print(f"{'throughput (calls/s)':22}{d_tput:12.1f}{g_tput:12.1f}")
+    calls = args.n + warmup * args.rounds
+    client_cpu = direct["client_cpu_s"] / args.n * 1000
+    gateway_cpu = via["gateway_cpu_s"] / calls * 1000
+    print(f"{'client CPU/call (ms)':22}{client_cpu:12.3f}"
+          f"{via['client_cpu_s'] / args.n * 1000:12.3f}")
+    print(f"{'gateway CPU/call (ms)':22}{'':12}{gateway_cpu:12.3f}")
+    # With no idle core, calls/s follow CPU per call: the ratio cannot then exceed this.
+    print(f"ratio when CPU-bound: {client_cpu / (client_cpu + gateway_cpu):.3f} "
+          "(client / (client + gateway) CPU per call)\n")
     print(f"{'check':22}{'value':>14}{'target':>14}  result")
     for name, value, target, ok in checks:
         print(f"{name:22}{value:>14}{target:>14}  {'PASS' if ok else 'FAIL'}")
