@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import pickle
 import socket
 import threading
 import time
@@ -402,6 +403,8 @@ def test_real_key_never_written_nor_shown(tmp_path: Path) -> None:
             gw.close_attempt(token)
             with pytest.raises(openai.AuthenticationError):
                 _ask(client, "x")
+            with pytest.raises(TypeError):  # the key cannot be handed to a child process
+                pickle.dumps(Upstream(server.base_url, REAL_KEY))
             shown = [repr(gw), str(gw), repr(Upstream(server.base_url, REAL_KEY)),
                      repr(gw.events), json.dumps(gw.attempt_usage("a1"))]
     files = [p for p in tmp_path.rglob("*") if p.is_file()]
@@ -499,6 +502,27 @@ def test_concurrent_attempts_keep_their_ledgers_apart(gateway: Gateway, tmp_path
     assert gateway.spent() == pytest.approx(n_attempts * n_calls * USAGE_COST)
 
 
+def test_expect_100_continue(gateway: Gateway, tmp_path: Path) -> None:
+    """curl sends big bodies only after the server says 100 Continue."""
+    body = json.dumps({"model": MODEL, "messages": [{"role": "user", "content": "hi"}]})
+    with ScriptedServer(by_input({}, default=Answer("ok", usage=USAGE))) as server:
+        token, ledger = _open(gateway, server, tmp_path)
+        with socket.create_connection(("127.0.0.1", gateway.port), timeout=5) as conn:
+            conn.sendall((f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+                          f"Authorization: Bearer {token}\r\nExpect: 100-continue\r\n"
+                          f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+                          ).encode())
+            assert conn.recv(100).startswith(b"HTTP/1.1 100 Continue")
+            conn.sendall(body.encode())
+            reply = b""
+            while chunk := conn.recv(65536):
+                reply += chunk
+    assert reply.startswith(b"HTTP/1.1 200 OK")
+    assert json.loads(reply.split(b"\r\n\r\n", 1)[1])["choices"][0]["message"]["content"] \
+        == "ok"
+    assert len(_rows(ledger)) == 1
+
+
 def test_unix_socket(tmp_path: Path) -> None:
     sock = tmp_path / "gw.sock"
     with ScriptedServer(by_input({}, default=Answer("over the socket", usage=USAGE))) as server, \
@@ -510,3 +534,20 @@ def test_unix_socket(tmp_path: Path) -> None:
         assert _ask(client, "x").choices[0].message.content == "over the socket"
     assert not sock.exists()
     assert len(_rows(ledger)) == 1
+
+
+def test_model_without_a_price(gateway: Gateway, tmp_path: Path) -> None:
+    with ScriptedServer(by_input({}, default=Answer("ok", usage=USAGE))) as server:
+        upstream = Upstream(server.base_url, REAL_KEY)
+        with pytest.raises(ValueError, match="needs its price"):
+            gateway.open_attempt("capped", ledger_path=tmp_path / "c" / "model_calls.jsonl",
+                                 upstream=upstream, model="unpriced",
+                                 limits=Limits(cost_usd=1.0), prices=PRICES)
+        token = gateway.open_attempt("free", ledger_path=tmp_path / "f" / "model_calls.jsonl",
+                                     upstream=upstream, model="unpriced", prices=PRICES)
+        _ask(_agent(gateway, token), "x")
+    (row,) = _rows(tmp_path / "f" / "model_calls.jsonl")
+    assert row.input_tokens == 1000 and row.cost_usd is None  # tokens known, price not
+    assert row.usage_missing is False
+    usage = gateway.attempt_usage(token)
+    assert usage["cost_complete"] is False and usage["cost_usd"] == 0.0

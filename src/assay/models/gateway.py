@@ -26,6 +26,7 @@ import contextlib
 import hashlib
 import json
 import secrets
+import stat
 import threading
 import time
 from dataclasses import dataclass, field
@@ -212,9 +213,8 @@ class Gateway:
             self._log.close()
         if self._syncer is not None:
             self._syncer.stop()
-        if self.unix_socket is not None:
-            with contextlib.suppress(OSError):
-                self.unix_socket.unlink()
+        if self.unix_socket is not None and self._port is not None:
+            _remove_socket(self.unix_socket)
 
     def __enter__(self) -> Gateway:
         return self.start()
@@ -245,8 +245,7 @@ class Gateway:
         self._servers.append(server)
         self._port = server.sockets[0].getsockname()[1]
         if self.unix_socket is not None:
-            with contextlib.suppress(FileNotFoundError):
-                self.unix_socket.unlink()
+            _remove_socket(self.unix_socket)  # a stale one from a killed run
             self._servers.append(await asyncio.start_unix_server(
                 self._on_connection, path=str(self.unix_socket), backlog=1024, limit=MAX_HEAD))
 
@@ -452,7 +451,6 @@ class Gateway:
         keep = request.keep_alive
         prepared = call.prepared
         call.forwarded = True
-        call.model_upstream = attempt.model
         if protocol is not None and prepared is not None:
             method, path, body = "POST", protocol.upstream_path, prepared.body
         else:
@@ -620,6 +618,13 @@ class _Call:
     exhausted: LimitName | None = None
     error: str | None = None
     finished: bool = False
+
+
+def _remove_socket(path: Path) -> None:
+    """Remove a Unix socket, and nothing else that may sit at its path."""
+    with contextlib.suppress(OSError):
+        if stat.S_ISSOCK(path.lstat().st_mode):
+            path.unlink()
 
 
 def _token_of(headers: dict[str, str]) -> str | None:

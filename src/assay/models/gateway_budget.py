@@ -4,7 +4,8 @@ Kept apart from the server so the rule can be read on one screen: totals grow on
 the upstream reported (unknown usage adds nothing and marks the totals as a lower bound), a
 limit is checked after every call, and once one is reached it stays reached: every later call
 of the attempt is refused, whatever arrives. A call already under way when the limit is reached
-by another one is let finish (its tokens are spent either way).
+by another one is let finish (its tokens are spent either way), and so is a streamed answer:
+its usage arrives with its last event, so it is counted then, never cut off mid-answer.
 """
 
 from __future__ import annotations

@@ -28,7 +28,8 @@ class ModelCall(Record):
     time: str
     """When the gateway received the request, ISO 8601 UTC."""
     latency_ms: float
-    """From the request fully received to the last byte of the answer handed to the agent."""
+    """From the request fully received to the answer complete at the gateway, its last bytes
+    about to go to the agent (the row is written then, before the agent can call again)."""
     attempt_id: str
     """The attempt whose scoped token made the call."""
     seq: int
@@ -47,7 +48,8 @@ class ModelCall(Record):
     model_asked: str | None
     """The ``model`` field of the agent's request, as sent."""
     model_upstream: str | None
-    """The model the gateway asked the upstream for (the attempt's pinned model)."""
+    """The model the gateway asked the upstream for (the attempt's pinned model); null for
+    calls that name no model (``models``, unknown routes)."""
     model_served: str | None
     """The ``model`` the upstream said it served, when it said one."""
     request_sha256: str
@@ -70,7 +72,8 @@ class ModelCall(Record):
     tokens and cost are unknown, and every total that includes it is a lower bound."""
     cost_usd: float | None
     """Cost from the pinned price table; null when unknown (usage missing, or the model has no
-    price). 0 only for calls that cost nothing: refused or not metered (``models``)."""
+    price). 0 only for calls that cost nothing: refused by the gateway, not metered
+    (``models``), never reaching a provider, or answered with an HTTP error (not billed)."""
     assistant_step: bool
     """Whether this call completed an assistant response (counted against
     ``assistant_steps``)."""
