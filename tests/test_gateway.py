@@ -551,3 +551,15 @@ def test_model_without_a_price(gateway: Gateway, tmp_path: Path) -> None:
     assert row.usage_missing is False
     usage = gateway.attempt_usage(token)
     assert usage["cost_complete"] is False and usage["cost_usd"] == 0.0
+
+
+def test_garbage_from_an_agent_is_a_400(gateway: Gateway) -> None:
+    with socket.create_connection(("127.0.0.1", gateway.port), timeout=5) as conn:
+        conn.sendall(b"NOT HTTP AT ALL\r\n\r\n")
+        reply = b""
+        while chunk := conn.recv(65536):
+            reply += chunk
+    assert reply.startswith(b"HTTP/1.1 400 ")
+    assert "bad request" in json.loads(reply.split(b"\r\n\r\n", 1)[1])["error"]["message"]
+    # the gateway still serves after it
+    assert httpx.get(f"{gateway.base_url}/models").status_code == 401

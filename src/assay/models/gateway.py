@@ -13,6 +13,19 @@ once, agents are always other processes (so the gateway never shares a GIL with 
 serves), and ``bench/gateway_overhead.py`` shows a thread meets the latency and throughput
 targets. No retries happen here: how an agent handles a failed call is part of what is tested.
 
+Use (the runner's side)::
+
+    with Gateway(unix_socket=run_dir / "gateway.sock", log_path=run_dir / "gateway_events.jsonl",
+                 total_cost_usd=40.0) as gw:
+        token = gw.open_attempt(attempt_id, ledger_path=attempt_dir / "model_calls.jsonl",
+                                upstream=Upstream(base_url, real_key), model="qwen2.5-coder-7b",
+                                limits=Limits(tokens=400_000, cost_usd=1.5), prices=prices)
+        # agent env: OPENAI_BASE_URL=gw.base_url, OPENAI_API_KEY=token, ASSAY_MODEL=model
+        ...
+        gw.close_attempt(token)
+        usage = gw.attempt_usage(attempt_id)  # exhausted, cost_complete, unreachable calls ...
+        if gw.total_exhausted: ...            # start no new attempt
+
 This module is over 400 lines: it is the server's request path, from authentication through
 budget to forwarding and the ledger row, kept whole so the order of those steps (which the
 guarantees depend on) reads top to bottom. Protocol details live in ``gateway_protocols``,
@@ -35,7 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from assay.errors import TransportError
-from assay.models.gateway_budget import Budget, Limits
+from assay.models.gateway_budget import AttemptUsage, Budget, Limits
 from assay.models.gateway_http import (
     HOP_BY_HOP,
     LAST_CHUNK,
@@ -52,7 +65,7 @@ from assay.models.ledger import LedgerFile, Syncer
 from assay.models.prices import ModelPrice, call_cost, price_table
 from assay.records.ledger import GatewayEvent, LimitName
 
-__all__ = ["Gateway", "Limits", "Secret", "Upstream"]
+__all__ = ["AttemptUsage", "Gateway", "Limits", "Secret", "Upstream"]
 
 _JSON = [("Content-Type", "application/json")]
 # Headers of the agent's request that never go upstream: credentials are the gateway's to set,
@@ -319,7 +332,7 @@ class Gateway:
             await asyncio.gather(*tasks, return_exceptions=True)
         await asyncio.get_running_loop().run_in_executor(None, attempt.ledger.close)
 
-    def attempt_usage(self, token_or_id: str) -> dict[str, Any]:
+    def attempt_usage(self, token_or_id: str) -> AttemptUsage:
         """``{calls, input, cached_input, output, reasoning, cost_usd, cost_complete,
         usage_missing_calls, assistant_steps, upstream_unreachable_calls, exhausted}``; readable
         after the attempt closed. ``cost_usd`` is a lower bound when ``cost_complete`` is

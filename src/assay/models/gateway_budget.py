@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 from assay.models.prices import ModelPrice, Usage
 from assay.records.ledger import LimitName
@@ -33,6 +33,24 @@ class Limits:
             value = getattr(self, name)
             if value is not None and (not math.isfinite(value) or value < 0):
                 raise ValueError(f"limit {name!r} must be a number >= 0, not {value!r}")
+
+
+class AttemptUsage(TypedDict):
+    """What the runner reads about an attempt (``Gateway.attempt_usage``)."""
+
+    calls: int
+    input: int
+    cached_input: int
+    output: int
+    reasoning: int
+    # a lower bound when cost_complete is False
+    cost_usd: float
+    cost_complete: bool
+    usage_missing_calls: int
+    assistant_steps: int
+    # > 0: the upstream could not be reached at all (the runner's infra_error signal)
+    upstream_unreachable_calls: int
+    exhausted: LimitName | None
 
 
 @dataclass
@@ -113,7 +131,7 @@ class Budget:
         return (f"budget exhausted: {self.exhausted} limit reached ({used[self.exhausted or '']})"
                 "; this attempt can make no more model calls")
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> AttemptUsage:
         t = self.totals
         return {"calls": t.calls, "input": t.input, "cached_input": t.cached_input,
                 "output": t.output, "reasoning": t.reasoning, "cost_usd": t.cost_usd,
