@@ -67,6 +67,17 @@ class Answer:
     finish_reason: str = "stop"
     # Seconds to wait before answering; awaited, so other connections are not blocked.
     delay: float = 0.0
+    # Extra (for the gateway tests): tool calls in choices[0].message.tool_calls, each
+    # {"id", "type": "function", "function": {"name", "arguments"}}, sent verbatim.
+    tool_calls: list[dict] | None = None
+    # Extra: for a request with "stream": true, whether the server honours
+    # stream_options.include_usage (False plays a provider that never sends a usage chunk).
+    stream_usage: bool = True
+    # Extra: seconds between SSE chunks of a streamed reply (shows chunks pass as they come).
+    chunk_delay: float = 0.0
+    # Extra: how a streamed reply is framed: "chunked" (keep-alive, as providers do) or
+    # "close" (no length at all, the end of the stream is the end of the connection).
+    stream_framing: Literal["chunked", "close"] = "chunked"
 
 
 @dataclass
@@ -455,10 +466,60 @@ class ScriptedServer:
         elif isinstance(reply, Garbage):
             headers = {"Content-Type": reply.content_type}
             await _write(writer, reply.status, headers, reply.body.encode(), close=close)
+        elif isinstance(request.body, dict) and request.body.get("stream") is True:
+            await self._stream(request, reply, writer, close)
+            return not close and reply.stream_framing == "chunked"
         else:
             payload = json.dumps(self._completion(request, reply)).encode()
             await _write(writer, 200, {}, payload, close=close)
         return True
+
+    async def _stream(
+        self, request: RecordedRequest, answer: Answer, writer: asyncio.StreamWriter, close: bool
+    ) -> None:
+        """An SSE reply shaped like OpenAI's chunks, one event per write, so a client must
+        read it as it comes. Built from the same body as the plain reply, so
+        a test compares the two on equal terms."""
+        full = self._completion(request, answer)
+        base = {"id": full["id"], "object": "chat.completion.chunk",
+                "created": full["created"], "model": full["model"],
+                "system_fingerprint": full["system_fingerprint"]}
+
+        def chunk(delta: dict, finish: str | None = None) -> dict:
+            choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+            return {**base, "choices": [choice]}
+
+        events: list[dict] = [chunk({"role": "assistant", "content": ""})]
+        words = (answer.content or "").split(" ") if answer.content else []
+        events += [chunk({"content": w if i == 0 else " " + w}) for i, w in enumerate(words)]
+        for i, call in enumerate(answer.tool_calls or []):
+            fn = call.get("function", {})
+            events.append(chunk({"tool_calls": [{
+                "index": i, "id": call.get("id"), "type": call.get("type", "function"),
+                "function": {"name": fn.get("name"), "arguments": ""}}]}))
+            events.append(chunk({"tool_calls": [{
+                "index": i, "function": {"arguments": fn.get("arguments", "")}}]}))
+        events.append(chunk({}, answer.finish_reason))
+        options = request.body.get("stream_options") if isinstance(request.body, dict) else None
+        wants_usage = isinstance(options, dict) and options.get("include_usage") is True
+        if wants_usage and answer.stream_usage and "usage" in full:
+            events.append({**base, "choices": [], "usage": full["usage"]})
+        chunked = answer.stream_framing == "chunked"
+        framing = "Transfer-Encoding: chunked\r\n" if chunked else ""
+        connection = "close" if close or not chunked else "keep-alive"
+        head = ("HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+                f"Cache-Control: no-cache\r\n{framing}Connection: {connection}\r\n\r\n")
+        writer.write(head.encode("latin-1"))
+        await writer.drain()
+        payloads = [f"data: {json.dumps(e)}\n\n".encode() for e in events]
+        for payload in [*payloads, b"data: [DONE]\n\n"]:
+            writer.write(b"%x\r\n%s\r\n" % (len(payload), payload) if chunked else payload)
+            await writer.drain()
+            if answer.chunk_delay > 0:
+                await asyncio.sleep(answer.chunk_delay)
+        if chunked:
+            writer.write(b"0\r\n\r\n")
+            await writer.drain()
 
     def _completion(self, request: RecordedRequest, answer: Answer) -> dict[str, Any]:
         body: dict[str, Any] = {
@@ -474,6 +535,7 @@ class ScriptedServer:
                         "role": "assistant",
                         "content": answer.content,
                         "refusal": answer.refusal,
+                        **({"tool_calls": answer.tool_calls} if answer.tool_calls else {}),
                     },
                     "logprobs": None,
                     "finish_reason": answer.finish_reason,

@@ -1,0 +1,659 @@
+"""The per-run model gateway: the only way an agent under test reaches a model.
+
+One local OpenAI-compatible HTTP server per experiment run (127.0.0.1 on any free port, and
+optionally a Unix socket the sandbox binds into an agent's network namespace). Each attempt
+gets a random scoped token; the gateway swaps it for the real key, forwards the call to the
+attempt's upstream, meters it into the attempt's ``model_calls.jsonl`` and enforces its
+budget. The real key lives only in this object's memory: never in a record, a log, an error
+message, or anything handed to a child process.
+
+The server runs on an asyncio loop in a background thread of the caller's process, not in a
+process of its own: the runner must read budgets and usage synchronously and revoke tokens at
+once, agents are always other processes (so the gateway never shares a GIL with the client it
+serves), and ``bench/gateway_overhead.py`` shows a thread meets the latency and throughput
+targets. No retries happen here: how an agent handles a failed call is part of what is tested.
+
+Use (the runner's side)::
+
+    with Gateway(unix_socket=run_dir / "gateway.sock", log_path=run_dir / "gateway_events.jsonl",
+                 total_cost_usd=40.0) as gw:
+        token = gw.open_attempt(attempt_id, ledger_path=attempt_dir / "model_calls.jsonl",
+                                upstream=Upstream(base_url, real_key), model="qwen2.5-coder-7b",
+                                limits=Limits(tokens=400_000, cost_usd=1.5), prices=prices)
+        # agent env: OPENAI_BASE_URL=gw.base_url, OPENAI_API_KEY=token, ASSAY_MODEL=model
+        ...
+        gw.close_attempt(token)
+        usage = gw.attempt_usage(attempt_id)  # exhausted, cost_complete, unreachable calls ...
+        if gw.total_exhausted: ...            # start no new attempt
+
+This module is over 400 lines: it is the server's request path, from authentication through
+budget to forwarding and the ledger row, kept whole so the order of those steps (which the
+guarantees depend on) reads top to bottom. Protocol details live in ``gateway_protocols``,
+limits in ``gateway_budget``, wire formats in ``gateway_http``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+import secrets
+import stat
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from assay.errors import TransportError
+from assay.models.gateway_budget import AttemptUsage, Budget, Limits
+from assay.models.gateway_http import (
+    HOP_BY_HOP,
+    LAST_CHUNK,
+    MAX_HEAD,
+    BadRequest,
+    Request,
+    UpstreamPool,
+    chunk,
+    read_request,
+    response_head,
+)
+from assay.models.gateway_protocols import ROUTES, Outcome, Prepared, WireProtocol
+from assay.models.ledger import LedgerFile, Syncer
+from assay.models.prices import ModelPrice, call_cost, price_table
+from assay.records.ledger import GatewayEvent, LimitName
+
+__all__ = ["AttemptUsage", "Gateway", "Limits", "Secret", "Upstream"]
+
+_JSON = [("Content-Type", "application/json")]
+# Headers of the agent's request that never go upstream: credentials are the gateway's to set,
+# and the body is always sent uncompressed so it can be metered.
+_NOT_FORWARDED = HOP_BY_HOP | {"authorization", "x-api-key", "api-key", "cookie",
+                               "accept-encoding"}
+_NOT_RETURNED = HOP_BY_HOP | {"set-cookie", "content-encoding"}
+
+
+class Secret:
+    """A string that does not show itself: repr, str and format print a mask, so a key cannot
+    leak through a log line, an exception or a debugger's view of a dataclass."""
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value: str) -> None:
+        if not value:
+            raise ValueError("an empty API key")
+        self._value = value
+
+    def reveal(self) -> str:
+        return self._value
+
+    def __repr__(self) -> str:
+        return "Secret('***')"
+
+    __str__ = __repr__
+
+    def __reduce__(self) -> Any:
+        raise TypeError("a Secret is not pickled: it must not leave this process")
+
+
+@dataclass(frozen=True)
+class Upstream:
+    """Where an attempt's calls go. ``stream_usage`` False: the upstream rejects
+    ``stream_options`` (streamed calls then have no usage and are flagged as such)."""
+
+    base_url: str
+    api_key: Secret = field(repr=False)
+    stream_usage: bool = True
+    connect_timeout: float = 10.0
+    read_timeout: float = 600.0
+
+    def __post_init__(self) -> None:
+        if isinstance(self.api_key, str):
+            object.__setattr__(self, "api_key", Secret(self.api_key))
+
+
+@dataclass
+class _Attempt:
+    attempt_id: str
+    ledger: LedgerFile
+    upstream: Upstream
+    pool: UpstreamPool
+    model: str
+    budget: Budget
+    seq: int = 0
+    open: bool = True
+    inflight: set[asyncio.Task[Any]] = field(default_factory=set)
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _error(status: int, message: str, kind: str, code: str | None = None) -> tuple[int, bytes]:
+    body = {"error": {"message": message, "type": kind, "param": None, "code": code}}
+    return status, json.dumps(body).encode()
+
+
+class Gateway:
+    """Start with ``with Gateway() as gw:`` (or ``start()``/``stop()``); then ``open_attempt``
+    per attempt, hand the agent ``gw.base_url`` and the token, ``close_attempt`` when it ends.
+    Every public method is safe to call from any thread but the gateway's own."""
+
+    def __init__(self, *, host: str = "127.0.0.1", port: int = 0,
+                 unix_socket: Path | str | None = None, log_path: Path | None = None,
+                 total_cost_usd: float | None = None) -> None:
+        self.host = host
+        self._want_port = port
+        self.unix_socket = Path(unix_socket) if unix_socket is not None else None
+        self.log_path = log_path
+        self.total_cost_usd = total_cost_usd
+        self._lock = threading.Lock()
+        self._tokens: dict[str, _Attempt] = {}
+        self._revoked: dict[str, str] = {}
+        self._attempts: dict[str, _Attempt] = {}
+        self._pools: dict[tuple[str, float, float], UpstreamPool] = {}
+        self._events: list[GatewayEvent] = []
+        self._spent = 0.0
+        self._spent_complete = True
+        self._port: int | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._servers: list[asyncio.Server] = []
+        self._conns: set[asyncio.Task[Any]] = set()
+        self._syncer: Syncer | None = None
+        self._log: LedgerFile | None = None
+
+    # ------------------------------------------------------------------------- lifecycle
+
+    def start(self) -> Gateway:
+        if self._thread is not None:
+            raise ValueError("gateway already started")
+        self._syncer = Syncer()
+        if self.log_path is not None:
+            self._log = LedgerFile(self.log_path, self._syncer)
+        loop = asyncio.new_event_loop()
+        ready = threading.Event()
+        failure: list[BaseException] = []
+
+        def run() -> None:
+            asyncio.set_event_loop(loop)
+            try:
+                loop.run_until_complete(self._bind())
+            except BaseException as exc:  # handed to start()
+                failure.append(exc)
+                ready.set()
+                loop.close()
+                return
+            ready.set()
+            try:
+                loop.run_forever()
+            finally:
+                loop.run_until_complete(self._shutdown())
+                loop.close()
+
+        self._loop = loop
+        self._thread = threading.Thread(target=run, name="assay-gateway", daemon=True)
+        self._thread.start()
+        ready.wait()
+        if failure:
+            self._thread.join()
+            self._thread = None
+            self._close_files()
+            raise failure[0]
+        return self
+
+    def stop(self) -> None:
+        """Stop serving, close every ledger (synced) and forget every token."""
+        thread, loop = self._thread, self._loop
+        if thread is not None and loop is not None:
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(loop.stop)
+            thread.join(30)
+        self._thread = self._loop = None
+        with self._lock:
+            for token, attempt in self._tokens.items():
+                self._revoked[token] = attempt.attempt_id
+                attempt.open = False
+            self._tokens.clear()
+        self._close_files()
+
+    def _close_files(self) -> None:
+        for attempt in list(self._attempts.values()):
+            attempt.ledger.close()
+        if self._log is not None:
+            self._log.close()
+        if self._syncer is not None:
+            self._syncer.stop()
+        if self.unix_socket is not None and self._port is not None:
+            _remove_socket(self.unix_socket)
+
+    def __enter__(self) -> Gateway:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        with self._lock:
+            open_now = len(self._tokens)
+        where = self.base_url if self._port is not None else "not started"
+        return f"Gateway({where}, open_attempts={open_now}, spent_usd={self._spent:.6f})"
+
+    @property
+    def port(self) -> int:
+        if self._port is None:
+            raise ValueError("gateway not started")
+        return self._port
+
+    @property
+    def base_url(self) -> str:
+        """What an agent gets as ``OPENAI_BASE_URL``."""
+        return f"http://{self.host}:{self.port}/v1"
+
+    async def _bind(self) -> None:
+        server = await asyncio.start_server(self._on_connection, self.host, self._want_port,
+                                            backlog=1024, limit=MAX_HEAD)
+        self._servers.append(server)
+        self._port = server.sockets[0].getsockname()[1]
+        if self.unix_socket is not None:
+            _remove_socket(self.unix_socket)  # a stale one from a killed run
+            self._servers.append(await asyncio.start_unix_server(
+                self._on_connection, path=str(self.unix_socket), backlog=1024, limit=MAX_HEAD))
+
+    async def _shutdown(self) -> None:
+        for server in self._servers:
+            server.close()
+        for task in list(self._conns):
+            task.cancel()
+        if self._conns:
+            await asyncio.gather(*self._conns, return_exceptions=True)
+        for pool in self._pools.values():
+            pool.close()
+
+    # ------------------------------------------------------------------------- attempts
+
+    def open_attempt(self, attempt_id: str, *, ledger_path: Path, upstream: Upstream,
+                     model: str, limits: Limits | None = None,
+                     prices: dict[str, ModelPrice] | dict[str, dict[str, float]] | None = None,
+                     ) -> str:
+        """A new scoped token for one attempt, valid until ``close_attempt``."""
+        if self._thread is None:
+            raise ValueError("gateway not started")
+        limits = limits or Limits()
+        price = price_table(prices or {}).get(model)
+        if limits.cost_usd is not None and price is None:
+            raise ValueError(f"a cost limit for model {model!r} needs its price in the table")
+        key = (upstream.base_url, upstream.connect_timeout, upstream.read_timeout)
+        with self._lock:
+            if attempt_id in self._attempts:
+                raise ValueError(f"attempt {attempt_id!r} was already opened on this gateway")
+            pool = self._pools.get(key)
+            if pool is None:
+                pool = self._pools[key] = UpstreamPool(
+                    upstream.base_url, connect_timeout=upstream.connect_timeout,
+                    read_timeout=upstream.read_timeout)
+            token = "sk-assay-" + secrets.token_urlsafe(32)
+            attempt = _Attempt(attempt_id, LedgerFile(Path(ledger_path), self._syncer_()),
+                               upstream, pool, model, Budget(limits, price))
+            self._attempts[attempt_id] = attempt
+            self._tokens[token] = attempt
+        return token
+
+    def _syncer_(self) -> Syncer:
+        assert self._syncer is not None
+        return self._syncer
+
+    def close_attempt(self, token: str) -> None:
+        """Revoke the token (later calls get 401), end the attempt's calls still in flight
+        (each recorded as cut short), and close its ledger, synced. Idempotent."""
+        with self._lock:
+            attempt = self._tokens.pop(token, None)
+            if attempt is None:
+                if token in self._revoked:
+                    return
+                raise ValueError("close_attempt: not a token of this gateway")
+            self._revoked[token] = attempt.attempt_id
+            attempt.open = False
+        loop = self._loop
+        if loop is None or self._thread is None or not self._thread.is_alive():
+            attempt.ledger.close()
+            return
+        if threading.current_thread() is self._thread:
+            raise ValueError("close_attempt must not be called from the gateway's own thread")
+        asyncio.run_coroutine_threadsafe(self._end(attempt), loop).result(60)
+
+    async def _end(self, attempt: _Attempt) -> None:
+        tasks = list(attempt.inflight)
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+        await asyncio.get_running_loop().run_in_executor(None, attempt.ledger.close)
+
+    def attempt_usage(self, token_or_id: str) -> AttemptUsage:
+        """``{calls, input, cached_input, output, reasoning, cost_usd, cost_complete,
+        usage_missing_calls, assistant_steps, upstream_unreachable_calls, exhausted}``; readable
+        after the attempt closed. ``cost_usd`` is a lower bound when ``cost_complete`` is
+        False; ``upstream_unreachable_calls`` > 0 is the runner's ``infra_error`` signal."""
+        with self._lock:
+            attempt = self._tokens.get(token_or_id) or self._attempts.get(
+                self._revoked.get(token_or_id, token_or_id))
+            if attempt is None:
+                raise ValueError("attempt_usage: no such attempt or token")
+            return attempt.budget.summary()
+
+    def spent(self) -> float:
+        """USD spent by every attempt so far (a lower bound unless ``spent_complete()``)."""
+        with self._lock:
+            return self._spent
+
+    def spent_complete(self) -> bool:
+        with self._lock:
+            return self._spent_complete
+
+    @property
+    def total_exhausted(self) -> bool:
+        """True once ``total_cost_usd`` is reached: the runner starts no new attempt."""
+        with self._lock:
+            return self.total_cost_usd is not None and self._spent >= self.total_cost_usd
+
+    @property
+    def events(self) -> list[GatewayEvent]:
+        """Calls refused for want of a valid token, oldest first."""
+        with self._lock:
+            return list(self._events)
+
+    # ------------------------------------------------------------------------- serving
+
+    async def _on_connection(self, reader: asyncio.StreamReader,
+                             writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._conns.add(task)
+        try:
+            while True:
+                try:
+                    request = await read_request(reader, writer)
+                except BadRequest as exc:
+                    status, body = _error(400, f"bad request: {exc}", "invalid_request_error")
+                    writer.write(response_head(status, _JSON, length=len(body), close=True)
+                                 + body)
+                    await writer.drain()
+                    return
+                if request is None:
+                    return
+                if not await self._dispatch(request, writer) or not request.keep_alive:
+                    return
+        except (asyncio.CancelledError, ConnectionError, OSError):
+            pass
+        finally:
+            self._conns.discard(task)
+            writer.close()
+
+    async def _dispatch(self, request: Request, writer: asyncio.StreamWriter) -> bool:
+        """Answer one request; False when the connection must close."""
+        token = _token_of(request.headers)
+        with self._lock:
+            attempt = self._tokens.get(token) if token else None
+            revoked_for = self._revoked.get(token) if token and attempt is None else None
+        if attempt is None:
+            reason = "no_token" if not token else (
+                "revoked_token" if revoked_for is not None else "unknown_token")
+            self._note_unauthorized(request, reason, revoked_for)
+            message = {"no_token": "no API key given",
+                       "unknown_token": "invalid API key for this gateway",
+                       "revoked_token": "this API key was revoked: its attempt has ended"}[reason]
+            status, body = _error(401, message, "invalid_request_error", "invalid_api_key")
+            return await _send(writer, status, _JSON, body, request.keep_alive)
+        task = asyncio.current_task()
+        assert task is not None
+        attempt.inflight.add(task)
+        try:
+            return await self._serve(attempt, request, writer)
+        finally:
+            attempt.inflight.discard(task)
+
+    def _note_unauthorized(self, request: Request, reason: str, attempt_id: str | None) -> None:
+        event = GatewayEvent(time=_now(), kind="unauthorized", reason=reason,  # type: ignore[arg-type]
+                             attempt_id=attempt_id, method=request.method,
+                             path=request.path, status=401)
+        with self._lock:
+            self._events.append(event)
+        if self._log is not None:
+            self._log.append(event.to_json())
+
+    async def _serve(self, attempt: _Attempt, request: Request,
+                     writer: asyncio.StreamWriter) -> bool:
+        call = _Call(attempt, request)
+        attempt.seq += 1
+        call.seq = attempt.seq
+        protocol = ROUTES.get((request.method, request.path))
+        is_models = request.method == "GET" and request.path == "/v1/models"
+        call.endpoint = protocol.name if protocol else ("models" if is_models else request.path)
+        if protocol is not None:
+            call.metered = True
+            call.model_upstream = attempt.model
+            call.prepared = protocol.prepare(request.body, attempt.model,
+                                             stream_usage=attempt.upstream.stream_usage)
+            call.stream, call.model_asked = call.prepared.stream, call.prepared.model_asked
+        if attempt.budget.exhausted is not None:
+            call.exhausted = attempt.budget.exhausted
+            call.error = attempt.budget.refusal()
+            status, body = _error(403, call.error, "budget_exhausted", "budget_exhausted")
+            self._finish(call, status)
+            return await _send(writer, status, _JSON, body, request.keep_alive)
+        if protocol is None and not is_models:
+            call.error = f"no route for {request.method} {request.path}"
+            status, body = _error(404, call.error, "invalid_request_error", "unknown_url")
+            self._finish(call, status)
+            return await _send(writer, status, _JSON, body, request.keep_alive)
+        try:
+            return await self._forward(call, protocol, writer)
+        except asyncio.CancelledError:
+            if not call.finished:
+                call.usage_missing = call.metered and call.sent
+                call.error = "cut short: the attempt was closed while the call was in flight"
+                self._finish(call, call.status or 499)
+            raise
+
+    async def _forward(self, call: _Call, protocol: WireProtocol | None,
+                       writer: asyncio.StreamWriter) -> bool:
+        attempt, request = call.attempt, call.request
+        keep = request.keep_alive
+        prepared = call.prepared
+        call.forwarded = True
+        if protocol is not None and prepared is not None:
+            method, path, body = "POST", protocol.upstream_path, prepared.body
+        else:
+            method, path, body = "GET", "/models", b""
+        headers = [(k, v) for k, v in request.headers.items() if k not in _NOT_FORWARDED]
+        headers += [("Authorization", f"Bearer {attempt.upstream.api_key.reveal()}"),
+                    ("Accept-Encoding", "identity")]
+        if body and "content-type" not in request.headers:
+            headers.append(("Content-Type", "application/json"))
+        call.sent = True  # from here on the upstream may be working on it (and billing)
+        try:
+            upstream = await attempt.pool.request(method, path + request.query, headers, body)
+        except TransportError as exc:
+            call.unreachable = exc.fatal
+            call.sent = not exc.fatal
+            call.usage_missing = call.metered and call.sent
+            call.error = str(exc)
+            status, out = _error(502, f"assay gateway: {exc}", "upstream_error",
+                                 "upstream_unreachable" if exc.fatal else "upstream_error")
+            self._finish(call, status)
+            return await _send(writer, status, _JSON, out, keep)
+        call.upstream_status = upstream.status
+        passed = [(k, v) for k, v in upstream.headers if k.lower() not in _NOT_RETURNED]
+        ok = 200 <= upstream.status < 300
+        try:
+            streaming = (protocol is not None and call.stream and ok and "text/event-stream"
+                         in upstream.header("content-type"))
+            if streaming:
+                assert protocol is not None and prepared is not None
+                return await self._relay_stream(call, protocol.meter(prepared), upstream,
+                                                passed, writer)
+            try:
+                data = await upstream.read()
+            except TransportError as exc:
+                call.usage_missing = call.metered and ok
+                call.error = str(exc)
+                status, out = _error(502, f"assay gateway: {exc}", "upstream_error",
+                                     "upstream_error")
+                self._finish(call, status)
+                return await _send(writer, status, _JSON, out, keep)
+            if protocol is not None and ok:
+                try:
+                    payload = json.loads(data)
+                except (ValueError, UnicodeDecodeError):
+                    payload = None
+                call.outcome = protocol.read_answer(payload)
+                call.usage_missing = call.outcome.usage is None
+            self._finish(call, upstream.status)
+            return await _send(writer, upstream.status, passed, data, keep)
+        finally:
+            upstream.aclose()
+
+    async def _relay_stream(self, call: _Call, meter: Any, upstream: Any,
+                            passed: list[tuple[str, str]], writer: asyncio.StreamWriter) -> bool:
+        """Hand each SSE event on as it arrives. The ledger row, and so the budget, is settled
+        before the agent sees ``[DONE]``, so its next call already meets the new totals."""
+        call.status = upstream.status
+        writer.write(response_head(upstream.status, passed, length=None,
+                                   close=not call.request.keep_alive))
+        try:
+            async for piece in upstream.iter_body():
+                out = meter.feed(piece)
+                if meter.done and not call.finished:
+                    call.outcome = meter.outcome()
+                    call.usage_missing = call.outcome.usage is None
+                    self._finish(call, upstream.status)
+                if out:
+                    writer.write(chunk(out))
+                    await writer.drain()
+            rest = meter.flush()
+            if rest:
+                writer.write(chunk(rest))
+        except TransportError as exc:
+            if not call.finished:
+                call.outcome = meter.outcome()
+                call.usage_missing = call.outcome.usage is None
+                call.error = f"{exc} (after the stream had started)"
+                self._finish(call, upstream.status)
+            return False  # the agent sees the stream end without its last chunk
+        except (ConnectionError, OSError):
+            if not call.finished:
+                call.outcome = meter.outcome()
+                call.usage_missing = call.outcome.usage is None
+                call.error = "the agent closed the connection during the stream"
+                self._finish(call, upstream.status)
+            return False
+        if not call.finished:
+            call.outcome = meter.outcome()
+            call.usage_missing = call.outcome.usage is None
+            self._finish(call, upstream.status)
+        writer.write(LAST_CHUNK)
+        await writer.drain()
+        return call.request.keep_alive
+
+    def _finish(self, call: _Call, status: int) -> None:
+        """Count the call against its budget and append its ledger row (once)."""
+        if call.finished:
+            return
+        call.finished = True
+        call.status = status
+        attempt = call.attempt
+        outcome = call.outcome
+        usage = outcome.usage if outcome else None
+        ok = call.upstream_status is not None and 200 <= call.upstream_status < 300
+        step = bool(outcome and outcome.step and ok)
+        if call.metered and (ok or call.usage_missing):
+            cost = call_cost(usage, attempt.budget.price)
+        else:
+            cost = 0.0  # refused, not metered, or an HTTP error answer: nothing billed
+        with self._lock:
+            reached = attempt.budget.add(usage, cost, metered=call.metered, step=step,
+                                         usage_missing=call.usage_missing,
+                                         unreachable=call.unreachable)
+            if cost is not None:
+                self._spent += cost
+            elif call.metered:
+                self._spent_complete = False
+        # A plain dict in ModelCall's field order (validating each row would cost more than
+        # the rest of the call; the tests read every row back through ModelCall).
+        row = {
+            "time": call.at, "latency_ms": round((time.perf_counter() - call.started) * 1000, 3),
+            "attempt_id": attempt.attempt_id, "seq": call.seq, "endpoint": call.endpoint,
+            "status": status, "upstream_status": call.upstream_status,
+            "forwarded": call.forwarded, "stream": call.stream, "model_asked": call.model_asked,
+            "model_upstream": call.model_upstream,
+            "model_served": outcome.model_served if outcome else None,
+            "request_sha256": hashlib.sha256(call.request.body).hexdigest(),
+            "request_bytes": len(call.request.body),
+            "input_tokens": usage.input if usage else None,
+            "cached_input_tokens": usage.cached_input if usage else None,
+            "output_tokens": usage.output if usage else None,
+            "reasoning_tokens": usage.reasoning if usage else None,
+            "usage_missing": call.usage_missing, "cost_usd": cost, "assistant_step": step,
+            "finish_reason": outcome.finish_reason if outcome else None,
+            "exhausted": call.exhausted or reached, "upstream_unreachable": call.unreachable,
+            "error": _scrub(call.error, attempt.upstream.api_key),
+        }
+        attempt.ledger.append(row)
+
+
+@dataclass
+class _Call:
+    """One call in progress: what its ledger row will say."""
+
+    attempt: _Attempt
+    request: Request
+    at: str = field(default_factory=_now)
+    started: float = field(default_factory=time.perf_counter)
+    seq: int = 0
+    endpoint: str = ""
+    status: int | None = None
+    upstream_status: int | None = None
+    forwarded: bool = False
+    # a model call (priced, counted); False for /v1/models and unknown routes
+    metered: bool = False
+    # the request reached the upstream, so tokens may have been spent
+    sent: bool = False
+    stream: bool = False
+    model_asked: str | None = None
+    model_upstream: str | None = None
+    prepared: Prepared | None = None
+    outcome: Outcome | None = None
+    usage_missing: bool = False
+    unreachable: bool = False
+    exhausted: LimitName | None = None
+    error: str | None = None
+    finished: bool = False
+
+
+def _remove_socket(path: Path) -> None:
+    """Remove a Unix socket, and nothing else that may sit at its path."""
+    with contextlib.suppress(OSError):
+        if stat.S_ISSOCK(path.lstat().st_mode):
+            path.unlink()
+
+
+def _token_of(headers: dict[str, str]) -> str | None:
+    auth = headers.get("authorization", "")
+    if auth[:7].lower() == "bearer ":
+        return auth[7:].strip() or None
+    return headers.get("x-api-key") or headers.get("api-key") or None
+
+
+def _scrub(text: str | None, key: Secret) -> str | None:
+    return text.replace(key.reveal(), "***") if text else text
+
+
+async def _send(writer: asyncio.StreamWriter, status: int, headers: list[tuple[str, str]],
+                body: bytes, keep_alive: bool) -> bool:
+    writer.write(response_head(status, headers, length=len(body), close=not keep_alive) + body)
+    await writer.drain()
+    return keep_alive
+

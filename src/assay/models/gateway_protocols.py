@@ -1,0 +1,217 @@
+"""What the gateway knows about each model API it meters: the one place a protocol lives.
+
+The gateway itself only authenticates, budgets, forwards bytes and writes the ledger; the
+questions that differ per API (which path, how to pin the model and ask for streamed usage,
+where usage sits in an answer and in a stream, what counts as a completed assistant response)
+are answered by a ``WireProtocol`` here. Adding the Responses API (``/v1/responses``) or
+Anthropic Messages (``/v1/messages``) means adding a class and a ``ROUTES`` entry, nothing in
+the gateway.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from assay.models.prices import Usage
+
+
+@dataclass
+class Outcome:
+    """What one answer said about metering."""
+
+    usage: Usage | None = None
+    model_served: str | None = None
+    finish_reason: str | None = None
+    # A completed assistant response (counts against assistant_steps).
+    step: bool = False
+
+
+@dataclass
+class Prepared:
+    """The request as it goes upstream, and what the agent asked for."""
+
+    body: bytes
+    stream: bool
+    model_asked: str | None
+    # The gateway asked for streamed usage the agent did not ask for, so the usage-only
+    # event is kept from the agent (some agents index choices[0] of every chunk).
+    hide_usage_event: bool = False
+
+
+class StreamMeter(Protocol):
+    """Reads an SSE stream as it passes; ``feed`` returns the bytes to hand on now."""
+
+    done: bool
+
+    def feed(self, chunk: bytes) -> bytes: ...
+
+    def flush(self) -> bytes: ...
+
+    def outcome(self) -> Outcome: ...
+
+
+class WireProtocol(Protocol):
+    """One metered model API."""
+
+    name: str
+    upstream_path: str
+
+    def prepare(self, raw: bytes, model: str, *, stream_usage: bool) -> Prepared: ...
+
+    def read_answer(self, payload: Any) -> Outcome: ...
+
+    def meter(self, prepared: Prepared) -> StreamMeter: ...
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+def chat_usage(usage: Any) -> Usage | None:
+    """OpenAI chat usage, field by field; None when there is no usage object at all."""
+    if not isinstance(usage, dict):
+        return None
+    prompt_details = usage.get("prompt_tokens_details")
+    completion_details = usage.get("completion_tokens_details")
+    return Usage(
+        input=_int(usage.get("prompt_tokens")),
+        cached_input=_int(prompt_details.get("cached_tokens"))
+        if isinstance(prompt_details, dict) else None,
+        output=_int(usage.get("completion_tokens")),
+        reasoning=_int(completion_details.get("reasoning_tokens"))
+        if isinstance(completion_details, dict) else None,
+    )
+
+
+class ChatCompletions:
+    """``POST /v1/chat/completions``, plain and SSE."""
+
+    name = "chat.completions"
+    upstream_path = "/chat/completions"
+
+    def prepare(self, raw: bytes, model: str, *, stream_usage: bool) -> Prepared:
+        try:
+            body = json.loads(raw)
+        except (ValueError, UnicodeDecodeError):
+            body = None
+        if not isinstance(body, dict):
+            # Not ours to judge: the upstream answers a malformed request with its own 400.
+            return Prepared(raw, False, None)
+        asked = body.get("model")
+        stream = body.get("stream") is True
+        changed = False
+        if asked != model:
+            body["model"] = model  # the arm's model is pinned; an agent cannot switch it
+            changed = True
+        hide = False
+        if stream and stream_usage:
+            options = body.get("stream_options")
+            if not isinstance(options, dict) or options.get("include_usage") is not True:
+                hide = True
+                body["stream_options"] = {**(options if isinstance(options, dict) else {}),
+                                          "include_usage": True}
+                changed = True
+        out = json.dumps(body, ensure_ascii=False).encode() if changed else raw
+        return Prepared(out, stream, asked if isinstance(asked, str) else None, hide)
+
+    def read_answer(self, payload: Any) -> Outcome:
+        if not isinstance(payload, dict):
+            return Outcome()
+        choices = payload.get("choices")
+        first = choices[0] if isinstance(choices, list) and choices else None
+        finish = first.get("finish_reason") if isinstance(first, dict) else None
+        model = payload.get("model")
+        return Outcome(usage=chat_usage(payload.get("usage")),
+                       model_served=model if isinstance(model, str) else None,
+                       finish_reason=finish if isinstance(finish, str) else None,
+                       step=isinstance(first, dict) and "message" in first)
+
+    def meter(self, prepared: Prepared) -> StreamMeter:
+        return ChatStreamMeter(hide_usage_event=prepared.hide_usage_event)
+
+
+class ChatStreamMeter:
+    """Splits the stream into SSE events (it must see whole events to read them), reads model,
+    finish reason and usage from them, and hands every event on unchanged, except the usage-only
+    event the gateway asked for on the agent's behalf."""
+
+    def __init__(self, *, hide_usage_event: bool) -> None:
+        self.hide = hide_usage_event
+        self.done = False
+        self._buf = b""
+        self._usage: Usage | None = None
+        self._model: str | None = None
+        self._finish: str | None = None
+
+    def feed(self, chunk: bytes) -> bytes:
+        buf = self._buf + chunk if self._buf else chunk
+        out: list[bytes] = []
+        start = 0
+        while True:
+            end, sep = _event_end(buf, start)
+            if end < 0:
+                break
+            event = buf[start:end + sep]
+            if self._read(buf[start:end]):
+                out.append(event)
+            start = end + sep
+        self._buf = buf[start:]
+        return b"".join(out)
+
+    def flush(self) -> bytes:
+        rest, self._buf = self._buf, b""
+        if rest.strip() and not self._read(rest):
+            return b""
+        return rest
+
+    def outcome(self) -> Outcome:
+        return Outcome(usage=self._usage, model_served=self._model,
+                       finish_reason=self._finish, step=self._finish is not None)
+
+    def _read(self, event: bytes) -> bool:
+        """Take what the event says; False if it is to be kept from the agent."""
+        data = [line[5:].strip() for line in event.replace(b"\r\n", b"\n").split(b"\n")
+                if line.startswith(b"data:")]
+        if not data:
+            return True
+        text = b"\n".join(data)
+        if text == b"[DONE]":
+            self.done = True
+            return True
+        try:
+            payload = json.loads(text)
+        except (ValueError, UnicodeDecodeError):
+            return True
+        if not isinstance(payload, dict):
+            return True
+        if self._model is None and isinstance(payload.get("model"), str):
+            self._model = payload["model"]
+        choices = payload.get("choices")
+        if isinstance(choices, list):
+            for choice in choices:
+                if isinstance(choice, dict) and isinstance(choice.get("finish_reason"), str):
+                    self._finish = self._finish or choice["finish_reason"]
+        usage = chat_usage(payload.get("usage"))
+        if usage is not None:
+            self._usage = usage
+            if self.hide and not choices:
+                return False
+        return True
+
+
+def _event_end(buf: bytes, start: int) -> tuple[int, int]:
+    """(index where the next event ends, length of its blank-line separator), or (-1, 0)."""
+    lf = buf.find(b"\n\n", start)
+    crlf = buf.find(b"\r\n\r\n", start)
+    if crlf >= 0 and (lf < 0 or crlf < lf):
+        return crlf, 4
+    return (lf, 2) if lf >= 0 else (-1, 0)
+
+
+#: The metered routes: (method, path under /v1) -> protocol. ``/v1/models`` is forwarded
+#: unmetered by the gateway itself.
+ROUTES: dict[tuple[str, str], WireProtocol] = {
+    ("POST", "/v1/chat/completions"): ChatCompletions(),
+}
