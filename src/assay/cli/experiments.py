@@ -95,3 +95,93 @@ def _write_text(db: Any, fh: TextIO, *, show_all: bool) -> None:
         elif t.failure_code:
             extra = f"\t{t.failure_code}"
         fh.write(f"{t.key.task}\t{t.key.arm}\t{t.key.rep}\t{t.state}\t{attempts}{extra}\n")
+
+
+class _LineProgress:
+    """One line per finished trial on stderr: experiments run for hours in CI logs, and a line
+    a trial shows life without a terminal."""
+
+    def __init__(self) -> None:
+        self.total = 0
+        self.done = 0
+
+    def started(self, total: int, done: int) -> None:
+        self.total, self.done = total, done
+        from assay.cli.app import err
+
+        err.print(f"experiment: {total} trials planned, {done} already done", highlight=False)
+
+    def trial_done(self, key: Any, outcome: str) -> None:
+        from assay.cli.app import err
+
+        if not outcome.startswith("re-verified") and "retry" not in outcome:
+            self.done += 1
+        err.print(f"[{self.done}/{self.total}] {key.task} {key.arm} rep {key.rep}: {outcome}",
+                  highlight=False)
+
+    def note(self, message: str) -> None:
+        from assay.cli.app import err
+
+        err.print(message, highlight=False)
+
+
+@exp_app.command("run")
+def exp_run(
+    experiment: Annotated[Path, typer.Argument(metavar="EXPERIMENT.yaml")],
+    out_dir: Annotated[Path, typer.Option("--out", help="The run directory; the same command "
+                                          "resumes it.")],
+    jobs: Annotated[int | None, typer.Option("-j", "--jobs", min=1,
+                                             help="Trials at once (overrides concurrency).")]
+    = None,
+    grace: Annotated[float, typer.Option(help="Seconds between the watchdog's SIGTERM and its "
+                                         "SIGKILL at an agent's wall budget.")] = 10.0,
+) -> None:
+    """Run every trial of an experiment (resume: the same command). Exit 0 complete, 2 bad
+    input, 3 finished with infra errors or stopped by the total budget, 130 interrupted."""
+    import signal
+
+    from assay.cli.app import _raise_interrupt, _require_sandbox, err
+    from assay.errors import EXIT_INFRA, EXIT_INTERRUPTED, InputError
+    from assay.report.experiment import write_experiment_report
+    from assay.runner.experiment import run_experiment
+
+    _require_sandbox("bwrap")
+    old = signal.signal(signal.SIGTERM, _raise_interrupt)
+    try:
+        result = run_experiment(experiment, out_dir, jobs=jobs, grace_seconds=grace,
+                                progress=_LineProgress())
+    except InputError as exc:
+        raise fail(str(exc)) from None
+    except KeyboardInterrupt:
+        err.print(f"interrupted; resume with: assay exp run {experiment} --out {out_dir}",
+                  highlight=False)
+        raise typer.Exit(EXIT_INTERRUPTED) from None
+    finally:
+        signal.signal(signal.SIGTERM, old)
+    write_experiment_report(out_dir)
+    counts = ", ".join(f"{k}: {v}" for k, v in sorted(result.counts.items()))
+    err.print(f"trials: {counts}; spent ${result.spent_usd:.4f}"
+              + ("" if result.spent_complete else " (lower bound)")
+              + f"; report: {out_dir / 'report.md'}", highlight=False)
+    if result.status == "budget_stopped":
+        raise fail(str(result.message) + f"; resume with: assay exp run {experiment} --out "
+                   f"{out_dir}", EXIT_INFRA)
+    if result.status != "complete":
+        raise typer.Exit(EXIT_INFRA)
+
+
+@exp_app.command("report")
+def exp_report(run_dir: Annotated[Path, typer.Argument(metavar="DIR")]) -> None:
+    """A per-trial table and per-arm counts (report.json, report.md) from the run directory."""
+    from rich.markdown import Markdown
+
+    from assay.cli.app import out
+    from assay.report.experiment import experiment_markdown, write_experiment_report
+
+    if not (run_dir / "manifest.json").is_file():
+        raise fail(f"{run_dir}: no manifest.json: not an experiment run directory")
+    try:
+        rep = write_experiment_report(run_dir)
+    except (KeyError, RecordError) as exc:
+        raise fail(f"{run_dir}: not an experiment run directory ({exc})") from None
+    out.print(Markdown(experiment_markdown(rep)))

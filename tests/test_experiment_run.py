@@ -1,0 +1,214 @@
+"""``assay exp run`` end to end with real parts: a scripted upstream model server, the real
+gateway, real sandboxes with the model-proxy network, the real verifier, the real state
+database; and the runner killed with SIGKILL mid-run, then resumed.
+
+Full form: the issue's scenario also kills at random moments many times; this file kills once
+at a moment chosen from the state database (an attempt running), which is the case that matters
+(an interrupted attempt is kept and a new one runs), and keeps ``make test`` within its budget.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import SECRET, run_cli
+from support.bundles import make_bundle
+from support.scripted_server import Answer, ScriptedServer
+
+from assay.sandbox import bwrap_available
+
+needs_bwrap = pytest.mark.skipif(not bwrap_available(), reason="bubblewrap cannot run here")
+
+# The agent asks the model (through the gateway it was given) what to do, then applies the fix.
+AGENT = r"""
+import json, os, subprocess, sys, urllib.request
+req = urllib.request.Request(os.environ["OPENAI_BASE_URL"] + "/chat/completions",
+    data=json.dumps({"model": os.environ["ASSAY_MODEL"],
+                     "messages": [{"role": "user", "content": "fix add"}]}).encode(),
+    headers={"Authorization": "Bearer " + os.environ["OPENAI_API_KEY"],
+             "Content-Type": "application/json"})
+answer = json.load(urllib.request.urlopen(req, timeout=30))
+text = answer["choices"][0]["message"]["content"]
+if "then wait" in text:
+    __import__("time").sleep(25)
+if "plus" in text:
+    subprocess.run(["sed", "-i", "s/return a - b/return a + b/", "src/calc/__init__.py"])
+print("agent done:", text)
+"""
+
+
+def _experiment(root: Path, *, reps: int = 2, total: float | None = None,
+                tokens: int | None = None) -> Path:
+    bundle = make_bundle(root / "tasks" / "calc")
+    y = bundle / "task.yaml"
+    y.write_text(y.read_text().replace("network_policy: none", "network_policy: model-proxy-only"))
+    (root / "agent.py").write_text(AGENT)
+    limits = ["limits:"]
+    if total is not None:
+        limits.append(f"  total_cost_usd: {total}")
+    if tokens is not None:
+        limits.append(f"  tokens: {tokens}")
+    exp = root / "experiment.yaml"
+    exp.write_text(f"""name: calc-ab
+tasks: [tasks]
+repetitions: {reps}
+seed: 7
+concurrency: 2
+arms:
+  asks:
+    agent: "command:python3 {root / 'agent.py'}"
+    model: {{name: scripted-model, base_url_env: TEST_UPSTREAM, api_key_env: TEST_KEY}}
+  idle:
+    agent: nop
+{chr(10).join(limits) if len(limits) > 1 else ''}
+prices:
+  scripted-model: {{input: 1000000, output: 1000000}}
+""")
+    # the agent script lives outside the sandbox's view: mount it by copying into the repo
+    (bundle / "repo" / "agent.py").write_text((root / "agent.py").read_text())
+    exp.write_text(exp.read_text().replace(str(root / "agent.py"), "agent.py"))
+    from assay.suites.bundle import set_fixture_digest, tree_digest
+
+    set_fixture_digest(bundle, tree_digest(bundle / "repo"))
+    return exp
+
+
+@pytest.fixture
+def upstream(monkeypatch: pytest.MonkeyPatch):
+    with ScriptedServer(lambda req, n: Answer("use plus", model="scripted-model")) as srv:
+        monkeypatch.setenv("TEST_UPSTREAM", srv.base_url)
+        monkeypatch.setenv("TEST_KEY", SECRET)
+        yield srv
+
+
+def _all_files(root: Path) -> list[Path]:
+    return [p for p in root.rglob("*") if p.is_file()]
+
+
+@needs_bwrap
+def test_an_experiment_runs_every_trial_through_the_gateway(tmp_path: Path, upstream) -> None:
+    exp = _experiment(tmp_path)
+    out = tmp_path / "run"
+    res = run_cli(["exp", "run", str(exp), "--out", str(out)])
+    assert res.code == 0, res.stderr
+    rep = json.loads((out / "report.json").read_text())
+    assert rep["arms"]["asks"]["accepted"] == 2 and rep["arms"]["asks"]["coverage"] == 1.0
+    assert rep["arms"]["idle"]["accepted"] == 0
+    assert rep["arms"]["idle"]["failure_codes"] == {"no_change": 2}
+    # every model call went through the gateway, metered, with the attempt's own token
+    ledgers = sorted(out.glob("trials/calc-001/asks/*/a1/model_calls.jsonl"))
+    assert len(ledgers) == 2
+    for led in ledgers:
+        rows = [json.loads(x) for x in led.read_text().splitlines()]
+        assert len(rows) == 1 and rows[0]["status"] == 200 and rows[0]["cost_usd"] > 0
+    assert rep["arms"]["asks"]["calls"] == 2 and rep["arms"]["asks"]["cost_complete"] is True
+    seen = [r.headers.get("authorization", "") for r in upstream.chat_requests()]
+    assert len(seen) == 2 and all(h == f"Bearer {SECRET}" for h in seen)
+    # the real key reached the upstream only: no file of the run holds it
+    for p in _all_files(out):
+        assert SECRET.encode() not in p.read_bytes(), p
+    trial = json.loads((ledgers[0].parent / "trial.json").read_text())
+    assert trial["network_policy"]["applied"] == "model-proxy"
+    assert trial["execution"]["network_applied"]["network"] == "model-proxy"
+    assert trial["execution"]["model_usage"]["calls"] == 1
+    status = run_cli(["exp", "status", str(out), "--json"])
+    trials = json.loads(status.stdout)["trials"]
+    assert len(trials) == 4 and all(t["state"] == "done" for t in trials)
+    # resuming a finished run runs nothing again
+    again = run_cli(["exp", "run", str(exp), "--out", str(out)])
+    assert again.code == 0 and len(upstream.chat_requests()) == 2
+
+
+@needs_bwrap
+def test_a_changed_experiment_is_refused_on_resume(tmp_path: Path, upstream) -> None:
+    exp = _experiment(tmp_path, reps=1)
+    out = tmp_path / "run"
+    assert run_cli(["exp", "run", str(exp), "--out", str(out)]).code == 0
+    exp.write_text(exp.read_text().replace("repetitions: 1", "repetitions: 3"))
+    res = run_cli(["exp", "run", str(exp), "--out", str(out)])
+    assert res.code == 2 and "repetitions" in res.stderr
+
+
+@needs_bwrap
+def test_the_total_budget_stops_new_trials(tmp_path: Path, upstream) -> None:
+    # each call costs (words in + words out) dollars at a million per million tokens
+    exp = _experiment(tmp_path, reps=3, total=0.5)
+    out = tmp_path / "run"
+    res = run_cli(["exp", "run", str(exp), "--out", str(out), "-j", "1"])
+    assert res.code == 3, res.stderr
+    said = " ".join(res.stderr.split())
+    assert "stopped at the total budget" in said and "spent" in said, said
+    status = json.loads(run_cli(["exp", "status", str(out), "--json"]).stdout)["trials"]
+    assert any(t["state"] == "pending" for t in status)
+
+
+def _attempt_states(out: Path) -> list[tuple[str, str]]:
+    with sqlite3.connect(f"file:{out / 'state.sqlite'}?mode=ro", uri=True) as c:
+        return list(c.execute("SELECT attempt, state FROM attempts"))
+
+
+@pytest.fixture
+def slow_first(monkeypatch: pytest.MonkeyPatch):
+    """The first answer tells the agent to wait (so the runner can be killed while it runs);
+    every later one lets it finish at once."""
+    calls: list[int] = []
+
+    def handler(req, n):
+        calls.append(1)
+        return Answer("use plus then wait" if len(calls) == 1 else "use plus",
+                      model="scripted-model")
+
+    with ScriptedServer(handler) as srv:
+        monkeypatch.setenv("TEST_UPSTREAM", srv.base_url)
+        monkeypatch.setenv("TEST_KEY", SECRET)
+        yield srv
+
+
+@needs_bwrap
+def test_kill_9_mid_run_then_resume(tmp_path: Path, slow_first) -> None:
+    upstream = slow_first
+    exp = _experiment(tmp_path, reps=1)
+    out = tmp_path / "run"
+    env = {**os.environ, "NO_COLOR": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "assay", "exp", "run", str(exp), "--out",
+                             str(out)], env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, start_new_session=False)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if (out / "state.sqlite").exists() and any(
+                s == "running" for _, s in _attempt_states(out)) and upstream.chat_requests():
+            break
+        time.sleep(0.2)
+    else:
+        proc.kill()
+        pytest.fail("no attempt started running: " + proc.stderr.read().decode()[-2000:])
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+    # nothing the runner started outlives it: the sleeping agent died with its sandbox
+    time.sleep(1.0)
+    leftovers = subprocess.run(["pgrep", "-f", "agent.py"], capture_output=True, text=True)
+    assert leftovers.stdout.strip() == "", leftovers.stdout
+
+    res = subprocess.run([sys.executable, "-m", "assay", "exp", "run", str(exp), "--out",
+                          str(out)], env=env, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr
+    with sqlite3.connect(out / "state.sqlite") as c:
+        rows = list(c.execute("SELECT t.task, t.arm, a.attempt, a.state, a.reason FROM "
+                              "attempts a JOIN trials t ON t.id = a.trial"))
+        grades = list(c.execute("SELECT trial FROM grades"))
+    interrupted = [r for r in rows if r[3] == "interrupted"]
+    assert interrupted and all(r[4] == "runner_restart" for r in interrupted)
+    assert len(grades) == 2  # each trial graded exactly once
+    for task, arm, attempt, _, _ in interrupted:
+        assert (out / "trials" / task / arm / "0" / attempt).is_dir()  # kept, never reused
+    rep = json.loads((out / "report.json").read_text())
+    assert rep["arms"]["asks"]["accepted"] == 1
+    assert rep["arms"]["asks"]["interrupted_attempts"] >= 1
