@@ -42,6 +42,9 @@ if "then wait" in text:
 if "plus" in text:
     subprocess.run(["sed", "-i", "s/return a - b/return a + b/", "src/calc/__init__.py"])
 print("agent done:", text)
+# the whole environment the agent got, into its recorded stdout: the run's files are scanned for
+# the real key afterwards, so a key that leaked into the sandbox would be caught here
+print(open("/proc/self/environ", "rb").read().replace(b"\0", b"\n").decode())
 """
 
 
@@ -115,6 +118,8 @@ def test_an_experiment_runs_every_trial_through_the_gateway(tmp_path: Path, upst
     # the real key reached the upstream only: no file of the run holds it
     for p in _all_files(out):
         assert SECRET.encode() not in p.read_bytes(), p
+    stdout = (ledgers[0].parent / "agent" / "stdout.log").read_text()
+    assert "OPENAI_API_KEY=sk-assay-" in stdout and "ASSAY_AGENT_WALL_SECONDS=30" in stdout
     trial = json.loads((ledgers[0].parent / "trial.json").read_text())
     assert trial["network_policy"]["applied"] == "model-proxy"
     assert trial["execution"]["network_applied"]["network"] == "model-proxy"
@@ -212,3 +217,17 @@ def test_kill_9_mid_run_then_resume(tmp_path: Path, slow_first) -> None:
     rep = json.loads((out / "report.json").read_text())
     assert rep["arms"]["asks"]["accepted"] == 1
     assert rep["arms"]["asks"]["interrupted_attempts"] >= 1
+
+
+@needs_bwrap
+def test_a_spent_token_budget_fails_the_trial(tmp_path: Path, upstream) -> None:
+    exp = _experiment(tmp_path, reps=1, tokens=1)
+    out = tmp_path / "run"
+    assert run_cli(["exp", "run", str(exp), "--out", str(out)]).code == 0
+    rep = json.loads((out / "report.json").read_text())
+    # the agent fixed the bug with its one call, but that call spent the budget: a task failure
+    assert rep["arms"]["asks"]["failure_codes"] == {"budget_exhausted": 1}
+    [trial] = out.glob("trials/calc-001/asks/0/a1/trial.json")
+    execution = json.loads(trial.read_text())["execution"]
+    assert execution["status"] == "budget_exhausted"
+    assert execution["model_usage"]["exhausted"] == "tokens"

@@ -89,6 +89,8 @@ def agent_env(ctx: AgentContext) -> dict[str, str]:
     no state from an earlier trial and leaves none for the next."""
     return {"ASSAY_INSTRUCTION_FILE": INSTRUCTION_MOUNT, "ASSAY_WORKSPACE": SANDBOX_WORKDIR,
             "ASSAY_TASK_ID": ctx.bundle.id, "HOME": AGENT_HOME,
+            # the agent's own time limit; the runner's watchdog ends it grace seconds later
+            "ASSAY_AGENT_WALL_SECONDS": f"{ctx.bundle.spec.budget.agent_wall_seconds:g}",
             "XDG_DATA_HOME": f"{AGENT_HOME}/.local/share",
             "XDG_CONFIG_HOME": f"{AGENT_HOME}/.config", "XDG_CACHE_HOME": f"{AGENT_HOME}/.cache",
             "XDG_STATE_HOME": f"{AGENT_HOME}/.local/state"}
