@@ -103,8 +103,8 @@ def main(argv: list[str] | None = None) -> int:
             ideal = args.trials * args.sleep / j
             rows.append((j, wall, ideal, statistics.median(over), max(over), accepted,
                          res.status))
-    print(f"{'-j':>3} {'wall s':>8} {'ideal s':>8} {'ratio':>6} {'overhead/trial s (median, max)':>31}"
-          f" {'accepted':>9}")
+    head = "overhead/trial s (median, max)"
+    print(f"{'-j':>3} {'wall s':>8} {'ideal s':>8} {'ratio':>6} {head:>31} {'accepted':>9}")
     ok = True
     for j, wall, ideal, med, mx, acc, status in rows:
         print(f"{j:>3} {wall:>8.1f} {ideal:>8.1f} {wall / ideal:>6.2f} {med:>20.3f} {mx:>10.3f}"
