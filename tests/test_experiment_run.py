@@ -231,3 +231,24 @@ def test_a_spent_token_budget_fails_the_trial(tmp_path: Path, upstream) -> None:
     execution = json.loads(trial.read_text())["execution"]
     assert execution["status"] == "budget_exhausted"
     assert execution["model_usage"]["exhausted"] == "tokens"
+
+
+@needs_bwrap
+def test_the_total_budget_covers_every_session_and_may_be_raised(tmp_path: Path,
+                                                                 upstream) -> None:
+    exp = _experiment(tmp_path, reps=3, total=0.5)
+    out = tmp_path / "run"
+    assert run_cli(["exp", "run", str(exp), "--out", str(out), "-j", "1"]).code == 3
+    calls = len(upstream.chat_requests())
+    # the same cap again: what was spent before counts, so nothing new starts
+    assert run_cli(["exp", "run", str(exp), "--out", str(out), "-j", "1"]).code == 3
+    assert len(upstream.chat_requests()) == calls
+    # a raised cap on the command line (the file is unchanged): the run finishes
+    res = run_cli(["exp", "run", str(exp), "--out", str(out), "-j", "1",
+                   "--total-cost-usd", "100000"])
+    assert res.code == 0, res.stderr
+    trials = json.loads(run_cli(["exp", "status", str(out), "--json"]).stdout)["trials"]
+    assert all(t["state"] == "done" for t in trials)
+    sessions = json.loads((out / "manifest.json").read_text())["sessions"]
+    assert [s["total_cost_usd"] for s in sessions] == [0.5, 0.5, 100000]
+    assert [s["status"] for s in sessions] == ["budget_stopped", "budget_stopped", "complete"]

@@ -25,6 +25,7 @@ __all__ = [
     "prepare",
     "rebuild_report",
     "run",
+    "run_experiment",
     "run_trial",
 ]
 _API = frozenset(__all__) - {"__version__"}
@@ -42,6 +43,7 @@ if TYPE_CHECKING:
         prepare,
         rebuild_report,
         run,
+        run_experiment,
         run_trial,
     )
 

@@ -28,7 +28,7 @@ from assay.api.runs import (
     rebuild_report,
     run,
 )
-from assay.api.tasks import check_suite, check_tasks, load_bundles, run_trial
+from assay.api.tasks import check_suite, check_tasks, load_bundles, run_experiment, run_trial
 
 __all__ = [
     "CODING_DEFAULTS",
@@ -38,6 +38,7 @@ __all__ = [
     "RunResult",
     "check_suite",
     "check_tasks",
+    "run_experiment",
     "compare",
     "execute",
     "load_bundles",

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from assay.api.options import CODING_DEFAULTS
 from assay.api.runs import load_suite
@@ -134,3 +134,15 @@ def check_tasks(tasks: Sequence[PathLike | Bundle], out: PathLike, *, reruns: in
 
 
 __all__ = ["check_suite", "check_tasks", "load_bundles", "run_trial"]
+
+
+def run_experiment(experiment: str | os.PathLike[str], out: str | os.PathLike[str], *,
+                   jobs: int | None = None, grace_seconds: float = 10.0) -> Any:
+    """Run (or resume: the same call) every trial of an experiment file into ``out``, then
+    write its report; returns the runner's result (status, trial counts, money spent)."""
+    from assay.report.experiment import write_experiment_report
+    from assay.runner.experiment import run_experiment as _run
+
+    result = _run(Path(experiment), Path(out), jobs=jobs, grace_seconds=grace_seconds)
+    write_experiment_report(Path(out))
+    return result

@@ -135,6 +135,9 @@ def exp_run(
     = None,
     grace: Annotated[float, typer.Option(help="Seconds between the watchdog's SIGTERM and its "
                                          "SIGKILL at an agent's wall budget.")] = 10.0,
+    total_cost_usd: Annotated[float | None, typer.Option(
+        "--total-cost-usd", min=0, help="Override the file's whole-run spending cap (to finish "
+        "a run it stopped; recorded in the manifest's sessions).")] = None,
 ) -> None:
     """Run every trial of an experiment (resume: the same command). Exit 0 complete, 2 bad
     input, 3 finished with infra errors or stopped by the total budget, 130 interrupted."""
@@ -149,7 +152,7 @@ def exp_run(
     old = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
         result = run_experiment(experiment, out_dir, jobs=jobs, grace_seconds=grace,
-                                progress=_LineProgress())
+                                progress=_LineProgress(), total_cost_usd=total_cost_usd)
     except InputError as exc:
         raise fail(str(exc)) from None
     except KeyboardInterrupt:

@@ -32,7 +32,7 @@ from assay.grading.verifier import verify
 from assay.models.client import redact_url
 from assay.models.gateway import Gateway, Upstream
 from assay.models.gateway_budget import Limits as BudgetLimits
-from assay.records.io import atomic_write_json, read_json_file
+from assay.records.io import atomic_write_json, iter_rows, read_json_file
 from assay.records.manifest import tool_identity, utc_now
 from assay.records.trial import read_grade, read_trial
 from assay.runner.state import StateDB
@@ -197,8 +197,10 @@ def _json(value: Any) -> str:
 class ExperimentRunner:
     def __init__(self, exp: Experiment, out: Path, *, jobs: int | None = None,
                  grace_seconds: float = DEFAULT_GRACE_SECONDS,
-                 progress: ExperimentProgress | None = None) -> None:
+                 progress: ExperimentProgress | None = None,
+                 total_cost_usd: float | None = None) -> None:
         self.exp, self.out = exp, out
+        self.total_cost_usd = total_cost_usd
         self.jobs = jobs or exp.spec.concurrency
         self.grace = grace_seconds
         self.progress = progress or _Silent()
@@ -208,16 +210,23 @@ class ExperimentRunner:
 
     def run(self) -> ExperimentResult:
         spec = self.exp.spec
-        _open_run_dir(self.out, self.exp, self.access, self.jobs, self.grace)
+        manifest = _open_run_dir(self.out, self.exp, self.access, self.jobs, self.grace)
+        session = {"started_at": utc_now(), "pid": os.getpid(), "jobs": self.jobs,
+                   "watchdog_grace_seconds": self.grace, "assay": tool_identity()}
         state = StateDB.open(self.out, self.exp.identity, self.plan,
                              retries_infra=spec.retries.infra)
         sock_dir = Path(tempfile.mkdtemp(prefix="assay-gw-"))
         try:
             to_verify = state.recover()
             interrupted = state.counts().attempts.get("interrupted", 0)
+            prior, prior_complete = spent_so_far(self.out)
+            cap = (self.total_cost_usd if self.total_cost_usd is not None
+                   else spec.limits.total_cost_usd)
             gateway = Gateway(unix_socket=sock_dir / "gw.sock",
                               log_path=self.out / "gateway_events.jsonl",
-                              total_cost_usd=spec.limits.total_cost_usd)
+                              total_cost_usd=None if cap is None else max(cap - prior, 0.0))
+            if cap is not None and prior >= cap:
+                self.stop_new.set()
             with gateway:
                 self.gateway = gateway
                 self.proxy = ProxyTarget(unix_socket=sock_dir / "gw.sock")
@@ -227,7 +236,8 @@ class ExperimentRunner:
                 done = counts.trials.get("done", 0) + counts.trials.get("infra_error", 0)
                 self.progress.started(len(self.plan), done)
                 self._schedule(state)
-                spent, complete = gateway.spent(), gateway.spent_complete()
+                spent = prior + gateway.spent()
+                complete = prior_complete and gateway.spent_complete()
             counts = state.counts()
         finally:
             state.close()
@@ -238,9 +248,14 @@ class ExperimentRunner:
             status = "budget_stopped"
             message = (f"stopped at the total budget: ${spent:.4f} spent"
                        + ("" if complete else " (a lower bound: some calls reported no usage)")
-                       + f" of ${spec.limits.total_cost_usd}; {left} trials not started")
+                       + f" of ${cap}; {left} trials not started")
         elif counts.trials.get("infra_error", 0) or left:
             status = "infra_errors"
+        session.update(ended_at=utc_now(), status=status, total_cost_usd=cap,
+                       spent_usd_total=round(spent, 6), spent_complete=complete,
+                       reverified=len(to_verify))
+        manifest.setdefault("sessions", []).append(session)
+        atomic_write_json(self.out / MANIFEST, manifest)
         return ExperimentResult(self.out, status, dict(counts.trials), spent, complete, message,
                                 len(to_verify), interrupted)
 
@@ -345,13 +360,28 @@ class ExperimentRunner:
         self.progress.trial_done(key, "re-verified: " + self._record_grade(state, attempt, grade))
 
 
+def spent_so_far(out: Path) -> tuple[float, bool]:
+    """What earlier sessions of this run spent, from their ledgers on disk (the total budget
+    covers the whole run, not one session), and whether every call's cost was known."""
+    total, complete = 0.0, True
+    for ledger in out.glob("trials/*/*/*/a*/model_calls.jsonl"):
+        for row in iter_rows(ledger):
+            if row.get("cost_usd") is None:
+                complete = False
+            else:
+                total += float(row["cost_usd"])
+    return total, complete
+
+
 def run_experiment(path: Path, out: Path, *, jobs: int | None = None,
                    grace_seconds: float = DEFAULT_GRACE_SECONDS,
-                   progress: ExperimentProgress | None = None) -> ExperimentResult:
-    """Run (or resume) the experiment in ``path`` into ``out``."""
+                   progress: ExperimentProgress | None = None,
+                   total_cost_usd: float | None = None) -> ExperimentResult:
+    """Run (or resume) the experiment in ``path`` into ``out``. ``total_cost_usd`` overrides
+    the file's whole-run cap (to finish a run it stopped, without changing the file)."""
     exp = load_experiment(Path(path))
     return ExperimentRunner(exp, Path(out), jobs=jobs, grace_seconds=grace_seconds,
-                            progress=progress).run()
+                            progress=progress, total_cost_usd=total_cost_usd).run()
 
 
 __all__ = ["ExperimentResult", "ExperimentRunner", "read_grade", "run_experiment"]
