@@ -42,6 +42,13 @@ if "then wait" in text:
 if "plus" in text:
     subprocess.run(["sed", "-i", "s/return a - b/return a + b/", "src/calc/__init__.py"])
 print("agent done:", text)
+# the upstream itself, on the host's loopback, is out of reach: only the gateway is
+import socket
+try:
+    socket.create_connection(("127.0.0.1", UPSTREAM_PORT), timeout=2).close()
+    print("direct upstream: REACHED")
+except OSError as exc:
+    print("direct upstream: unreachable", exc)
 # the whole environment the agent got, into its recorded stdout: the run's files are scanned for
 # the real key afterwards, so a key that leaked into the sandbox would be caught here
 print(open("/proc/self/environ", "rb").read().replace(b"\0", b"\n").decode())
@@ -53,7 +60,8 @@ def _experiment(root: Path, *, reps: int = 2, total: float | None = None,
     bundle = make_bundle(root / "tasks" / "calc")
     y = bundle / "task.yaml"
     y.write_text(y.read_text().replace("network_policy: none", "network_policy: model-proxy-only"))
-    (root / "agent.py").write_text(AGENT)
+    port = int(os.environ["TEST_UPSTREAM"].rsplit(":", 1)[1].split("/")[0])
+    (root / "agent.py").write_text(AGENT.replace("UPSTREAM_PORT", str(port)))
     limits = ["limits:"]
     if total is not None:
         limits.append(f"  total_cost_usd: {total}")
@@ -120,6 +128,7 @@ def test_an_experiment_runs_every_trial_through_the_gateway(tmp_path: Path, upst
         assert SECRET.encode() not in p.read_bytes(), p
     stdout = (ledgers[0].parent / "agent" / "stdout.log").read_text()
     assert "OPENAI_API_KEY=sk-assay-" in stdout and "ASSAY_AGENT_WALL_SECONDS=30" in stdout
+    assert "direct upstream: unreachable" in stdout
     trial = json.loads((ledgers[0].parent / "trial.json").read_text())
     assert trial["network_policy"]["applied"] == "model-proxy"
     assert trial["execution"]["network_applied"]["network"] == "model-proxy"
@@ -252,3 +261,60 @@ def test_the_total_budget_covers_every_session_and_may_be_raised(tmp_path: Path,
     sessions = json.loads((out / "manifest.json").read_text())["sessions"]
     assert [s["total_cost_usd"] for s in sessions] == [0.5, 0.5, 100000]
     assert [s["status"] for s in sessions] == ["budget_stopped", "budget_stopped", "complete"]
+
+
+@needs_bwrap
+def test_an_agent_that_ignores_sigterm_and_forks_is_ended_by_the_watchdog(tmp_path: Path,
+                                                                         upstream) -> None:
+    exp = _experiment(tmp_path, reps=1)
+    bundle = tmp_path / "tasks" / "calc"
+    y = bundle / "task.yaml"
+    y.write_text(y.read_text().replace("agent_wall_seconds: 30", "agent_wall_seconds: 2"))
+    exp.write_text(exp.read_text().replace(
+        'agent: "command:python3 agent.py"',
+        "agent: \"command:trap '' TERM; (trap '' TERM; sleep 300) & sleep 300\""))
+    out = tmp_path / "run"
+    t0 = time.monotonic()
+    assert run_cli(["exp", "run", str(exp), "--out", str(out), "--grace", "1"]).code == 0
+    assert time.monotonic() - t0 < 60
+    [trial] = out.glob("trials/calc-001/asks/0/a1/trial.json")
+    execution = json.loads(trial.read_text())["execution"]
+    assert execution["status"] == "agent_timeout" and execution["ended_by"] == "watchdog"
+    assert "1 s" in execution["limits_applied"]["wall_seconds"]["note"]
+    rep = json.loads((out / "report.json").read_text())
+    assert rep["arms"]["asks"]["failure_codes"] == {"agent_timeout": 1}
+    left = subprocess.run(["pgrep", "-f", "sleep 300"], capture_output=True, text=True)
+    assert left.stdout.strip() == ""
+
+
+@needs_bwrap
+def test_kill_9_at_random_moments_never_grades_twice(tmp_path: Path, upstream) -> None:
+    """Reduced form (three kills); the issue's full form kills many more times: raise KILLS
+    and run this test alone (``pytest tests/test_experiment_run.py -k random``)."""
+    import random
+
+    kills = 3
+    exp = _experiment(tmp_path, reps=3)
+    out = tmp_path / "run"
+    env = {**os.environ, "NO_COLOR": "1"}
+    rng = random.Random(4)
+    for _ in range(kills):
+        proc = subprocess.Popen([sys.executable, "-m", "assay", "exp", "run", str(exp),
+                                 "--out", str(out)], env=env, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
+        time.sleep(rng.uniform(1.0, 4.0))
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+    res = subprocess.run([sys.executable, "-m", "assay", "exp", "run", str(exp), "--out",
+                          str(out)], env=env, capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr
+    with sqlite3.connect(out / "state.sqlite") as c:
+        graded = [r[0] for r in c.execute("SELECT trial FROM grades")]
+        dirs = [r[0] for r in c.execute("SELECT a.dir FROM attempts a WHERE a.state != "
+                                        "'interrupted' OR a.id IN (SELECT attempt FROM grades)")]
+    assert len(graded) == len(set(graded)) == 6
+    for d in dirs:
+        assert (out / d / "trial.json").is_file(), d  # kept; an interrupted one may have been
+        # killed before its directory existed (its row is committed first)
+    rep = json.loads((out / "report.json").read_text())
+    assert rep["arms"]["asks"]["accepted"] == 3 and rep["arms"]["idle"]["graded"] == 3

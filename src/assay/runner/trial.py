@@ -9,6 +9,7 @@ the frozen artifact.
 from __future__ import annotations
 
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,11 +50,23 @@ class TrialResult:
     record: dict[str, Any]
 
 
+_ENV_CACHE: dict[tuple[str, ...], dict[str, Any]] = {}
+_ENV_LOCK = threading.Lock()
+
+
 def check_environment(bundle: Bundle, workspace: Path) -> dict[str, Any]:
-    """Requirements checked inside the same sandbox the agent and verifier get; versions kept."""
+    """Requirements checked inside the same sandbox the agent and verifier get; versions kept.
+
+    What the sandbox offers is the machine's, not the workspace's, so a found set is kept for
+    the life of the process (an experiment checks it once per set of requirements, not once per
+    trial: it costs two interpreter starts); a missing one is asked again every time."""
     reqs = bundle.spec.initial_state.environment.requires
     if not reqs:
         return {}
+    key = tuple(sorted(reqs))
+    with _ENV_LOCK:
+        if key in _ENV_CACHE:
+            return {k: dict(v) for k, v in _ENV_CACHE[key].items()}
     bad = [r for r in reqs if not r.replace("-", "_").replace(".", "_").isidentifier()]
     if bad:
         raise TrialRefused(f"environment.requires: not a command or module name: {bad}")
@@ -66,6 +79,8 @@ def check_environment(bundle: Bundle, workspace: Path) -> dict[str, Any]:
     missing = [r for r in reqs if found.get(r, {}).get("kind") in (None, "missing")]
     if missing:
         raise TrialRefused(f"missing in the sandbox: {', '.join(missing)}")
+    with _ENV_LOCK:
+        _ENV_CACHE[key] = {k: dict(v) for k, v in found.items()}
     return found
 
 
