@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from assay.errors import GradingError
+from assay.errors import GradingError, RecordError
 from assay.grading.rubric_revisions import latest_grades
 from assay.records.io import scan_jsonl
 from assay.records.manifest import read_manifest
@@ -61,9 +61,10 @@ def open_run(run_dir: Path) -> tuple[Run, dict[str, dict[str, Any]], list[dict[s
         raise GradingError(f"{run_dir}: no such run directory")
     try:
         manifest = read_manifest(run_dir)
-    except FileNotFoundError:
-        raise GradingError(f"{run_dir}: no manifest.json: not an assay run directory") from None
-    except ValueError as exc:
+    except RecordError as exc:
+        if not (run_dir / "manifest.json").exists():
+            raise GradingError(f"{run_dir}: no manifest.json: not an assay run directory") \
+                from None
         raise GradingError(f"{run_dir}/manifest.json: unreadable ({exc})") from None
     kind = manifest.get("kind") if isinstance(manifest, dict) else None
     if kind != "coding":

@@ -52,8 +52,8 @@ def read_manifest(run_dir: Path) -> dict[str, Any]:
     path = run_dir / MANIFEST
     try:
         return read_json_file(path)
-    except FileNotFoundError as exc:
-        raise FileNotFoundError(f"{path}: no manifest: not an assay run directory") from exc
+    except FileNotFoundError:
+        raise RecordError(f"{path}: no manifest: not an assay run directory") from None
 
 
 class ModelInfo(Record):

@@ -10,11 +10,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from assay.suites.errors import Problem, SuiteError
 from assay.suites.jsonl import iter_jsonl_objects
+from assay.suites.yamlfile import key_lines, line_of, parse_yaml
 
 CASES_FILE = Path("data/cases.jsonl")
 TRAIN_FILE = Path("data/train.jsonl")
@@ -99,20 +99,6 @@ def sha256_file(path: Path) -> str:
         return hashlib.file_digest(fh, "sha256").hexdigest()
 
 
-def _yaml_key_lines(path: Path, text: str) -> dict[str, int]:
-    """Line of every top-level key, so a pydantic error can name it."""
-    try:
-        node = yaml.compose(text)
-    except yaml.YAMLError:
-        return {}
-    lines: dict[str, int] = {}
-    if isinstance(node, yaml.MappingNode):
-        for key, _value in node.value:
-            if isinstance(key, yaml.ScalarNode):
-                lines[str(key.value)] = key.start_mark.line + 1
-    return lines
-
-
 def load_config(root: Path) -> SuiteConfig:
     path = root / CONFIG_FILE
     if not path.exists():
@@ -121,12 +107,7 @@ def load_config(root: Path) -> SuiteConfig:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
         raise SuiteError.one(path, f"not valid UTF-8: {exc.reason}") from exc
-    try:
-        data: Any = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        raise SuiteError.one(path, f"invalid YAML: {getattr(exc, 'problem', exc)}",
-                             line=mark.line + 1 if mark else None) from exc
+    data: Any = parse_yaml(path, text)
     if data is None:
         data = {}
     if not isinstance(data, dict):
@@ -134,7 +115,7 @@ def load_config(root: Path) -> SuiteConfig:
     try:
         return SuiteConfig.model_validate(data)
     except ValidationError as exc:
-        key_lines = _yaml_key_lines(path, text)
+        lines = key_lines(text)
         problems = []
         for err in exc.errors():
             loc = [str(x) for x in err["loc"]]
@@ -142,7 +123,8 @@ def load_config(root: Path) -> SuiteConfig:
             msg = err["msg"]
             if err["type"] == "extra_forbidden":
                 msg = "unknown setting (allowed: " + ", ".join(SuiteConfig.model_fields) + ")"
-            problems.append(Problem(path, key_lines.get(loc[0]) if loc else None, field, msg))
+            problems.append(Problem(path, line_of(lines, tuple(loc[:1])) if loc else None, field,
+                                    msg))
         raise SuiteError(problems) from exc
 
 

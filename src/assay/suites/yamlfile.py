@@ -55,14 +55,19 @@ def line_of(lines: KeyLines, loc: tuple[str, ...]) -> int | None:
     return None
 
 
-def load_mapping(path: Path, text: str) -> dict[str, Any]:
-    """The top-level mapping of ``text``, or a ``SuiteError`` naming the line YAML choked on."""
+def parse_yaml(path: Path, text: str) -> Any:
+    """``text`` parsed (safe loader), or a ``SuiteError`` naming the line YAML choked on."""
     try:
-        data = yaml.safe_load(text)
+        return yaml.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         raise SuiteError.one(path, f"invalid YAML: {getattr(exc, 'problem', exc)}",
                              line=mark.line + 1 if mark else None) from exc
+
+
+def load_mapping(path: Path, text: str) -> dict[str, Any]:
+    """The top-level mapping of ``text``, or a ``SuiteError`` naming the line YAML choked on."""
+    data = parse_yaml(path, text)
     if not isinstance(data, dict):
         raise SuiteError.one(path, "expected a mapping at the top level")
     return data
