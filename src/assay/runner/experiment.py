@@ -297,12 +297,17 @@ class ExperimentRunner:
         if access.upstream is not None and policy == "model-proxy-only":
             attempt_dir.mkdir(parents=True, exist_ok=False)
             limits = self.exp.spec.limits
-            token = self.gateway.open_attempt(
-                attempt_id, ledger_path=attempt_dir / "model_calls.jsonl",
-                upstream=access.upstream, model=access.model or "",
-                limits=BudgetLimits(tokens=limits.tokens, cost_usd=limits.cost_usd,
-                                    assistant_steps=bundle.spec.budget.assistant_steps),
-                prices={k: v.model_dump() for k, v in self.exp.spec.prices.items()})
+            try:
+                token = self.gateway.open_attempt(
+                    attempt_id, ledger_path=attempt_dir / "model_calls.jsonl",
+                    upstream=access.upstream, model=access.model or "",
+                    limits=BudgetLimits(tokens=limits.tokens, cost_usd=limits.cost_usd,
+                                        assistant_steps=bundle.spec.budget.assistant_steps),
+                    prices={k: v.model_dump() for k, v in self.exp.spec.prices.items()})
+            except (ValueError, OSError) as exc:  # before the agent started: infrastructure
+                state.finish_attempt(attempt, "infra_error",
+                                     reason=f"gateway: {type(exc).__name__}: {exc}"[:500])
+                return "infra_error"
         hooks = _AttemptHooks(state, attempt, self.gateway, token, access, self.proxy,
                               self.grace, bundle.spec.acceptance.verifier_revision)
         try:
