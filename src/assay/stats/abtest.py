@@ -86,7 +86,10 @@ class ABResult:
     """Everything ``compare_arms`` found; ``to_dict`` gives plain JSON-ready values.
 
     ``ci`` is ``None`` when no interval exists (fewer than two clusters): an
-    interval from one cluster would be invented, not estimated.
+    interval from one cluster would be invented, not estimated. ``se`` and
+    ``df`` are the cluster-robust standard error and G - 1 whatever the
+    method, so a reader can compare a bootstrap interval with Δ ± t·SE;
+    ``seed`` and ``n_boot`` are set only for the bootstrap methods.
     """
 
     delta: float
@@ -242,6 +245,8 @@ def cluster_bootstrap_interval(
     with np.errstate(divide="ignore", invalid="ignore"):
         t_star = np.where(zero, np.sign(num) * np.inf, num / np.where(zero, 1.0, se_b))
     t_star = t_star[keep]
+    if t_star.size == 0:
+        return delta, delta, delta
     alpha = 1.0 - level
     q_lo, q_hi = np.quantile(t_star, [alpha / 2.0, 1.0 - alpha / 2.0], method="inverted_cdf")
     return delta, float(delta - q_hi * se), float(delta - q_lo * se)
