@@ -165,8 +165,12 @@ def test_the_total_budget_stops_new_trials(tmp_path: Path, upstream) -> None:
 
 
 def _attempt_states(out: Path) -> list[tuple[str, str]]:
-    with sqlite3.connect(f"file:{out / 'state.sqlite'}?mode=ro", uri=True) as c:
-        return list(c.execute("SELECT attempt, state FROM attempts"))
+    """Polled while the runner starts: the file can exist before its tables do."""
+    try:
+        with sqlite3.connect(f"file:{out / 'state.sqlite'}?mode=ro", uri=True) as c:
+            return list(c.execute("SELECT attempt, state FROM attempts"))
+    except sqlite3.OperationalError:
+        return []
 
 
 @pytest.fixture
@@ -318,3 +322,26 @@ def test_kill_9_at_random_moments_never_grades_twice(tmp_path: Path, upstream) -
         # killed before its directory existed (its row is committed first)
     rep = json.loads((out / "report.json").read_text())
     assert rep["arms"]["asks"]["accepted"] == 3 and rep["arms"]["idle"]["graded"] == 3
+
+
+@needs_bwrap
+def test_a_grader_error_is_graded_again_from_the_same_artifact(tmp_path: Path,
+                                                               upstream) -> None:
+    """The verifier cannot finish (its trusted run outlives the verifier's budget): the trial
+    is a grader error, not a verdict; a resume grades the same artifact again into a new
+    revision beside the first, and never runs the agent again."""
+    exp = _experiment(tmp_path, reps=1)
+    y = tmp_path / "tasks" / "calc" / "task.yaml"
+    y.write_text(y.read_text().replace("verifier_wall_seconds: 30", "verifier_wall_seconds: 1.5")
+                 .replace('behavior: {command: "', 'behavior: {command: "sleep 5; '))
+    out = tmp_path / "run"
+    assert run_cli(["exp", "run", str(exp), "--out", str(out)]).code == 3
+    calls = len(upstream.chat_requests())
+    assert run_cli(["exp", "run", str(exp), "--out", str(out)]).code == 3
+    assert len(upstream.chat_requests()) == calls  # the agent did not run again
+    grades = sorted(p.name for p in out.glob("trials/calc-001/asks/0/a1/grades/*.json"))
+    assert grades == ["v1.json", "v1.r2.json"]
+    with sqlite3.connect(out / "state.sqlite") as c:
+        states = dict(c.execute("SELECT t.arm, a.state FROM attempts a JOIN trials t "
+                                "ON t.id = a.trial"))
+    assert states == {"asks": "grader_error", "idle": "grader_error"}

@@ -10,9 +10,11 @@ zero. A row never holds the real key, the scoped token, or the request body (onl
 
 from __future__ import annotations
 
-from typing import Literal
+from pathlib import Path
+from typing import Any, Literal
 
 from assay.records.base import Record
+from assay.records.io import iter_rows
 
 #: The per-attempt limits a gateway enforces, by the name the records and the runner use.
 LimitName = Literal["tokens", "cost_usd", "assistant_steps"]
@@ -111,3 +113,28 @@ class GatewayEvent(Record):
     """Request path, without its query string."""
     status: int
     """HTTP status answered."""
+
+
+def ledger_totals(path: Path) -> dict[str, Any]:
+    """What one attempt's ``model_calls.jsonl`` adds up to, read back from disk (a report, or a
+    resumed run's budget, needs it without the gateway that wrote it): calls, tokens as reported,
+    cost, and how many calls had no usage or no price (then the cost is a lower bound). Calls the
+    gateway refused were never forwarded and spent nothing."""
+    out: dict[str, Any] = {"calls": 0, "input": 0, "cached_input": 0, "output": 0,
+                           "reasoning": 0, "cost_usd": 0.0, "usage_missing_calls": 0,
+                           "unpriced_calls": 0}
+    if not path.is_file():
+        return out
+    for row in iter_rows(path):
+        out["calls"] += 1
+        if not row.get("forwarded", True):
+            continue
+        if row.get("usage_missing"):
+            out["usage_missing_calls"] += 1
+        for k in ("input", "cached_input", "output", "reasoning"):
+            out[k] += int(row.get(f"{k}_tokens") or 0)
+        if row.get("cost_usd") is None:
+            out["unpriced_calls"] += 1
+        else:
+            out["cost_usd"] += float(row["cost_usd"])
+    return out

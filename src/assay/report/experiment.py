@@ -16,7 +16,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from assay.records.io import atomic_write_text, iter_rows, read_json_file
+from assay.records.io import atomic_write_text, read_json_file
+from assay.records.ledger import ledger_totals
 
 SCHEMA = "assay.experiment.report/1"
 
@@ -29,26 +30,6 @@ def _newest_grade(attempt_dir: Path) -> dict[str, Any] | None:
         except Exception:  # noqa: BLE001 - a grade that cannot be read is not a grade
             continue
     return None
-
-
-def _ledger(path: Path) -> dict[str, Any]:
-    out = {"calls": 0, "input": 0, "cached_input": 0, "output": 0, "reasoning": 0,
-           "cost_usd": 0.0, "usage_missing_calls": 0, "unpriced_calls": 0}
-    if not path.is_file():
-        return out
-    for row in iter_rows(path):
-        out["calls"] += 1
-        if not row.get("forwarded", True):
-            continue  # refused by the gateway (budget, token): nothing was spent
-        if row.get("usage_missing"):
-            out["usage_missing_calls"] += 1
-        for k in ("input", "cached_input", "output", "reasoning"):
-            out[k] += int(row.get(f"{k}_tokens") or 0)
-        if row.get("cost_usd") is None:
-            out["unpriced_calls"] += 1
-        else:
-            out["cost_usd"] += float(row["cost_usd"])
-    return out
 
 
 def build_experiment_report(run_dir: Path) -> dict[str, Any]:
@@ -105,7 +86,7 @@ def _trial(run_dir: Path, task: str, arm: str, rep: int, acc: dict[str, Any]) ->
                            "stage_seconds": None, "link": None}
     for a in attempts:
         acc["attempts"] += 1
-        ledger = _ledger(a / "model_calls.jsonl")
+        ledger = ledger_totals(a / "model_calls.jsonl")
         for k in ("calls", "input", "cached_input", "output", "reasoning", "cost_usd",
                   "usage_missing_calls", "unpriced_calls"):
             acc[k] += ledger[k]

@@ -17,6 +17,7 @@ artifact. At ``limits.total_cost_usd`` no new attempt starts, and the run stops 
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
@@ -28,11 +29,12 @@ from typing import Any, Protocol
 
 from assay.agents import Agent, parse_agent
 from assay.errors import InputError, NeverOverwrite, RunConflict
-from assay.grading.verifier import verify
+from assay.grading.verifier import grade_path, verify
 from assay.models.client import redact_url
 from assay.models.gateway import Gateway, Upstream
 from assay.models.gateway_budget import Limits as BudgetLimits
-from assay.records.io import atomic_write_json, iter_rows, read_json_file
+from assay.records.io import atomic_write_json, read_json_file
+from assay.records.ledger import ledger_totals
 from assay.records.manifest import tool_identity, utc_now
 from assay.records.trial import read_grade, read_trial
 from assay.runner.state import StateDB
@@ -156,6 +158,7 @@ class _AttemptHooks(TrialHooks):
     def __init__(self, state: StateDB, attempt: Any, gateway: Gateway | None,
                  token: str | None, access: _ArmAccess, proxy: ProxyTarget | None,
                  grace: float, revision: str) -> None:
+        super().__init__()
         self.state, self.attempt, self.gateway, self.token = state, attempt, gateway, token
         self.grace_seconds = grace
         self.verifier_revision = revision
@@ -165,7 +168,7 @@ class _AttemptHooks(TrialHooks):
             base = proxy.base_url + "/v1"
             self.model_env = {"OPENAI_BASE_URL": base, "OPENAI_API_BASE": base,
                               "OPENAI_API_KEY": token, "ASSAY_MODEL": access.model,
-                              "ASSAY_MODEL_PARAMS": _json(access.params)}
+                              "ASSAY_MODEL_PARAMS": json.dumps(access.params, sort_keys=True)}
 
     def before(self, stage: str) -> None:
         nxt = {"agent": "running", "freeze": "freezing", "verify": "verifying"}[stage]
@@ -186,12 +189,6 @@ class _AttemptHooks(TrialHooks):
             execution.update(status="infra_error",
                              detail="the gateway could not reach the upstream for any call")
         return execution
-
-
-def _json(value: Any) -> str:
-    import json
-
-    return json.dumps(value, sort_keys=True)
 
 
 class ExperimentRunner:
@@ -249,8 +246,8 @@ class ExperimentRunner:
             message = (f"stopped at the total budget: ${spent:.4f} spent"
                        + ("" if complete else " (a lower bound: some calls reported no usage)")
                        + f" of ${cap}; {left} trials not started")
-        elif counts.trials.get("infra_error", 0) or left:
-            status = "infra_errors"
+        elif counts.trials.get("done", 0) < len(self.plan):
+            status = "infra_errors"  # infra errors, grader errors, anything left: resumable
         session.update(ended_at=utc_now(), status=status, total_cost_usd=cap,
                        spent_usd_total=round(spent, 6), spent_complete=complete,
                        reverified=len(to_verify))
@@ -349,11 +346,10 @@ class ExperimentRunner:
         bundle = self.exp.bundles[key.task]
         attempt_dir = self.out / attempt.dir
         base = bundle.spec.acceptance.verifier_revision
-        n = 1
-        while (attempt_dir / "grades" / (base if n == 1 else f"{base}.r{n}")).with_suffix(
-                ".json").exists():
+        revision, n = base, 1
+        while grade_path(attempt_dir, revision).exists():
             n += 1
-        revision = base if n == 1 else f"{base}.r{n}"
+            revision = f"{base}.r{n}"
         if attempt.state == "grader_error":
             attempt = state.move(attempt, "verifying")
         try:
@@ -370,11 +366,9 @@ def spent_so_far(out: Path) -> tuple[float, bool]:
     covers the whole run, not one session), and whether every call's cost was known."""
     total, complete = 0.0, True
     for ledger in out.glob("trials/*/*/*/a*/model_calls.jsonl"):
-        for row in iter_rows(ledger):
-            if row.get("cost_usd") is None:
-                complete = False
-            else:
-                total += float(row["cost_usd"])
+        sums = ledger_totals(ledger)
+        total += sums["cost_usd"]
+        complete = complete and sums["unpriced_calls"] == 0
     return total, complete
 
 

@@ -116,11 +116,12 @@ class TrialHooks:
     state transitions, the gateway's variables, the budget read back). The defaults do
     nothing, which is ``assay trial run``."""
 
-    #: gateway variables for the agent, and the network path to the gateway
-    model_env: dict[str, str] = {}
-    proxy: Any = None
-    grace_seconds: float = KILL_GRACE_SECONDS
-    verifier_revision: str | None = None
+    def __init__(self) -> None:
+        #: gateway variables for the agent, and the network path to the gateway
+        self.model_env: dict[str, str] = {}
+        self.proxy: Any = None
+        self.grace_seconds: float = KILL_GRACE_SECONDS
+        self.verifier_revision: str | None = None
 
     def before(self, stage: str) -> None:
         """Called before each stage starts (``agent``, ``freeze``, ``verify``); the experiment
