@@ -3,6 +3,7 @@ real built-in model server, real sandboxes and real run directories; no CLI in b
 
 from __future__ import annotations
 
+import importlib
 import json
 import subprocess
 import sys
@@ -166,6 +167,13 @@ def test_builtin_models_compare_and_rebuild_report(tmp_path: Path) -> None:
     assert rebuilt == a.report
     assert all((tmp_path / "a" / n).is_file() for n in ("report.json", "report.md",
                                                           "report.html"))
+    # the name for it: assay.report(run_dir), callable even though assay.report is
+    # also the package every report module lives in (and is bound to that name by now)
+    importlib.import_module("assay.report.narrow")
+
+    (tmp_path / "a" / "report.json").unlink()
+    assert assay.report(tmp_path / "a") == a.report
+    assert (tmp_path / "a" / "report.json").is_file()
     # resuming a finished run asks nothing and writes no row
     again = assay.run(triage, "builtin/baseline", out=tmp_path / "a")
     assert again.rows_written == 0 and again.status == "complete"

@@ -1,13 +1,15 @@
 """assay: evidence-first evals of models and coding agents on your own tasks.
 
 The library API lives in :mod:`assay.api` and is reached from here (``assay.run``,
-``assay.rebuild_report``, ``assay.compare``, ...). It is loaded on first use: every ``import
-assay.<anything>`` runs this file first, so an eager import here would pull the runner into
-``import assay.records.base`` and could close an import cycle.
+``assay.report`` / ``assay.rebuild_report``, ``assay.compare``, ...). It is loaded on first
+use: every ``import assay.<anything>`` runs this file first, so an eager import here would pull
+the runner into ``import assay.records.base`` and could close an import cycle.
 """
 
 from __future__ import annotations
 
+import importlib
+import types
 from typing import TYPE_CHECKING, Any
 
 from assay.version import __version__
@@ -57,6 +59,24 @@ def __getattr__(name: str) -> Any:
         globals()[name] = value
         return value
     raise AttributeError(f"module 'assay' has no attribute {name!r}")
+
+
+class _ReportPackage(types.ModuleType):
+    """``assay.report`` is both the package that builds reports and the API's ``report(run_dir)``:
+    once any ``assay.report.<module>`` is imported, Python binds the package to that name, so
+    the package itself is made callable rather than a function shadowed at random."""
+
+    def __call__(self, run_dir: Any, **kwargs: Any) -> dict[str, Any]:
+        """Rebuild report.json, report.md and report.html from a run directory; see
+        :func:`assay.api.rebuild_report`."""
+        from assay.api import rebuild_report
+
+        return rebuild_report(run_dir, **kwargs)
+
+
+# The package's __init__ is empty, so importing it costs nothing and pulls in no runner.
+_report_package = importlib.import_module("assay.report")
+_report_package.__class__ = _ReportPackage
 
 
 def __dir__() -> list[str]:

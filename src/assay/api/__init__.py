@@ -7,8 +7,8 @@
     print(result.report["accuracy"], assay.compare("runs/a", "runs/b")["diff_ci95"])
 
 Runs: :func:`run` (= :func:`prepare` then :func:`execute`), :func:`rebuild_report`,
-:func:`compare`. (Not ``report``: ``assay.report`` is the package that builds reports, and the
-import system would put that package over a function of the same name.)
+:func:`compare`. From the top level it is also ``assay.report(run_dir)``: ``assay.report`` is the
+package that builds reports, made callable in ``assay/__init__.py`` so both meanings hold.
 Suites and tasks: :func:`load_suite`, :func:`check_suite`, :func:`load_bundles`,
 :func:`run_trial`, :func:`check_tasks`. Every error raised on purpose is from
 :mod:`assay.errors`: an ``InputError`` means change the input, an ``InfraError`` means the
