@@ -268,7 +268,9 @@ def test_unpinned_starting_tree_is_digested(tmp_path: Path) -> None:
 def _plan(exp_dir: Path, seed: int, reps: int = 3) -> tuple[Experiment, list[TrialKey]]:
     write(exp_dir, GOOD.replace("seed: 7", f"seed: {seed}").replace("weights: {calc-a: 2}\n", "")
           .replace("repetitions: 3", f"repetitions: {reps}")
-          .replace("  candidate:", "  third:\n    agent: nop\n  candidate:"))
+          .replace("  candidate:", "  third:\n    agent: nop\n  candidate:")
+          .replace("  max_new_failures: 2\n", "  max_new_failures: 2\n  baseline: baseline\n"
+                   "  candidate: candidate\n"))
     exp = load_experiment(exp_dir / "experiment.yaml")
     return exp, plan(exp)
 
@@ -294,3 +296,24 @@ def test_plan_is_complete_seeded_and_interleaves_arms(exp_dir: Path) -> None:
     assert [k.task for k in order[::len(arms)]] != sorted(k.task for k in order[::len(arms)])
     firsts = Counter(order[i].arm for i in range(0, len(order), len(arms)))
     assert len(firsts) == len(arms) and max(firsts.values()) < len(order) // len(arms)
+
+
+@pytest.mark.parametrize(("extra", "field", "needle"), [
+    ("  baseline: nosuch\n  candidate: candidate\n", "bar.baseline", "no arm 'nosuch'"),
+    ("  baseline: baseline\n", "bar", "name both baseline and candidate"),
+    ("  baseline: baseline\n  candidate: baseline\n", "bar.candidate", "is the baseline"),
+])
+def test_bar_must_say_which_arm_is_which(exp_dir: Path, extra: str, field: str,
+                                         needle: str) -> None:
+    text = GOOD.replace("  max_new_failures: 2\n", "  max_new_failures: 2\n" + extra)
+    with pytest.raises(SuiteError) as info:
+        load_experiment(write(exp_dir, text))
+    p = next(p for p in info.value.problems if p.field == field)
+    assert needle in p.message and p.line is not None
+
+
+def test_bar_with_three_unnamed_arms_is_refused(exp_dir: Path) -> None:
+    text = GOOD.replace("  candidate:", "  third:\n    agent: nop\n  candidate:")
+    with pytest.raises(SuiteError) as info:
+        load_experiment(write(exp_dir, text))
+    assert any(p.field == "bar" and "3 arms" in p.message for p in info.value.problems)

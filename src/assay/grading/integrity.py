@@ -23,6 +23,11 @@ TOOLING_NAMES = {"pytest.py", "conftest.py", "sitecustomize.py", "usercustomize.
                  "pytest.ini", ".pytest.ini", "pytest.toml", ".pytest.toml", "tox.ini",
                  "entry_points.txt"}
 TOOLING_DIRS = {"pytest", "_pytest"}
+#: Integrity problem codes, in the order a reader should fix them; the first found is the
+#: trial's failure code.
+INTEGRITY_ORDER = ("protected_file_changed", "link_into_protected_path",
+                   "link_outside_workspace", "test_tooling_changed", "compiled_code_added",
+                   "change_outside_allowed_paths")
 TOOLING_SUFFIXES = (".pth", ".dist-info", ".egg-info", ".egg-link")
 # Code the interpreter loads in place of a source a reviewer can read.
 COMPILED_SUFFIXES = (".pyc", ".pyo", ".so", ".pyd", ".dylib", ".dll")
@@ -166,10 +171,8 @@ def check_integrity(pristine: list[dict[str, Any]], artifact: list[dict[str, Any
             if not matches_any(path, allowed) and not _is_parent_dir_of_allowed(path, allowed):
                 problems.append({"code": "change_outside_allowed_paths", "path": path})
 
-    order = ["protected_file_changed", "link_into_protected_path", "link_outside_workspace",
-             "test_tooling_changed", "compiled_code_added", "change_outside_allowed_paths"]
     codes = {p["code"] for p in problems}
-    first = next((c for c in order if c in codes), None)
+    first = next((c for c in INTEGRITY_ORDER if c in codes), None)
     return IntegrityResult(not problems, first, problems, changes)
 
 

@@ -1,12 +1,15 @@
-"""``assay exp report``: a per-trial table and per-arm counts, from the run directory alone.
+"""``assay exp report``: per arm, per trial, the A/B comparison and the verdict, from disk alone.
 
-Built from the records on disk (``manifest.json`` for the plan, each attempt's ``trial.json``,
-its newest grade and its ``model_calls.jsonl``), never from the runner or its database, so a
-report can be rebuilt anywhere the directory is copied. A trial's result is the grade of the
-attempt that was graded; attempts that ended in infrastructure errors or interruptions are
-counted, never silently dropped. Cost and tokens add up every attempt of an arm, failures
-included, and say when any call reported no usage (then they are lower bounds, never zeros).
-Statistics across arms are ``assay exp compare``'s job.
+Built from the run directory's records through ``report.outcomes`` (the manifest for the plan
+and the bar, each attempt's ``trial.json``, newest grade and ``model_calls.jsonl``), never from
+the runner or its database, so a report can be rebuilt anywhere the directory is copied. A
+trial's result is its graded attempt's grade; attempts that ended in infrastructure errors or
+interruptions are counted, never silently dropped. Cost and tokens add up every attempt of an
+arm, failures included, and say when any call reported no usage (lower bounds, never zeros).
+
+The comparison is between the bar's baseline and candidate (or the two arms, in the file's
+order); the verdict needs a bar frozen in the manifest whose hash still matches, because a
+verdict against a bar edited afterwards would be a verdict against nothing.
 """
 
 from __future__ import annotations
@@ -16,123 +19,224 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from assay.records.io import atomic_write_text, read_json_file
-from assay.records.ledger import ledger_totals
+from assay.errors import NotComparable, RecordError
+from assay.records.io import atomic_write_text, dumps_row, read_json_file
+from assay.report.abcompare import build_comparison, default_arms
+from assay.report.outcomes import OutcomeSet, TrialOutcome, load_run_outcomes
+from assay.report.verdict import decide
+from assay.suites.experiment import bar_sha256
 
-SCHEMA = "assay.experiment.report/1"
+SCHEMA = "assay.experiment.report/2"
+OUTCOMES_FILE = "outcomes.jsonl"
+_TOKENS = ("input", "cached_input", "output", "reasoning")
 
 
-def _newest_grade(attempt_dir: Path) -> dict[str, Any] | None:
-    grades = sorted((attempt_dir / "grades").glob("*.json"), key=lambda p: p.stat().st_mtime)
-    for path in reversed(grades):
-        try:
-            return read_json_file(path)
-        except Exception:  # noqa: BLE001 - a grade that cannot be read is not a grade
+def frozen_bar(run_dir: Path, manifest: dict[str, Any]) -> dict[str, Any] | None:
+    """The bar as frozen before the first trial, checked against its hash and the identity."""
+    bar = manifest.get("identity", {}).get("settings", {}).get("bar")
+    if bar is None:
+        return None
+    if "bar_sha256" in manifest and manifest["bar_sha256"] != bar_sha256(bar):
+        raise RecordError(f"{run_dir / 'manifest.json'}: the bar does not match its frozen "
+                          "hash (bar_sha256): the manifest was edited after the run started")
+    return {**bar, "sha256": bar_sha256(bar)}
+
+
+def _arm_row(trials: list[TrialOutcome]) -> dict[str, Any]:
+    acc: dict[str, Any] = {"planned": len(trials), "graded": 0, "accepted": 0, "attempts": 0,
+                           "infra_error_attempts": 0, "interrupted_attempts": 0,
+                           "integrity_violations": 0, "interventions": 0, "calls": 0,
+                           "usage_missing_calls": 0, "unpriced_calls": 0, "cost_usd": 0.0}
+    codes: Counter[str] = Counter()
+    tokens = dict.fromkeys(_TOKENS, 0)
+    for t in trials:
+        for a in t.attempts:
+            acc["attempts"] += 1
+            if a.status == "infra_error":
+                acc["infra_error_attempts"] += 1
+            elif a.status == "interrupted":
+                acc["interrupted_attempts"] += 1
+            ledger = a.ledger or {}
+            for k in ("calls", "usage_missing_calls", "unpriced_calls", "cost_usd"):
+                acc[k] += ledger.get(k, 0)
+            for k in _TOKENS:
+                tokens[k] += ledger.get(k, 0)
+        o = t.outcome
+        if o.passed is None:
             continue
-    return None
-
-
-def build_experiment_report(run_dir: Path) -> dict[str, Any]:
-    manifest = read_json_file(run_dir / "manifest.json")
-    identity = manifest["identity"]
-    tasks = sorted(identity["tasks"])
-    arms = sorted(identity["arms"])
-    reps = int(identity["settings"].get("repetitions", 1))
-    trials: list[dict[str, Any]] = []
-    per_arm: dict[str, dict[str, Any]] = {
-        a: {"planned": 0, "graded": 0, "accepted": 0, "failure_codes": Counter(),
-            "attempts": 0, "infra_error_attempts": 0, "interrupted_attempts": 0,
-            "calls": 0, "input": 0, "cached_input": 0, "output": 0, "reasoning": 0,
-            "cost_usd": 0.0, "usage_missing_calls": 0, "unpriced_calls": 0}
-        for a in arms}
-    for task in tasks:
-        for arm in arms:
-            for rep in range(reps):
-                row = _trial(run_dir, task, arm, rep, per_arm[arm])
-                trials.append(row)
-    arm_rows = {}
-    for arm, acc in per_arm.items():
-        planned = acc["planned"]
-        attempts = acc["attempts"]
-        cost_complete = acc["usage_missing_calls"] == 0 and acc["unpriced_calls"] == 0
-        arm_rows[arm] = {
-            "planned": planned, "graded": acc["graded"], "accepted": acc["accepted"],
-            "coverage": acc["graded"] / planned if planned else None,
-            "pass_rate_of_graded": acc["accepted"] / acc["graded"] if acc["graded"] else None,
-            "failure_codes": dict(sorted(acc["failure_codes"].items())),
-            "attempts": attempts, "infra_error_attempts": acc["infra_error_attempts"],
-            "interrupted_attempts": acc["interrupted_attempts"],
-            "infra_error_rate": acc["infra_error_attempts"] / attempts if attempts else None,
-            "tokens": {k: acc[k] for k in ("input", "cached_input", "output", "reasoning")},
-            "calls": acc["calls"], "usage_missing_calls": acc["usage_missing_calls"],
-            "cost_usd": round(acc["cost_usd"], 6) if acc["calls"] else None,
-            "cost_complete": cost_complete,
-            "cost_note": None if cost_complete else "lower bound: some calls reported no usage "
-                                                     "or had no price",
-        }
-    return {"schema": SCHEMA, "name": manifest.get("name"), "run_dir": str(run_dir),
-            "arms": arm_rows, "trials": trials,
-            "manifest": {"identity_sha256": manifest.get("identity_sha256"),
-                         "assay": manifest.get("assay"), "created_at": manifest.get("created_at")}}
-
-
-def _trial(run_dir: Path, task: str, arm: str, rep: int, acc: dict[str, Any]) -> dict[str, Any]:
-    acc["planned"] += 1
-    base = run_dir / "trials" / task / arm / str(rep)
-    attempts = sorted((p for p in base.glob("a*") if p.is_dir()),
-                      key=lambda p: int(p.name[1:]) if p.name[1:].isdigit() else 0)
-    row: dict[str, Any] = {"task": task, "arm": arm, "rep": rep, "attempts": [],
-                           "state": "pending", "accepted": None, "failure_code": None,
-                           "stage_seconds": None, "link": None}
-    for a in attempts:
-        acc["attempts"] += 1
-        ledger = ledger_totals(a / "model_calls.jsonl")
-        for k in ("calls", "input", "cached_input", "output", "reasoning", "cost_usd",
-                  "usage_missing_calls", "unpriced_calls"):
-            acc[k] += ledger[k]
-        try:
-            rec = read_json_file(a / "trial.json")
-        except Exception:  # noqa: BLE001 - a torn record: the attempt is shown as unknown
-            rec = {}
-        grade = _newest_grade(a)
-        status = rec.get("status", "unknown")
-        if grade is None and status == "infra_error":
-            acc["infra_error_attempts"] += 1
-        elif grade is None and status in ("running", "unknown"):
-            acc["interrupted_attempts"] += 1
-        row["attempts"].append({"attempt": a.name, "status": status,
-                                "error": rec.get("error"), "calls": ledger["calls"]})
-        if grade is not None and grade.get("validity", {}).get("status") == "valid":
-            row.update(state="graded", accepted=grade["accepted"],
-                       failure_code=grade["failure_code"],
-                       stage_seconds={s["name"]: s.get("seconds") for s in rec.get("stages", [])},
-                       link=str(a.relative_to(run_dir)))
-    if row["state"] == "graded":
         acc["graded"] += 1
-        acc["accepted"] += bool(row["accepted"])
-        acc["failure_codes"][row["failure_code"] or "accepted"] += 1
-    elif attempts:
-        row["state"] = "not graded"
-    return row
+        acc["accepted"] += int(o.passed)
+        acc["integrity_violations"] += int(o.is_integrity_violation())
+        acc["interventions"] += int(bool(o.intervention))
+        codes[o.failure_code or "accepted"] += 1
+    planned, attempts = acc["planned"], acc["attempts"]
+    complete = acc["usage_missing_calls"] == 0 and acc["unpriced_calls"] == 0
+    return {
+        "planned": planned, "graded": acc["graded"], "accepted": acc["accepted"],
+        "coverage": acc["graded"] / planned if planned else None,
+        "pass_rate_of_graded": acc["accepted"] / acc["graded"] if acc["graded"] else None,
+        "failure_codes": dict(sorted(codes.items())),
+        "attempts": attempts, "infra_error_attempts": acc["infra_error_attempts"],
+        "interrupted_attempts": acc["interrupted_attempts"],
+        "infra_error_rate": acc["infra_error_attempts"] / attempts if attempts else None,
+        "integrity_violations": acc["integrity_violations"],
+        "interventions": acc["interventions"],
+        "tokens": tokens, "calls": acc["calls"], "usage_missing_calls": acc["usage_missing_calls"],
+        "cost_usd": round(acc["cost_usd"], 6) if acc["calls"] else None,
+        "cost_complete": complete,
+        "cost_note": None if complete else "lower bound: some calls reported no usage or had "
+                                           "no price",
+    }
+
+
+def _trial_row(t: TrialOutcome) -> dict[str, Any]:
+    o = t.outcome
+    return {"task": o.task, "arm": o.arm, "rep": o.rep, "state": t.state,
+            "accepted": o.passed, "failure_code": o.failure_code, "triggered": o.triggered,
+            "attempts": [{"attempt": a.attempt, "status": a.status, "error": a.error,
+                          "calls": (a.ledger or {}).get("calls", 0), "seconds": a.seconds,
+                          "timed_out": a.timed_out} for a in t.attempts],
+            "link": o.link}
+
+
+def build_experiment_report(run_dir: Path, *, data: OutcomeSet | None = None,
+                            seed: int | None = None) -> dict[str, Any]:
+    run_dir = Path(run_dir)
+    data = data or load_run_outcomes(run_dir)
+    manifest = data.manifest or read_json_file(run_dir / "manifest.json")
+    bar = frozen_bar(run_dir, manifest)
+    seed = int(manifest.get("seed", 0)) if seed is None else seed
+    arms = {arm: _arm_row(data.arm_trials(arm)) for arm in data.arms}
+    notes: list[str] = []
+    comparison = verdict = None
+    pair = default_arms(data, bar)
+    if pair is None:
+        notes.append(f"{len(data.arms)} arms and no bar naming baseline and candidate: run "
+                     "`assay exp compare DIR --a ARM --b ARM`")
+    else:
+        try:
+            comparison = build_comparison(data, a=pair[0], b=pair[1], seed=seed)
+        except NotComparable as exc:
+            notes.append(f"no comparison yet: {exc}")
+    if comparison is not None:
+        for arm in pair or ():
+            arms[arm]["pass_rate"] = comparison["pass_rate"][arm]["pass_rate"]
+            arms[arm]["pass_rate_ci"] = comparison["pass_rate"][arm]["ci"]
+        if bar is not None:
+            verdict = decide(bar, comparison, data, seed=seed)
+    for arm in arms.values():
+        arm.setdefault("pass_rate", None)
+        arm.setdefault("pass_rate_ci", None)
+    if bar is None:
+        notes.append("no bar in the experiment file: no verdict (a bar must be written before "
+                     "the first trial)")
+    return {"schema": SCHEMA, "name": manifest.get("name"), "run_dir": str(run_dir),
+            "arms": arms, "trials": [_trial_row(t) for t in data.trials],
+            "comparison": comparison, "bar": bar, "verdict": verdict, "notes": notes,
+            "manifest": {"identity_sha256": manifest.get("identity_sha256"),
+                         "assay": manifest.get("assay"), "created_at": manifest.get("created_at"),
+                         "bar_sha256": manifest.get("bar_sha256")}}
+
+
+def _pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{100 * x:.1f}%"
+
+
+def _pts(x: float | None) -> str:
+    return "n/a" if x is None else f"{100 * x:+.1f} pts"
+
+
+def _usd(x: float | None) -> str:
+    return "n/a" if x is None else f"${x:.4f}"
+
+
+def md_cell(text: Any) -> str:
+    """Text from a run in a Markdown table cell: pipes and newlines cannot break the row."""
+    return str(text).replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
+
+
+def verdict_markdown(rep: dict[str, Any]) -> list[str]:
+    v, bar = rep.get("verdict"), rep.get("bar")
+    if v is None:
+        return ["**No verdict**: " + ("no bar in the experiment file." if bar is None else
+                                      "no comparison could be made yet."), ""]
+    out = [f"**Verdict: {v['decision'].upper()}**", ""]
+    out += [f"- {md_cell(r)}" for r in v["reasons"]]
+    out += ["", "| check | hard | want | observed | holds |", "|---|---|---|---|---|"]
+    for c in v["checks"]:
+        holds = {True: "yes", False: "**no**", None: "unknown"}[c["ok"]]
+        out.append(f"| {c['name']} | {'yes' if c['hard'] else 'no'} | {md_cell(c['want'])} | "
+                   f"{md_cell(c['observed'])} | {holds} |")
+    if v.get("note"):
+        out += ["", f"_{v['note']}._"]
+    return out + [""]
+
+
+def comparison_markdown(c: dict[str, Any]) -> list[str]:
+    ci = c["ci"]
+    ci_s = "no interval" if ci is None else f"[{_pts(ci[0])}, {_pts(ci[1])}]"
+    out = [f"## {md_cell(c['b'])} vs {md_cell(c['a'])}", "",
+           f"Δ pass rate (B − A, tasks weighted equally unless weights were fixed) = "
+           f"**{_pts(c['delta'])}**, {int(c['level'] * 100)}% interval {ci_s}; method "
+           f"`{c['method']}`, {c['n_clusters']} cluster(s) by {c['cluster_by']}, "
+           f"{c['n_tasks']} task(s); coverage {c['coverage']['compared']}/"
+           f"{c['coverage']['planned']} planned tasks.", ""]
+    if c.get("mcnemar"):
+        m = c["mcnemar"]
+        out += [f"Exact McNemar: {m['b']} task(s) pass only in A, {m['c']} only in B, "
+                f"p = {m['p_value']:.3g}.", ""]
+    out += [f"- {md_cell(n)}" for n in c["notes"]]
+    out += ["", "| arm | pass rate | interval | cost per completed task | integrity "
+            "violations | interventions | timeouts | runtime p50 / p90 |",
+            "|---|---:|---|---:|---:|---:|---:|---|"]
+    for arm in (c["a"], c["b"]):
+        pr, cost, lat = c["pass_rate"][arm], c["cost"][arm], c["latency"][arm]
+        pci = "n/a" if pr["ci"] is None else f"[{_pct(pr['ci'][0])}, {_pct(pr['ci'][1])}]"
+        per = {"ok": _usd(cost["per_completed_usd"]),
+               "lower_bound": f"≥ {_usd(cost['per_completed_usd'])} (lower bound)",
+               "not_computable": "not computable (no accepted trial)",
+               "unknown": "unknown"}[cost["status"]]
+        p = lat["all"]
+
+        def sec(name: str, p: dict[str, Any] = p) -> str:
+            return "timed out" if name in p["censored"] else (
+                "n/a" if p[name] is None else f"{p[name]:.1f}s")
+
+        out.append(f"| {md_cell(arm)} | {_pct(pr['pass_rate'])} | {pci} | {per} | "
+                   f"{c['integrity'][arm]} | {c['interventions'][arm]} | "
+                   f"{lat['timeouts']}/{lat['attempts']} | {sec('p50')} / {sec('p90')} |")
+    newly = [(k, v) for k, v in c["new_failures"].items()]
+    out += ["", "New failures (pass in A, never in B): " + (
+        "; ".join(f"{md_cell(k)}: {', '.join(md_cell(t) for t in v)}" for k, v in newly)
+        if newly else "none"), ""]
+    if c["left_out"]:
+        out += ["Left out of Δ (no graded trial in an arm): " + ", ".join(
+            f"{md_cell(r['task'])} (missing {', '.join(r['missing_arms'])})"
+            for r in c["left_out"]), ""]
+    out += ["| task | cluster | A passed | B passed | Δ |", "|---|---|---:|---:|---:|"]
+    for r in c["per_task"]:
+        out.append(f"| {md_cell(r['task'])} | {md_cell(r['cluster'])} | {r['passed_a']}/"
+                   f"{r['n_a']} | {r['passed_b']}/{r['n_b']} | {_pts(r['diff'])} |")
+    return out + [""]
 
 
 def experiment_markdown(rep: dict[str, Any]) -> str:
-    out = [f"# assay experiment report: {rep['name']}", "",
-           "Per arm (statistics across arms: `assay exp compare`).", "",
-           "| arm | planned | graded | coverage | accepted | infra error rate | cost USD | "
-           "tokens in/out | failure codes |", "|---|---:|---:|---:|---:|---:|---:|---:|---|"]
-
-    def pct(x: float | None) -> str:
-        return "n/a" if x is None else f"{100 * x:.1f}%"
-
+    out = [f"# assay experiment report: {md_cell(rep['name'])}", ""]
+    out += verdict_markdown(rep)
+    if rep.get("comparison"):
+        out += comparison_markdown(rep["comparison"])
+    out += [f"- {md_cell(n)}" for n in rep.get("notes", [])]
+    out += ["", "## Per arm", "",
+            "| arm | planned | graded | coverage | accepted | infra error rate | cost USD | "
+            "tokens in/out | failure codes |", "|---|---:|---:|---:|---:|---:|---:|---:|---|"]
     for arm, a in rep["arms"].items():
         cost = "n/a" if a["cost_usd"] is None else f"{a['cost_usd']:.4f}" + (
             "" if a["cost_complete"] else " (lower bound)")
         toks = f"{a['tokens']['input']}/{a['tokens']['output']}" if a["calls"] else "n/a"
         codes = ", ".join(f"{k}: {v}" for k, v in a["failure_codes"].items()) or "none"
-        out.append(f"| {arm} | {a['planned']} | {a['graded']} | {pct(a['coverage'])} | "
-                   f"{a['accepted']} | {pct(a['infra_error_rate'])} | {cost} | {toks} | "
-                   f"{codes} |")
+        out.append(f"| {md_cell(arm)} | {a['planned']} | {a['graded']} | {_pct(a['coverage'])} "
+                   f"| {a['accepted']} | {_pct(a['infra_error_rate'])} | {cost} | {toks} | "
+                   f"{md_cell(codes)} |")
     out += ["", "## Trials", "", "| task | arm | rep | state | verdict | attempts | record |",
             "|---|---|---:|---|---|---|---|"]
     for t in rep["trials"]:
@@ -140,17 +244,28 @@ def experiment_markdown(rep: dict[str, Any]) -> str:
                    "accepted" if t["accepted"] else f"rejected: {t['failure_code']}")
         atts = ", ".join(f"{a['attempt']} {a['status']}" for a in t["attempts"]) or "none"
         link = f"[{t['link']}]({t['link']}/trial.json)" if t["link"] else ""
-        out.append(f"| {t['task']} | {t['arm']} | {t['rep']} | {t['state']} | {verdict} | "
-                   f"{atts} | {link} |")
+        out.append(f"| {md_cell(t['task'])} | {md_cell(t['arm'])} | {t['rep']} | {t['state']} "
+                   f"| {md_cell(verdict)} | {md_cell(atts)} | {link} |")
     return "\n".join(out) + "\n"
 
 
+def write_outcomes(run_dir: Path, data: OutcomeSet) -> Path:
+    """``outcomes.jsonl``: the trial table as rows any tool (or ``exp compare``) can read."""
+    path = run_dir / OUTCOMES_FILE
+    atomic_write_text(path, "".join(dumps_row(t.outcome.to_json()) + "\n"
+                                    for t in data.trials))
+    return path
+
+
 def write_experiment_report(run_dir: Path) -> dict[str, Any]:
-    rep = build_experiment_report(run_dir)
+    run_dir = Path(run_dir)
+    data = load_run_outcomes(run_dir)
+    rep = build_experiment_report(run_dir, data=data)
+    write_outcomes(run_dir, data)
     atomic_write_text(run_dir / "report.json", json.dumps(rep, indent=2) + "\n")
     atomic_write_text(run_dir / "report.md", experiment_markdown(rep))
     return rep
 
 
-__all__ = ["build_experiment_report", "experiment_markdown", "write_experiment_report"]
-
+__all__ = ["OUTCOMES_FILE", "build_experiment_report", "experiment_markdown", "frozen_bar",
+           "md_cell", "write_experiment_report", "write_outcomes"]

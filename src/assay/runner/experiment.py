@@ -40,7 +40,14 @@ from assay.records.trial import read_grade, read_trial
 from assay.runner.state import StateDB
 from assay.runner.trial import TrialHooks, run_trial
 from assay.sandbox import ProxyTarget
-from assay.suites.experiment import Experiment, TrialKey, identity_sha256, load_experiment, plan
+from assay.suites.experiment import (
+    Experiment,
+    TrialKey,
+    bar_sha256,
+    identity_sha256,
+    load_experiment,
+    plan,
+)
 
 MANIFEST = "manifest.json"
 EXPERIMENT_COPY = "experiment.yaml"
@@ -131,6 +138,10 @@ def _manifest(exp: Experiment, access: dict[str, _ArmAccess], jobs: int,
                                                        for k, v in spec.prices.items()},
         "retries": spec.retries.model_dump(), "repetitions": spec.repetitions,
         "seed": spec.seed, "concurrency": jobs, "watchdog_grace_seconds": grace,
+        "bar": exp.identity["settings"].get("bar"),
+        "bar_sha256": bar_sha256(exp.identity["settings"].get("bar")),
+        "task_meta": {tid: {"family": b.spec.family, "split": b.spec.split}
+                      for tid, b in exp.bundles.items()},
         "sessions": [],
     }
 

@@ -270,9 +270,14 @@ class StateDB:
         if self._meta["identity_sha256"] != identity_sha256(identity):
             old = json.loads(self._meta["identity"])
             changed = _changes(old, identity) or ["the identity hash"]
+            bar = [c for c in changed if c.startswith("settings.bar")]
+            if bar:  # named first: a bar moved after scores exist is the change that matters
+                changed = bar + [c for c in changed if c not in bar]
             shown = "; ".join(changed[:8]) + (f"; and {len(changed) - 8} more"
                                               if len(changed) > 8 else "")
-            raise RunConflict(f"{self.root} holds another experiment: {shown}. Run the "
+            why = (" The bar is fixed before the first trial: it cannot be added or changed "
+                   "once the run has started." if bar else "")
+            raise RunConflict(f"{self.root} holds another experiment: {shown}.{why} Run the "
                               "changed experiment into a new --out directory.")
         if self._meta["plan_sha256"] != plan_sha256(plan):
             raise RunConflict(f"{self.root}: the same experiment now plans other trials "

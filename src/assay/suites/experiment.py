@@ -7,8 +7,9 @@ fingerprint and each arm's agent, model and parameters. It is frozen into ``mani
 the state database before the first trial, so a resume against a changed file, a changed task or
 a changed arm is refused instead of mixing two experiments in one table.
 
-``bar`` and ``weights`` are read, validated and kept in the identity (they must be fixed before
-the run, see the statistics notes) but nothing here acts on them.
+``bar`` and ``weights`` are read, validated and kept in the identity: they must be fixed before
+the run (see the statistics notes), so a resume with either changed is refused like any other
+change; ``exp compare`` and ``exp verdict`` act on them.
 """
 
 from __future__ import annotations
@@ -70,6 +71,10 @@ class Arm(_Strict):
     """The model, for agents that call one."""
     params: dict[str, Any] = Field(default_factory=dict)
     """Passed to the agent and pinned in the identity."""
+    trigger_event: str | None = Field(default=None, min_length=1)
+    """The event in the agent's stream (a JSON line whose ``type`` or ``event`` is this name,
+    e.g. ``compaction``) that shows the mechanism under test fired; trials without it are
+    marked "not triggered", never dropped."""
 
 
 class Limits(_Strict):
@@ -116,6 +121,10 @@ class Bar(_Strict):
     """Integrity violations allowed in the candidate arm (a hard requirement)."""
     max_new_failures: int | None = Field(default=None, ge=0)
     """Tasks the baseline passes and the candidate fails, at most."""
+    baseline: str | None = None
+    """Arm A (the baseline); default: the first of two arms in ``arms``."""
+    candidate: str | None = None
+    """Arm B (the candidate); default: the second of two arms in ``arms``."""
 
 
 class ExperimentSpec(_Strict):
@@ -142,9 +151,9 @@ class ExperimentSpec(_Strict):
     retries: Retries = Field(default_factory=Retries)
     """Retry policy."""
     bar: Bar | None = None
-    """The decision rule (kept, not acted on here)."""
+    """The decision rule, fixed before the run (``exp verdict`` applies it)."""
     weights: dict[str, float] | None = None
-    """Task weights fixed before the run (kept, not acted on here)."""
+    """Task weights fixed before the run (Δ weights tasks by them)."""
 
 
 class TrialKey(NamedTuple):
@@ -201,6 +210,7 @@ def load_experiment(path: Path) -> Experiment:
     problems += load_problems
     selected = _select(spec, found, problem, problems)
     problems += _check_prices(spec, problem)
+    problems += _check_bar(spec, problem)
     if spec.weights is not None:
         for task, weight in spec.weights.items():
             if task not in found:
@@ -285,6 +295,29 @@ def _check_prices(spec: ExperimentSpec, problem: ProblemAt) -> list[Problem]:
                     f"model {arm.model.name!r} has no entry in prices, but limits set a cost")
             for name, arm in spec.arms.items()
             if arm.model is not None and arm.model.name not in spec.prices]
+
+
+def _check_bar(spec: ExperimentSpec, problem: ProblemAt) -> list[Problem]:
+    """The bar must say which arm is which: by name, or by there being exactly two arms."""
+    bar = spec.bar
+    if bar is None:
+        return []
+    out = [problem(("bar", side), f"no arm {name!r} in arms")
+           for side, name in (("baseline", bar.baseline), ("candidate", bar.candidate))
+           if name is not None and name not in spec.arms]
+    if (bar.baseline is None) != (bar.candidate is None):
+        out.append(problem(("bar",), "name both baseline and candidate, or neither"))
+    elif bar.baseline is None and len(spec.arms) != 2:
+        out.append(problem(("bar",), f"{len(spec.arms)} arms: name the bar's baseline and "
+                           "candidate"))
+    elif bar.baseline is not None and bar.baseline == bar.candidate:
+        out.append(problem(("bar", "candidate"), "the candidate is the baseline"))
+    return out
+
+
+def bar_sha256(bar: dict[str, Any] | None) -> str | None:
+    """The bar's fingerprint as frozen in the manifest (canonical JSON, as the identity)."""
+    return None if bar is None else identity_sha256(bar)
 
 
 def task_fingerprint(bundle: Bundle) -> dict[str, Any]:

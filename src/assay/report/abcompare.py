@@ -1,0 +1,188 @@
+"""``exp compare``'s object: Δ and its interval beside everything a reader needs to doubt it.
+
+The statistics are ``stats.abtest.compare_arms``; this module feeds it the trial table and adds
+the figures that are not statistics but decide whether the number can be trusted: what the
+candidate newly breaks, integrity violations and human interventions per arm, cost per
+completed task with its completeness, every attempt's runtime with its timeouts, coverage of
+the plan, and whether the mechanism under test fired.
+
+Two rules keep these honest. Cost per completed task divides the cost of *every* attempt of an
+arm (failed and infra-errored ones included: they were paid for) by the number of accepted
+trials, so a cheap arm that fails often is not made to look cheap. A timed-out attempt's runtime
+is when it was stopped, not when it would have finished: in a percentile it counts as longer
+than every finished attempt, and a percentile that falls on one is reported as censored ("over
+the limit"), never as the limit.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from assay.errors import InputError
+from assay.report.outcomes import OutcomeSet, TrialOutcome
+from assay.stats.abtest import METHODS, cluster_t_interval, compare_arms
+from assay.stats.describe import nearest_rank
+
+SUBGROUPS = ("triggered", "not_triggered")
+SELECTION_BIAS = ("subgroup view: only trials where the mechanism {what}. Whether it fires "
+                  "depends on what the arm did, so the two arms' subgroups are different "
+                  "populations and this Δ is not the effect of the change (selection bias); "
+                  "the end-to-end comparison without --subgroup is the one to decide on")
+
+
+def _percentiles(values: Sequence[float], timed_out: Sequence[bool]) -> dict[str, Any]:
+    """p50, p90 and max with timed-out attempts ranked above every finished one."""
+    ranked = [math.inf if t else float(v) for v, t in zip(values, timed_out, strict=True)]
+    out: dict[str, Any] = {}
+    censored: list[str] = []
+    for name, q in (("p50", 50), ("p90", 90), ("max", 100)):
+        v = nearest_rank(ranked, q)
+        if v is not None and math.isinf(v):
+            censored.append(name)
+            v = None
+        out[name] = None if v is None else round(v, 3)
+    out["censored"] = censored
+    return out
+
+
+def arm_latency(trials: Sequence[TrialOutcome]) -> dict[str, Any]:
+    """Every attempt whose agent ran, timeouts kept; and the accepted trials on their own."""
+    secs: list[float] = []
+    flags: list[bool] = []
+    for t in trials:
+        for a in t.attempts:
+            if a.seconds is not None:
+                secs.append(float(a.seconds))
+                flags.append(bool(a.timed_out))
+    acc = [(float(t.outcome.seconds), False) for t in trials
+           if t.outcome.passed and t.outcome.seconds is not None]
+    timeouts = sum(flags)
+    return {"attempts": len(secs), "timeouts": timeouts,
+            "timeout_rate": timeouts / len(secs) if secs else None,
+            "all": _percentiles(secs, flags),
+            "accepted": _percentiles([s for s, _ in acc], [f for _, f in acc]),
+            "seconds": [round(s, 3) for s in secs], "timed_out": flags}
+
+
+def arm_cost(trials: Sequence[TrialOutcome]) -> dict[str, Any]:
+    """Cost per completed task over every attempt; unknown and lower bounds said as such."""
+    costs = [a.cost_usd for t in trials for a in t.attempts]
+    accepted = sum(1 for t in trials if t.outcome.passed)
+    known = [c for c in costs if c is not None]
+    if not known:
+        return {"total_usd": None, "complete": False, "accepted": accepted,
+                "per_completed_usd": None, "status": "unknown"}
+    complete = len(known) == len(costs) and all(
+        a.cost_complete for t in trials for a in t.attempts if a.cost_usd is not None)
+    total = float(sum(known))
+    per = total / accepted if accepted else None
+    status = "not_computable" if not accepted else ("ok" if complete else "lower_bound")
+    return {"total_usd": round(total, 6), "complete": complete, "accepted": accepted,
+            "per_completed_usd": None if per is None else round(per, 6), "status": status}
+
+
+def arm_pass_rate(data: OutcomeSet, arm: str, clusters: dict[str, str] | None,
+                  level: float = 0.95, tasks: set[str] | None = None) -> dict[str, Any]:
+    """The arm's task-weighted pass rate and a t interval over clusters, on ``tasks`` (the
+    compared ones): the same tasks, weighting and clustering as Δ, so that the two rates'
+    difference is Δ and the per-arm rates and Δ tell one story."""
+    by_task: dict[str, list[int]] = {}
+    for t in data.arm_trials(arm):
+        if t.outcome.passed is None or (tasks is not None and t.outcome.task not in tasks):
+            continue
+        cell = by_task.setdefault(t.outcome.task, [0, 0])
+        cell[0] += 1
+        cell[1] += int(t.outcome.passed)
+    if not by_task:
+        return {"pass_rate": None, "ci": None, "n_tasks": 0}
+    tasks = list(by_task)
+    rates = [by_task[k][1] / by_task[k][0] for k in tasks]
+    weights = [float((data.weights or {}).get(k, 1.0)) for k in tasks]
+    labels: dict[str, int] = {}
+    codes = [labels.setdefault((clusters or {}).get(k, k), len(labels)) for k in tasks]
+    rate = sum(w * r for w, r in zip(weights, rates, strict=True)) / sum(weights)
+    ci = None
+    if len(labels) >= 2:
+        _, lo, hi, _, _ = cluster_t_interval(rates, weights, codes, level=level)
+        ci = [max(0.0, lo), min(1.0, hi)]
+    return {"pass_rate": rate, "ci": ci, "n_tasks": len(tasks)}
+
+
+def _counts(trials: Sequence[TrialOutcome]) -> dict[str, int]:
+    graded = [t.outcome for t in trials if t.outcome.passed is not None]
+    return {"integrity": sum(1 for o in graded if o.is_integrity_violation()),
+            "interventions": sum(1 for o in graded if o.intervention)}
+
+
+def _triggered(trials: Sequence[TrialOutcome]) -> dict[str, int]:
+    graded = [t.outcome for t in trials if t.outcome.passed is not None]
+    return {"triggered": sum(1 for o in graded if o.triggered is True),
+            "not_triggered": sum(1 for o in graded if o.triggered is False),
+            "unknown": sum(1 for o in graded if o.triggered is None)}
+
+
+def build_comparison(data: OutcomeSet, *, a: str, b: str, cluster: str = "task",
+                     method: str = "cluster_t", seed: int = 0, level: float = 0.95,
+                     subgroup: str | None = None) -> dict[str, Any]:
+    """The comparison object of ``exp compare --json`` (and of the experiment report)."""
+    for name, arm in (("--a", a), ("--b", b)):
+        if arm not in data.arms:
+            raise InputError(f"{data.source}: {name} {arm!r} is not an arm here (arms: "
+                             f"{', '.join(data.arms)})")
+    if method not in METHODS:
+        raise InputError(f"--method must be one of {', '.join(METHODS)}, got {method!r}")
+    if subgroup is not None and subgroup not in SUBGROUPS:
+        raise InputError(f"--subgroup must be one of {', '.join(SUBGROUPS)}, got {subgroup!r}")
+    clusters = data.cluster_map(cluster)
+    notes = list(data.notes)
+    trials = [t for t in data.trials if t.outcome.arm in (a, b)]
+    if subgroup is not None:
+        want = subgroup == "triggered"
+        trials = [t for t in trials if t.outcome.triggered is want]
+        notes.append(SELECTION_BIAS.format(what="fired" if want else "did not fire"))
+    res = compare_arms(((t.outcome.task, t.outcome.arm, t.outcome.rep, t.outcome.passed)
+                        for t in trials), a=a, b=b, clusters=clusters, weights=data.weights,
+                       tasks=data.tasks, method=method, level=level, seed=seed)  # type: ignore[arg-type]
+    out = res.to_dict()
+    links: dict[str, dict[str, list[str]]] = {}
+    for t in trials:
+        if t.outcome.link:
+            side = "a" if t.outcome.arm == a else "b"
+            links.setdefault(t.outcome.task, {"a": [], "b": []})[side].append(t.outcome.link)
+    for row in out["per_task"]:
+        row["links"] = links.get(row["task"], {"a": [], "b": []})
+    by_arm = {arm: [t for t in trials if t.outcome.arm == arm] for arm in (a, b)}
+    counts = {arm: _counts(ts) for arm, ts in by_arm.items()}
+    out.update(
+        a=a, b=b, cluster_by=cluster, subgroup=subgroup,
+        coverage={"compared": res.n_tasks, "planned": res.n_planned,
+                  "fraction": res.coverage},
+        cost={arm: arm_cost(ts) for arm, ts in by_arm.items()},
+        latency={arm: arm_latency(ts) for arm, ts in by_arm.items()},
+        integrity={arm: c["integrity"] for arm, c in counts.items()},
+        interventions={arm: c["interventions"] for arm, c in counts.items()},
+        triggered={arm: _triggered(ts) for arm, ts in by_arm.items()},
+        pass_rate={arm: arm_pass_rate(data, arm, clusters, level,
+                                      {r.task for r in res.per_task}) for arm in (a, b)},
+        notes=notes + out["notes"],
+    )
+    if res.n_tasks < 10:
+        out["notes"].append(f"only {res.n_tasks} task(s) compared: no interval is reliable "
+                            "with this few; read the per-task table")
+    return out
+
+
+def default_arms(data: OutcomeSet, bar: dict[str, Any] | None = None) -> tuple[str, str] | None:
+    """The baseline and the candidate when the command line does not name them: the bar's
+    ``baseline``/``candidate`` if set, else the two arms in the experiment file's order."""
+    if bar and bar.get("baseline") and bar.get("candidate"):
+        return str(bar["baseline"]), str(bar["candidate"])
+    if len(data.arms) == 2:
+        return data.arms[0], data.arms[1]
+    return None
+
+
+__all__ = ["SUBGROUPS", "arm_cost", "arm_latency", "arm_pass_rate", "build_comparison",
+           "default_arms"]

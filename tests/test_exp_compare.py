@@ -1,0 +1,315 @@
+"""``exp compare``, ``exp plan`` and ``exp verdict`` through the real CLI, with figures worked
+out by hand (in the comments), on an outcomes file and on real experiment runs (real sandboxes,
+real verifier, the oracle / nop / a shell-command agent).
+
+The outcomes file of ``HAND``: tasks t1..t4 in families F1 (t1, t2) and F2 (t3, t4), two
+repetitions per arm, and t5 run by A only (B's trials never graded):
+
+    task  A      p_A   B      p_B   d
+    t1    1 1    1     1 1    1     0
+    t2    0 1    .5    1 1    1     +.5
+    t3    0 0    0     1 0    .5    +.5
+    t4    1 0    .5    0 0    0     -.5    (B rep 0 tampered with the test runner)
+
+Δ = (0 + .5 + .5 - .5) / 4 = .125. By task (G = 4): deviations -.125 .375 .375 -.625, squares
+sum .6875, SE² = 4/3 · .6875 / 16 = .0572917, SE = .2393570, t(3, .975) = 3.1824463, half-width
+.7617392, interval [-.6367392, .8867392]. By family (G = 2): D_F1 = .25, D_F2 = 0, SE² = 2/1 ·
+(.25² + .25²) / 16 = .015625, SE = .125, t(1, .975) = 12.7062047, interval [-1.4632756,
+1.7132756]. New failures: t4 (A passed once, B never), family F2. Cost counts every trial,
+t5's too: A 9 × $0.10 = $0.90 over 5 accepted = $0.18, a lower bound (one row incomplete); B
+9 × $0.20 = $1.80 (the ungraded t5 was paid for) over 5 accepted = $0.36, complete. B's
+runtimes 10..70 s and one timeout at 600 s: p50 (4th of 8) 40 s, p90 (8th) and max fall on the
+timeout: censored.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from conftest import run_cli
+from support.bundles import make_bundle
+
+from assay.sandbox import bwrap_available
+
+needs_bwrap = pytest.mark.skipif(not bwrap_available(), reason="bubblewrap cannot run here")
+
+A = {"t1": (1, 1), "t2": (0, 1), "t3": (0, 0), "t4": (1, 0)}
+B = {"t1": (1, 1), "t2": (1, 1), "t3": (1, 0), "t4": (0, 0)}
+FAMILY = {"t1": "F1", "t2": "F1", "t3": "F2", "t4": "F2", "t5": "F2"}
+
+
+def _hand_rows() -> list[dict]:
+    rows = []
+    b_seconds = iter([10, 20, 30, 40, 50, 60, 70, 600])
+    for task in ("t1", "t2", "t3", "t4"):
+        for rep in range(2):
+            rows.append({"task": task, "arm": "A", "rep": rep, "passed": bool(A[task][rep]),
+                         "family": FAMILY[task], "repo": "r1" if task < "t3" else "r2",
+                         "cost_usd": 0.10, "seconds": 5.0,
+                         **({"cost_complete": False} if (task, rep) == ("t2", 0) else {})})
+            secs = next(b_seconds)
+            row = {"task": task, "arm": "B", "rep": rep, "passed": bool(B[task][rep]),
+                   "family": FAMILY[task], "repo": "r1" if task < "t3" else "r2",
+                   "cost_usd": 0.20, "seconds": secs, "timed_out": secs == 600}
+            if (task, rep) == ("t4", 0):
+                row["failure_code"] = "test_runner_tampered"
+            rows.append(row)
+    rows += [{"task": "t5", "arm": "A", "rep": 0, "passed": True, "family": "F2", "repo": "r2",
+              "cost_usd": 0.10},
+             {"task": "t5", "arm": "B", "rep": 0, "passed": None, "family": "F2", "repo": "r2",
+              "failure_code": "infra_error", "cost_usd": 0.20}]
+    return rows
+
+
+@pytest.fixture
+def hand(tmp_path: Path) -> Path:
+    path = tmp_path / "outcomes.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in _hand_rows()))
+    return path
+
+
+def _compare(*args: str) -> dict:
+    res = run_cli(["exp", "compare", *args, "--json"])
+    assert res.code == 0, res.stderr
+    return json.loads(res.stdout)
+
+
+def test_compare_outcomes_file_by_task(hand: Path) -> None:
+    c = _compare(str(hand), "--a", "A", "--b", "B")
+    assert c["delta"] == pytest.approx(0.125)
+    assert c["method"] == "cluster_t" and c["n_clusters"] == 4 and c["n_tasks"] == 4
+    assert c["ci"] == pytest.approx([-0.6367392, 0.8867392], abs=1e-6)
+    assert c["se"] == pytest.approx(0.2393570, abs=1e-6) and c["df"] == 3
+    per = {r["task"]: r for r in c["per_task"]}
+    assert per["t2"]["p_a"] == 0.5 and per["t2"]["p_b"] == 1.0 and per["t4"]["diff"] == -0.5
+    assert c["new_failures"] == {"t4": ["t4"]}  # clustered by task: the task is its cluster
+    assert c["left_out"] == [{"task": "t5", "cluster": "t5", "missing_arms": ["B"]}]
+    assert c["coverage"] == {"compared": 4, "planned": 5, "fraction": 0.8}
+    assert c["mcnemar"] is None  # two repetitions: McNemar is for one
+    assert c["integrity"] == {"A": 0, "B": 1}
+    assert c["cost"]["A"] == {"total_usd": 0.9, "complete": False, "accepted": 5,
+                              "per_completed_usd": 0.18, "status": "lower_bound"}
+    assert c["cost"]["B"] == {"total_usd": 1.8, "complete": True, "accepted": 5,
+                              "per_completed_usd": 0.36, "status": "ok"}
+    lat = c["latency"]["B"]
+    assert lat["attempts"] == 8 and lat["timeouts"] == 1  # t5's B row has no runtime
+    assert lat["timeout_rate"] == pytest.approx(1 / 8)
+    assert lat["all"]["p50"] == 40.0 and lat["all"]["p90"] is None
+    assert lat["all"]["censored"] == ["p90", "max"]
+    assert lat["accepted"]["max"] == 50.0  # accepted B trials ran 10, 20, 30, 40, 50 s
+    assert any("only 4 task(s)" in n for n in c["notes"])
+    # per-arm rates on the compared tasks: A (1 + .5 + 0 + .5) / 4, B (1 + 1 + .5 + 0) / 4
+    assert c["pass_rate"]["A"]["pass_rate"] == 0.5 and c["pass_rate"]["B"]["pass_rate"] == 0.625
+    assert c["pass_rate"]["B"]["pass_rate"] - c["pass_rate"]["A"]["pass_rate"] == c["delta"]
+
+
+def test_compare_clusters_by_family_and_by_any_field(hand: Path) -> None:
+    c = _compare(str(hand), "--a", "A", "--b", "B", "--cluster", "family")
+    assert c["n_clusters"] == 2 and c["cluster_by"] == "family"
+    assert c["ci"] == pytest.approx([-1.4632756, 1.7132756], abs=1e-6)
+    assert c["new_failures"] == {"F2": ["t4"]}
+    r = _compare(str(hand), "--a", "A", "--b", "B", "--cluster", "repo")
+    assert r["n_clusters"] == 2 and r["ci"] == pytest.approx(c["ci"])  # same grouping
+
+
+def test_compare_bootstrap_is_seeded(hand: Path) -> None:
+    one = _compare(str(hand), "--a", "A", "--b", "B", "--method", "bootstrap_studentized",
+                   "--seed", "3")
+    two = _compare(str(hand), "--a", "A", "--b", "B", "--method", "bootstrap_studentized",
+                   "--seed", "3")
+    assert one["ci"] == two["ci"] and one["method"] == "bootstrap_studentized"
+    assert one["seed"] == 3 and one["n_boot"] == 4000
+
+
+def test_mcnemar_with_one_repetition(tmp_path: Path) -> None:
+    # 6 tasks: A passes t0..t3, B passes t2..t5 -> b = 2 (only A), c = 2 (only B), p = 1.
+    rows = [{"task": f"t{i}", "arm": arm, "rep": 0,
+             "passed": (i < 4) if arm == "A" else (i >= 2)} for i in range(6) for arm in "AB"]
+    path = tmp_path / "o.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    c = _compare(str(path), "--a", "A", "--b", "B")
+    assert c["mcnemar"] == {"b": 2, "c": 2, "p_value": 1.0} and c["delta"] == 0.0
+    assert c["cost"]["A"]["status"] == "unknown" and c["cost"]["A"]["per_completed_usd"] is None
+    assert c["latency"]["A"]["attempts"] == 0 and c["latency"]["A"]["timeout_rate"] is None
+
+
+def test_subgroup_warns_about_selection_bias(tmp_path: Path) -> None:
+    rows = [{"task": f"t{i}", "arm": arm, "rep": 0, "passed": i % 2 == 0,
+             "triggered": i < 3} for i in range(6) for arm in "AB"]
+    path = tmp_path / "o.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    full = _compare(str(path), "--a", "A", "--b", "B")
+    assert full["triggered"]["A"] == {"triggered": 3, "not_triggered": 3, "unknown": 0}
+    sub = _compare(str(path), "--a", "A", "--b", "B", "--subgroup", "triggered")
+    assert sub["n_tasks"] == 3 and sub["subgroup"] == "triggered"
+    assert any("selection bias" in n for n in sub["notes"])
+    assert not any("selection bias" in n for n in full["notes"])
+
+
+def test_bad_outcomes_are_refused_with_line_and_field(tmp_path: Path) -> None:
+    path = tmp_path / "o.jsonl"
+    path.write_text('{"task": "t1", "arm": "A", "rep": 0, "passed": true}\n'
+                    '{"task": "t1", "arm": "A", "rep": 0, "passed": false}\n'
+                    '{"task": "t2", "arm": "A", "passed": true}\n'
+                    '{"task": "t3", "arm": "A", "rep": -1, "passed": true, "cost_usd": -2}\n'
+                    '{"task": "t4", "arm"')
+    res = run_cli(["exp", "compare", str(path), "--a", "A", "--b", "B"])
+    assert res.code == 2
+    err = " ".join(res.stderr.split())
+    assert "o.jsonl:2: field 'rep'" in err and "already given on line 1" in err
+    assert "o.jsonl:3: field 'rep'" in err
+    assert "o.jsonl:4: field 'rep'" in err and "o.jsonl:4: field 'cost_usd'" in err
+    assert "o.jsonl:5" in err and "cut off" in err
+    assert "Traceback" not in res.stderr
+
+
+def test_unknown_arm_and_cluster_field_are_named(hand: Path) -> None:
+    res = run_cli(["exp", "compare", str(hand), "--a", "A", "--b", "C"])
+    assert res.code == 2 and "'C' is not an arm" in res.stderr
+    res = run_cli(["exp", "compare", str(hand), "--a", "A", "--b", "B", "--cluster", "owner"])
+    assert res.code == 2 and "no 'owner'" in res.stderr
+
+
+def test_plan_mde_and_tasks_needed(hand: Path) -> None:
+    res = run_cli(["exp", "plan", "--p-a", "0.5", "--tasks", "40", "--reps", "3", "--json"])
+    assert res.code == 0, res.stderr
+    p = json.loads(res.stdout)
+    # Normal approximation as a sanity bound: per-task sd of a difference of two rates of
+    # 3 Bernoulli(.5) ≈ sqrt(2 · .25 / 3) = .408; (1.96 + .84) · .408 / sqrt(40) ≈ .18.
+    assert 0.12 < p["mde"] < 0.24 and p["n_tasks"] == 40 and p["reps"] == 3
+    res = run_cli(["exp", "plan", "--p-a", "0.5", "--reps", "3", "--delta", str(p["mde"]),
+                   "--json"])
+    n = json.loads(res.stdout)["tasks_needed"]
+    assert 30 <= n <= 50  # the MDE of 40 tasks needs about 40 tasks
+    res = run_cli(["exp", "plan", str(hand), "--a", "A", "--json"])
+    pilot = json.loads(res.stdout)
+    assert pilot["pilot"] == {"source": str(hand), "arm": "A", "tasks": 5, "reps": 2}
+    assert pilot["n_tasks"] == 5 and sorted(pilot["baseline_rates"]) == [0, .5, .5, 1, 1]
+    assert run_cli(["exp", "plan"]).code == 2
+
+
+# --------------------------------------------------------------------------- real runs
+
+BAR = """bar:
+  hoped_improvement: 0.2
+  max_regression: 0.05
+  integrity_violations: 0
+  max_new_failures: 0
+  baseline: base
+  candidate: cand
+"""
+# fixes the bug only in the tasks it is told to, as an agent that solves some tasks would
+FIX_SOME = ("command:sh -c 'case \\\"$ASSAY_TASK_ID\\\" in {ids}) sed -i "
+            "s/a\\\\ -\\\\ b/a\\\\ +\\\\ b/ src/calc/__init__.py;; esac'")
+
+
+def _exp(root: Path, base: str, cand: str, *, n_tasks: int = 3, bar: str = BAR) -> Path:
+    for i in range(n_tasks):
+        make_bundle(root / "tasks" / f"t{i}", task_id=f"t{i}")
+    exp = root / "experiment.yaml"
+    exp.write_text(f"""name: ab
+tasks: [tasks]
+repetitions: 1
+seed: 1
+concurrency: 2
+arms:
+  base:
+    agent: "{base}"
+  cand:
+    agent: "{cand}"
+{bar}""")
+    return exp
+
+
+def _run(exp: Path, out: Path) -> None:
+    res = run_cli(["exp", "run", str(exp), "--out", str(out)])
+    assert res.code == 0, res.stderr
+
+
+@needs_bwrap
+def test_verdict_accept_and_reject_on_real_runs(tmp_path: Path) -> None:
+    exp = _exp(tmp_path / "acc", "nop", "oracle")
+    _run(exp, tmp_path / "acc" / "run")
+    res = run_cli(["exp", "verdict", str(tmp_path / "acc" / "run"), "--json"])
+    assert res.code == 0, res.stdout + res.stderr
+    v = json.loads(res.stdout)
+    assert v["verdict"]["decision"] == "accept" and v["comparison"]["delta"] == 1.0
+    assert v["verdict"]["note"] == "no violation observed in this batch is not proof there " \
+                                   "are none"
+    assert v["bar"]["sha256"] and v["comparison"]["a"] == "base"
+    manifest = json.loads((tmp_path / "acc" / "run" / "manifest.json").read_text())
+    assert manifest["bar_sha256"] == v["bar"]["sha256"]
+    rep = json.loads((tmp_path / "acc" / "run" / "report.json").read_text())
+    assert rep["verdict"]["decision"] == "accept" and rep["schema"].endswith("/2")
+    assert rep["comparison"]["per_task"][0]["links"]["b"][0].startswith("trials/")
+    outcomes = (tmp_path / "acc" / "run" / "outcomes.jsonl").read_text().splitlines()
+    assert len(outcomes) == 6
+    # the run's outcomes file gives the same comparison as the run directory
+    again = _compare(str(tmp_path / "acc" / "run" / "outcomes.jsonl"), "--a", "base",
+                     "--b", "cand")
+    assert again["delta"] == 1.0 and again["ci"] == rep["comparison"]["ci"]
+
+    exp = _exp(tmp_path / "rej", "oracle", "nop")
+    _run(exp, tmp_path / "rej" / "run")
+    res = run_cli(["exp", "verdict", str(tmp_path / "rej" / "run")])
+    assert res.code == 1
+    text = " ".join(res.stdout.split())
+    assert "REJECT" in text and "new_failures failed" in text and "ruled out" in text
+
+
+@needs_bwrap
+def test_verdict_inconclusive_names_the_tasks_that_would_settle_it(tmp_path: Path) -> None:
+    # cand fixes t0 and t1, not t2: d = 1, 1, 0; Δ = 2/3, SE = 1/3, t(2) = 4.3027:
+    # interval [-.768, 2.101] -> the lower bound is below -0.05: inconclusive.
+    exp = _exp(tmp_path, "nop", FIX_SOME.format(ids="t0|t1"))
+    _run(exp, tmp_path / "run")
+    res = run_cli(["exp", "verdict", str(tmp_path / "run"), "--json"])
+    assert res.code == 4, res.stdout + res.stderr
+    v = json.loads(res.stdout)
+    assert v["comparison"]["delta"] == pytest.approx(2 / 3)
+    assert v["comparison"]["ci"] == pytest.approx([2 / 3 - 4.3026527 / 3,
+                                                   2 / 3 + 4.3026527 / 3], abs=1e-5)
+    assert v["verdict"]["decision"] == "inconclusive"
+    assert v["verdict"]["tasks_to_settle"] is not None and v["verdict"]["tasks_to_settle"] > 3
+    assert any("no_regression not shown" in r for r in v["verdict"]["reasons"])
+
+
+@needs_bwrap
+def test_changed_or_added_bar_on_resume_is_refused(tmp_path: Path) -> None:
+    exp = _exp(tmp_path, "nop", "oracle", n_tasks=2)
+    out = tmp_path / "run"
+    _run(exp, out)
+    exp.write_text(exp.read_text().replace("hoped_improvement: 0.2", "hoped_improvement: 0.1"))
+    res = run_cli(["exp", "run", str(exp), "--out", str(out)])
+    assert res.code == 2
+    err = " ".join(res.stderr.split())
+    assert "settings.bar.hoped_improvement: 0.2 -> 0.1" in err and "bar is fixed" in err
+
+    plain = _exp(tmp_path / "nobar", "nop", "oracle", n_tasks=2, bar="")
+    _run(plain, tmp_path / "nobar" / "run")
+    res = run_cli(["exp", "verdict", str(tmp_path / "nobar" / "run")])
+    assert res.code == 2 and "no bar" in res.stderr
+    plain.write_text(plain.read_text() + BAR)
+    res = run_cli(["exp", "run", str(plain), "--out", str(tmp_path / "nobar" / "run")])
+    assert res.code == 2
+    assert "settings.bar" in res.stderr and "added or changed" in " ".join(res.stderr.split())
+
+
+@needs_bwrap
+def test_verdict_refuses_a_bar_edited_in_the_manifest(tmp_path: Path) -> None:
+    exp = _exp(tmp_path, "nop", "oracle", n_tasks=2)
+    out = tmp_path / "run"
+    _run(exp, out)
+    m = json.loads((out / "manifest.json").read_text())
+    m["identity"]["settings"]["bar"]["max_regression"] = 0.9
+    (out / "manifest.json").write_text(json.dumps(m))
+    res = run_cli(["exp", "verdict", str(out)])
+    assert res.code == 2 and "bar" in res.stderr
+    m.pop("bar_sha256")  # even without the hash, the state database froze the bar
+    (out / "manifest.json").write_text(json.dumps(m))
+    res = run_cli(["exp", "verdict", str(out)])
+    assert res.code == 2 and "state.sqlite" in " ".join(res.stderr.split())
+    assert os.path.exists(out / "state.sqlite")
