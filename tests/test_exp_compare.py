@@ -313,3 +313,27 @@ def test_verdict_refuses_a_bar_edited_in_the_manifest(tmp_path: Path) -> None:
     res = run_cli(["exp", "verdict", str(out)])
     assert res.code == 2 and "state.sqlite" in " ".join(res.stderr.split())
     assert os.path.exists(out / "state.sqlite")
+
+
+# prints a compaction event in t0 only, as an agent whose mechanism fires on some tasks
+COMPACTS = ("command:sh -c 'case \\\"$ASSAY_TASK_ID\\\" in t0) echo "
+            "\\\"{\\\\\\\"type\\\\\\\": \\\\\\\"compaction\\\\\\\"}\\\";; esac'")
+
+
+@needs_bwrap
+def test_trials_that_never_trigger_the_mechanism_stay_and_are_marked(tmp_path: Path) -> None:
+    exp = _exp(tmp_path, "nop", COMPACTS, n_tasks=2, bar="")
+    exp.write_text(exp.read_text().replace("  cand:\n", "  cand:\n    trigger_event: compaction\n"))
+    _run(exp, tmp_path / "run")
+    rep = json.loads((tmp_path / "run" / "report.json").read_text())
+    marks = {(t["task"], t["arm"]): t["triggered"] for t in rep["trials"]}
+    assert marks == {("t0", "base"): None, ("t1", "base"): None,
+                     ("t0", "cand"): True, ("t1", "cand"): False}
+    c = rep["comparison"]
+    assert c["n_tasks"] == 2  # the end-to-end comparison keeps the untriggered trial
+    assert c["triggered"]["cand"] == {"triggered": 1, "not_triggered": 1, "unknown": 0}
+    sub = _compare(str(tmp_path / "run"), "--subgroup", "triggered")
+    assert any("selection bias" in n for n in sub["notes"])
+    assert [r["task"] for r in sub["per_task"]] == ["t0"] and sub["coverage"]["planned"] == 1
+    res = run_cli(["exp", "compare", str(tmp_path / "run"), "--a", "base", "--b", "base2"])
+    assert res.code == 2

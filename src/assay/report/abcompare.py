@@ -20,7 +20,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from assay.errors import InputError
+from assay.errors import InputError, NotComparable
 from assay.report.outcomes import OutcomeSet, TrialOutcome
 from assay.stats.abtest import METHODS, cluster_t_interval, compare_arms
 from assay.stats.describe import nearest_rank
@@ -123,6 +123,20 @@ def _triggered(trials: Sequence[TrialOutcome]) -> dict[str, int]:
             "unknown": sum(1 for o in graded if o.triggered is None)}
 
 
+def _subgroup(trials: list[TrialOutcome], plan: list[str],
+              want: bool) -> tuple[list[TrialOutcome], list[str]]:
+    """Trials where the mechanism fired (or did not), in the arms that can tell; an arm without
+    the mechanism (no ``trigger_event``) keeps its trials on the tasks selected that way."""
+    arms_that_tell = {t.outcome.arm for t in trials if t.outcome.triggered is not None}
+    if not arms_that_tell:
+        raise NotComparable("--subgroup: no trial says whether the mechanism fired (name the "
+                            "event with trigger_event on the arm)")
+    kept = [t for t in trials
+            if t.outcome.arm not in arms_that_tell or t.outcome.triggered is want]
+    tasks = {t.outcome.task for t in kept if t.outcome.arm in arms_that_tell}
+    return [t for t in kept if t.outcome.task in tasks], [t for t in plan if t in tasks]
+
+
 def build_comparison(data: OutcomeSet, *, a: str, b: str, cluster: str = "task",
                      method: str = "cluster_t", seed: int = 0, level: float = 0.95,
                      subgroup: str | None = None) -> dict[str, Any]:
@@ -138,13 +152,14 @@ def build_comparison(data: OutcomeSet, *, a: str, b: str, cluster: str = "task",
     clusters = data.cluster_map(cluster)
     notes = list(data.notes)
     trials = [t for t in data.trials if t.outcome.arm in (a, b)]
+    plan = data.tasks
     if subgroup is not None:
-        want = subgroup == "triggered"
-        trials = [t for t in trials if t.outcome.triggered is want]
-        notes.append(SELECTION_BIAS.format(what="fired" if want else "did not fire"))
+        trials, plan = _subgroup(trials, plan, subgroup == "triggered")
+        notes.append(SELECTION_BIAS.format(what="fired" if subgroup == "triggered"
+                                           else "did not fire"))
     res = compare_arms(((t.outcome.task, t.outcome.arm, t.outcome.rep, t.outcome.passed)
                         for t in trials), a=a, b=b, clusters=clusters, weights=data.weights,
-                       tasks=data.tasks, method=method, level=level, seed=seed)  # type: ignore[arg-type]
+                       tasks=plan, method=method, level=level, seed=seed)  # type: ignore[arg-type]
     out = res.to_dict()
     links: dict[str, dict[str, list[str]]] = {}
     for t in trials:
