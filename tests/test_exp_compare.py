@@ -337,3 +337,17 @@ def test_trials_that_never_trigger_the_mechanism_stay_and_are_marked(tmp_path: P
     assert [r["task"] for r in sub["per_task"]] == ["t0"] and sub["coverage"]["planned"] == 1
     res = run_cli(["exp", "compare", str(tmp_path / "run"), "--a", "base", "--b", "base2"])
     assert res.code == 2
+
+
+def test_library_calls_match_the_cli(hand: Path) -> None:
+    import assay
+    from assay.errors import InputError
+
+    lib = assay.compare_experiment(hand, a="A", b="B", cluster="family")
+    assert lib == _compare(str(hand), "--a", "A", "--b", "B", "--cluster", "family")
+    plan = assay.plan_experiment(p_a=[0.2, 0.8], tasks=30, reps=2)
+    assert plan["n_tasks"] == 30 and plan["mde"] is not None and plan["n_baseline_rates"] == 2
+    with pytest.raises(InputError):
+        assay.plan_experiment()
+    with pytest.raises(InputError, match="outcomes file has no bar"):
+        assay.verdict(hand)

@@ -21,6 +21,7 @@ __all__ = [
     "check_suite",
     "check_tasks",
     "compare",
+    "compare_experiment",
     "execute",
     "load_bundles",
     "load_suite",
@@ -29,6 +30,8 @@ __all__ = [
     "run",
     "run_experiment",
     "run_trial",
+    "plan_experiment",
+    "verdict",
 ]
 _API = frozenset(__all__) - {"__version__"}
 
@@ -39,14 +42,17 @@ if TYPE_CHECKING:
         check_suite,
         check_tasks,
         compare,
+        compare_experiment,
         execute,
         load_bundles,
         load_suite,
+        plan_experiment,
         prepare,
         rebuild_report,
         run,
         run_experiment,
         run_trial,
+        verdict,
     )
 
 

@@ -10,13 +10,16 @@ Runs: :func:`run` (= :func:`prepare` then :func:`execute`), :func:`rebuild_repor
 :func:`compare`. From the top level it is also ``assay.report(run_dir)``: ``assay.report`` is the
 package that builds reports, made callable in ``assay/__init__.py`` so both meanings hold.
 Suites and tasks: :func:`load_suite`, :func:`check_suite`, :func:`load_bundles`,
-:func:`run_trial`, :func:`check_tasks`. Every error raised on purpose is from
-:mod:`assay.errors`: an ``InputError`` means change the input, an ``InfraError`` means the
-machine, endpoint or sandbox failed and the same call may succeed later.
+:func:`run_trial`, :func:`check_tasks`. Experiments: :func:`run_experiment`,
+:func:`compare_experiment`, :func:`plan_experiment`, :func:`verdict`. Every error raised on
+purpose is from :mod:`assay.errors`: an ``InputError`` means change the input, an
+``InfraError`` means the machine, endpoint or sandbox failed and the same call may succeed
+later.
 """
 
 from __future__ import annotations
 
+from assay.api.experiments import compare_experiment, plan_experiment, verdict
 from assay.api.options import CODING_DEFAULTS, RUN_OPTIONS, SHARED_DEFAULTS
 from assay.api.runs import (
     RunPlan,
@@ -40,6 +43,7 @@ __all__ = [
     "check_tasks",
     "run_experiment",
     "compare",
+    "compare_experiment",
     "execute",
     "load_bundles",
     "load_suite",
@@ -47,4 +51,6 @@ __all__ = [
     "rebuild_report",
     "run",
     "run_trial",
+    "plan_experiment",
+    "verdict",
 ]

@@ -1,0 +1,162 @@
+"""Deciding from an experiment: compare two arms, plan the next run, apply the bar.
+
+The CLI's ``exp compare``, ``exp plan`` and ``exp verdict`` are these functions plus printing;
+a notebook or a CI script gets the same objects (plain dicts, JSON-ready) and the same
+``InputError`` when the input is wrong.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from assay.errors import InputError
+
+PathLike = str | os.PathLike[str]
+
+
+def _pair(data: Any, a: str | None, b: str | None) -> tuple[str, str]:
+    from assay.report.abcompare import default_arms
+    from assay.report.experiment import frozen_bar
+
+    if a and b:
+        return a, b
+    bar = frozen_bar(data.source, data.manifest) if data.manifest else None
+    pair = default_arms(data, bar)
+    if pair is None:
+        raise InputError(f"{data.source}: {len(data.arms)} arms ({', '.join(data.arms)}): "
+                         "name them with a= and b= (--a ARM --b ARM)")
+    return a or pair[0], b or pair[1]
+
+
+def compare_experiment(source: PathLike, *, a: str | None = None, b: str | None = None,
+                       cluster: str = "task", method: str = "cluster_t", seed: int = 0,
+                       subgroup: str | None = None) -> dict[str, Any]:
+    """The paired comparison of arm ``b`` against arm ``a`` (see ``report/abcompare.py``);
+    ``source`` is an experiment run directory or an outcomes JSONL file."""
+    from assay.report.abcompare import build_comparison
+    from assay.report.outcomes import load_outcomes
+
+    data = load_outcomes(Path(source))
+    arm_a, arm_b = _pair(data, a, b)
+    out = build_comparison(data, a=arm_a, b=arm_b, cluster=cluster, method=method, seed=seed,
+                           subgroup=subgroup)
+    _shown(data)
+    return out
+
+
+def plan_experiment(pilot: PathLike | None = None, *, arm: str | None = None,
+                    p_a: float | list[float] | None = None, tasks: int | None = None,
+                    reps: int | None = None, delta: float | None = None,
+                    seed: int = 0) -> dict[str, Any]:
+    """The minimum detectable effect at 80% power for ``tasks`` × ``reps``, or with ``delta``
+    the tasks needed; baseline rates from a pilot's arm ``arm`` or assumed (``p_a``)."""
+    from assay.stats.power import minimum_detectable_effect, tasks_needed
+
+    info = None
+    if pilot is not None:
+        rates, info = _pilot_rates(Path(pilot), arm)
+    elif p_a is not None:
+        rates = [float(p_a)] if isinstance(p_a, int | float) else [float(x) for x in p_a]
+        if not rates or not all(0.0 <= r <= 1.0 for r in rates):
+            raise InputError("p_a: rates lie in [0, 1]")
+    else:
+        raise InputError("give a pilot (run directory or outcomes file) or assumed rates "
+                         "(--p-a RATE)")
+    k = reps or (info["reps"] if info else 1)
+    if k < 1:
+        raise InputError("reps: at least 1")
+    out: dict[str, Any] = {"power": 0.8, "alpha": 0.05,
+                           "method": "cluster_t (tasks as clusters, t with N-1 df), by "
+                                     "simulation", "seed": seed, "reps": k,
+                           "baseline_rates": rates if len(rates) <= 50 else None,
+                           "n_baseline_rates": len(rates), "pilot": info}
+    if delta is not None:
+        if delta == 0 or not -1 < delta < 1:
+            raise InputError("delta: an effect in (-1, 1), not 0")
+        out.update(delta=delta, tasks_needed=tasks_needed(delta, reps=k, p_a=rates,
+                                                          seed=seed))
+        return out
+    n = tasks or (info["tasks"] if info else None)
+    if n is None:
+        raise InputError("tasks: the number of tasks is needed without a pilot (--tasks N)")
+    if n < 2:
+        raise InputError("tasks: a comparison needs at least 2 tasks")
+    out.update(n_tasks=n, mde=minimum_detectable_effect(n_tasks=n, reps=k, p_a=rates,
+                                                        seed=seed))
+    return out
+
+
+def _pilot_rates(source: Path, arm: str | None) -> tuple[list[float], dict[str, Any]]:
+    from assay.report.outcomes import load_outcomes
+
+    data = load_outcomes(source)
+    base = arm or data.arms[0]
+    if base not in data.arms:
+        raise InputError(f"{source}: no arm {base!r} (arms: {', '.join(data.arms)})")
+    cells: dict[str, list[int]] = {}
+    for t in data.arm_trials(base):
+        if t.outcome.passed is not None:
+            c = cells.setdefault(t.outcome.task, [0, 0])
+            c[0] += 1
+            c[1] += int(t.outcome.passed)
+    if not cells:
+        raise InputError(f"{source}: arm {base!r} has no graded trial to plan from")
+    return ([k / n for n, k in cells.values()],
+            {"source": str(source), "arm": base, "tasks": len(cells),
+             "reps": max(n for n, _ in cells.values())})
+
+
+def verdict(run_dir: PathLike) -> dict[str, Any]:
+    """The experiment report of ``run_dir`` with its verdict (``report["verdict"]``: decision,
+    reasons, checks, exit code), refused when there is no bar or the bar was edited."""
+    from assay.report.experiment import build_experiment_report
+    from assay.report.outcomes import load_outcomes
+
+    run = Path(run_dir)
+    data = load_outcomes(run)
+    if data.kind != "run":
+        raise InputError(f"{run}: a verdict needs an experiment run directory (its bar was "
+                         "frozen before the run); an outcomes file has no bar")
+    _bar_matches_state(run, data.manifest)
+    rep = build_experiment_report(run, data=data)
+    if rep["bar"] is None:
+        raise InputError(f"{run}: the experiment file had no bar: nothing to decide against "
+                         "(a bar must be written before the first trial; run again into a new "
+                         "--out)")
+    if rep["verdict"] is None:
+        raise InputError(f"{run}: no verdict: " + "; ".join(rep["notes"]))
+    _shown(data)
+    return rep
+
+
+def _bar_matches_state(run_dir: Path, manifest: dict[str, Any] | None) -> None:
+    """The manifest is a file anyone can edit; the state database froze the same identity
+    before the first trial, so the bar read for a verdict must agree with it."""
+    from assay.runner.state import DB_FILE, StateDB
+
+    if manifest is None or not (run_dir / DB_FILE).is_file():
+        return
+    with StateDB.open_readonly(run_dir) as db:
+        frozen = json.loads(db.meta.get("identity", "{}")).get("settings", {}).get("bar")
+    now = manifest.get("identity", {}).get("settings", {}).get("bar")
+    if frozen != now:
+        raise InputError(f"{run_dir}: the bar in manifest.json differs from the one frozen in "
+                         f"{DB_FILE} before the first trial; refusing to decide against an "
+                         "edited bar")
+
+
+def _shown(data: Any) -> None:
+    """Results of a run were shown: a run with holdout tasks notes it in the holdout ledger."""
+    if data.kind != "run":
+        return
+    try:
+        from assay.runner.holdout import record_shown
+    except ImportError:  # pragma: no cover - until the holdout ledger lands
+        return
+    record_shown(data.source)
+
+
+__all__ = ["compare_experiment", "plan_experiment", "verdict"]
