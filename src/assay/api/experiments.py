@@ -33,13 +33,15 @@ def _pair(data: Any, a: str | None, b: str | None) -> tuple[str, str]:
 
 def compare_experiment(source: PathLike, *, a: str | None = None, b: str | None = None,
                        cluster: str = "task", method: str = "cluster_t", seed: int = 0,
-                       subgroup: str | None = None) -> dict[str, Any]:
+                       subgroup: str | None = None,
+                       reward_threshold: float | None = None) -> dict[str, Any]:
     """The paired comparison of arm ``b`` against arm ``a`` (see ``report/abcompare.py``);
-    ``source`` is an experiment run directory or an outcomes JSONL file."""
+    ``source`` is an experiment run directory, a Harbor job directory (a pass is a reward of
+    at least ``reward_threshold``, default 1) or an outcomes JSONL file."""
     from assay.report.abcompare import build_comparison
     from assay.report.outcomes import load_outcomes
 
-    data = load_outcomes(Path(source))
+    data = load_outcomes(Path(source), reward_threshold=reward_threshold)
     arm_a, arm_b = _pair(data, a, b)
     out = build_comparison(data, a=arm_a, b=arm_b, cluster=cluster, method=method, seed=seed,
                            subgroup=subgroup)

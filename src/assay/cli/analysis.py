@@ -24,7 +24,8 @@ Cluster = Annotated[str, typer.Option("--cluster", help="Resample by task (defau
 @exp_app.command("compare")
 def exp_compare(
     source: Annotated[Path, typer.Argument(metavar="SOURCE", help="An experiment run "
-                                           "directory, or an outcomes JSONL file.")],
+                                           "directory, a Harbor job directory, or an outcomes "
+                                           "JSONL file.")],
     a: Annotated[str | None, typer.Option("--a", help="Arm A, the baseline (default: the "
                                           "bar's, or the first of two arms).")] = None,
     b: Annotated[str | None, typer.Option("--b", help="Arm B, the candidate.")] = None,
@@ -35,6 +36,9 @@ def exp_compare(
     subgroup: Annotated[str | None, typer.Option(help="triggered or not_triggered: a "
                                                  "subgroup view, with a selection-bias "
                                                  "warning.")] = None,
+    reward_threshold: Annotated[float | None, typer.Option(
+        "--reward-threshold", help="Harbor job sources: a trial passes at a reward of at "
+        "least this (default 1).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object.")] = False,
 ) -> None:
     """Paired A/B comparison: per-task pass rates, Δ = mean of per-task differences (B − A),
@@ -44,7 +48,7 @@ def exp_compare(
 
     try:
         cmp = compare_experiment(source, a=a, b=b, cluster=cluster, method=method, seed=seed,
-                                 subgroup=subgroup)
+                                 subgroup=subgroup, reward_threshold=reward_threshold)
     except AssayError as exc:
         raise fail(str(exc)) from None
     if as_json:

@@ -174,17 +174,32 @@ def exp_run(
 
 
 @exp_app.command("report")
-def exp_report(run_dir: Annotated[Path, typer.Argument(metavar="DIR")]) -> None:
-    """A per-trial table and per-arm counts (report.json, report.md) from the run directory."""
+def exp_report(
+    run_dir: Annotated[Path, typer.Argument(metavar="SOURCE", help="An experiment run "
+                                            "directory, or a Harbor job directory.")],
+    out_dir: Annotated[Path | None, typer.Option("--out", help="Where to write the report "
+                                                 "(default: the run directory; required for "
+                                                 "a Harbor job, which is never written "
+                                                 "into).")] = None,
+) -> None:
+    """The verdict, the A/B comparison, per-arm counts and per-trial rows (report.json,
+    report.md, outcomes.jsonl) from the records on disk."""
     from rich.markdown import Markdown
 
     from assay.cli.app import out
+    from assay.errors import AssayError
     from assay.report.experiment import experiment_markdown, write_experiment_report
+    from assay.report.outcomes import load_outcomes
 
-    if not (run_dir / "manifest.json").is_file():
-        raise fail(f"{run_dir}: no manifest.json: not an experiment run directory")
+    if not run_dir.is_dir():
+        raise fail(f"{run_dir}: not a directory (give an experiment run directory or a Harbor "
+                   "job directory; for an outcomes file use `assay exp compare`)")
     try:
-        rep = write_experiment_report(run_dir)
-    except (KeyError, RecordError) as exc:
-        raise fail(f"{run_dir}: not an experiment run directory ({exc})") from None
+        data = load_outcomes(run_dir)
+        if data.kind != "run" and out_dir is None:
+            raise fail(f"{run_dir}: not an assay run directory: say where the report goes "
+                       "with --out DIR")
+        rep = write_experiment_report(run_dir, data=data, out=out_dir)
+    except (KeyError, AssayError) as exc:
+        raise fail(f"{run_dir}: {exc}") from None
     out.print(Markdown(experiment_markdown(rep)))

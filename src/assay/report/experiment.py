@@ -103,7 +103,9 @@ def build_experiment_report(run_dir: Path, *, data: OutcomeSet | None = None,
                             seed: int | None = None) -> dict[str, Any]:
     run_dir = Path(run_dir)
     data = data or load_run_outcomes(run_dir)
-    manifest = data.manifest or read_json_file(run_dir / "manifest.json")
+    manifest = data.manifest if data.kind != "run" or data.manifest else read_json_file(
+        run_dir / "manifest.json")
+    manifest = manifest or {"name": run_dir.name}
     bar = frozen_bar(run_dir, manifest)
     seed = int(manifest.get("seed", 0)) if seed is None else seed
     arms = {arm: _arm_row(data.arm_trials(arm)) for arm in data.arms}
@@ -257,13 +259,22 @@ def write_outcomes(run_dir: Path, data: OutcomeSet) -> Path:
     return path
 
 
-def write_experiment_report(run_dir: Path) -> dict[str, Any]:
+def write_experiment_report(run_dir: Path, *, data: OutcomeSet | None = None,
+                            out: Path | None = None) -> dict[str, Any]:
+    """report.json, report.md and outcomes.jsonl into ``out`` (default: the run directory).
+    ``data`` from another source (a Harbor job, an outcomes file) is reported the same way;
+    such a source is never written into, so ``out`` is required then."""
     run_dir = Path(run_dir)
-    data = load_run_outcomes(run_dir)
+    data = data or load_run_outcomes(run_dir)
+    if out is None and data.kind != "run":
+        raise ValueError("write_experiment_report: out= is required for a source that is not "
+                         "an assay run directory")
+    dest = Path(out) if out is not None else run_dir
+    dest.mkdir(parents=True, exist_ok=True)
     rep = build_experiment_report(run_dir, data=data)
-    write_outcomes(run_dir, data)
-    atomic_write_text(run_dir / "report.json", json.dumps(rep, indent=2) + "\n")
-    atomic_write_text(run_dir / "report.md", experiment_markdown(rep))
+    write_outcomes(dest, data)
+    atomic_write_text(dest / "report.json", json.dumps(rep, indent=2) + "\n")
+    atomic_write_text(dest / "report.md", experiment_markdown(rep))
     return rep
 
 

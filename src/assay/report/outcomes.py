@@ -59,7 +59,7 @@ class OutcomeSet:
     """The trial table of one source, with the plan it was drawn against."""
 
     source: Path
-    kind: Literal["run", "file"]
+    kind: Literal["run", "file", "harbor"]
     trials: list[TrialOutcome]
     tasks: list[str]
     """The planned tasks (for a file: every task it names), in order."""
@@ -101,13 +101,20 @@ class OutcomeSet:
         return labels
 
 
-def load_outcomes(source: Path) -> OutcomeSet:
-    """An experiment run directory (it has ``manifest.json``) or an outcomes JSONL file."""
+def load_outcomes(source: Path, *, reward_threshold: float | None = None) -> OutcomeSet:
+    """An experiment run directory (it has ``manifest.json``), a Harbor job directory
+    (``report/harbor.py``; ``reward_threshold`` decides a pass there) or an outcomes file."""
     source = Path(source)
     if source.is_dir():
+        from assay.report.harbor import DEFAULT_THRESHOLD, is_harbor_job, load_harbor_job
+
+        if is_harbor_job(source):
+            return load_harbor_job(source, threshold=DEFAULT_THRESHOLD
+                                   if reward_threshold is None else reward_threshold)
         if not (source / "manifest.json").is_file():
             raise InputError(f"{source}: no manifest.json: not an experiment run directory "
-                             "(give the directory `exp run --out` wrote, or an outcomes file)")
+                             "(give the directory `exp run --out` wrote, a Harbor job "
+                             "directory, or an outcomes file)")
         return load_run_outcomes(source)
     if not source.is_file():
         raise InputError(f"{source}: no such file or directory")
