@@ -16,6 +16,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from assay.records.fork import FORKS, fork_totals
 from assay.records.io import atomic_write_text, read_json_file
 from assay.records.ledger import ledger_totals
 
@@ -72,6 +73,8 @@ def build_experiment_report(run_dir: Path) -> dict[str, Any]:
         }
     return {"schema": SCHEMA, "name": manifest.get("name"), "run_dir": str(run_dir),
             "arms": arm_rows, "trials": trials,
+            # a fork experiment's prefixes: their cost is apart from every arm's
+            **({"fork": fork_totals(run_dir)} if (run_dir / FORKS).is_dir() else {}),
             "manifest": {"identity_sha256": manifest.get("identity_sha256"),
                          "assay": manifest.get("assay"), "created_at": manifest.get("created_at")}}
 
@@ -133,6 +136,13 @@ def experiment_markdown(rep: dict[str, Any]) -> str:
         out.append(f"| {arm} | {a['planned']} | {a['graded']} | {pct(a['coverage'])} | "
                    f"{a['accepted']} | {pct(a['infra_error_rate'])} | {cost} | {toks} | "
                    f"{codes} |")
+    if rep.get("fork"):
+        f = rep["fork"]
+        cost = "n/a" if f["cost_usd"] is None else f"{f['cost_usd']:.4f}" + (
+            "" if f["cost_complete"] else " (lower bound)")
+        out += ["", f"Fork prefixes (shared by the arms, not in their costs): "
+                    f"{f['prefix_attempts']} attempts, {f['frozen_states']} frozen states, "
+                    f"{f['calls']} model calls, cost USD {cost}."]
     out += ["", "## Trials", "", "| task | arm | rep | state | verdict | attempts | record |",
             "|---|---|---:|---|---|---|---|"]
     for t in rep["trials"]:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from assay.suites.bundle import Bundle, find_bundles, load_bundle, tree_digest
 from assay.suites.errors import Problem, SuiteError
@@ -118,6 +118,35 @@ class Bar(_Strict):
     """Tasks the baseline passes and the candidate fails, at most."""
 
 
+class Fork(_Strict):
+    """Start every arm from one shared state instead of the pristine tree (for mechanism
+    changes, context compaction and the like, that only act deep into a run): a prefix agent
+    runs once per (task, repetition) until ``until``, its workspace and HOME are frozen, and
+    each arm continues from an identical copy. See the README's "Fork experiments"."""
+
+    prefix_agent: str = Field(min_length=1)
+    """Agent spec of the prefix, e.g. ``command:python3 agent.py --until-compaction``
+    (checked with the runner's agent parser before anything runs)."""
+    until: int | str
+    """Where the prefix stops: an event name or a step number (a positive int). Passed to the
+    prefix as ``ASSAY_FORK_UNTIL``; the runner never interprets the agent's steps itself."""
+    model: ModelSpec | None = None
+    """The prefix's own model, through the gateway; unset: the prefix gets no model (the
+    arms' models are theirs: the shared state must not depend on one arm's model)."""
+
+    @field_validator("until", mode="plain")
+    @classmethod
+    def _until(cls, value: Any) -> int | str:
+        # one message for both forms (a union would report each branch's complaint); a YAML
+        # ``true`` is not step 1
+        if isinstance(value, bool) or not isinstance(value, (int, str)) or (
+                isinstance(value, int) and value < 1) or (isinstance(value, str)
+                                                          and not value.strip()):
+            raise ValueError("until is an event name (a non-empty string) or a step number "
+                             f"(a positive int), not {value!r}")
+        return value
+
+
 class ExperimentSpec(_Strict):
     """``experiment.yaml``, as written."""
 
@@ -145,6 +174,8 @@ class ExperimentSpec(_Strict):
     """The decision rule (kept, not acted on here)."""
     weights: dict[str, float] | None = None
     """Task weights fixed before the run (kept, not acted on here)."""
+    fork: Fork | None = None
+    """Run a prefix once per (task, repetition) and start every arm from its frozen state."""
 
 
 class TrialKey(NamedTuple):
@@ -281,10 +312,23 @@ def _check_prices(spec: ExperimentSpec, problem: ProblemAt) -> list[Problem]:
     lim = spec.limits
     if lim.cost_usd is None and lim.total_cost_usd is None:
         return []
-    return [problem(("arms", name, "model", "name"),
-                    f"model {arm.model.name!r} has no entry in prices, but limits set a cost")
-            for name, arm in spec.arms.items()
-            if arm.model is not None and arm.model.name not in spec.prices]
+    out = [problem(("arms", name, "model", "name"),
+                   f"model {arm.model.name!r} has no entry in prices, but limits set a cost")
+           for name, arm in spec.arms.items()
+           if arm.model is not None and arm.model.name not in spec.prices]
+    fork_model = spec.fork.model if spec.fork is not None else None
+    if fork_model is not None and fork_model.name not in spec.prices:
+        out.append(problem(("fork", "model", "name"), f"model {fork_model.name!r} has no entry "
+                           "in prices, but limits set a cost"))
+    return out
+
+
+def problem_at(experiment: Experiment, loc: tuple[str, ...], message: str) -> Problem:
+    """A problem at a field of an already loaded experiment file, with that field's line: for
+    checks a higher layer makes (the runner parses agent specs, which this layer cannot)."""
+    text = experiment.path.read_text(encoding="utf-8")
+    return Problem(experiment.path, line_of(key_lines(text, items=True), loc), ".".join(loc),
+                   message)
 
 
 def task_fingerprint(bundle: Bundle) -> dict[str, Any]:
