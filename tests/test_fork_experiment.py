@@ -25,7 +25,7 @@ from conftest import SECRET, run_cli
 from support.scripted_server import Answer, ScriptedServer
 
 from assay import run_experiment
-from assay.errors import SuiteError
+from assay.errors import RunConflict, SuiteError
 from assay.sandbox import bwrap_available
 from assay.suites.bundle import set_fixture_digest, tree_digest
 
@@ -178,6 +178,11 @@ def test_both_arms_start_from_the_same_frozen_state(tmp_path: Path) -> None:
     again = run_experiment(exp, out)
     assert again.status == "complete" and again.fork["prefix_runs_this_session"] == 0
     assert sorted(p.name for p in (forks / "0").iterdir()) == ["a1"]
+    # a changed fork block is another experiment: refused on resume, naming what changed
+    exp.write_text(exp.read_text().replace("until: compaction", "until: 12"))
+    with pytest.raises(RunConflict) as conflict:
+        run_experiment(exp, out)
+    assert "settings.fork.until" in str(conflict.value)
 
 
 @needs_bwrap
@@ -188,6 +193,10 @@ def test_without_the_fork_the_arm_finds_no_state_and_fails(tmp_path: Path) -> No
     assert run_experiment(exp, out).status == "complete"
     trial = _trial(out, "a", 0)
     assert "fork" not in trial
+    # no fork block, no fork anywhere: a run begun before forks existed still resumes
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert "fork" not in manifest and "fork" not in manifest["identity"]["settings"]
+    assert not (out / "forks").exists()
     assert trial["execution"]["exit_code"] == 3 and trial["grade"]["accepted"] is False
     assert "the forked state is missing" in (
         out / "trials" / TASK / "a" / "0" / "a1" / "agent" / "stdout.log").read_text()
@@ -195,7 +204,9 @@ def test_without_the_fork_the_arm_finds_no_state_and_fails(tmp_path: Path) -> No
 
 @needs_bwrap
 def test_a_failing_prefix_freezes_nothing_and_the_arm_is_an_infra_error(tmp_path: Path) -> None:
-    fork = FORK.replace("fork_agent.py prefix", "fork_agent.py prefix; exit 7")
+    # exits 7 (not the contract's 0) only when it was told the step number as the contract says
+    fork = ("fork:\n  prefix_agent: 'command:test \"$ASSAY_FORK_UNTIL\" = 2 && test "
+            "\"$ASSAY_FORK_UNTIL_KIND\" = step && exit 7; exit 1'\n  until: 2\n")
     exp = _experiment(tmp_path, fork=fork, reps=1, arms=("a",))
     exp.write_text(exp.read_text() + "retries: {infra: 1}\n")
     out = tmp_path / "run"
@@ -208,7 +219,7 @@ def test_a_failing_prefix_freezes_nothing_and_the_arm_is_an_infra_error(tmp_path
         assert rec["status"] == "failed" and rec["exit_code"] == 7
         assert not (d / "state.json").exists() and not (d / "state.tar").exists()
     trial = _trial(out, "a", 0)
-    assert trial["status"] == "infra_error" and "did not reach until='compaction'" in trial["error"]
+    assert trial["status"] == "infra_error" and "did not reach until=2" in trial["error"]
 
 
 def test_an_invalid_fork_block_is_refused_with_file_line_and_field(tmp_path: Path) -> None:
@@ -233,6 +244,13 @@ def test_an_invalid_fork_block_is_refused_with_file_line_and_field(tmp_path: Pat
     exp.write_text(base + "fork:\n  until: 3\n")
     res = run_cli(["exp", "run", str(exp), "--out", str(tmp_path / "r4")])
     assert res.code == 2 and "field 'fork.prefix_agent'" in res.stderr
+    # a cost limit the prefix's model could not be held to
+    exp.write_text(base + "limits: {cost_usd: 1}\nfork:\n  prefix_agent: nop\n  until: 3\n"
+                   "  model: {name: unpriced}\n")
+    with pytest.raises(SuiteError) as err:
+        run_experiment(exp, tmp_path / "r5")
+    [p] = err.value.problems
+    assert p.field == "fork.model.name" and p.line == 10 and "prices" in p.message
 
 
 @pytest.fixture

@@ -207,7 +207,8 @@ class ForkPrefixes:
             "prefix_agent": self.fork.prefix_agent, "until": self.fork.until,
             "model": self.access.model, "status": "running", "started_at": utc_now()}
         _save(fork_dir / PREFIX_JSON, record)  # committed before the prefix starts
-        self.prefix_runs += 1
+        with self._guard:
+            self.prefix_runs += 1
         token = None
         env = {"ASSAY_FORK_UNTIL": str(self.fork.until),
                "ASSAY_FORK_UNTIL_KIND": "step" if isinstance(self.fork.until, int) else "event"}

@@ -242,9 +242,12 @@ def load_experiment(path: Path) -> Experiment:
         raise SuiteError(problems)
     bundles = {b.id: b for b in sorted(selected, key=lambda b: b.id)}
     sha = hashlib.sha256(raw).hexdigest()
+    settings = spec.model_dump(mode="json")
+    if settings.get("fork") is None:  # absent, not null: runs begun before forks existed resume
+        settings.pop("fork", None)
     identity = {
         "file_sha256": sha,
-        "settings": spec.model_dump(mode="json"),
+        "settings": settings,
         "tasks": {tid: task_fingerprint(b) for tid, b in bundles.items()},
         "arms": {name: arm_identity(arm) for name, arm in sorted(spec.arms.items())},
     }
