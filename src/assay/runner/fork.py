@@ -64,7 +64,7 @@ from assay.records.fork import (
 from assay.records.io import atomic_write_json, read_json_file
 from assay.records.manifest import utc_now
 from assay.sandbox import SANDBOX_WORKDIR, ProxyTarget
-from assay.suites.bundle import check_starting_tree
+from assay.suites.bundle import Bundle, check_starting_tree
 from assay.suites.experiment import Experiment, Fork, TrialKey, problem_at
 
 
@@ -242,7 +242,7 @@ class ForkPrefixes:
         _save(fork_dir / PREFIX_JSON, record)
         return fork_dir, state
 
-    def _prefix_in_sandbox(self, bundle: Any, fork_dir: Path, record: dict[str, Any],
+    def _prefix_in_sandbox(self, bundle: Bundle, fork_dir: Path, record: dict[str, Any],
                            env: dict[str, str], token: str | None, gateway: Gateway,
                            proxy: ProxyTarget | None) -> dict[str, Any]:
         with tempfile.TemporaryDirectory(prefix="assay-fork-") as tmp:
