@@ -16,6 +16,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field
 
 from assay.records.base import Record
+from assay.records.fork import ForkStart
 from assay.records.io import read_json_file
 
 TRIAL_JSON = "trial.json"
@@ -115,6 +116,9 @@ class TrialRecord(Record):
     """Why the trial could not be run (infra_error)."""
     grade: GradeSummary | None = None
     """The verdict, once graded."""
+    fork: ForkStart | None = None
+    """In a fork experiment: the frozen prefix state this attempt started from, with digests
+    recomputed from the restored copy (equal across the arms of one task and repetition)."""
 
 
 class Validity(Record):

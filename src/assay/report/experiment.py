@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from assay.errors import NotComparable, RecordError
+from assay.records.fork import FORKS, fork_totals
 from assay.records.io import atomic_write_text, dumps_row, read_json_file
 from assay.report.abcompare import build_comparison, default_arms
 from assay.report.outcomes import OutcomeSet, TrialOutcome, load_run_outcomes
@@ -135,6 +136,9 @@ def build_experiment_report(run_dir: Path, *, data: OutcomeSet | None = None,
     return {"schema": SCHEMA, "name": manifest.get("name"), "run_dir": str(run_dir),
             "arms": arms, "trials": [_trial_row(t) for t in data.trials],
             "comparison": comparison, "bar": bar, "verdict": verdict, "notes": notes,
+            # a fork experiment's prefixes: their cost is apart from every arm's
+            **({"fork": fork_totals(run_dir)} if data.kind == "run" and (run_dir / FORKS).is_dir()
+               else {}),
             "manifest": {"identity_sha256": manifest.get("identity_sha256"),
                          "assay": manifest.get("assay"), "created_at": manifest.get("created_at"),
                          "bar_sha256": manifest.get("bar_sha256")}}
@@ -239,6 +243,13 @@ def experiment_markdown(rep: dict[str, Any]) -> str:
         out.append(f"| {md_cell(arm)} | {a['planned']} | {a['graded']} | {_pct(a['coverage'])} "
                    f"| {a['accepted']} | {_pct(a['infra_error_rate'])} | {cost} | {toks} | "
                    f"{md_cell(codes)} |")
+    if rep.get("fork"):
+        f = rep["fork"]
+        cost = "n/a" if f["cost_usd"] is None else f"{f['cost_usd']:.4f}" + (
+            "" if f["cost_complete"] else " (lower bound)")
+        out += ["", f"Fork prefixes (shared by the arms, not in their costs): "
+                    f"{f['prefix_attempts']} attempts, {f['frozen_states']} frozen states, "
+                    f"{f['calls']} model calls, cost USD {cost}."]
     out += ["", "## Trials", "", "| task | arm | rep | state | verdict | attempts | record |",
             "|---|---|---:|---|---|---|---|"]
     for t in rep["trials"]:

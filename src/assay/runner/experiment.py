@@ -37,6 +37,7 @@ from assay.records.io import atomic_write_json, read_json_file
 from assay.records.ledger import ledger_totals
 from assay.records.manifest import tool_identity, utc_now
 from assay.records.trial import read_grade, read_trial
+from assay.runner.fork import ForkPrefixes, check_fork, fork_manifest, fork_totals
 from assay.runner.state import StateDB
 from assay.runner.trial import TrialHooks, run_trial
 from assay.sandbox import ProxyTarget
@@ -82,6 +83,8 @@ class ExperimentResult:
     message: str | None = None
     reverified: int = 0
     interrupted: int = 0
+    #: a fork experiment's prefixes: attempts on disk, calls, cost (apart from the arms')
+    fork: dict[str, Any] | None = None
 
 
 @dataclass
@@ -143,6 +146,7 @@ def _manifest(exp: Experiment, access: dict[str, _ArmAccess], jobs: int,
         "task_meta": {tid: {"family": b.spec.family, "split": b.spec.split}
                       for tid, b in exp.bundles.items()},
         "sessions": [],
+        **({"fork": fork_manifest(spec.fork)} if spec.fork is not None else {}),
     }
 
 
@@ -215,6 +219,9 @@ class ExperimentRunner:
         self.access = _arm_access(exp)
         self.plan = plan(exp)
         self.stop_new = threading.Event()
+        fork_access = check_fork(exp)
+        self.forks = (ForkPrefixes(exp, out, fork_access, grace_seconds)
+                      if fork_access is not None else None)
 
     def run(self) -> ExperimentResult:
         spec = self.exp.spec
@@ -262,10 +269,14 @@ class ExperimentRunner:
         session.update(ended_at=utc_now(), status=status, total_cost_usd=cap,
                        spent_usd_total=round(spent, 6), spent_complete=complete,
                        reverified=len(to_verify))
+        forks = None
+        if self.forks is not None:
+            forks = {**fork_totals(self.out), "prefix_runs_this_session": self.forks.prefix_runs}
+            session["fork"] = forks
         manifest.setdefault("sessions", []).append(session)
         atomic_write_json(self.out / MANIFEST, manifest)
         return ExperimentResult(self.out, status, dict(counts.trials), spent, complete, message,
-                                len(to_verify), interrupted)
+                                len(to_verify), interrupted, forks)
 
     # --------------------------------------------------------------------- scheduling
 
@@ -318,6 +329,9 @@ class ExperimentRunner:
                 return "infra_error"
         hooks = _AttemptHooks(state, attempt, self.gateway, token, access, self.proxy,
                               self.grace, bundle.spec.acceptance.verifier_revision)
+        if self.forks is not None:  # start from the shared frozen state, not the pristine tree
+            hooks.start_state = self.forks.start_state(key, hooks.model_env, self.gateway,
+                                                       self.proxy)
         try:
             res = run_trial(bundle, agent, attempt_dir, rep=key.rep,
                             attempt=int(attempt.label[1:]), hooks=hooks,
@@ -374,9 +388,12 @@ class ExperimentRunner:
 
 def spent_so_far(out: Path) -> tuple[float, bool]:
     """What earlier sessions of this run spent, from their ledgers on disk (the total budget
-    covers the whole run, not one session), and whether every call's cost was known."""
+    covers the whole run, not one session, and a fork experiment's prefixes too), and whether
+    every call's cost was known."""
     total, complete = 0.0, True
-    for ledger in out.glob("trials/*/*/*/a*/model_calls.jsonl"):
+    ledgers = [*out.glob("trials/*/*/*/a*/model_calls.jsonl"),
+               *out.glob("forks/*/*/a*/model_calls.jsonl")]
+    for ledger in ledgers:
         sums = ledger_totals(ledger)
         total += sums["cost_usd"]
         complete = complete and sums["unpriced_calls"] == 0

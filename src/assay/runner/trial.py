@@ -11,6 +11,7 @@ from __future__ import annotations
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -122,6 +123,10 @@ class TrialHooks:
         self.proxy: Any = None
         self.grace_seconds: float = KILL_GRACE_SECONDS
         self.verifier_revision: str | None = None
+        #: a fork experiment's restore of the shared state: given the fresh workspace and HOME,
+        #: replaces them with the frozen state and returns its record (``trial.json``'s
+        #: ``fork``); it may add to ``model_env``. Raises TrialRefused when there is no state.
+        self.start_state: Callable[[Path, Path], dict[str, Any]] | None = None
 
     def before(self, stage: str) -> None:
         """Called before each stage starts (``agent``, ``freeze``, ``verify``); the experiment
@@ -180,6 +185,8 @@ def run_trial(bundle: Bundle, agent: Agent, trial_dir: Path, *, rep: int = 0,
                 if check.problem:
                     raise TrialRefused(check.problem)
                 record["environment"] = check_environment(bundle, workspace)
+                if hooks.start_state is not None:
+                    record["fork"] = hooks.start_state(workspace, home)
 
             stages.run("prepare", prepare)
             ctx = AgentContext(bundle, workspace, home, trial_dir / "agent",

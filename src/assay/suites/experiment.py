@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from assay.suites.bundle import Bundle, find_bundles, load_bundle, tree_digest
 from assay.suites.errors import Problem, SuiteError
@@ -127,6 +127,35 @@ class Bar(_Strict):
     """Arm B (the candidate); default: the second of two arms in ``arms``."""
 
 
+class Fork(_Strict):
+    """Start every arm from one shared state instead of the pristine tree (for mechanism
+    changes, context compaction and the like, that only act deep into a run): a prefix agent
+    runs once per (task, repetition) until ``until``, its workspace and HOME are frozen, and
+    each arm continues from an identical copy. See the README's "Fork experiments"."""
+
+    prefix_agent: str = Field(min_length=1)
+    """Agent spec of the prefix, e.g. ``command:python3 agent.py --until-compaction``
+    (checked with the runner's agent parser before anything runs)."""
+    until: int | str
+    """Where the prefix stops: an event name or a step number (a positive int). Passed to the
+    prefix as ``ASSAY_FORK_UNTIL``; the runner never interprets the agent's steps itself."""
+    model: ModelSpec | None = None
+    """The prefix's own model, through the gateway; unset: the prefix gets no model (the
+    arms' models are theirs: the shared state must not depend on one arm's model)."""
+
+    @field_validator("until", mode="plain")
+    @classmethod
+    def _until(cls, value: Any) -> int | str:
+        # one message for both forms (a union would report each branch's complaint); a YAML
+        # ``true`` is not step 1
+        if isinstance(value, bool) or not isinstance(value, (int, str)) or (
+                isinstance(value, int) and value < 1) or (isinstance(value, str)
+                                                          and not value.strip()):
+            raise ValueError("until is an event name (a non-empty string) or a step number "
+                             f"(a positive int), not {value!r}")
+        return value
+
+
 class ExperimentSpec(_Strict):
     """``experiment.yaml``, as written."""
 
@@ -154,6 +183,8 @@ class ExperimentSpec(_Strict):
     """The decision rule, fixed before the run (``exp verdict`` applies it)."""
     weights: dict[str, float] | None = None
     """Task weights fixed before the run (Δ weights tasks by them)."""
+    fork: Fork | None = None
+    """Run a prefix once per (task, repetition) and start every arm from its frozen state."""
 
 
 class TrialKey(NamedTuple):
@@ -221,14 +252,33 @@ def load_experiment(path: Path) -> Experiment:
         raise SuiteError(problems)
     bundles = {b.id: b for b in sorted(selected, key=lambda b: b.id)}
     sha = hashlib.sha256(raw).hexdigest()
+    settings = _settings(spec)
     identity = {
         "file_sha256": sha,
-        "settings": spec.model_dump(mode="json"),
+        "settings": settings,
         "tasks": {tid: task_fingerprint(b) for tid, b in bundles.items()},
         "arms": {name: arm_identity(arm) for name, arm in sorted(spec.arms.items())},
     }
     return Experiment(path=path, spec=spec, file_sha256=sha, bundles=bundles,
                       identity=identity)
+
+
+def _settings(spec: ExperimentSpec) -> dict[str, Any]:
+    """The file's settings as frozen in the identity. Fields added after the first experiment
+    format are left out while unset (absent, not null), so a run begun before they existed
+    still resumes with the same identity."""
+    settings = spec.model_dump(mode="json")
+    if settings.get("fork") is None:
+        settings.pop("fork", None)
+    for arm in settings["arms"].values():
+        if arm.get("trigger_event") is None:
+            arm.pop("trigger_event", None)
+    bar = settings.get("bar")
+    if bar is not None:
+        for key in ("baseline", "candidate"):
+            if bar.get(key) is None:
+                bar.pop(key, None)
+    return settings
 
 
 def _check_names(spec: ExperimentSpec, problem: ProblemAt) -> list[Problem]:
@@ -291,10 +341,23 @@ def _check_prices(spec: ExperimentSpec, problem: ProblemAt) -> list[Problem]:
     lim = spec.limits
     if lim.cost_usd is None and lim.total_cost_usd is None:
         return []
-    return [problem(("arms", name, "model", "name"),
-                    f"model {arm.model.name!r} has no entry in prices, but limits set a cost")
-            for name, arm in spec.arms.items()
-            if arm.model is not None and arm.model.name not in spec.prices]
+    out = [problem(("arms", name, "model", "name"),
+                   f"model {arm.model.name!r} has no entry in prices, but limits set a cost")
+           for name, arm in spec.arms.items()
+           if arm.model is not None and arm.model.name not in spec.prices]
+    fork_model = spec.fork.model if spec.fork is not None else None
+    if fork_model is not None and fork_model.name not in spec.prices:
+        out.append(problem(("fork", "model", "name"), f"model {fork_model.name!r} has no entry "
+                           "in prices, but limits set a cost"))
+    return out
+
+
+def problem_at(experiment: Experiment, loc: tuple[str, ...], message: str) -> Problem:
+    """A problem at a field of an already loaded experiment file, with that field's line: for
+    checks a higher layer makes (the runner parses agent specs, which this layer cannot)."""
+    text = experiment.path.read_text(encoding="utf-8")
+    return Problem(experiment.path, line_of(key_lines(text, items=True), loc), ".".join(loc),
+                   message)
 
 
 def _check_bar(spec: ExperimentSpec, problem: ProblemAt) -> list[Problem]:
