@@ -86,12 +86,12 @@ def test_step_summary_content() -> None:
     assert "**Verdict: INCONCLUSIVE**" in lines
     assert "- no violation observed in this batch is not proof there are none" in lines
     head = lines.index("| arm | pass rate | 95% CI | cost per completed task | coverage |")
-    assert lines[head + 2] == "| base | 60.0% (6/10) | [31.3%, 83.2%] | $0.2000 | 100.0% |"
+    assert lines[head + 2] == "| base | 60.0% (6/10 trials) | [31.3%, 83.2%] | $0.2000 | 100.0% |"
     assert lines[head + 3] == \
-        "| cand | 75.0% (6/8) | [40.9%, 92.9%] | ≥ $0.1500 (lower bound) | 80.0% |"
+        "| cand | 75.0% (6/8 trials) | [40.9%, 92.9%] | ≥ $0.1500 (lower bound) | 80.0% |"
     delta = next(line for line in lines if line.startswith("Δ"))
-    assert delta == ("Δ (cand − base) = **+12.5 pts**, 95% CI [-123.4 pts, +148.4 pts] "
-                     "(cluster\\_t, 4 clusters by task, 4 tasks; 4 of 5 planned tasks "
+    assert delta == ("Δ (cand − base) = **+12.5 pts**, 95% CI [-140.2 pts, +165.2 pts] "
+                     "(cluster\\_t, 3 clusters by family, 4 tasks; 4 of 5 planned tasks "
                      "compared).")
     assert "New failures (1): dates: tz-shift" in lines
     assert "Holdout looked at 2 times (**reused**)." in lines
@@ -105,10 +105,16 @@ def test_step_summary_unknowns_and_escaping() -> None:
     text = step_summary_markdown(rep)
     assert "**No verdict**: no bar in the experiment file." in text
     row = next(line for line in text.splitlines() if line.startswith("| x"))
-    assert row == "| x\\|&lt;script&gt;\\*y\\* | n/a (6/8) | n/a | n/a | n/a |"
+    assert row == "| x\\|&lt;script&gt;\\*y\\* | n/a (6/8 trials) | n/a | n/a | n/a |"
     assert row.count(" | ") == 4  # the pipe in the name did not add a column
     assert "Δ: n/a (the arms to compare are not known)." in text
     assert md("a\nb `c` [l](u)") == "a b \\`c\\` \\[l\\](u)"
+    # the task-weighted rate (exp report's own field) wins over the rate of graded trials
+    rep = experiment_report()
+    rep["arms"]["base"].update(pass_rate=0.625, pass_rate_ci=[0.0, 1.0])
+    row = next(line for line in step_summary_markdown(rep).splitlines()
+               if line.startswith("| base"))
+    assert row == "| base | 62.5% (6/10 trials) | [0.0%, 100.0%] | $0.2000 | 100.0% |"
 
 
 def test_append_only_when_the_variable_is_set(tmp_path: Path) -> None:

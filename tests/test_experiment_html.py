@@ -72,7 +72,7 @@ def test_verdict_and_bar() -> None:
     got = [[td.text() for td in tr.find_all("td")] for tr in rows]
     assert got == [
         ["integrity violations in cand hard", "0", "0", "ok"],
-        ["lower bound above -max_regression", "> -2.0 pts", "-123.4 pts", "fails"],
+        ["lower bound above -max_regression", "> -2.0 pts", "-140.2 pts", "fails"],
         ["Δ reaches hoped improvement", ">= +5.0 pts", "+12.5 pts", "ok"],
         ["cost per completed task", "<= +20%", "-25% (lower bound)", "n/a"],
         ["new failures", "<= 2", "1", "ok"],
@@ -87,33 +87,34 @@ def test_verdict_and_bar() -> None:
 
 
 def test_forest_plot_geometry_by_hand() -> None:
-    """Domain [-1.25, 1.5] (the interval reaches past ±1): x(v) = 200 + (v + 1.25) / 2.75 ×
-    420. Zero at 390.9; XSS (+1) at 543.6; tz-shift (-1) at 238.2; Δ 0.125 at 410.0, its
-    interval from 202.5 to 617.5."""
+    """Domain [-1.5, 1.75] (the interval reaches past ±1): x(v) = 200 + (v + 1.5) / 3.25 ×
+    420. Zero at 393.8; XSS (+1) at 523.1; parse-date (+.5) at 458.5; tz-shift (-1) at 264.6;
+    Δ 0.125 at 410.0, its interval from 212.6 to 607.4; ticks every 100 points."""
     _, root = page()
     sec = section(root, "forest")
     svg = sec.find("svg", "forest")
     rows = svg.find_all("g", "forest-row")
     assert [r.find("text").text() for r in rows] == [XSS, "fmt-money", "parse-date", "tz-shift"]
     centers = [float(r.find("rect", "point").attrs["x"]) + 7 for r in rows]  # side 14 (n 4)
-    assert centers == pytest.approx([543.6, 390.9, 467.3, 238.2], abs=0.06)
+    assert centers == pytest.approx([523.1, 393.8, 458.5, 264.6], abs=0.06)
     assert {r.find("rect", "point").attrs["width"] for r in rows} == {"14.0"}
-    assert float(svg.find("line", "zero").attrs["x1"]) == 390.9
+    assert float(svg.find("line", "zero").attrs["x1"]) == 393.8
     overall = svg.find("g", "overall")
     ci = overall.find("line", "ci")
-    assert (float(ci.attrs["x1"]), float(ci.attrs["x2"])) == (202.5, 617.5)
+    assert (float(ci.attrs["x1"]), float(ci.attrs["x2"])) == (212.6, 607.4)
     pts = [tuple(map(float, p.split(","))) for p in
            overall.find("polygon", "diamond").attrs["points"].split()]
-    assert [p[0] for p in pts] == [202.5, 410.0, 617.5, 410.0]
-    ticks = [t.text() for t in svg.find_all("text") if t.text() in
-             {"-100", "-50", "0", "+50", "+100", "+150"}]
-    assert ticks == ["-100", "-50", "0", "+50", "+100", "+150"]
+    assert [p[0] for p in pts] == [212.6, 410.0, 607.4, 410.0]
+    ticks = [t.text() for t in svg.find_all("text") if re.fullmatch(r"[-+]?\d+", t.text())]
+    assert ticks == ["-100", "0", "+100"]
     assert len(svg.find_all("line", "mark")) == 2  # the bar's hoped Δ and largest regression
     text = sec.text()
-    assert "+12.5 pts" in text and "[-123.4 pts, +148.4 pts]" in text
+    assert "+12.5 pts" in text and "[-140.2 pts, +165.2 pts]" in text
     method = sec.find("p", "method").text()
-    assert "cluster_t" in method and "over 4 clusters by task, 4 tasks" in method
-    assert "degrees of freedom 3" in method and "standard error 42.7 pts" in method
+    assert "cluster_t" in method and "over 3 clusters by family, 4 tasks" in method
+    assert "degrees of freedom 2" in method and "standard error 35.5 pts" in method
+    assert [li.text() for li in sec.find("div", "cmp-notes").find_all("li")] == \
+        ["1 task left out of Δ: no graded trial in cand"]
     # a row's note: p_a → p_b and its n
     assert "0.0% → 100.0% · n 2/2" in rows[0].text()
 
@@ -122,16 +123,19 @@ def test_pass_rates_cost_runtime_coverage_and_holdout() -> None:
     _, root = page()
     arms = {tr.find("b").text(): [td.text() for td in tr.find_all("td")]
             for tr in section(root, "pass-rates").find("tbody").find_all("tr")}
-    assert arms["base"][1:3] == ["6 / 10", "60.0%"] and arms["base"][4] == "[31.3%, 83.2%]"
-    assert arms["cand"][1:3] == ["6 / 8", "75.0%"] and arms["cand"][4] == "[40.9%, 92.9%]"
-    assert "tests_failed 4" in arms["base"][5] and "agent_timeout 2" in arms["cand"][5]
+    wilson = " over graded trials, Wilson interval"
+    assert arms["base"][1:4] == ["6 / 10", "60.0%", "60.0%"]
+    assert arms["base"][5] == "[31.3%, 83.2%]" + wilson
+    assert arms["cand"][1:4] == ["6 / 8", "75.0%", "75.0%"]
+    assert arms["cand"][5] == "[40.9%, 92.9%]" + wilson
+    assert "tests_failed 4" in arms["base"][6] and "agent_timeout 2" in arms["cand"][6]
     whisker = section(root, "pass-rates").find_all("line", "whisker")
     assert [(float(w.attrs["x1"]), float(w.attrs["x2"])) for w in whisker] == \
         [(68.8, 183.0), (90.0, 204.3)]  # 220 px × the Wilson bounds
 
     new = section(root, "new-failures")
     assert [li.text() for li in new.find("ul", "groups").find_all("li")] == ["dates : tz-shift"]
-    assert "1 task passes in base and fails in cand" in new.text()
+    assert "1 task passes in base and fails in cand , by family" in new.text()
     integ = {tr.find("td").text(): [td.text() for td in tr.find_all("td")[1:]]
              for tr in new.find("table", "integrity").find("tbody").find_all("tr")}
     assert integ == {"base": ["0", "0"], "cand": ["0", "1"]}
@@ -170,7 +174,7 @@ def test_pass_rates_cost_runtime_coverage_and_holdout() -> None:
     assert infra["cand"] == ["10", "8", "80.0%", "11", "3", "27.3%", "0"]
     assert [[td.text() for td in tr.find_all("td")]
             for tr in cov.find("table", "left-out").find("tbody").find_all("tr")] == \
-        [["slow-io", "slow-io", "cand"]]
+        [["slow-io", "money", "cand"]]
 
     hold = section(root, "holdout")
     assert "looked at 2 times (allowed: 1)" in hold.find("p", "holdout-count").text()
@@ -194,6 +198,8 @@ def test_task_rows_link_to_their_trials_records() -> None:
                                 "trials/slow-io/cand/1/a0/trial.json"]
     slow = rows[3]
     assert "left out" in slow.text() and slow.find_all("td")[-1].text() == "n/a"
+    assert [r.find_all("td")[1].text() for r in rows] == [XFAM, "money", "dates", "money",
+                                                          "dates"]
     assert [td.text() for td in rows[4].find_all("td")][-1] == "-100.0 pts"
     assert "#0 failed: agent_timeout a0" in rows[4].text()
     # every trial of the plan is there: 5 tasks × 2 arms × 2 repetitions
@@ -327,3 +333,49 @@ def test_plot_helpers_by_hand() -> None:
     assert [(m["x"], m["timed_out"]) for m in s["rows"][0]["marks"]] == \
         [(344.0, False), (568.0, True)]
     assert s["rows"][0]["unknown"] == 1
+
+
+def test_task_weighted_rates_censored_percentiles_and_notes() -> None:
+    """The shape `exp report` writes on top of the minimum: each compared arm's task-weighted
+    pass rate with its interval over clusters, percentiles that fall on a killed attempt
+    (censored), report-level notes, a subgroup view, new failures clustered by task."""
+    rep = experiment_report()
+    # base over the compared tasks: (0 + 1 + .5 + 1) / 4 = 62.5%; cand (1 + 1 + 1 + 0) / 4 = 75%
+    rep["arms"]["base"].update(pass_rate=0.625, pass_rate_ci=[0.0, 1.0])
+    rep["arms"]["cand"].update(pass_rate=0.75, pass_rate_ci=[0.0, 1.0])
+    lat = rep["comparison"]["latency"]["cand"]
+    lat["all"] = {"p50": 10.1, "p90": None, "max": None, "censored": ["p90", "max"]}
+    rep["notes"] = ["no holdout <split> in this bundle"]
+    rep["comparison"]["subgroup"] = "triggered"
+    rep["comparison"]["notes"].append("a subgroup view: selection bias")
+    rep["comparison"]["new_failures"] = {"tz-shift": ["tz-shift"]}
+    rep["comparison"]["cluster_by"] = "task"
+    _, root = page(rep)
+    arms = {tr.find("b").text(): [td.text() for td in tr.find_all("td")]
+            for tr in section(root, "pass-rates").find("tbody").find_all("tr")}
+    how = " task-weighted over the compared tasks, interval over clusters"
+    assert arms["base"][2:4] == ["60.0%", "62.5%"] and arms["base"][5] == "[0.0%, 100.0%]" + how
+    assert arms["cand"][2:4] == ["75.0%", "75.0%"]
+    lat_rows = {tr.find("td").text(): [td.text() for td in tr.find_all("td")[1:]]
+                for tr in section(root, "runtime").find("table", "latency").find_all("tr")[1:]}
+    assert lat_rows["cand"][3] == "10.1 s / censored / censored"
+    assert "whose runtime is unknown" in section(root, "runtime").text()
+    assert "no holdout <split> in this bundle" in section(root, "verdict").text()
+    box = section(root, "forest").find("div", "cmp-notes")
+    assert box.text().startswith("Subgroup view (triggered): not the effect of the change.")
+    new = section(root, "new-failures")
+    assert [li.text() for li in new.find("ul", "groups").find_all("li")] == ["tz-shift"]
+    assert "by task" not in new.text()
+
+
+def test_version_record_and_short_runtimes() -> None:
+    """The manifest's ``assay`` entry as `exp run` records it (a dict), and runtimes under a
+    second in milliseconds rather than "0.0 s"."""
+    rep = experiment_report()
+    rep["manifest"]["assay"] = {"version": "0.1.0", "git_commit": "0123456789abcdef",
+                                "git_dirty": True, "python": "3.11.7"}
+    rep["comparison"]["latency"]["base"]["all"] = {"p50": 0.025, "p90": 0.035, "max": 1.5}
+    _, root = page(rep)
+    assert "assay 0.1.0 (0123456789ab, dirty)" in root.find("p", "meta").text()
+    row = section(root, "runtime").find("table", "latency").find_all("tr")[1]
+    assert [td.text() for td in row.find_all("td")][4] == "25 ms / 35 ms / 1.5 s"

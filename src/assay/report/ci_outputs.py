@@ -143,8 +143,10 @@ def step_summary_markdown(report: dict[str, Any]) -> str:
     out += ["", "| arm | pass rate | 95% CI | cost per completed task | coverage |",
             "|---|---:|---|---:|---:|"]
     for name, a in report["arms"].items():
-        out.append(f"| {md(name)} | {pct(a.get('pass_rate_of_graded'))} "
-                   f"({a.get('accepted', NA)}/{a.get('graded', NA)}) | "
+        # task-weighted over the compared tasks when the report has it, else over graded trials
+        rate = a.get("pass_rate") if "pass_rate" in a else a.get("pass_rate_of_graded")
+        out.append(f"| {md(name)} | {pct(rate)} "
+                   f"({a.get('accepted', NA)}/{a.get('graded', NA)} trials) | "
                    f"{_ci(a.get('pass_rate_ci'), pct)} | "
                    f"{_cost((cmp.get('cost') or {}).get(name))} | {pct(a.get('coverage'))} |")
     out.append("")

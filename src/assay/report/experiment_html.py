@@ -69,7 +69,19 @@ def usd(x: float | None) -> str:
 def secs(x: float | None) -> str:
     if x is None:
         return NA
+    if x < 1:
+        return f"{1000 * x:.0f} ms"
     return f"{x:.1f} s" if x < 120 else f"{x / 60:.1f} min"
+
+
+def version(v: Any) -> str:
+    """The manifest's ``assay`` entry: a version string, or {version, git_commit, ...}."""
+    if isinstance(v, dict):
+        out = str(v.get("version") or NA)
+        if v.get("git_commit"):
+            out += f" ({str(v['git_commit'])[:12]}{', dirty' if v.get('git_dirty') else ''})"
+        return out
+    return NA if v is None else str(v)
 
 
 def count(x: int | None) -> str:
@@ -167,10 +179,8 @@ def _arms(rep: dict[str, Any]) -> list[dict[str, Any]]:
             "name": name, "role": role,
             "planned": count(a.get("planned")), "graded": count(a.get("graded")),
             "accepted": count(a.get("accepted")),
-            "rate": pct(a.get("pass_rate_of_graded")), "ci": pct_ci(a.get("pass_rate_ci")),
-            "bar": _interval_bar(a.get("pass_rate_of_graded"), a.get("pass_rate_ci")),
-            "aria": f"{name}: pass rate {pct(a.get('pass_rate_of_graded'))}, "
-                    f"95% Wilson interval {pct_ci(a.get('pass_rate_ci'))}",
+            "of_graded": pct(a.get("pass_rate_of_graded")),
+            **_rate(name, a),
             "coverage": pct(a.get("coverage")),
             "attempts": count(a.get("attempts")),
             "infra": count(a.get("infra_error_attempts")),
@@ -199,14 +209,34 @@ def _arms(rep: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
-def _latency(lat: dict[str, Any] | None) -> dict[str, str] | None:
+def _rate(name: str, a: dict[str, Any]) -> dict[str, Any]:
+    """The arm's headline pass rate: task-weighted over the compared tasks with its interval
+    over clusters when the report has it (``pass_rate``), else over graded trials (Wilson)."""
+    weighted = "pass_rate" in a
+    rate = a.get("pass_rate") if weighted else a.get("pass_rate_of_graded")
+    iv = a.get("pass_rate_ci")
+    how = ("task-weighted over the compared tasks, interval over clusters" if weighted else
+           "over graded trials, Wilson interval")
+    return {"rate": pct(rate), "ci": pct_ci(iv), "bar": _interval_bar(rate, iv),
+            "rate_how": how, "weighted": weighted,
+            "aria": f"{name}: pass rate {pct(rate)}, 95% interval {pct_ci(iv)} ({how})"}
+
+
+def _percentiles(p: dict[str, Any]) -> str:
+    """p50 / p90 / max; one that falls on a killed attempt is censored, not a runtime."""
+    censored = set(p.get("censored") or [])
+    return " / ".join("censored" if k in censored else secs(p.get(k))
+                      for k in ("p50", "p90", "max"))
+
+
+def _latency(lat: dict[str, Any] | None) -> dict[str, Any] | None:
     if lat is None:
         return None
     al, acc = lat.get("all") or {}, lat.get("accepted") or {}
     return {"attempts": count(lat.get("attempts")), "timeouts": count(lat.get("timeouts")),
             "timeout_rate": pct(lat.get("timeout_rate")),
-            "all": " / ".join(secs(al.get(k)) for k in ("p50", "p90", "max")),
-            "accepted": " / ".join(secs(acc.get(k)) for k in ("p50", "p90", "max"))}
+            "all": _percentiles(al), "accepted": _percentiles(acc),
+            "censored": bool(al.get("censored") or acc.get("censored"))}
 
 
 def _runtimes(rep: dict[str, Any]) -> dict[str, Any]:
@@ -274,6 +304,9 @@ def _comparison(rep: dict[str, Any]) -> dict[str, Any] | None:
         "coverage": {"compared": count(cov.get("compared")), "planned": count(cov.get("planned")),
                      "fraction": pct(cov.get("fraction"))},
         "new_failures": [{"cluster": c, "tasks": list(ts)} for c, ts in new.items() if ts],
+        # clustered by task, each group is one task named after itself: list them flat
+        "new_flat": all(list(ts) == [c] for c, ts in new.items() if ts),
+        "subgroup": cmp.get("subgroup"),
         "new_failures_n": sum(len(ts) for ts in new.values()),
         "mcnemar": None if mc is None else
         {"b": mc.get("b"), "c": mc.get("c"),
@@ -371,8 +404,9 @@ def render_experiment_html(report: dict[str, Any]) -> str:
     man = report.get("manifest") or {}
     name = str(report.get("name") or "(unnamed experiment)")
     page = {"name": name, "title": short(name, 80), "run_dir": report.get("run_dir") or NA,
-            "created": man.get("created_at") or NA, "assay": man.get("assay") or NA,
-            "identity": man.get("identity_sha256") or NA, "schema": schema}
+            "created": man.get("created_at") or NA, "assay": version(man.get("assay")),
+            "identity": man.get("identity_sha256") or NA, "schema": schema,
+            "notes": [str(n) for n in report.get("notes") or []]}
     view = {"verdict": _verdict(report), "bar": _bar(report), "cmp": _comparison(report),
             "arms": _arms(report), "runtime": _runtimes(report), "holdout": _holdout(report),
             "tasks": _tasks(report)}
