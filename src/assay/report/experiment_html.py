@@ -11,6 +11,10 @@ Every string from the run (task, arm and family names, failure codes, reasons, n
 and reaches the page through Jinja2 autoescaping; links are built only from the report's own
 ``trials/<task>/<arm>/<rep>/<attempt>`` shape, percent-encoded segment by segment, and refused
 when a segment would walk out of that folder. Unknown figures print "n/a", never 0.
+
+The module runs past 400 lines because it holds one small view function per section of the
+page, in page order; split up, they would only hand the same report dict between files. The
+plots' geometry, which has arithmetic worth its own tests, lives in ``experiment_plots``.
 """
 
 from __future__ import annotations
