@@ -48,7 +48,11 @@ class CDPError(Exception):
 
 
 def chromium() -> str | None:
-    """The Debian chromium binary, when installed (``make test`` installs it)."""
+    """The Debian chromium binary, when installed (``make test`` installs it).
+    ``ASSAY_TEST_CHROMIUM`` names another binary; set empty, it makes the tests skip."""
+    if "ASSAY_TEST_CHROMIUM" in os.environ:
+        exe = os.environ["ASSAY_TEST_CHROMIUM"]
+        return exe if exe and os.access(exe, os.X_OK) else None
     if os.access(CHROMIUM, os.X_OK):
         return CHROMIUM
     return shutil.which("chromium")
