@@ -2,6 +2,8 @@
 # Idempotent setup for a fresh machine of this kind (run as root): Debian packages the sandbox
 # and the coding suites need, then a project virtualenv with assay and its dev tools.
 # Re-running is cheap: each step checks before it acts.
+# ASSAY_BOOTSTRAP_BROWSER=1 (set by `make test`) also installs Debian's Chromium, which the
+# browser tests of the HTML reports drive headless; `make demo` does not need it and skips it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -12,6 +14,13 @@ command -v git >/dev/null 2>&1 || need_apt+=(git)
 # Task verifiers run `python3 -m pytest` with the system interpreter inside the sandbox, which
 # sees /usr but not this project's virtualenv.
 /usr/bin/python3 -c 'import pytest' >/dev/null 2>&1 || need_apt+=(python3-pytest)
+if [ "${ASSAY_BOOTSTRAP_BROWSER:-0}" = 1 ] && ! command -v chromium >/dev/null 2>&1; then
+  if [ "$(id -u)" -eq 0 ]; then
+    need_apt+=(chromium)
+  else  # optional: without it the browser tests skip, saying why
+    echo "bootstrap: chromium is not installed (apt-get install chromium); the browser tests will skip" >&2
+  fi
+fi
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" -ne 0 ]; then
     echo "bootstrap: missing ${need_apt[*]}; install them (apt-get install ${need_apt[*]}) or run as root" >&2
