@@ -252,6 +252,22 @@ def test_verdict_accept_and_reject_on_real_runs(tmp_path: Path) -> None:
                      "--b", "cand")
     assert again["delta"] == 1.0 and again["ci"] == rep["comparison"]["ci"]
 
+    # CI outputs: JUnit (one case per task and arm) and the GitHub step summary
+    summary = tmp_path / "summary.md"
+    summary.write_text("earlier step\n")
+    res = run_cli(["exp", "report", str(tmp_path / "acc" / "run"), "--junit",
+                   str(tmp_path / "junit.xml")], env={"GITHUB_STEP_SUMMARY": str(summary)})
+    assert res.code == 0, res.stderr
+    import xml.etree.ElementTree as ET
+
+    cases = ET.parse(tmp_path / "junit.xml").getroot().iter("testcase")
+    got = {(c.get("classname"), c.get("name")): c.find("failure") is not None for c in cases}
+    assert got == {(arm, f"t{i}"): arm == "base" for arm in ("base", "cand") for i in range(3)}
+    text = summary.read_text()
+    assert text.startswith("earlier step\n") and "ACCEPT" in text.upper()
+    html = (tmp_path / "acc" / "run" / "report.html").read_text()
+    assert "<script" not in html and "accept" in html.lower()
+
     exp = _exp(tmp_path / "rej", "oracle", "nop")
     _run(exp, tmp_path / "rej" / "run")
     res = run_cli(["exp", "verdict", str(tmp_path / "rej" / "run")])

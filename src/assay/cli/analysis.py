@@ -128,6 +128,9 @@ def exp_verdict(
     except AssayError as exc:
         raise fail(str(exc)) from None
     v = rep["verdict"]
+    from assay.cli.experiments import _ci_outputs
+
+    _ci_outputs(rep, None)
     if as_json:
         typer.echo(json.dumps({"verdict": v, "bar": rep["bar"], "comparison": {
             k: rep["comparison"][k] for k in ("a", "b", "delta", "ci", "method", "n_tasks",

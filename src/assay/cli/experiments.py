@@ -181,9 +181,13 @@ def exp_report(
                                                  "(default: the run directory; required for "
                                                  "a Harbor job, which is never written "
                                                  "into).")] = None,
+    junit: Annotated[Path | None, typer.Option("--junit", metavar="FILE", help="Also write "
+                                               "JUnit XML: one test case per task and arm.")]
+    = None,
 ) -> None:
     """The verdict, the A/B comparison, per-arm counts and per-trial rows (report.json,
-    report.md, outcomes.jsonl) from the records on disk."""
+    report.md, report.html, outcomes.jsonl) from the records on disk; with GITHUB_STEP_SUMMARY
+    set, the verdict and headline table are appended there."""
     from rich.markdown import Markdown
 
     from assay.cli.app import out
@@ -202,4 +206,29 @@ def exp_report(
         rep = write_experiment_report(run_dir, data=data, out=out_dir)
     except (KeyError, AssayError) as exc:
         raise fail(f"{run_dir}: {exc}") from None
+    _ci_outputs(rep, junit)
+    record_shown(data)
     out.print(Markdown(experiment_markdown(rep)))
+
+
+def _ci_outputs(rep: dict[str, Any], junit: Path | None) -> None:
+    """JUnit XML for CI systems, and the GitHub step summary when the variable is set."""
+    from assay.records.io import atomic_write_text
+    from assay.report.ci_outputs import append_step_summary, junit_xml
+
+    if junit is not None:
+        try:
+            atomic_write_text(junit, junit_xml(rep))
+        except OSError as exc:
+            raise fail(f"--junit {junit}: cannot be written: {exc}") from None
+    try:
+        append_step_summary(rep)
+    except OSError as exc:
+        raise fail(f"GITHUB_STEP_SUMMARY: cannot be appended to: {exc}") from None
+
+
+def record_shown(data: Any) -> None:
+    """Results of a run were shown: a run with holdout tasks notes it in the holdout ledger."""
+    from assay.api.experiments import _shown
+
+    _shown(data)

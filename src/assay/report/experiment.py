@@ -23,6 +23,7 @@ from assay.errors import NotComparable, RecordError
 from assay.records.fork import FORKS, fork_totals
 from assay.records.io import atomic_write_text, dumps_row, read_json_file
 from assay.report.abcompare import build_comparison, default_arms
+from assay.report.experiment_html import write_experiment_html
 from assay.report.outcomes import OutcomeSet, TrialOutcome, load_run_outcomes
 from assay.report.verdict import decide
 from assay.suites.experiment import bar_sha256
@@ -272,7 +273,8 @@ def write_outcomes(run_dir: Path, data: OutcomeSet) -> Path:
 
 def write_experiment_report(run_dir: Path, *, data: OutcomeSet | None = None,
                             out: Path | None = None) -> dict[str, Any]:
-    """report.json, report.md and outcomes.jsonl into ``out`` (default: the run directory).
+    """report.json, report.md, report.html and outcomes.jsonl into ``out`` (default: the run
+    directory).
     ``data`` from another source (a Harbor job, an outcomes file) is reported the same way;
     such a source is never written into, so ``out`` is required then."""
     run_dir = Path(run_dir)
@@ -286,6 +288,7 @@ def write_experiment_report(run_dir: Path, *, data: OutcomeSet | None = None,
     write_outcomes(dest, data)
     atomic_write_text(dest / "report.json", json.dumps(rep, indent=2) + "\n")
     atomic_write_text(dest / "report.md", experiment_markdown(rep))
+    write_experiment_html(dest, rep)
     return rep
 
 
