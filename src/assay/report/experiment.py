@@ -18,6 +18,7 @@ from typing import Any
 
 from assay.records.io import atomic_write_text, read_json_file
 from assay.records.ledger import ledger_totals
+from assay.report.holdout import holdout_line, holdout_summary
 
 SCHEMA = "assay.experiment.report/1"
 
@@ -71,7 +72,7 @@ def build_experiment_report(run_dir: Path) -> dict[str, Any]:
                                                      "or had no price",
         }
     return {"schema": SCHEMA, "name": manifest.get("name"), "run_dir": str(run_dir),
-            "arms": arm_rows, "trials": trials,
+            "arms": arm_rows, "trials": trials, "holdout": holdout_summary(run_dir),
             "manifest": {"identity_sha256": manifest.get("identity_sha256"),
                          "assay": manifest.get("assay"), "created_at": manifest.get("created_at")}}
 
@@ -118,6 +119,7 @@ def _trial(run_dir: Path, task: str, arm: str, rep: int, acc: dict[str, Any]) ->
 
 def experiment_markdown(rep: dict[str, Any]) -> str:
     out = [f"# assay experiment report: {rep['name']}", "",
+           *([holdout_line(rep["holdout"]), ""] if rep.get("holdout") else []),
            "Per arm (statistics across arms: `assay exp compare`).", "",
            "| arm | planned | graded | coverage | accepted | infra error rate | cost USD | "
            "tokens in/out | failure codes |", "|---|---:|---:|---:|---:|---:|---:|---:|---|"]
