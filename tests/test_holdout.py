@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,7 @@ from conftest import run_cli
 from support.bundles import make_bundle
 
 from assay.errors import HoldoutExhausted, InputError, SuiteError
-from assay.records.holdout import ledger_path, read_looks
+from assay.records.holdout import append_look, ledger_path, locked, read_looks
 from assay.report.holdout import holdout_summary
 from assay.runner.holdout import holdout_gate, record_shown
 from assay.sandbox import bwrap_available
@@ -195,6 +196,48 @@ def test_the_allowance_comes_from_the_policy_file_beside_the_ledger(tmp_path: Pa
         holdout_gate(exp, tmp_path / "r3")
 
 
+RACER = """
+import sys
+from pathlib import Path
+from assay.errors import HoldoutExhausted
+from assay.runner.holdout import holdout_gate
+from assay.suites.experiment import load_experiment
+gate = holdout_gate(load_experiment(Path(sys.argv[1])), Path(sys.argv[2]))
+print("preflight passed", flush=True)
+try:
+    gate.record()
+except HoldoutExhausted as exc:
+    print("refused:", exc, flush=True)
+    sys.exit(2)
+print("recorded", flush=True)
+"""
+
+
+def test_two_runs_racing_for_the_last_look_cannot_both_take_it(tmp_path: Path) -> None:
+    folder = _holdout_tasks(tmp_path)
+    path = _experiment(tmp_path, "first")
+    ledger = ledger_path(folder)
+    mine = holdout_gate(load_experiment(path), tmp_path / "run-a")
+    assert mine is not None
+    env = {**os.environ, "PYTHONPATH": str(REPO_SRC)}
+    with locked([ledger]):
+        # the other run passes its preflight (the ledger is still empty) and waits on the lock
+        other = subprocess.Popen([sys.executable, "-c", RACER, str(path), str(tmp_path / "run-b")],
+                                 stdout=subprocess.PIPE, text=True, env=env)
+        try:
+            assert other.stdout is not None
+            assert other.stdout.readline().strip() == "preflight passed"
+            time.sleep(0.5)
+            assert other.poll() is None, "the second run did not wait for the ledger's lock"
+            append_look(ledger, mine.run_row())
+        except BaseException:
+            other.kill()
+            raise
+    rest = other.communicate(timeout=60)[0]
+    assert other.returncode == 2 and "would be look 2" in rest, rest
+    assert [r.run_dir for r in read_looks(ledger)] == [str((tmp_path / "run-a").resolve())]
+
+
 def test_a_run_without_holdout_tasks_keeps_no_ledger(tmp_path: Path) -> None:
     make_bundle(tmp_path / "tasks" / "calc-001")  # split: dev
     exp = load_experiment(_experiment(tmp_path, "dev-only"))
@@ -203,6 +246,9 @@ def test_a_run_without_holdout_tasks_keeps_no_ledger(tmp_path: Path) -> None:
     (tmp_path / "run" / "manifest.json").write_text(json.dumps({"name": "dev-only"}))
     assert holdout_summary(tmp_path / "run") is None
     assert record_shown(tmp_path / "run") is False
+    outcomes = tmp_path / "outcomes.jsonl"  # exp compare also takes a file of outcomes
+    outcomes.write_text('{"task": "t", "arm": "a", "rep": 0, "passed": true}\n')
+    assert record_shown(outcomes) is False
     assert not (tmp_path / "tasks" / ".assay").exists()
 
 

@@ -123,12 +123,7 @@ class HoldoutGate:
         with locked(self.ledgers):
             d = self.decide()
             self._refuse_if_over(d)
-            user, host = who()
-            row = HoldoutLook(
-                schema=HoldoutLook.schema_id(), when=utc_now(), user=user, host=host,
-                event="run", shown=False, command="exp run", experiment=self.exp.spec.name,
-                experiment_identity_sha256=self.identity_sha256, run_dir=self.run_dir,
-                arms=self.arms, tasks=self.tasks, holdout_reuse=self.reuse)
+            row = self.run_row()
             for path in self.ledgers:
                 append_look(path, row)
         for path in torn:
@@ -137,6 +132,15 @@ class HoldoutGate:
         self._tell(d)
         return {"tasks": self.tasks, "ledgers": [str(p) for p in self.ledgers],
                 "run_dir": self.run_dir, "identity_sha256": self.identity_sha256}
+
+    def run_row(self) -> HoldoutLook:
+        """This session's ``run`` row, stamped now."""
+        user, host = who()
+        return HoldoutLook(
+            schema=HoldoutLook.schema_id(), when=utc_now(), user=user, host=host, event="run",
+            shown=False, command="exp run", experiment=self.exp.spec.name,
+            experiment_identity_sha256=self.identity_sha256, run_dir=self.run_dir,
+            arms=self.arms, tasks=self.tasks, holdout_reuse=self.reuse)
 
     def _tell(self, d: HoldoutDecision) -> None:
         ledgers = ", ".join(map(str, self.ledgers))
@@ -174,11 +178,15 @@ def holdout_gate(exp: Experiment, run_dir: Path, *, reuse: bool = False,
 def record_shown(run_dir: Path, *, command: str | None = None) -> bool:
     """Append a ``shown`` row to every ledger of a run that included holdout tasks, before its
     results reach a person (``exp report``, ``exp compare``, ``exp verdict``, and ``exp run``,
-    whose progress lines carry each trial's verdict). False for a run without holdout tasks.
+    whose progress lines carry each trial's verdict). False for a run without holdout tasks,
+    or a path that is not a run directory.
 
     A ledger that cannot be written is a ``RecordError``: results of a holdout run are only
     shown where the showing can be recorded."""
-    manifest = read_json_file(Path(run_dir) / "manifest.json")
+    path = Path(run_dir) / "manifest.json"
+    if not path.is_file():
+        return False  # not a run directory (an outcomes file, say): no holdout look to record
+    manifest = read_json_file(path)
     entry = manifest.get(MANIFEST_KEY)
     if not entry or not entry.get("tasks"):
         return False
