@@ -10,6 +10,7 @@ meaning, so an unrelated ``RuntimeError`` can never be recorded as, say, a sandb
     ├── InputError                 exit 2: fix the input
     │   ├── SuiteError             suites, cases, tasks, bundles: file:line:field problems
     │   ├── RunConflict            resuming a run directory with other settings
+    │   ├── HoldoutExhausted       a new run would look at a holdout past its allowance
     │   ├── NotComparable          two runs that cannot be paired
     │   ├── GradingError           bad grading input (not a coding run, a bad CSV line, ...)
     │   ├── NeverOverwrite         a record that exists is never written again
@@ -90,6 +91,11 @@ class SuiteError(InputError):
 
 class RunConflict(InputError):
     """Resuming into a run directory whose suite, prompt or settings differ: refused."""
+
+
+class HoldoutExhausted(InputError):
+    """A new run would look at a holdout split more often than its ``max_looks`` allows, and
+    ``--holdout-reuse`` was not given; the message names the earlier looks."""
 
 
 class NotComparable(InputError):

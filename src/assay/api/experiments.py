@@ -45,7 +45,7 @@ def compare_experiment(source: PathLike, *, a: str | None = None, b: str | None 
     arm_a, arm_b = _pair(data, a, b)
     out = build_comparison(data, a=arm_a, b=arm_b, cluster=cluster, method=method, seed=seed,
                            subgroup=subgroup)
-    _shown(data)
+    record_results_shown(data, command="exp compare")
     return out
 
 
@@ -130,7 +130,7 @@ def verdict(run_dir: PathLike) -> dict[str, Any]:
                          "--out)")
     if rep["verdict"] is None:
         raise InputError(f"{run}: no verdict: " + "; ".join(rep["notes"]))
-    _shown(data)
+    record_results_shown(data, command="exp verdict")
     return rep
 
 
@@ -150,15 +150,13 @@ def _bar_matches_state(run_dir: Path, manifest: dict[str, Any] | None) -> None:
                          "edited bar")
 
 
-def _shown(data: Any) -> None:
-    """Results of a run were shown: a run with holdout tasks notes it in the holdout ledger."""
-    if data.kind != "run":
-        return
-    try:
-        from assay.runner.holdout import record_shown
-    except ImportError:  # pragma: no cover - until the holdout ledger lands
-        return
-    record_shown(data.source)
+def record_results_shown(data: Any, *, command: str) -> None:
+    """Results of a run were shown: a run with holdout tasks notes it in the holdout ledger
+    (``runner/holdout.py``); other sources have no ledger."""
+    from assay.runner.holdout import record_shown
+
+    if data.kind == "run":
+        record_shown(data.source, command=command)
 
 
-__all__ = ["compare_experiment", "plan_experiment", "verdict"]
+__all__ = ["compare_experiment", "plan_experiment", "record_results_shown", "verdict"]

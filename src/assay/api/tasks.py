@@ -137,12 +137,15 @@ __all__ = ["check_suite", "check_tasks", "load_bundles", "run_trial"]
 
 
 def run_experiment(experiment: str | os.PathLike[str], out: str | os.PathLike[str], *,
-                   jobs: int | None = None, grace_seconds: float = 10.0) -> Any:
+                   jobs: int | None = None, grace_seconds: float = 10.0,
+                   holdout_reuse: bool = False) -> Any:
     """Run (or resume: the same call) every trial of an experiment file into ``out``, then
-    write its report; returns the runner's result (status, trial counts, money spent)."""
+    write its report; returns the runner's result (status, trial counts, money spent).
+    ``holdout_reuse`` lets a new run look at a holdout split past its allowance."""
     from assay.report.experiment import write_experiment_report
     from assay.runner.experiment import run_experiment as _run
 
-    result = _run(Path(experiment), Path(out), jobs=jobs, grace_seconds=grace_seconds)
+    result = _run(Path(experiment), Path(out), jobs=jobs, grace_seconds=grace_seconds,
+                  holdout_reuse=holdout_reuse)
     write_experiment_report(Path(out))
     return result

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, TextIO
 
@@ -101,9 +102,12 @@ class _LineProgress:
     """One line per finished trial on stderr: experiments run for hours in CI logs, and a line
     a trial shows life without a terminal."""
 
-    def __init__(self) -> None:
+    def __init__(self, before_first_result: Callable[[], object] | None = None) -> None:
         self.total = 0
         self.done = 0
+        # Called once, before the first trial's outcome is printed: a verdict on a holdout
+        # task reaching the screen is its results being shown (runner/holdout.record_shown).
+        self.before_first_result = before_first_result
 
     def started(self, total: int, done: int) -> None:
         self.total, self.done = total, done
@@ -114,6 +118,9 @@ class _LineProgress:
     def trial_done(self, key: Any, outcome: str) -> None:
         from assay.cli.app import err
 
+        if self.before_first_result is not None:
+            first, self.before_first_result = self.before_first_result, None
+            first()
         if not outcome.startswith("re-verified") and "retry" not in outcome:
             self.done += 1
         err.print(f"[{self.done}/{self.total}] {key.task} {key.arm} rep {key.rep}: {outcome}",
@@ -138,6 +145,10 @@ def exp_run(
     total_cost_usd: Annotated[float | None, typer.Option(
         "--total-cost-usd", min=0, help="Override the file's whole-run spending cap (to finish "
         "a run it stopped; recorded in the manifest's sessions).")] = None,
+    holdout_reuse: Annotated[bool, typer.Option(
+        "--holdout-reuse", help="Look at a holdout split past its allowance (max_looks in "
+        ".assay/holdout.yaml beside the bundles); the set is then reported as reused.")]
+    = False,
 ) -> None:
     """Run every trial of an experiment (resume: the same command). Exit 0 complete, 2 bad
     input, 3 finished with infra errors or stopped by the total budget, 130 interrupted."""
@@ -147,12 +158,16 @@ def exp_run(
     from assay.errors import EXIT_INFRA, EXIT_INTERRUPTED, InputError
     from assay.report.experiment import write_experiment_report
     from assay.runner.experiment import run_experiment
+    from assay.runner.holdout import record_shown
 
     _require_sandbox("bwrap")
     old = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
         result = run_experiment(experiment, out_dir, jobs=jobs, grace_seconds=grace,
-                                progress=_LineProgress(), total_cost_usd=total_cost_usd)
+                                progress=_LineProgress(lambda: record_shown(
+                                    out_dir, command="exp run")),
+                                total_cost_usd=total_cost_usd,
+                                holdout_reuse=holdout_reuse)
     except InputError as exc:
         raise fail(str(exc)) from None
     except KeyboardInterrupt:
@@ -190,6 +205,7 @@ def exp_report(
     set, the verdict and headline table are appended there."""
     from rich.markdown import Markdown
 
+    from assay.api.experiments import record_results_shown
     from assay.cli.app import out
     from assay.errors import AssayError
     from assay.report.experiment import experiment_markdown, write_experiment_report
@@ -204,10 +220,10 @@ def exp_report(
             raise fail(f"{run_dir}: not an assay run directory: say where the report goes "
                        "with --out DIR")
         rep = write_experiment_report(run_dir, data=data, out=out_dir)
+        record_results_shown(data, command="exp report")  # before anything reaches the screen
     except (KeyError, AssayError) as exc:
         raise fail(f"{run_dir}: {exc}") from None
     _ci_outputs(rep, junit)
-    record_shown(data)
     out.print(Markdown(experiment_markdown(rep)))
 
 
@@ -226,9 +242,3 @@ def _ci_outputs(rep: dict[str, Any], junit: Path | None) -> None:
     except OSError as exc:
         raise fail(f"GITHUB_STEP_SUMMARY: cannot be appended to: {exc}") from None
 
-
-def record_shown(data: Any) -> None:
-    """Results of a run were shown: a run with holdout tasks notes it in the holdout ledger."""
-    from assay.api.experiments import _shown
-
-    _shown(data)

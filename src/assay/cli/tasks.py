@@ -54,20 +54,24 @@ def task_lint(
     write_digest: Annotated[bool, typer.Option("--write-digest", help="Write the computed "
                                                "fixture_digest into task.yaml.")] = False,
 ) -> None:
-    """Validate bundles and their starting-tree digests (exit 1 on a missing or wrong digest)."""
+    """Validate bundles and their starting-tree digests (exit 1 on a missing or wrong digest);
+    warn when one task seems to sit in two splits under different names."""
 
     from rich.table import Table
 
     from assay.suites.bundle import check_starting_tree, set_fixture_digest
+    from assay.suites.split_lint import split_overlaps
 
     bundles = _load_bundles(dirs)
     table = Table(title="task lint", title_justify="left")
     for col in ("task", "rev", "split", "family", "digest"):
         table.add_column(col)
     bad = 0
+    digests: dict[str, str] = {}
     for b in bundles:
         check = check_starting_tree(b)
         digest, pinned = check.digest, check.pinned
+        digests[b.id] = digest
         if check.state == "ok":
             state = "[green]ok[/]"
         elif write_digest:
@@ -79,6 +83,8 @@ def task_lint(
                 f" (computed {digest[:19]}…; --write-digest to pin it)"
         table.add_row(b.id, str(b.spec.revision), b.spec.split, b.spec.family or "", state)
     out.print(table)
+    for warning in split_overlaps(bundles, digests):
+        out.print(f"warning: {warning}", markup=False, highlight=False, soft_wrap=True)
     if bad:
         raise typer.Exit(1)
 

@@ -24,6 +24,7 @@ from assay.records.fork import FORKS, fork_totals
 from assay.records.io import atomic_write_text, dumps_row, read_json_file
 from assay.report.abcompare import build_comparison, default_arms
 from assay.report.experiment_html import write_experiment_html
+from assay.report.holdout import holdout_line, holdout_summary
 from assay.report.outcomes import OutcomeSet, TrialOutcome, load_run_outcomes
 from assay.report.verdict import decide
 from assay.suites.experiment import bar_sha256
@@ -137,6 +138,7 @@ def build_experiment_report(run_dir: Path, *, data: OutcomeSet | None = None,
     return {"schema": SCHEMA, "name": manifest.get("name"), "run_dir": str(run_dir),
             "arms": arms, "trials": [_trial_row(t) for t in data.trials],
             "comparison": comparison, "bar": bar, "verdict": verdict, "notes": notes,
+            "holdout": holdout_summary(run_dir) if data.kind == "run" else None,
             # a fork experiment's prefixes: their cost is apart from every arm's
             **({"fork": fork_totals(run_dir)} if data.kind == "run" and (run_dir / FORKS).is_dir()
                else {}),
@@ -228,7 +230,8 @@ def comparison_markdown(c: dict[str, Any]) -> list[str]:
 
 
 def experiment_markdown(rep: dict[str, Any]) -> str:
-    out = [f"# assay experiment report: {md_cell(rep['name'])}", ""]
+    out = [f"# assay experiment report: {md_cell(rep['name'])}", "",
+           *([holdout_line(rep["holdout"]), ""] if rep.get("holdout") else [])]
     out += verdict_markdown(rep)
     if rep.get("comparison"):
         out += comparison_markdown(rep["comparison"])

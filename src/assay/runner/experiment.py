@@ -13,6 +13,10 @@ environment check) or whose every model call found the upstream unreachable is a
 ``infra_error`` and retried with a new attempt, up to ``retries.infra``; a timeout, an exhausted
 budget or a resource limit is the trial's result; a grader error is graded again from the same
 artifact. At ``limits.total_cost_usd`` no new attempt starts, and the run stops resumable.
+
+The module runs past 400 lines because scheduling, recovery and wiring one attempt to the
+gateway share the same state transitions and read best in one place; the parts with a life of
+their own are beside it (``state.py``, ``fork.py``, ``holdout.py``).
 """
 
 from __future__ import annotations
@@ -38,6 +42,8 @@ from assay.records.ledger import ledger_totals
 from assay.records.manifest import tool_identity, utc_now
 from assay.records.trial import read_grade, read_trial
 from assay.runner.fork import ForkPrefixes, check_fork, fork_manifest, fork_totals
+from assay.runner.holdout import MANIFEST_KEY as HOLDOUT_KEY
+from assay.runner.holdout import holdout_gate
 from assay.runner.state import StateDB
 from assay.runner.trial import TrialHooks, run_trial
 from assay.sandbox import ProxyTarget
@@ -210,8 +216,9 @@ class ExperimentRunner:
     def __init__(self, exp: Experiment, out: Path, *, jobs: int | None = None,
                  grace_seconds: float = DEFAULT_GRACE_SECONDS,
                  progress: ExperimentProgress | None = None,
-                 total_cost_usd: float | None = None) -> None:
+                 total_cost_usd: float | None = None, holdout_reuse: bool = False) -> None:
         self.exp, self.out = exp, out
+        self.holdout_reuse = holdout_reuse
         self.total_cost_usd = total_cost_usd
         self.jobs = jobs or exp.spec.concurrency
         self.grace = grace_seconds
@@ -225,13 +232,19 @@ class ExperimentRunner:
 
     def run(self) -> ExperimentResult:
         spec = self.exp.spec
+        holdout = holdout_gate(self.exp, self.out, reuse=self.holdout_reuse,
+                               note=self.progress.note)  # a refused look creates nothing
         manifest = _open_run_dir(self.out, self.exp, self.access, self.jobs, self.grace)
         session = {"started_at": utc_now(), "pid": os.getpid(), "jobs": self.jobs,
-                   "watchdog_grace_seconds": self.grace, "assay": tool_identity()}
+                   "watchdog_grace_seconds": self.grace, "assay": tool_identity(),
+                   "holdout_reuse": self.holdout_reuse}
         state = StateDB.open(self.out, self.exp.identity, self.plan,
                              retries_infra=spec.retries.infra)
         sock_dir = Path(tempfile.mkdtemp(prefix="assay-gw-"))
         try:
+            if holdout is not None:  # written down before the first trial (resumes too)
+                manifest[HOLDOUT_KEY] = holdout.record()
+                atomic_write_json(self.out / MANIFEST, manifest)
             to_verify = state.recover()
             interrupted = state.counts().attempts.get("interrupted", 0)
             prior, prior_complete = spent_so_far(self.out)
@@ -403,12 +416,16 @@ def spent_so_far(out: Path) -> tuple[float, bool]:
 def run_experiment(path: Path, out: Path, *, jobs: int | None = None,
                    grace_seconds: float = DEFAULT_GRACE_SECONDS,
                    progress: ExperimentProgress | None = None,
-                   total_cost_usd: float | None = None) -> ExperimentResult:
+                   total_cost_usd: float | None = None,
+                   holdout_reuse: bool = False) -> ExperimentResult:
     """Run (or resume) the experiment in ``path`` into ``out``. ``total_cost_usd`` overrides
-    the file's whole-run cap (to finish a run it stopped, without changing the file)."""
+    the file's whole-run cap (to finish a run it stopped, without changing the file);
+    ``holdout_reuse`` lets a new run look at a holdout past its allowance
+    (``runner/holdout.py``)."""
     exp = load_experiment(Path(path))
     return ExperimentRunner(exp, Path(out), jobs=jobs, grace_seconds=grace_seconds,
-                            progress=progress, total_cost_usd=total_cost_usd).run()
+                            progress=progress, total_cost_usd=total_cost_usd,
+                            holdout_reuse=holdout_reuse).run()
 
 
 __all__ = ["ExperimentResult", "ExperimentRunner", "read_grade", "run_experiment"]

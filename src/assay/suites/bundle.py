@@ -96,6 +96,9 @@ class TaskSpec(_Strict):
     revision: int = Field(ge=0)
     family: str | None = None
     split: Literal["dev", "validation", "holdout"] = "dev"
+    # True: no family may have tasks in both dev and holdout (a holdout task whose siblings
+    # are tuned on in dev is not held out); ``task lint`` warns when one does.
+    family_must_not_cross_splits: bool = False
     instruction: str = "instruction.md"
     initial_state: InitialState
     resources: Resources = Field(default_factory=Resources)
