@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 from conftest import SECRET, run_cli
 from support.bundles import make_bundle
-from support.scripted_server import Answer, RecordedRequest, ScriptedServer
+from support.scripted_server import Answer, RecordedRequest, ScriptedServer, Status
 
 from assay.agents import MCode, parse_agent
 from assay.agents.mcode_stream import ANOMALIES, read_stream, usage_check
@@ -257,3 +257,81 @@ def test_every_stream_through_sandbox_and_gateway(tmp_path: Path, upstream) -> N
     for p in out.rglob("*"):
         if p.is_file():
             assert SECRET.encode() not in p.read_bytes(), p
+
+
+# --------------------------------------------------------------- failures onto the taxonomy
+
+
+def _failing_handler(req: RecordedRequest, n: int) -> Answer | Status:
+    model = (req.body or {}).get("model", "")
+    if model == "mc-error":
+        return Status(400, body='{"error": {"message": "scripted refusal"}}')
+    if model == "mc-slow":
+        return Answer("too late", model=model, delay=8)
+    # mc-steps: never a final answer, so --max-steps ends the turn
+    return Answer("again", model=model, tool_calls=[{"id": f"c{len(req.messages)}",
+                  "type": "function", "function": {"name": "shell",
+                                                   "arguments": '{"command": "true"}'}}])
+
+
+@needs_bwrap
+def test_the_cli_limits_and_errors_end_with_the_right_codes(tmp_path: Path) -> None:
+    """The CLI's own ``--max-steps`` and ``--timeout`` and a refused model call, each through a
+    real sandbox whose network leads straight to the scripted upstream (no gateway here, so it
+    is the CLI's limit that ends the turn, not the gateway's)."""
+    from assay.runner.trial import TrialHooks, run_trial
+    from assay.sandbox import ProxyTarget
+    from assay.suites.bundle import load_bundle
+
+    quick = load_bundle(make_bundle(tmp_path / "quick"))
+    slow = load_bundle(make_bundle(tmp_path / "slow", agent_seconds=6))
+    agent = parse_agent(f"mcode:{FIXTURE}")
+    want = {"mc-steps": (quick, "budget_exhausted", "limit_exceeded", 7),
+            "mc-slow": (slow, "agent_timeout", "timeout", 6),
+            "mc-error": (quick, "exited_nonzero", "failed", 4)}
+    with ScriptedServer(_failing_handler) as srv:
+        for model, (bundle, status, agent_status, code) in want.items():
+            hooks = TrialHooks()
+            hooks.proxy = ProxyTarget(tcp=("127.0.0.1", srv.port))
+            hooks.model_env = {"OPENAI_BASE_URL": hooks.proxy.base_url + "/v1",
+                               "OPENAI_API_KEY": "scoped-token", "ASSAY_MODEL": model}
+            res = run_trial(bundle, agent, tmp_path / model, hooks=hooks)
+            ex = res.record["execution"]
+            assert ex["status"] == status, (model, ex)
+            assert ex["exit_code"] == code and ex["ended_by"] == "agent", (model, ex)
+            assert ex["agent_report"]["agent_status"] == agent_status, model
+            assert ex["anomalies"] == {}, (model, ex["anomalies"])
+            assert ex["usage_check"] == {"comparable": False,
+                                         "reason": "no gateway ledger for this attempt"}
+            assert res.grade is not None
+            if status in ("budget_exhausted", "agent_timeout"):
+                assert res.grade["failure_code"] == status
+            else:
+                assert res.grade["failure_code"] == "no_change"
+                assert ex["agent_report"]["error"]["category"] == "runtime"
+                assert "mcode exec failed" in ex["agent_report"]["stderr_tail"]
+            assert ex["agent_usage"]["usageIncomplete"] is True  # not succeeded: a lower bound
+        steps = [r for r in srv.chat_requests() if r.body and r.body["model"] == "mc-steps"]
+        assert len(steps) == 11  # the message after the 10th (assistant_steps: 10) ends it
+
+
+def test_without_exec_completed_the_exit_code_decides(tmp_path: Path) -> None:
+    """The contract's exit codes, when nothing on stdout says what happened (a pre-turn
+    error writes nothing there): ours to fix (2, 3) is infrastructure, 6 and 7 the agent's."""
+    from assay.agents.base import AgentRun
+    from assay.agents.mcode import _collect
+
+    empty = tmp_path / "stdout.log"
+    empty.write_bytes(b"")
+    for code, status in {2: "infra_error", 3: "infra_error", 6: "agent_timeout",
+                         7: "budget_exhausted", 70: "exited_nonzero",
+                         130: "exited_nonzero"}.items():
+        run = _collect(AgentRun(status="exited_nonzero", exit_code=code,
+                                reason="nonzero_exit"), empty, {})
+        assert run.status == status, code
+        assert run.extra["anomalies"] == {"missing_exec_completed": 1}
+        assert run.extra["agent_usage"] is None
+    # the sandbox's verdict (a watchdog kill) outranks the stream
+    killed = _collect(AgentRun(status="agent_timeout", exit_code=None, reason="timeout"),
+                      empty, {})
+    assert killed.status == "agent_timeout"

@@ -158,7 +158,11 @@ def _call(base: str, key: str, model: str, messages: list[dict[str, Any]],
                                 "retryable": exc.code >= 500}) from None
     except TimeoutError:
         raise Failed("timeout") from None
-    except (urllib.error.URLError, OSError, ValueError) as exc:
+    except urllib.error.URLError as exc:
+        if isinstance(exc.reason, TimeoutError):
+            raise Failed("timeout") from None
+        raise Failed("failed", {"category": "runtime", "message": str(exc)}) from None
+    except (OSError, ValueError) as exc:
         raise Failed("failed", {"category": "runtime", "message": str(exc)}) from None
 
 
