@@ -229,6 +229,10 @@ def test_every_stream_through_sandbox_and_gateway(tmp_path: Path, upstream) -> N
         assert hashlib.sha256((adir / "agent" / "mcode-config.yaml").read_bytes()) \
             .hexdigest() == report["config_sha256"]
 
+    # the adapter's configuration is in the manifest beside each arm
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["arms"]["normal"]["agent_identity"]["bin_sha256"] == \
+        hashlib.sha256(FIXTURE.read_bytes()).hexdigest()
     normal = json.loads((_attempt(out, "normal") / "trial.json").read_text())["execution"]
     # usage claimed by the agent beside the gateway's ledger, and they agree
     assert normal["agent_usage"]["usageSource"] == "completed_responses"
