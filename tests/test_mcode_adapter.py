@@ -29,7 +29,7 @@ from support.scripted_server import Answer, RecordedRequest, ScriptedServer, Sta
 
 from assay.agents import MCode, parse_agent
 from assay.agents.mcode_stream import ANOMALIES, read_stream, usage_check
-from assay.report.outcomes import stream_has_event
+from assay.report.outcomes import load_run_outcomes, stream_has_event
 from assay.sandbox import bwrap_available
 
 needs_bwrap = pytest.mark.skipif(not bwrap_available(), reason="bubblewrap cannot run here")
@@ -254,6 +254,8 @@ def test_every_stream_through_sandbox_and_gateway(tmp_path: Path, upstream) -> N
     assert comp["compaction_events"] == 1 and comp["agent_usage"]["usageIncomplete"] is True
     assert stream_has_event(_attempt(out, "compaction"), "compaction") is True
     assert stream_has_event(_attempt(out, "normal"), "compaction") is False
+    outcomes = {t.outcome.arm: t.outcome for t in load_run_outcomes(out).trials}
+    assert outcomes["compaction"].triggered is True and outcomes["normal"].triggered is None
     # every call went upstream with the real key, and none of the run's files holds it
     assert len(upstream.chat_requests()) == 2 * len(VARIANTS) - 1
     assert {r.headers.get("authorization") for r in upstream.chat_requests()} == {

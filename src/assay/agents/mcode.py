@@ -26,7 +26,7 @@ import hashlib
 import json
 import os
 import shutil
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -86,7 +86,6 @@ class MCode:
 
     bin: Path
     name: str = "mcode"
-    extra_flags: tuple[str, ...] = field(default=())
 
     @classmethod
     def from_spec(cls, spec: str) -> MCode:
@@ -111,7 +110,7 @@ class MCode:
         config's shape (its digest for a given model is in each attempt's record)."""
         template = json.dumps(provider_config("<model>", "<gateway>/v1"), sort_keys=True)
         return {"adapter": ADAPTER, "bin": str(self.bin), "bin_sha256": _sha256_file(self.bin),
-                "flags": [*FIXED_FLAGS, *self.extra_flags],
+                "flags": list(FIXED_FLAGS),
                 "config_template_sha256": hashlib.sha256(template.encode()).hexdigest()}
 
     def run(self, ctx: AgentContext) -> AgentRun:
@@ -129,7 +128,7 @@ class MCode:
         timeout = timeout_seconds(spec.budget.agent_wall_seconds)
         argv_flags = [*FIXED_FLAGS[:1], "--cwd", SANDBOX_WORKDIR, "--config",
                       f"{AGENT_HOME}/{CONFIG_REL}", *FIXED_FLAGS[1:],
-                      "--timeout", f"{int(timeout * 1000)}ms", *self.extra_flags]
+                      "--timeout", f"{int(timeout * 1000)}ms"]
         if spec.budget.assistant_steps is not None:
             argv_flags += ["--max-steps", str(spec.budget.assistant_steps)]
         exe, mounts = self._sandbox_bin()
@@ -187,7 +186,7 @@ def _collect(run: AgentRun, stdout: Path, report: dict[str, Any]) -> AgentRun:
         # the agent's own claim, as reported; None when it made none (never a zero)
         "agent_usage": {"usage": result.get("usage"), "usageSource": result.get("usageSource"),
                         "usageIncomplete": result.get("usageIncomplete")} if result else None}
-    report["stream"]["anomalies"] = anomalies
+    del report["stream"]["anomalies"]  # one list: the execution's (reconcile adds to it)
     if status != run.status:
         run.detail = f"{why}; {run.detail}" if run.detail else why
         run.status = status
