@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from assay.agents.base import Agent, AgentContext, AgentRun
+from assay.agents.mcode import MCode
 from assay.agents.mutants import BY_NAME, MUTANTS, MutantAgent
 from assay.agents.reference import Command, Nop, Oracle
 
 
 def parse_agent(spec: str) -> Agent:
-    """``oracle``, ``nop``, ``command:<shell command>`` or ``mutant:<name>``."""
+    """``oracle``, ``nop``, ``command:<shell command>``, ``mutant:<name>`` or ``mcode`` /
+    ``mcode:<path to the CLI>``."""
     if spec == "oracle":
         return Oracle()
     if spec == "nop":
@@ -18,13 +20,15 @@ def parse_agent(spec: str) -> Agent:
         if not cmd:
             raise ValueError("command: needs a shell command, e.g. command:'python3 agent.py'")
         return Command(cmd)
+    if spec == "mcode" or spec.startswith("mcode:"):
+        return MCode.from_spec(spec)
     if spec.startswith("mutant:"):
         name = spec.split(":", 1)[1]
         if name not in BY_NAME:
             raise ValueError(f"unknown mutant {name!r} (known: {', '.join(BY_NAME)})")
         return MutantAgent(BY_NAME[name])
-    raise ValueError(f"unknown agent {spec!r}: use oracle, nop, command:<shell command> or "
-                     "mutant:<name>")
+    raise ValueError(f"unknown agent {spec!r}: use oracle, nop, command:<shell command>, "
+                     "mutant:<name> or mcode[:<path>]")
 
 
-__all__ = ["MUTANTS", "Agent", "AgentContext", "AgentRun", "MutantAgent", "parse_agent"]
+__all__ = ["MUTANTS", "Agent", "AgentContext", "AgentRun", "MCode", "MutantAgent", "parse_agent"]

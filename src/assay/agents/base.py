@@ -66,6 +66,9 @@ class AgentRun:
     ended_by: str | None = None
     #: what network the sandbox applied (None: the default, no network)
     network_applied: dict[str, Any] | None = None
+    #: what an adapter read from the agent's own output (its status, usage claims, stream
+    #: anomalies), merged into the execution record under these keys
+    extra: dict[str, Any] = field(default_factory=dict)
 
     def to_record(self) -> dict[str, Any]:
         rec = {"status": self.status, "exit_code": self.exit_code, "reason": self.reason,
@@ -75,6 +78,7 @@ class AgentRun:
             rec["ended_by"] = self.ended_by
         if self.network_applied is not None:
             rec["network_applied"] = self.network_applied
+        rec.update(self.extra)
         return rec
 
 
@@ -82,6 +86,13 @@ class Agent(Protocol):
     name: str
 
     def run(self, ctx: AgentContext) -> AgentRun: ...
+
+
+# Optional on an adapter, looked up with getattr so the reference agents need neither:
+#   describe() -> dict: what the adapter configured (CLI and its digest, flags, config
+#     digest); the trial record keeps it as ``agent_identity``.
+#   reconcile(execution) -> execution: called once the runner added the gateway's figures
+#     (``model_usage``), so the adapter can check the agent's own claims against them.
 
 
 def agent_env(ctx: AgentContext) -> dict[str, str]:
@@ -97,9 +108,12 @@ def agent_env(ctx: AgentContext) -> dict[str, str]:
 
 
 def run_in_agent_sandbox(ctx: AgentContext, argv: list[str],
-                         extra_mounts: list[Mount] | None = None) -> AgentRun:
+                         extra_mounts: list[Mount] | None = None, *,
+                         env: dict[str, str] | None = None,
+                         stdin: bytes | None = None) -> AgentRun:
     """Run ``argv`` as the agent: task resources and agent wall budget, no network, the
-    instruction read-only, a fresh HOME outside the workspace."""
+    instruction read-only, a fresh HOME outside the workspace. ``env`` adds an adapter's own
+    variables; ``stdin`` is fed and then closed (without it stdin is /dev/null)."""
     spec = ctx.bundle.spec
     limits = Limits(wall_seconds=spec.budget.agent_wall_seconds,
                     memory_mib=spec.resources.memory_limit_mib, pids=spec.resources.pids,
@@ -107,8 +121,8 @@ def run_in_agent_sandbox(ctx: AgentContext, argv: list[str],
     mounts = [Mount(ctx.bundle.instruction_path.resolve(), INSTRUCTION_MOUNT),
               Mount(ctx.home, AGENT_HOME, writable=True), *(extra_mounts or [])]
     result: ExecResult = run_sandboxed(
-        argv, ctx.workspace, limits=limits, env={**agent_env(ctx), **ctx.model_env},
-        mounts=mounts, network="model-proxy" if ctx.proxy is not None else "none",
+        argv, ctx.workspace, limits=limits, env={**agent_env(ctx), **ctx.model_env, **(env or {})},
+        mounts=mounts, stdin=stdin, network="model-proxy" if ctx.proxy is not None else "none",
         proxy=ctx.proxy, record_dir=ctx.record_dir, grace_seconds=ctx.grace_seconds)
     return AgentRun(status=EXECUTION_STATUS.get(result.reason, "infra_error"),
                     exit_code=result.exit_code, reason=result.reason,

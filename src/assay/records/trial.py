@@ -112,6 +112,9 @@ class TrialRecord(Record):
     None before the agent ran."""
     environment: dict[str, Any] | None = None
     """The task's required tools as found inside the sandbox, with versions."""
+    agent_identity: dict[str, Any] | None = None
+    """What an adapter configured, as it describes itself (``mcode``: the CLI's path and
+    digest, its fixed flags, its config template's digest); absent for reference agents."""
     error: str | None = None
     """Why the trial could not be run (infra_error)."""
     grade: GradeSummary | None = None

@@ -141,7 +141,8 @@ def _manifest(exp: Experiment, access: dict[str, _ArmAccess], jobs: int,
         "created_at": utc_now(),
         "arms": {n: {"agent": a.agent, "model": a.model.name if a.model else None,
                      "protocol": a.model.protocol if a.model else None,
-                     "base_url": access[n].base_url_shown, "params": a.params}
+                     "base_url": access[n].base_url_shown, "params": a.params,
+                     **_agent_identity(a.agent)}
                  for n, a in spec.arms.items()},
         "limits": spec.limits.model_dump(), "prices": {k: v.model_dump()
                                                        for k, v in spec.prices.items()},
@@ -154,6 +155,12 @@ def _manifest(exp: Experiment, access: dict[str, _ArmAccess], jobs: int,
         "sessions": [],
         **({"fork": fork_manifest(spec.fork)} if spec.fork is not None else {}),
     }
+
+
+def _agent_identity(spec: str) -> dict[str, Any]:
+    """An adapter's own description (CLI digest, flags, config template), when it has one."""
+    describe = getattr(parse_agent(spec), "describe", None)
+    return {"agent_identity": describe()} if callable(describe) else {}
 
 
 def _open_run_dir(out: Path, exp: Experiment, access: dict[str, _ArmAccess], jobs: int,

@@ -171,6 +171,9 @@ def run_trial(bundle: Bundle, agent: Agent, trial_dir: Path, *, rep: int = 0,
         "started_at": utc_now(), "ended_at": None, "status": "running", "stages": [],
         "execution": None,
     }
+    describe = getattr(agent, "describe", None)
+    if callable(describe):  # an adapter's configuration (CLI digest, flags, config digest)
+        record["agent_identity"] = describe()
     stages = _Stages(trial_dir, record)
     stages.save()
     with tempfile.TemporaryDirectory(prefix="assay-trial-") as tmp:
@@ -195,6 +198,9 @@ def run_trial(bundle: Bundle, agent: Agent, trial_dir: Path, *, rep: int = 0,
             hooks.before("agent")
             run: AgentRun = stages.run("agent", lambda: agent.run(ctx))
             record["execution"] = hooks.after_agent(run.to_record())
+            reconcile = getattr(agent, "reconcile", None)
+            if callable(reconcile):  # the agent's own claims beside the gateway's figures
+                record["execution"] = reconcile(record["execution"])
             cpu = run.limits_applied.get("cpu_cores") or {}
             if cpu.get("mechanism", "not_applied") == "not_applied":
                 record["not_enforced"]["resources.cpu_cores"] = cpu.get(
