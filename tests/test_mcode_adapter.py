@@ -341,3 +341,25 @@ def test_without_exec_completed_the_exit_code_decides(tmp_path: Path) -> None:
     killed = _collect(AgentRun(status="agent_timeout", exit_code=None, reason="timeout"),
                       empty, {})
     assert killed.status == "agent_timeout"
+
+
+@needs_bwrap
+def test_a_resume_with_another_cli_build_is_refused(tmp_path: Path, upstream) -> None:
+    cli = tmp_path / "bin" / "mcode"
+    cli.parent.mkdir()
+    cli.write_bytes(FIXTURE.read_bytes())
+    cli.chmod(0o755)
+    bundle = make_bundle(tmp_path / "tasks" / "calc")
+    y = bundle / "task.yaml"
+    y.write_text(y.read_text().replace("network_policy: none", "network_policy: model-proxy-only"))
+    exp = tmp_path / "experiment.yaml"
+    exp.write_text(f"name: mcode-build\ntasks: [tasks]\narms:\n  normal:\n    agent: "
+                   f"\"mcode:{cli}\"\n    model: {{name: mc-normal, base_url_env: TEST_UPSTREAM, "
+                   "api_key_env: TEST_KEY}\n")
+    out = tmp_path / "run"
+    assert run_cli(["exp", "run", str(exp), "--out", str(out)]).code == 0
+    assert run_cli(["exp", "run", str(exp), "--out", str(out)]).code == 0  # same build resumes
+    cli.write_bytes(FIXTURE.read_bytes() + b"\n# another build\n")
+    res = run_cli(["exp", "run", str(exp), "--out", str(out)])
+    assert res.code == 2
+    assert "agent_identities.normal.bin_sha256" in " ".join(res.stderr.split())

@@ -157,6 +157,15 @@ def _manifest(exp: Experiment, access: dict[str, _ArmAccess], jobs: int,
     }
 
 
+def _state_identity(exp: Experiment) -> dict[str, Any]:
+    """The identity frozen in state.sqlite: the experiment's, plus what adapters that describe
+    themselves say (their CLI's digest, flags), so a resume with another CLI build is refused
+    like any other change. Arms without such an adapter add nothing, so older runs resume."""
+    agents = {name: ident["agent_identity"] for name, arm in sorted(exp.spec.arms.items())
+              if (ident := _agent_identity(arm.agent))}
+    return {**exp.identity, "agent_identities": agents} if agents else exp.identity
+
+
 def _agent_identity(spec: str) -> dict[str, Any]:
     """An adapter's own description (CLI digest, flags, config template), when it has one."""
     describe = getattr(parse_agent(spec), "describe", None)
@@ -245,7 +254,7 @@ class ExperimentRunner:
         session = {"started_at": utc_now(), "pid": os.getpid(), "jobs": self.jobs,
                    "watchdog_grace_seconds": self.grace, "assay": tool_identity(),
                    "holdout_reuse": self.holdout_reuse}
-        state = StateDB.open(self.out, self.exp.identity, self.plan,
+        state = StateDB.open(self.out, _state_identity(self.exp), self.plan,
                              retries_infra=spec.retries.infra)
         sock_dir = Path(tempfile.mkdtemp(prefix="assay-gw-"))
         try:
