@@ -5,8 +5,8 @@ completions, the OpenAI Responses API or Anthropic Messages: ``gateway_protocols
 127.0.0.1 on any free port, and optionally a Unix socket the sandbox binds into an agent's
 network namespace. Each attempt gets a random scoped token; the gateway swaps it for the real
 key, forwards the call to the attempt's upstream, meters it into the attempt's
-``model_calls.jsonl`` and enforces its budget. The real key lives only in this object's memory: never in a record, a log, an error
-message, or anything handed to a child process.
+``model_calls.jsonl`` and enforces its budget. The real key lives only in this object's
+memory: never in a record, a log, an error message, or anything handed to a child process.
 
 The server runs on an asyncio loop in a background thread of the caller's process, not in a
 process of its own: the runner must read budgets and usage synchronously and revoke tokens at
