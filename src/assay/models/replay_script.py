@@ -213,6 +213,7 @@ def _read_jsonl(path: Path, text: str, problems: list[Problem]) -> Script | None
         try:
             obj = json.loads(line)
         except ValueError as exc:
+            index += 1  # meant as a turn: the turns after it keep their numbers
             problems.append(Problem(path, lineno, None, f"not JSON: {exc}"))
             continue
         if isinstance(obj, dict) and set(obj) == {"final"}:
