@@ -361,8 +361,9 @@ class Gateway:
         await asyncio.get_running_loop().run_in_executor(None, attempt.ledger.close)
 
     def attempt_usage(self, token_or_id: str) -> AttemptUsage:
-        """``{calls, input, cached_input, output, reasoning, cost_usd, cost_complete,
-        usage_missing_calls, assistant_steps, upstream_unreachable_calls, exhausted}``; readable
+        """``{calls, input, cached_input, cache_write_input, output, reasoning, tokens, cost_usd,
+        cost_complete, usage_missing_calls, assistant_steps, upstream_unreachable_calls,
+        exhausted}`` (``tokens`` as the tokens limit counts them, see ``Limits``); readable
         after the attempt closed. ``cost_usd`` is a lower bound when ``cost_complete`` is
         False; ``upstream_unreachable_calls`` > 0 is the runner's ``infra_error`` signal."""
         with self._lock:
