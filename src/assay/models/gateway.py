@@ -1,11 +1,12 @@
 """The per-run model gateway: the only way an agent under test reaches a model.
 
-One local OpenAI-compatible HTTP server per experiment run (127.0.0.1 on any free port, and
-optionally a Unix socket the sandbox binds into an agent's network namespace). Each attempt
-gets a random scoped token; the gateway swaps it for the real key, forwards the call to the
-attempt's upstream, meters it into the attempt's ``model_calls.jsonl`` and enforces its
-budget. The real key lives only in this object's memory: never in a record, a log, an error
-message, or anything handed to a child process.
+One local HTTP server per experiment run, speaking the API each attempt's agent speaks (chat
+completions, the OpenAI Responses API or Anthropic Messages: ``gateway_protocols``), on
+127.0.0.1 on any free port, and optionally a Unix socket the sandbox binds into an agent's
+network namespace. Each attempt gets a random scoped token; the gateway swaps it for the real
+key, forwards the call to the attempt's upstream, meters it into the attempt's
+``model_calls.jsonl`` and enforces its budget. The real key lives only in this object's
+memory: never in a record, a log, an error message, or anything handed to a child process.
 
 The server runs on an asyncio loop in a background thread of the caller's process, not in a
 process of its own: the runner must read budgets and usage synchronously and revoke tokens at
@@ -30,6 +31,13 @@ This module is over 400 lines: it is the server's request path, from authenticat
 budget to forwarding and the ledger row, kept whole so the order of those steps (which the
 guarantees depend on) reads top to bottom. Protocol details live in ``gateway_protocols``,
 limits in ``gateway_budget``, wire formats in ``gateway_http``.
+
+Each attempt is opened for one protocol family (the arm's ``model.protocol``): its agent may
+call that family's routes and ``/v1/models``; a route of another family is refused with a 400
+that says which to call. Every refusal meant to stop an agent (budget exhausted, revoked or
+unknown token) is a 4xx in the error shape of the API the agent called, never a 5xx, since
+several agents retry a 5xx for minutes. The real key goes upstream in the family's own header
+(``Authorization: Bearer`` for OpenAI's APIs, ``x-api-key`` for Anthropic's).
 """
 
 from __future__ import annotations
@@ -60,7 +68,16 @@ from assay.models.gateway_http import (
     read_request,
     response_head,
 )
-from assay.models.gateway_protocols import ROUTES, Outcome, Prepared, WireProtocol
+from assay.models.gateway_protocols import (
+    FAMILIES,
+    ROUTES,
+    Family,
+    Outcome,
+    Prepared,
+    WireProtocol,
+    family_paths,
+)
+from assay.models.gateway_wire import ErrorShape, error_body, error_shape
 from assay.models.ledger import LedgerFile, Syncer
 from assay.models.prices import ModelPrice, call_cost, price_table
 from assay.records.ledger import GatewayEvent, LimitName
@@ -73,6 +90,8 @@ _JSON = [("Content-Type", "application/json")]
 _NOT_FORWARDED = HOP_BY_HOP | {"authorization", "x-api-key", "api-key", "cookie",
                                "accept-encoding"}
 _NOT_RETURNED = HOP_BY_HOP | {"set-cookie", "content-encoding"}
+#: Sent to an Anthropic upstream when the agent named no API version (the API requires one).
+ANTHROPIC_VERSION = "2023-06-01"
 
 
 class Secret:
@@ -122,6 +141,7 @@ class _Attempt:
     pool: UpstreamPool
     model: str
     budget: Budget
+    protocol: Family = "chat"
     seq: int = 0
     open: bool = True
     inflight: set[asyncio.Task[Any]] = field(default_factory=set)
@@ -131,9 +151,9 @@ def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-def _error(status: int, message: str, kind: str, code: str | None = None) -> tuple[int, bytes]:
-    body = {"error": {"message": message, "type": kind, "param": None, "code": code}}
-    return status, json.dumps(body).encode()
+def _error(status: int, message: str, kind: str, code: str | None = None,
+           shape: ErrorShape = "openai") -> tuple[int, bytes]:
+    return status, error_body(shape, status, message, kind, code)
 
 
 class Gateway:
@@ -252,6 +272,11 @@ class Gateway:
         """What an agent gets as ``OPENAI_BASE_URL``."""
         return f"http://{self.host}:{self.port}/v1"
 
+    @property
+    def root_url(self) -> str:
+        """What an Anthropic client gets as ``ANTHROPIC_BASE_URL`` (it appends ``/v1/...``)."""
+        return f"http://{self.host}:{self.port}"
+
     async def _bind(self) -> None:
         server = await asyncio.start_server(self._on_connection, self.host, self._want_port,
                                             backlog=1024, limit=MAX_HEAD)
@@ -277,10 +302,13 @@ class Gateway:
     def open_attempt(self, attempt_id: str, *, ledger_path: Path, upstream: Upstream,
                      model: str, limits: Limits | None = None,
                      prices: dict[str, ModelPrice] | dict[str, dict[str, float]] | None = None,
-                     ) -> str:
-        """A new scoped token for one attempt, valid until ``close_attempt``."""
+                     protocol: Family = "chat") -> str:
+        """A new scoped token for one attempt, valid until ``close_attempt``; its agent speaks
+        ``protocol`` (``chat``, ``responses`` or ``anthropic``), and so does the upstream."""
         if self._thread is None:
             raise ValueError("gateway not started")
+        if protocol not in FAMILIES:
+            raise ValueError(f"unknown protocol {protocol!r} (known: {', '.join(FAMILIES)})")
         limits = limits or Limits()
         price = price_table(prices or {}).get(model)
         if limits.cost_usd is not None and price is None:
@@ -296,7 +324,7 @@ class Gateway:
                     read_timeout=upstream.read_timeout)
             token = "sk-assay-" + secrets.token_urlsafe(32)
             attempt = _Attempt(attempt_id, LedgerFile(Path(ledger_path), self._syncer_()),
-                               upstream, pool, model, Budget(limits, price))
+                               upstream, pool, model, Budget(limits, price), protocol)
             self._attempts[attempt_id] = attempt
             self._tokens[token] = attempt
         return token
@@ -333,8 +361,9 @@ class Gateway:
         await asyncio.get_running_loop().run_in_executor(None, attempt.ledger.close)
 
     def attempt_usage(self, token_or_id: str) -> AttemptUsage:
-        """``{calls, input, cached_input, output, reasoning, cost_usd, cost_complete,
-        usage_missing_calls, assistant_steps, upstream_unreachable_calls, exhausted}``; readable
+        """``{calls, input, cached_input, cache_write_input, output, reasoning, tokens, cost_usd,
+        cost_complete, usage_missing_calls, assistant_steps, upstream_unreachable_calls,
+        exhausted}`` (``tokens`` as the tokens limit counts them, see ``Limits``); readable
         after the attempt closed. ``cost_usd`` is a lower bound when ``cost_complete`` is
         False; ``upstream_unreachable_calls`` > 0 is the runner's ``infra_error`` signal."""
         with self._lock:
@@ -394,10 +423,22 @@ class Gateway:
 
     async def _dispatch(self, request: Request, writer: asyncio.StreamWriter) -> bool:
         """Answer one request; False when the connection must close."""
-        token = _token_of(request.headers)
+        # An Anthropic client sends its key as x-api-key, others as a bearer token; a client may
+        # send both (one of them a placeholder), so the first the gateway knows wins.
+        candidates = _tokens_of(request.headers)
+        token = candidates[0] if candidates else None
+        attempt = revoked_for = None
         with self._lock:
-            attempt = self._tokens.get(token) if token else None
-            revoked_for = self._revoked.get(token) if token and attempt is None else None
+            for candidate in candidates:
+                attempt = self._tokens.get(candidate)
+                if attempt is not None:
+                    token = candidate
+                    break
+            else:
+                for candidate in candidates:
+                    revoked_for = self._revoked.get(candidate)
+                    if revoked_for is not None:
+                        break
         if attempt is None:
             reason = "no_token" if not token else (
                 "revoked_token" if revoked_for is not None else "unknown_token")
@@ -405,7 +446,8 @@ class Gateway:
             message = {"no_token": "no API key given",
                        "unknown_token": "invalid API key for this gateway",
                        "revoked_token": "this API key was revoked: its attempt has ended"}[reason]
-            status, body = _error(401, message, "invalid_request_error", "invalid_api_key")
+            status, body = _error(401, message, "invalid_request_error", "invalid_api_key",
+                                  error_shape(request.path))
             return await _send(writer, status, _JSON, body, request.keep_alive)
         task = asyncio.current_task()
         assert task is not None
@@ -432,8 +474,18 @@ class Gateway:
         protocol = ROUTES.get((request.method, request.path))
         is_models = request.method == "GET" and request.path == "/v1/models"
         call.endpoint = protocol.name if protocol else ("models" if is_models else request.path)
+        shape = error_shape(request.path)
+        if protocol is not None and protocol.family != attempt.protocol:
+            call.error = (f"{request.method} {request.path} is the {protocol.family!r} API, but "
+                          f"this attempt's model is served over {attempt.protocol!r} "
+                          f"({', '.join(family_paths(attempt.protocol))}); set the arm's "
+                          f"model.protocol to {protocol.family!r} to call it")
+            status, body = _error(400, call.error, "invalid_request_error", "wrong_protocol",
+                                  shape)
+            self._finish(call, status)
+            return await _send(writer, status, _JSON, body, request.keep_alive)
         if protocol is not None:
-            call.metered = True
+            call.metered = protocol.metered
             call.model_upstream = attempt.model
             call.prepared = protocol.prepare(request.body, attempt.model,
                                              stream_usage=attempt.upstream.stream_usage)
@@ -441,12 +493,14 @@ class Gateway:
         if attempt.budget.exhausted is not None:
             call.exhausted = attempt.budget.exhausted
             call.error = attempt.budget.refusal()
-            status, body = _error(403, call.error, "budget_exhausted", "budget_exhausted")
+            status, body = _error(403, call.error, "budget_exhausted", "budget_exhausted",
+                                  shape)
             self._finish(call, status)
             return await _send(writer, status, _JSON, body, request.keep_alive)
         if protocol is None and not is_models:
             call.error = f"no route for {request.method} {request.path}"
-            status, body = _error(404, call.error, "invalid_request_error", "unknown_url")
+            status, body = _error(404, call.error, "invalid_request_error", "unknown_url",
+                                  shape)
             self._finish(call, status)
             return await _send(writer, status, _JSON, body, request.keep_alive)
         try:
@@ -469,8 +523,14 @@ class Gateway:
         else:
             method, path, body = "GET", "/models", b""
         headers = [(k, v) for k, v in request.headers.items() if k not in _NOT_FORWARDED]
-        headers += [("Authorization", f"Bearer {attempt.upstream.api_key.reveal()}"),
-                    ("Accept-Encoding", "identity")]
+        key = attempt.upstream.api_key.reveal()
+        if attempt.protocol == "anthropic":
+            headers.append(("x-api-key", key))
+            if "anthropic-version" not in request.headers:
+                headers.append(("anthropic-version", ANTHROPIC_VERSION))
+        else:
+            headers.append(("Authorization", f"Bearer {key}"))
+        headers.append(("Accept-Encoding", "identity"))
         if body and "content-type" not in request.headers:
             headers.append(("Content-Type", "application/json"))
         call.sent = True  # from here on the upstream may be working on it (and billing)
@@ -482,7 +542,8 @@ class Gateway:
             call.usage_missing = call.metered and call.sent
             call.error = str(exc)
             status, out = _error(502, f"assay gateway: {exc}", "upstream_error",
-                                 "upstream_unreachable" if exc.fatal else "upstream_error")
+                                 "upstream_unreachable" if exc.fatal else "upstream_error",
+                                 error_shape(request.path))
             self._finish(call, status)
             return await _send(writer, status, _JSON, out, keep)
         call.upstream_status = upstream.status
@@ -501,7 +562,7 @@ class Gateway:
                 call.usage_missing = call.metered and ok
                 call.error = str(exc)
                 status, out = _error(502, f"assay gateway: {exc}", "upstream_error",
-                                     "upstream_error")
+                                     "upstream_error", error_shape(request.path))
                 self._finish(call, status)
                 return await _send(writer, status, _JSON, out, keep)
             if protocol is not None and ok:
@@ -510,7 +571,7 @@ class Gateway:
                 except (ValueError, UnicodeDecodeError):
                     payload = None
                 call.outcome = protocol.read_answer(payload)
-                call.usage_missing = call.outcome.usage is None
+                call.usage_missing = _usage_missing(call)
             self._finish(call, upstream.status)
             return await _send(writer, upstream.status, passed, data, keep)
         finally:
@@ -528,7 +589,7 @@ class Gateway:
                 out = meter.feed(piece)
                 if meter.done and not call.finished:
                     call.outcome = meter.outcome()
-                    call.usage_missing = call.outcome.usage is None
+                    call.usage_missing = _usage_missing(call)
                     self._finish(call, upstream.status)
                 if out:
                     writer.write(chunk(out))
@@ -539,20 +600,20 @@ class Gateway:
         except TransportError as exc:
             if not call.finished:
                 call.outcome = meter.outcome()
-                call.usage_missing = call.outcome.usage is None
+                call.usage_missing = _usage_missing(call)
                 call.error = f"{exc} (after the stream had started)"
                 self._finish(call, upstream.status)
             return False  # the agent sees the stream end without its last chunk
         except (ConnectionError, OSError):
             if not call.finished:
                 call.outcome = meter.outcome()
-                call.usage_missing = call.outcome.usage is None
+                call.usage_missing = _usage_missing(call)
                 call.error = "the agent closed the connection during the stream"
                 self._finish(call, upstream.status)
             return False
         if not call.finished:
             call.outcome = meter.outcome()
-            call.usage_missing = call.outcome.usage is None
+            call.usage_missing = _usage_missing(call)
             self._finish(call, upstream.status)
         writer.write(LAST_CHUNK)
         await writer.drain()
@@ -586,6 +647,7 @@ class Gateway:
         row = {
             "time": call.at, "latency_ms": round((time.perf_counter() - call.started) * 1000, 3),
             "attempt_id": attempt.attempt_id, "seq": call.seq, "endpoint": call.endpoint,
+            "protocol": attempt.protocol,
             "status": status, "upstream_status": call.upstream_status,
             "forwarded": call.forwarded, "stream": call.stream, "model_asked": call.model_asked,
             "model_upstream": call.model_upstream,
@@ -594,6 +656,7 @@ class Gateway:
             "request_bytes": len(call.request.body),
             "input_tokens": usage.input if usage else None,
             "cached_input_tokens": usage.cached_input if usage else None,
+            "cache_write_input_tokens": usage.cache_write if usage else None,
             "output_tokens": usage.output if usage else None,
             "reasoning_tokens": usage.reasoning if usage else None,
             "usage_missing": call.usage_missing, "cost_usd": cost, "assistant_step": step,
@@ -640,11 +703,20 @@ def _remove_socket(path: Path) -> None:
             path.unlink()
 
 
-def _token_of(headers: dict[str, str]) -> str | None:
+def _usage_missing(call: _Call) -> bool:
+    """A model call whose answer reported no usage, or not both its input and output."""
+    usage = call.outcome.usage if call.outcome else None
+    return call.metered and (usage is None or not usage.complete)
+
+
+def _tokens_of(headers: dict[str, str]) -> list[str]:
+    """Every credential the request carries: a bearer token, ``x-api-key``, ``api-key``."""
+    out = []
     auth = headers.get("authorization", "")
-    if auth[:7].lower() == "bearer ":
-        return auth[7:].strip() or None
-    return headers.get("x-api-key") or headers.get("api-key") or None
+    if auth[:7].lower() == "bearer " and auth[7:].strip():
+        out.append(auth[7:].strip())
+    out += [v for v in (headers.get("x-api-key"), headers.get("api-key")) if v]
+    return out
 
 
 def _scrub(text: str | None, key: Secret) -> str | None:

@@ -22,7 +22,9 @@ from assay.records.ledger import LimitName
 class Limits:
     """What one attempt may spend; None is "no limit"."""
 
-    # input + output tokens as reported
+    # every token processed, as reported: input + output for OpenAI's APIs (cached and
+    # reasoning tokens are inside those), input + cache reads + cache writes + output for
+    # Anthropic's (separate counts there)
     tokens: int | None = None
     cost_usd: float | None = None
     # completed assistant responses
@@ -41,8 +43,12 @@ class AttemptUsage(TypedDict):
     calls: int
     input: int
     cached_input: int
+    # cache writes (Anthropic), a count apart from input
+    cache_write_input: int
     output: int
     reasoning: int
+    # what the tokens limit is checked against (see Limits.tokens)
+    tokens: int
     # a lower bound when cost_complete is False
     cost_usd: float
     cost_complete: bool
@@ -60,18 +66,17 @@ class Totals:
     calls: int = 0
     input: int = 0
     cached_input: int = 0
+    cache_write_input: int = 0
     output: int = 0
     reasoning: int = 0
+    # every token processed, each once (Usage.known_tokens), as the tokens limit counts them
+    tokens: int = 0
     cost_usd: float = 0.0
     # False once any call's cost is unknown: cost_usd is then a lower bound.
     cost_complete: bool = True
     usage_missing_calls: int = 0
     assistant_steps: int = 0
     upstream_unreachable_calls: int = 0
-
-    @property
-    def tokens(self) -> int:
-        return self.input + self.output
 
 
 @dataclass
@@ -91,8 +96,10 @@ class Budget:
         if usage is not None:
             t.input += usage.input or 0
             t.cached_input += usage.cached_input or 0
+            t.cache_write_input += usage.cache_write or 0
             t.output += usage.output or 0
             t.reasoning += usage.reasoning or 0
+            t.tokens += usage.known_tokens
         if usage_missing:
             t.usage_missing_calls += 1
         if metered and cost is None:
@@ -134,7 +141,8 @@ class Budget:
     def summary(self) -> AttemptUsage:
         t = self.totals
         return {"calls": t.calls, "input": t.input, "cached_input": t.cached_input,
-                "output": t.output, "reasoning": t.reasoning, "cost_usd": t.cost_usd,
+                "cache_write_input": t.cache_write_input, "output": t.output,
+                "reasoning": t.reasoning, "tokens": t.tokens, "cost_usd": t.cost_usd,
                 "cost_complete": t.cost_complete, "usage_missing_calls": t.usage_missing_calls,
                 "assistant_steps": t.assistant_steps,
                 "upstream_unreachable_calls": t.upstream_unreachable_calls,

@@ -3,70 +3,32 @@
 The gateway itself only authenticates, budgets, forwards bytes and writes the ledger; the
 questions that differ per API (which path, how to pin the model and ask for streamed usage,
 where usage sits in an answer and in a stream, what counts as a completed assistant response)
-are answered by a ``WireProtocol`` here. Adding the Responses API (``/v1/responses``) or
-Anthropic Messages (``/v1/messages``) means adding a class and a ``ROUTES`` entry, nothing in
-the gateway.
+are answered by a ``WireProtocol``: chat completions here, the Responses API in
+``gateway_responses``, Anthropic Messages in ``gateway_anthropic``, shared shapes in
+``gateway_wire``. ``ROUTES`` is the one table from (method, path) to protocol.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
+from assay.models.gateway_anthropic import AnthropicCountTokens, AnthropicMessages
+from assay.models.gateway_responses import ResponsesAPI
+from assay.models.gateway_wire import (
+    FAMILIES,
+    Family,
+    Outcome,
+    Prepared,
+    StreamMeter,
+    WireProtocol,
+    event_end,
+)
+from assay.models.gateway_wire import as_int as _int
 from assay.models.prices import Usage
 
-
-@dataclass
-class Outcome:
-    """What one answer said about metering."""
-
-    usage: Usage | None = None
-    model_served: str | None = None
-    finish_reason: str | None = None
-    # A completed assistant response (counts against assistant_steps).
-    step: bool = False
-
-
-@dataclass
-class Prepared:
-    """The request as it goes upstream, and what the agent asked for."""
-
-    body: bytes
-    stream: bool
-    model_asked: str | None
-    # The gateway asked for streamed usage the agent did not ask for, so the usage-only
-    # event is kept from the agent (some agents index choices[0] of every chunk).
-    hide_usage_event: bool = False
-
-
-class StreamMeter(Protocol):
-    """Reads an SSE stream as it passes; ``feed`` returns the bytes to hand on now."""
-
-    done: bool
-
-    def feed(self, chunk: bytes) -> bytes: ...
-
-    def flush(self) -> bytes: ...
-
-    def outcome(self) -> Outcome: ...
-
-
-class WireProtocol(Protocol):
-    """One metered model API."""
-
-    name: str
-    upstream_path: str
-
-    def prepare(self, raw: bytes, model: str, *, stream_usage: bool) -> Prepared: ...
-
-    def read_answer(self, payload: Any) -> Outcome: ...
-
-    def meter(self, prepared: Prepared) -> StreamMeter: ...
-
-
-def _int(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+__all__ = ["FAMILIES", "ROUTES", "ChatCompletions", "ChatStreamMeter", "Family", "Outcome",
+           "Prepared", "StreamMeter", "WireProtocol", "chat_usage", "family_paths"]
 
 
 def chat_usage(usage: Any) -> Usage | None:
@@ -89,7 +51,9 @@ class ChatCompletions:
     """``POST /v1/chat/completions``, plain and SSE."""
 
     name = "chat.completions"
+    family: Family = "chat"
     upstream_path = "/chat/completions"
+    metered = True
 
     def prepare(self, raw: bytes, model: str, *, stream_usage: bool) -> Prepared:
         try:
@@ -150,7 +114,7 @@ class ChatStreamMeter:
         out: list[bytes] = []
         start = 0
         while True:
-            end, sep = _event_end(buf, start)
+            end, sep = event_end(buf, start)
             if end < 0:
                 break
             event = buf[start:end + sep]
@@ -201,17 +165,16 @@ class ChatStreamMeter:
         return True
 
 
-def _event_end(buf: bytes, start: int) -> tuple[int, int]:
-    """(index where the next event ends, length of its blank-line separator), or (-1, 0)."""
-    lf = buf.find(b"\n\n", start)
-    crlf = buf.find(b"\r\n\r\n", start)
-    if crlf >= 0 and (lf < 0 or crlf < lf):
-        return crlf, 4
-    return (lf, 2) if lf >= 0 else (-1, 0)
-
-
-#: The metered routes: (method, path under /v1) -> protocol. ``/v1/models`` is forwarded
-#: unmetered by the gateway itself.
+#: The model routes: (method, path) -> protocol. ``/v1/models`` is forwarded unmetered by the
+#: gateway itself, for every family.
 ROUTES: dict[tuple[str, str], WireProtocol] = {
     ("POST", "/v1/chat/completions"): ChatCompletions(),
+    ("POST", "/v1/responses"): ResponsesAPI(),
+    ("POST", "/v1/messages"): AnthropicMessages(),
+    ("POST", "/v1/messages/count_tokens"): AnthropicCountTokens(),
 }
+
+
+def family_paths(family: Family) -> list[str]:
+    """The routes an attempt of ``family`` may call, for a refusal that says what to call."""
+    return [f"{m} {p}" for (m, p), proto in ROUTES.items() if proto.family == family]

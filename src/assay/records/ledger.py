@@ -2,10 +2,16 @@
 the gateway's own log of calls it could not tie to a running attempt.
 
 The ledger is the evidence behind every token and dollar an experiment reports, so a row keeps
-usage exactly as the upstream reported it, field by field (input, cached input, output,
-reasoning overlap: cached tokens are part of the input, reasoning tokens part of the output,
-and nothing here adds them up), and says when the upstream reported none instead of writing a
-zero. A row never holds the real key, the scoped token, or the request body (only its digest).
+usage exactly as the upstream reported it, field by field, and nothing here adds fields up. How
+they overlap depends on the row's ``protocol``: for OpenAI's APIs (``chat``, ``responses``)
+cached tokens are part of the input and reasoning tokens part of the output; for ``anthropic``
+the input, the cache reads (``cached_input_tokens``) and the cache writes
+(``cache_write_input_tokens``) are three separate counts. A row says when the upstream reported
+no usage instead of writing a zero, and never holds the real key, the scoped token, or the
+request body (only its digest).
+
+Schema 2 added ``protocol`` and ``cache_write_input_tokens``; a schema-1 row (chat only, no
+cache writes) reads with their defaults.
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ class ModelCall(Record):
     """One call an agent made through the gateway, appended as soon as it completed."""
 
     schema_name = "assay.model_call"
-    schema_version = 1
+    schema_version = 2
     file = "model_calls.jsonl"
 
     time: str
@@ -37,7 +43,11 @@ class ModelCall(Record):
     seq: int
     """1-based number of the call within its attempt, in order of arrival."""
     endpoint: str
-    """What was asked: ``chat.completions``, ``models``, or the path when no route matched."""
+    """What was asked: ``chat.completions``, ``responses``, ``messages``,
+    ``messages.count_tokens``, ``models``, or the path when no route matched."""
+    protocol: Literal["chat", "responses", "anthropic"] = "chat"
+    """The API the attempt's agent and upstream speak (the arm's ``model.protocol``); it says
+    how the usage fields below overlap. A call to another API's route is refused (400)."""
     status: int
     """HTTP status the agent received from the gateway."""
     upstream_status: int | None
@@ -60,27 +70,41 @@ class ModelCall(Record):
     request_bytes: int
     """Size of that body."""
     input_tokens: int | None
-    """Input tokens as reported (OpenAI ``usage.prompt_tokens``, cached ones included)."""
+    """Input tokens as reported: chat ``usage.prompt_tokens`` and responses
+    ``usage.input_tokens`` (cached ones included); anthropic ``usage.input_tokens`` (cache
+    reads and writes *not* included)."""
     cached_input_tokens: int | None
-    """Of the input, how many were served from the provider's cache, as reported
-    (``usage.prompt_tokens_details.cached_tokens``); null when not reported."""
+    """Tokens served from the provider's cache, as reported: chat
+    ``usage.prompt_tokens_details.cached_tokens``, responses
+    ``usage.input_tokens_details.cached_tokens`` (both part of the input); anthropic
+    ``usage.cache_read_input_tokens`` (apart from the input). Null when not reported."""
+    cache_write_input_tokens: int | None = None
+    """Anthropic ``usage.cache_creation_input_tokens``: tokens written to the prompt cache,
+    apart from the input; null when not reported (always, for OpenAI's APIs)."""
     output_tokens: int | None
-    """Output tokens as reported (``usage.completion_tokens``, reasoning ones included)."""
+    """Output tokens as reported (chat ``usage.completion_tokens``, responses and anthropic
+    ``usage.output_tokens``; reasoning or thinking tokens included)."""
     reasoning_tokens: int | None
-    """Of the output, how many were reasoning, as reported
-    (``usage.completion_tokens_details.reasoning_tokens``); null when not reported."""
+    """Of the output, how many were reasoning, as reported (chat
+    ``usage.completion_tokens_details.reasoning_tokens``, responses
+    ``usage.output_tokens_details.reasoning_tokens``); null when not reported (anthropic does
+    not report thinking apart)."""
     usage_missing: bool
-    """The upstream was asked but reported no usage (or the answer was cut short): this call's
-    tokens and cost are unknown, and every total that includes it is a lower bound."""
+    """The upstream was asked but reported no usage, or not both input and output (or the
+    answer was cut short): this call's tokens and cost are unknown, and every total that
+    includes it is a lower bound."""
     cost_usd: float | None
     """Cost from the pinned price table; null when unknown (usage missing, or the model has no
     price). 0 only for calls that cost nothing: refused by the gateway, not metered
-    (``models``), never reaching a provider, or answered with an HTTP error (not billed)."""
+    (``models``, ``messages.count_tokens``), never reaching a provider, or answered with an HTTP
+    error (not billed). Priced as ``assay.models.prices`` documents, per protocol."""
     assistant_step: bool
     """Whether this call completed an assistant response (counted against
     ``assistant_steps``)."""
     finish_reason: str | None
-    """``finish_reason`` of the first choice, when the answer had one."""
+    """Why the answer ended, when it said: chat ``finish_reason`` of the first choice;
+    responses the response's ``status`` (or its ``incomplete_details.reason``); anthropic
+    ``stop_reason``."""
     exhausted: LimitName | None
     """The attempt limit that refused this call, or that this call reached."""
     upstream_unreachable: bool
@@ -120,9 +144,9 @@ def ledger_totals(path: Path) -> dict[str, Any]:
     resumed run's budget, needs it without the gateway that wrote it): calls, tokens as reported,
     cost, and how many calls had no usage or no price (then the cost is a lower bound). Calls the
     gateway refused were never forwarded and spent nothing."""
-    out: dict[str, Any] = {"calls": 0, "input": 0, "cached_input": 0, "output": 0,
-                           "reasoning": 0, "cost_usd": 0.0, "usage_missing_calls": 0,
-                           "unpriced_calls": 0}
+    out: dict[str, Any] = {"calls": 0, "input": 0, "cached_input": 0, "cache_write_input": 0,
+                           "output": 0, "reasoning": 0, "cost_usd": 0.0,
+                           "usage_missing_calls": 0, "unpriced_calls": 0}
     if not path.is_file():
         return out
     for row in iter_rows(path):
@@ -131,7 +155,7 @@ def ledger_totals(path: Path) -> dict[str, Any]:
             continue
         if row.get("usage_missing"):
             out["usage_missing_calls"] += 1
-        for k in ("input", "cached_input", "output", "reasoning"):
+        for k in ("input", "cached_input", "cache_write_input", "output", "reasoning"):
             out[k] += int(row.get(f"{k}_tokens") or 0)
         if row.get("cost_usd") is None:
             out["unpriced_calls"] += 1

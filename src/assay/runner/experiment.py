@@ -14,9 +14,14 @@ environment check) or whose every model call found the upstream unreachable is a
 budget or a resource limit is the trial's result; a grader error is graded again from the same
 artifact. At ``limits.total_cost_usd`` no new attempt starts, and the run stops resumable.
 
-The module runs past 400 lines because scheduling, recovery and wiring one attempt to the
-gateway share the same state transitions and read best in one place; the parts with a life of
-their own are beside it (``state.py``, ``fork.py``, ``holdout.py``).
+Each arm's model is reached over its ``model.protocol`` (chat, responses or anthropic) through
+the gateway; a ``builtin/replay`` arm's upstream is the run's replay server, one script per
+task.
+
+The module runs past 400 lines because one run's order of events (manifest, recovery, gateway
+and replay server, scheduling, the attempt, re-verification) shares the same state transitions
+and reads best in one place; the parts with a life of their own are beside it (``state.py``,
+``fork.py``, ``holdout.py``).
 """
 
 from __future__ import annotations
@@ -32,11 +37,14 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from assay.agents import Agent, parse_agent
-from assay.errors import InputError, NeverOverwrite, RunConflict
+from assay.errors import InputError, NeverOverwrite, RunConflict, SuiteError
 from assay.grading.verifier import grade_path, verify
 from assay.models.client import redact_url
 from assay.models.gateway import Gateway, Upstream
 from assay.models.gateway_budget import Limits as BudgetLimits
+from assay.models.gateway_wire import Family
+from assay.models.replay_script import REPLAY_MODEL, ReplayBook, load_replay
+from assay.models.replay_server import ReplayServer, serve_replay
 from assay.records.io import atomic_write_json, read_json_file
 from assay.records.ledger import ledger_totals
 from assay.records.manifest import tool_identity, utc_now
@@ -101,6 +109,9 @@ class _ArmAccess:
     upstream: Upstream | None
     base_url_shown: str | None
     params: dict[str, Any] = field(default_factory=dict)
+    protocol: Family = "chat"
+    # builtin/replay: the scripts, served by the run's replay server (upstream is then None)
+    replay: ReplayBook | None = None
 
 
 def _arm_access(exp: Experiment) -> dict[str, _ArmAccess]:
@@ -114,9 +125,15 @@ def _arm_access(exp: Experiment) -> dict[str, _ArmAccess]:
         if arm.model is None:
             out[name] = _ArmAccess(None, None, None, dict(arm.params))
             continue
-        if arm.model.protocol != "chat":
-            problems.append(f"arms.{name}.model.protocol: {arm.model.protocol!r} is not served "
-                            "by the gateway yet (chat only)")
+        if arm.model.name == REPLAY_MODEL:
+            try:
+                book = load_replay(exp.path.parent / (arm.model.script or ""), exp.bundles)
+            except SuiteError as exc:
+                problems.append(f"arms.{name}.model.script: {exc}")
+                continue
+            out[name] = _ArmAccess(arm.model.name, None, "builtin/replay (local)",
+                                   dict(arm.params), arm.model.protocol, book)
+            continue
         env = arm.model.base_url_env or "MODEL_BASE_URL"
         base = os.environ.get(env)
         if not base:
@@ -125,7 +142,7 @@ def _arm_access(exp: Experiment) -> dict[str, _ArmAccess]:
             continue
         key = os.environ.get(arm.model.api_key_env or "MODEL_API_KEY", "")
         out[name] = _ArmAccess(arm.model.name, Upstream(base.rstrip("/"), key),
-                               redact_url(base), dict(arm.params))
+                               redact_url(base), dict(arm.params), arm.model.protocol)
     if problems:
         raise InputError(f"{exp.path}: " + "; ".join(problems))
     return out
@@ -142,7 +159,7 @@ def _manifest(exp: Experiment, access: dict[str, _ArmAccess], jobs: int,
         "arms": {n: {"agent": a.agent, "model": a.model.name if a.model else None,
                      "protocol": a.model.protocol if a.model else None,
                      "base_url": access[n].base_url_shown, "params": a.params,
-                     **_agent_identity(a.agent)}
+                     **_agent_identity(a.agent), **_replay_identity(access[n])}
                  for n, a in spec.arms.items()},
         "limits": spec.limits.model_dump(), "prices": {k: v.model_dump()
                                                        for k, v in spec.prices.items()},
@@ -170,6 +187,11 @@ def _agent_identity(spec: str) -> dict[str, Any]:
     """An adapter's own description (CLI digest, flags, config template), when it has one."""
     describe = getattr(parse_agent(spec), "describe", None)
     return {"agent_identity": describe()} if callable(describe) else {}
+
+
+def _replay_identity(access: _ArmAccess) -> dict[str, Any]:
+    """A replay arm's scripts are part of what it is: their digest joins its identity."""
+    return {} if access.replay is None else {"script_sha256": access.replay.sha256}
 
 
 def _open_run_dir(out: Path, exp: Experiment, access: dict[str, _ArmAccess], jobs: int,
@@ -205,7 +227,11 @@ class _AttemptHooks(TrialHooks):
             base = proxy.base_url + "/v1"
             self.model_env = {"OPENAI_BASE_URL": base, "OPENAI_API_BASE": base,
                               "OPENAI_API_KEY": token, "ASSAY_MODEL": access.model,
-                              "ASSAY_MODEL_PARAMS": json.dumps(access.params, sort_keys=True)}
+                              "ASSAY_MODEL_PARAMS": json.dumps(access.params, sort_keys=True),
+                              "ASSAY_MODEL_PROTOCOL": access.protocol}
+            if access.protocol == "anthropic":  # Anthropic clients append /v1/messages
+                self.model_env.update(ANTHROPIC_BASE_URL=proxy.base_url,
+                                      ANTHROPIC_API_KEY=token, ANTHROPIC_MODEL=access.model)
 
     def before(self, stage: str) -> None:
         nxt = {"agent": "running", "freeze": "freezing", "verify": "verifying"}[stage]
@@ -240,7 +266,12 @@ class ExperimentRunner:
         self.grace = grace_seconds
         self.progress = progress or _Silent()
         self.access = _arm_access(exp)
+        for name, access in self.access.items():
+            if access.replay is not None:  # a changed script is a changed experiment
+                model = exp.identity["arms"][name]["model"]
+                model.update(_replay_identity(access))
         self.plan = plan(exp)
+        self.replay: ReplayServer | None = None
         self.stop_new = threading.Event()
         fork_access = check_fork(exp)
         self.forks = (ForkPrefixes(exp, out, fork_access, grace_seconds)
@@ -271,8 +302,8 @@ class ExperimentRunner:
                               total_cost_usd=None if cap is None else max(cap - prior, 0.0))
             if cap is not None and prior >= cap:
                 self.stop_new.set()
-            with gateway:
-                self.gateway = gateway
+            with gateway, serve_replay({n: a.replay for n, a in self.access.items()}) as replay:
+                self.gateway, self.replay = gateway, replay
                 self.proxy = ProxyTarget(unix_socket=sock_dir / "gw.sock")
                 for a in to_verify:
                     self._reverify(state, a)
@@ -342,13 +373,16 @@ class ExperimentRunner:
         attempt_id = f"{key.task}/{key.arm}/{key.rep}/{attempt.label}"
         token = None
         policy = bundle.spec.initial_state.network_policy
-        if access.upstream is not None and policy == "model-proxy-only":
+        upstream = access.upstream
+        if access.replay is not None and self.replay is not None:
+            upstream = Upstream(self.replay.base_url(f"{key.arm}/{key.task}"), "replay-no-key")
+        if upstream is not None and policy == "model-proxy-only":
             attempt_dir.mkdir(parents=True, exist_ok=False)
             limits = self.exp.spec.limits
             try:
                 token = self.gateway.open_attempt(
                     attempt_id, ledger_path=attempt_dir / "model_calls.jsonl",
-                    upstream=access.upstream, model=access.model or "",
+                    upstream=upstream, model=access.model or "", protocol=access.protocol,
                     limits=BudgetLimits(tokens=limits.tokens, cost_usd=limits.cost_usd,
                                         assistant_steps=bundle.spec.budget.assistant_steps),
                     prices={k: v.model_dump() for k, v in self.exp.spec.prices.items()})

@@ -23,7 +23,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from assay.suites.bundle import Bundle, find_bundles, load_bundle, tree_digest
 from assay.suites.errors import Problem, SuiteError
@@ -59,7 +66,18 @@ class ModelSpec(_Strict):
     api_key_env: str | None = None
     """Environment variable holding the real key (read by the gateway only, never recorded)."""
     protocol: Literal["chat", "responses", "anthropic"] = "chat"
-    """Which API the agent speaks to the gateway."""
+    """Which API the agent speaks to the gateway, and the gateway to the upstream."""
+    script: str | None = Field(default=None, min_length=1)
+    """For ``builtin/replay`` only (and needed by it): its script, a file or a folder of one
+    script per task, relative to this file (``assay.models.replay_script``)."""
+
+    @model_validator(mode="after")
+    def _script_for_replay(self) -> ModelSpec:
+        if self.name == "builtin/replay" and self.script is None:
+            raise ValueError("builtin/replay needs a script: (a file or a folder of scripts)")
+        if self.script is not None and self.name != "builtin/replay":
+            raise ValueError("script: is for builtin/replay only")
+        return self
 
 
 class Arm(_Strict):
@@ -95,6 +113,8 @@ class Price(_Strict):
     """Uncached input tokens."""
     cached_input: float | None = Field(default=None, ge=0)
     """Cached input tokens; unset means the upstream's cached tokens cost as ``input``."""
+    cache_write: float | None = Field(default=None, ge=0)
+    """Tokens written to the prompt cache (Anthropic); unset means they cost as ``input``."""
     output: float = Field(ge=0)
     """Output tokens (reasoning included)."""
 

@@ -1,0 +1,193 @@
+"""What every metered model API has in common at the gateway: the shapes of a prepared request
+and of what an answer said, an SSE event splitter, and the two error bodies agents understand.
+
+Kept apart from the protocols themselves so that each protocol is one small module reading its
+own fields (``gateway_protocols`` for chat completions and the route table,
+``gateway_responses``, ``gateway_anthropic``) and none of them imports another.
+
+Error bodies: an agent reads an error in the shape of the API it speaks, and several agents
+retry a 5xx for minutes (``shared/ref/agent-clis.md``), so a gateway that means "stop" answers
+a 4xx in that shape: OpenAI ``{"error": {"message", "type", "param", "code"}}``, Anthropic
+``{"type": "error", "error": {"type", "message"}}``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+from assay.models.prices import Usage
+
+#: The API an arm's agent speaks to the gateway, and the gateway to the arm's upstream.
+Family = Literal["chat", "responses", "anthropic"]
+FAMILIES: tuple[Family, ...] = ("chat", "responses", "anthropic")
+#: Which error body a client understands.
+ErrorShape = Literal["openai", "anthropic"]
+
+
+@dataclass
+class Outcome:
+    """What one answer said about metering."""
+
+    usage: Usage | None = None
+    model_served: str | None = None
+    finish_reason: str | None = None
+    # A completed assistant response (counts against assistant_steps).
+    step: bool = False
+
+
+@dataclass
+class Prepared:
+    """The request as it goes upstream, and what the agent asked for."""
+
+    body: bytes
+    stream: bool
+    model_asked: str | None
+    # The gateway asked for streamed usage the agent did not ask for, so the usage-only
+    # event is kept from the agent (some agents index choices[0] of every chunk).
+    hide_usage_event: bool = False
+
+
+class StreamMeter(Protocol):
+    """Reads an SSE stream as it passes; ``feed`` returns the bytes to hand on now. ``done``
+    turns True on the protocol's terminal event, before it is handed on, so the gateway settles
+    the ledger row (and the budget) before the agent sees the end of the answer."""
+
+    done: bool
+
+    def feed(self, chunk: bytes) -> bytes: ...
+
+    def flush(self) -> bytes: ...
+
+    def outcome(self) -> Outcome: ...
+
+
+class WireProtocol(Protocol):
+    """One route of a model API."""
+
+    # the ledger's ``endpoint``
+    name: str
+    # the arm protocol this route belongs to; a call of another family is refused
+    family: Family
+    # appended to the upstream's base URL (which ends in /v1)
+    upstream_path: str
+    # a model call that may cost (False: e.g. count_tokens, recorded but never billed)
+    metered: bool
+
+    def prepare(self, raw: bytes, model: str, *, stream_usage: bool) -> Prepared: ...
+
+    def read_answer(self, payload: Any) -> Outcome: ...
+
+    def meter(self, prepared: Prepared) -> StreamMeter: ...
+
+
+def as_int(value: Any) -> int | None:
+    """A reported count, or None when it is absent or not a count."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+def as_str(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def pin_model(raw: bytes, model: str) -> tuple[bytes, dict[str, Any] | None, str | None]:
+    """The body with ``model`` set to the arm's model (an agent cannot switch it), the parsed
+    body, and the model the agent asked for. A body that is not a JSON object is sent as it
+    came: the upstream answers it with its own 400."""
+    try:
+        body = json.loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        return raw, None, None
+    if not isinstance(body, dict):
+        return raw, None, None
+    asked = body.get("model")
+    if asked == model:
+        return raw, body, model
+    body["model"] = model
+    return json.dumps(body, ensure_ascii=False).encode(), body, as_str(asked)
+
+
+def event_end(buf: bytes, start: int) -> tuple[int, int]:
+    """(index where the next event ends, length of its blank-line separator), or (-1, 0)."""
+    lf = buf.find(b"\n\n", start)
+    crlf = buf.find(b"\r\n\r\n", start)
+    if crlf >= 0 and (lf < 0 or crlf < lf):
+        return crlf, 4
+    return (lf, 2) if lf >= 0 else (-1, 0)
+
+
+class EventMeter:
+    """An SSE meter that hands every event on unchanged and gives each one's JSON ``data`` to
+    ``read`` (it must see whole events to read them, so a partial event waits for its end)."""
+
+    def __init__(self) -> None:
+        self.done = False
+        self._buf = b""
+
+    def feed(self, chunk: bytes) -> bytes:
+        buf = self._buf + chunk if self._buf else chunk
+        start = 0
+        while True:
+            end, sep = event_end(buf, start)
+            if end < 0:
+                break
+            self._event(buf[start:end])
+            start = end + sep
+        self._buf = buf[start:]
+        return buf[:start]
+
+    def flush(self) -> bytes:
+        rest, self._buf = self._buf, b""
+        if rest.strip():
+            self._event(rest)
+        return rest
+
+    def _event(self, event: bytes) -> None:
+        data = [line[5:].strip() for line in event.replace(b"\r\n", b"\n").split(b"\n")
+                if line.startswith(b"data:")]
+        if not data:
+            return
+        try:
+            payload = json.loads(b"\n".join(data))
+        except (ValueError, UnicodeDecodeError):
+            return
+        if isinstance(payload, dict):
+            self.read(payload)
+
+    def read(self, payload: dict[str, Any]) -> None:
+        raise NotImplementedError
+
+    def outcome(self) -> Outcome:
+        raise NotImplementedError
+
+
+class PassMeter(EventMeter):
+    """For a route that is never streamed: passes bytes, reads nothing."""
+
+    def read(self, payload: dict[str, Any]) -> None:
+        pass
+
+    def outcome(self) -> Outcome:
+        return Outcome()
+
+
+_ANTHROPIC_TYPES = {400: "invalid_request_error", 401: "authentication_error",
+                    403: "permission_error", 404: "not_found_error",
+                    413: "request_too_large", 429: "rate_limit_error", 529: "overloaded_error"}
+
+
+def error_shape(path: str) -> ErrorShape:
+    """The error body a client calling ``path`` reads."""
+    return "anthropic" if path == "/v1/messages" or path.startswith("/v1/messages/") else "openai"
+
+
+def error_body(shape: ErrorShape, status: int, message: str, kind: str,
+               code: str | None = None) -> bytes:
+    """An error answer in the client's own shape. Anthropic's ``error.type`` follows the
+    status, as its SDKs expect; OpenAI's keeps the gateway's ``type`` and ``code``."""
+    if shape == "anthropic":
+        atype = _ANTHROPIC_TYPES.get(status, "api_error")
+        return json.dumps({"type": "error", "error": {"type": atype, "message": message}}).encode()
+    body = {"error": {"message": message, "type": kind, "param": None, "code": code}}
+    return json.dumps(body).encode()
