@@ -18,6 +18,12 @@ from assay.report.narrow_cases import RAW_KEPT, cut
 TAIL_KEPT = 2000
 #: the order tasks are listed in
 PATTERNS = ("always_fails", "flaky", "infra_only")
+#: each pattern as the views say it
+PATTERN_WORDS = {
+    "always_fails": "fails every time",
+    "flaky": "passes in some samples only",
+    "infra_only": "nothing failed; samples without a verdict",
+}
 
 _PYTEST_FAILED = re.compile(r"^FAILED (\S+)", re.MULTILINE)
 _TAP_NOT_OK = re.compile(r"^\s*not ok \d+ - (.+?)\s*$", re.MULTILINE)
@@ -44,7 +50,7 @@ def failing_tests(stdout: str, stderr: str) -> list[str]:
     last: str | None = None
     for i, line in enumerate(lines):
         m = _PY_FRAME.match(line)
-        if m and m.group(1).endswith(("main.py", ".py")) and i + 1 < len(lines) \
+        if m and m.group(1).endswith(".py") and i + 1 < len(lines) \
                 and not _PY_FRAME.match(lines[i + 1]):
             last = f"line {m.group(2)}: {lines[i + 1].strip()}"
     return [last] if last else []

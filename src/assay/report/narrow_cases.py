@@ -29,6 +29,15 @@ RAW_KEPT = 2000
 #: the order cases are listed in, most informative first
 PATTERNS = ("consistent_wrong", "consistent_invalid", "always_wrong", "flaky", "format_retry",
             "endpoint_error")
+#: each pattern as the views say it
+PATTERN_WORDS = {
+    "consistent_wrong": "the same wrong label every time",
+    "consistent_invalid": "no valid label, every time",
+    "always_wrong": "never right, the answers differ",
+    "flaky": "right in some repeats only",
+    "format_retry": "right, but only after the format retry",
+    "endpoint_error": "no wrong answer; endpoint errors",
+}
 
 
 def cut(text: str | None, keep: int) -> dict[str, Any]:

@@ -11,6 +11,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from assay.report.cases_markdown import narrow_cases_markdown
 from assay.report.narrow import INVALID_COLUMN
 
 NA = "n/a"
@@ -92,6 +93,7 @@ def to_markdown(rep: dict[str, Any]) -> str:
     if rep["agreement"] and rep["agreement"]["unstable_cases"]:
         out += ["", "## Unstable across repeats", "",
                 ", ".join(f"`{i}`" for i in rep["agreement"]["unstable_cases"][:50])]
+    out += narrow_cases_markdown(rep)
     out += ["", f"Labels from {rep['labels_source']}. Accuracy counts invalid answers as wrong "
             "and leaves infra errors out of the denominator.", ""]
     return "\n".join(out)
