@@ -19,8 +19,10 @@ from support.scripted_server import Answer, ScriptedServer, Status, by_input
 from test_coding_run import BAD_PY, GOOD_PY, SAME_RESULT, by_task, fenced, unit, write_tasks
 from test_html_report import Node, assert_self_contained, parse
 
+from assay.records.narrow import NarrowRow
 from assay.records.report import NarrowReport, read_report
 from assay.report.html import render_html
+from assay.report.latency import bin_width, histogram
 from assay.report.markdown_text import longest_backtick_run, md_block, md_cell, md_code
 from assay.report.narrow import build_report
 from assay.report.render_narrow import to_markdown
@@ -219,6 +221,51 @@ def test_inputs_unknown_without_a_matching_copy(narrow_run: Path, tmp_path: Path
     assert rep["inputs_source"] is None and rep["wrong_cases"][0]["input"]["text"] is None
 
 
+def test_long_texts_are_cut_and_say_so_and_a_clean_run_lists_none(tmp_path: Path) -> None:
+    """Hand-written rows on a built-in run: a 5,000-character answer is kept to 2,000 in
+    report.json (with its length) and shown to 600 in the views, each saying so; an input is
+    kept whole. A run with every answer right first time lists nothing, and says so."""
+    long_input = "word " * 300  # 1,500 chars
+    suite = write_suite(tmp_path / "suite", [("a", long_input, "bug"), ("b", "short", "bug")])
+    run = tmp_path / "run"
+    assert run_cli(["run", str(suite), "--model", "builtin/oracle", "--out", str(run)]).code == 0
+    rep = json.loads((run / "report.json").read_text())
+    assert rep["wrong_cases"] == [] and rep["inputs_source"] == "suite/cases.jsonl"
+    assert "None: every answer was right the first time." in (run / "report.md").read_text()
+    assert "None: every answer was right the first time." in (run / "report.html").read_text()
+    long_answer = "|`" * 2500  # 5,000 chars of pipes and backticks
+    rows = [NarrowRow(id="a", repeat=0, expected="bug", raw=long_answer, raws=[long_answer],
+                      label="", correct=False, attempts=1, invalid_reason="no_object",
+                      latency_ms=10.0, finish_reason="length").to_row(),
+            NarrowRow(id="b", repeat=0, expected="bug", raw='{"label": "bug"}',
+                      raws=['{"label": "bug"}'], label="bug", correct=True, attempts=1,
+                      latency_ms=20.0).to_row()]
+    (run / "raw_predictions.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert run_cli(["report", str(run)]).code == 0
+    rep = json.loads((run / "report.json").read_text())
+    (case,) = rep["wrong_cases"]
+    assert case["id"] == "a" and case["pattern"] == "consistent_invalid"
+    assert case["input"] == {"text": long_input, "chars": 1500, "cut": False}
+    (answer,) = case["answers"][0]["answers"]
+    assert answer == {"text": long_answer[:2000], "chars": 5000, "cut": True}
+    assert case["answers"][0]["reason"] == ("invalid: no_object; the answer was cut off at "
+                                            "max_tokens")
+    md = (run / "report.md").read_text()
+    assert "Input (first 600 of 1,500 chars):" in md
+    assert "Repeat 0, answer 1 of 1 (first 600 of 5,000 chars):" in md
+    rendered = markdown_it.MarkdownIt("commonmark").enable("table").render(md)
+    codes = [n.text_raw() for n in parse_fragment(rendered).walk() if n.tag == "code"]
+    assert long_answer[:600] + "\n" in codes
+    root = parse((run / "report.html").read_text())
+    (article,) = root.find_all("article", "case")
+    assert [p.text_raw() for p in article.find_all("pre")] == [long_input[:600],
+                                                              long_answer[:600]]
+    assert "first 600 of 5,000 chars" in article.text()
+    # 10 and 20 ms: span 10 / 30 bins = 0.33 -> round width 0.5; (20 - 10) / 0.5 + 1 = 21 bins
+    hist = rep["latency_ms"]["histogram"]
+    assert hist == {"start_ms": 10.0, "bin_ms": 0.5, "counts": [1] + [0] * 19 + [1], "n": 2}
+
+
 # --------------------------------------------------------------------------- coding runs
 
 CALC = "def add(a, b):\n    total = a - b\n    return total\n\n\ndef mul(a, b):\n    return a * b\n"
@@ -330,6 +377,27 @@ def test_coding_md_and_html_list_them_as_text(coding_run: Path) -> None:
     svg = root.find("svg", "latency")
     assert sum(int(b.attrs["data-count"] or 0) for b in svg.find_all("rect", "bin")) == 12
     assert "latency p50 / p95 / max" in root.text()
+
+
+# --------------------------------------------------------------------------- the histogram
+
+
+def test_histogram_bins_by_hand() -> None:
+    assert histogram([]) is None
+    assert histogram([7.0]) == {"start_ms": 7.0, "bin_ms": 1.0, "counts": [1], "n": 1}
+    assert histogram([0.0, 0.0]) == {"start_ms": 0.0, "bin_ms": 1.0, "counts": [2], "n": 2}
+    # span 290 / 30 = 9.7 -> width 10; from 10: (300 - 10) / 10 + 1 = 30 bins; 20 opens bin 1,
+    # and the slowest value counts in the last bin
+    h = histogram([10.0, 20.0, 25.0, 300.0])
+    assert h is not None and (h["start_ms"], h["bin_ms"], len(h["counts"])) == (10.0, 10.0, 30)
+    assert h["counts"][:3] == [1, 2, 0] and h["counts"][-1] == 1 and sum(h["counts"]) == 4
+    # span 0.2 / 30 -> width 0.01 (decimal edges: 0.3 lands in the bin 0.3 opens)
+    h = histogram([0.1, 0.25, 0.3])
+    assert h is not None and (h["start_ms"], h["bin_ms"], len(h["counts"])) == (0.1, 0.01, 21)
+    assert [i for i, c in enumerate(h["counts"]) if c] == [0, 15, 20]
+    assert bin_width(0) == 1.0 and bin_width(29) == 1.0 and bin_width(31) == 2.0
+    # 60,000 / 30 = 2,000 exactly, but the slowest value would open a 31st bin: 5,000
+    assert bin_width(59_999) == 2000.0 and bin_width(60_000) == 5000.0
 
 
 # --------------------------------------------------------------------------- Markdown text
