@@ -185,6 +185,16 @@ def test_latency_svg_has_one_count_per_answer(narrow_run: Path) -> None:
     assert "latency p50 / p95 / max" in root.text()
 
 
+def test_the_terminal_shows_the_list_without_the_texts(narrow_run: Path) -> None:
+    res = run_cli(["report", str(narrow_run)])
+    assert res.code == 0, res.stderr
+    table = res.stdout[res.stdout.index("wrong and invalid answers (6 cases"):]
+    assert [line.split()[1] for line in table.splitlines()
+            if line.startswith("│ c")] == ["c2", "c3", "c7", "c4", "c5", "c6"]
+    assert ODD_ID in table  # as text: rich did not read [..] or <..> in it
+    assert "question, question" in table and "onerror" not in res.stdout
+
+
 def test_an_old_report_reads_and_draws_with_the_lists_unknown(narrow_run: Path) -> None:
     """A report.json written before the lists existed still validates, and every view says
     n/a for them rather than "no wrong answers"."""
@@ -377,6 +387,10 @@ def test_coding_md_and_html_list_them_as_text(coding_run: Path) -> None:
     svg = root.find("svg", "latency")
     assert sum(int(b.attrs["data-count"] or 0) for b in svg.find_all("rect", "bin")) == 12
     assert "latency p50 / p95 / max" in root.text()
+    # the terminal gets the table, not the candidate's code or output
+    res = run_cli(["report", str(coding_run)])
+    assert res.code == 0 and "py-hostile" in res.stdout and "fails every time" in res.stdout
+    assert "sys.stderr" not in res.stdout and "onerror" not in res.stdout
 
 
 # --------------------------------------------------------------------------- the histogram

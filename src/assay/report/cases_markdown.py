@@ -24,9 +24,9 @@ SHOW_CHARS = 600
 SHOW_TAIL = 1200
 
 
-def shown(cut: dict[str, Any], keep: int = SHOW_CHARS, tail: bool = False) -> tuple[str | None,
-                                                                                    str]:
-    """(the text to show, a note saying how much of it that is)."""
+def shown(cut: dict[str, Any], keep: int = SHOW_CHARS,
+          tail: bool = False) -> tuple[str | None, str]:
+    """(the text to show, a note saying how much of it that is, of the whole text)."""
     text, chars = cut.get("text"), cut.get("chars")
     if text is None:
         return None, "n/a"
@@ -82,7 +82,9 @@ def narrow_cases_markdown(rep: dict[str, Any]) -> list[str]:
     return out
 
 
-def coding_failures_markdown(rep: dict[str, Any]) -> list[str]:
+def coding_failures_markdown(rep: dict[str, Any], details: bool = True) -> list[str]:
+    """The section; without ``details`` only its table (for a terminal, where neither pages
+    of candidate code nor the escape sequences it may hold belong)."""
     tasks = rep.get("failed_tasks")
     out = ["", "## Failed samples", ""]
     if tasks is None:
@@ -99,6 +101,8 @@ def coding_failures_markdown(rep: dict[str, Any]) -> list[str]:
                    f"{TASK_WORDS.get(t['pattern'], t['pattern'])} |")
     out.append("")
     out += _more(len(tasks), MAX_TABLE, "tasks")
+    if not details:
+        return out + ["Reasons, output tails and the code graded: report.md, report.html."]
     for i, t in enumerate(tasks[:MAX_DETAILED], start=1):
         out += [f"### {i}. {md_code(t['id'])} ({t['type'] or 'n/a'}): "
                 f"{TASK_WORDS.get(t['pattern'], t['pattern'])}, {t['passes']} of "

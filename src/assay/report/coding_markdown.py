@@ -58,7 +58,8 @@ def coding_headline(rep: dict[str, Any]) -> list[tuple[str, str]]:
     return rows
 
 
-def coding_markdown(rep: dict[str, Any]) -> str:
+def coding_markdown(rep: dict[str, Any], details: bool = True) -> str:
+    """``report.md``; without ``details`` the failed samples are a table only (a terminal)."""
     out = [f"# assay coding report: {rep['suite']} × {rep['model']}", ""]
     if rep["not_isolated"]:
         out += [f"> **{NOT_ISOLATED}**", ""]
@@ -76,6 +77,6 @@ def coding_markdown(rep: dict[str, Any]) -> str:
         if t["infra_errors"]:
             fails += f" {t['infra_errors']} infra errors"
         out.append(f"| {t['id']} | {t['type']} | {passes} | {fails} |")
-    out += coding_failures_markdown(rep)
+    out += coding_failures_markdown(rep, details)
     out.append("")
     return "\n".join(out)
