@@ -381,6 +381,10 @@ def test_coding_md_and_html_list_them_as_text(coding_run: Path) -> None:
     pres = [p.text_raw() for p in hostile.find_all("pre")]
     assert pres == [HOSTILE_PY, HOSTILE] * 2  # code graded, then stderr, per sample
     assert "<script>alert" not in html and "&lt;script&gt;alert(3)&lt;/script&gt;" in html
+    links = {tr.find("code").text(): tr.find("a", "details").attrs["href"]
+             for tr in root.find("table", "tasks").find_all("tr")[1:] if tr.find_all("a")}
+    assert links == {t: "#" + (a.attrs["id"] or "") for t, a in zip(CODING_ORDER, articles,
+                                                                     strict=True)}
     bad = articles[0]
     assert [li.text() for li in bad.find_all("ul", "failing")[0].find_all("li")] == [
         "line 4: assert add(2, 3) == 5"]

@@ -277,6 +277,10 @@ def _coding_view(rep: dict[str, Any]) -> dict[str, Any]:
                   "mean": NA if mean is None else f"{mean:.2f}",
                   "bar": None if mean is None else _interval_bar(mean / 3)}
     counts = {s: sum(1 for t in tasks if t["state"] == s) for s in ("pass", "mixed", "fail")}
+    failures = failures_view(rep)
+    details = {f["id"]: f["anchor"] for f in (failures or {}).get("tasks", []) if f["detailed"]}
+    for t in tasks:
+        t["details"] = details.get(t["id"])
     lat = rep.get("latency_ms") or {}
     return {
         "groups": groups,
@@ -297,7 +301,7 @@ def _coding_view(rep: dict[str, Any]) -> dict[str, Any]:
                           for i, t in enumerate(tasks, start=1) if t["mixed"]]),
         "tasks": tasks,
         "rubric": rubric,
-        "failures": failures_view(rep),
+        "failures": failures,
         "latency_plot": latency_plot(rep.get("latency_ms"), "sample"),
     }
 
