@@ -274,6 +274,26 @@ def test_long_texts_are_cut_and_say_so_and_a_clean_run_lists_none(tmp_path: Path
     assert hist == {"start_ms": 10.0, "bin_ms": 0.5, "counts": [1] + [0] * 19 + [1], "n": 2}
 
 
+def test_the_second_pass_reads_any_key_order_and_skips_a_torn_tail(narrow_run: Path,
+                                                                    tmp_path: Path) -> None:
+    """The answer texts are read in a second pass that skips other cases by their id alone: a
+    row written with its keys in another order is still found, and a torn last line of a
+    listed case is skipped, as the figures' pass skips it."""
+    run = tmp_path / "run"
+    (run / "suite").mkdir(parents=True)
+    for name in ("manifest.json", "suite/cases.jsonl"):
+        (run / name).write_bytes((narrow_run / name).read_bytes())
+    rows = [json.loads(line) for line in (narrow_run / "raw_predictions.jsonl").read_text()
+            .splitlines()]
+    lines = [json.dumps(dict(reversed(r.items())) if r["id"] == "c2" else r) for r in rows]
+    torn = '{"id": "c2", "repeat": 1, "expected": "feature", "raw": "torn'
+    (run / "raw_predictions.jsonl").write_text("\n".join(lines) + "\n" + torn)
+    rep = build_report(run)
+    assert rep["torn_tail_bytes"] == len(torn)
+    assert rep["wrong_cases"] == json.loads((narrow_run / "report.json").read_text())[
+        "wrong_cases"]
+
+
 # --------------------------------------------------------------------------- the histogram
 
 

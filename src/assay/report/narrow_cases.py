@@ -17,12 +17,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from assay.records.layout import CASES_SNAPSHOT, narrow_key, standing_rows
-from assay.records.narrow import iter_narrow_rows
+from assay.records.layout import CASES_SNAPSHOT, RAW_PREDICTIONS, narrow_key, standing_rows
+from assay.records.narrow import NarrowRow
 
 #: characters of each raw answer kept in report.json (the rows file keeps all of it)
 RAW_KEPT = 2000
@@ -145,6 +145,40 @@ def read_inputs(run_dir: Path, manifest: dict[str, Any],
     return inputs, CASES_SNAPSHOT
 
 
+_ID_PREFIX = b'{"id": '
+_DECODER = json.JSONDecoder()
+
+
+def _id_of(line: bytes) -> str | None:
+    """The id of a row as the runner writes it (``{"id": ...`` first), read without parsing
+    the rest of the line; None when the line has another form (it is then parsed whole)."""
+    if not line.startswith(_ID_PREFIX):
+        return None
+    try:
+        value, _ = _DECODER.raw_decode(line.decode("utf-8"), len(_ID_PREFIX))
+    except ValueError:
+        return None
+    return value if isinstance(value, str) else None
+
+
+def _rows_of(path: Path, ids: set[str]) -> Iterator[dict[str, Any]]:
+    """The rows of ``ids``, each validated. The figures' pass has read the whole file already
+    (a corrupt line in the middle would have stopped it), so here the other cases' lines are
+    skipped on their id alone, and a torn last line is skipped as there."""
+    with open(path, "rb") as fh:
+        for line in fh:
+            rid = _id_of(line)
+            if rid is not None and rid not in ids:
+                continue
+            try:
+                row = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(row, dict) and row.get("id") in ids and line.endswith(b"\n"):
+                NarrowRow.read(row, path)
+                yield row
+
+
 def wrong_cases(run_dir: Path, manifest: dict[str, Any],
                 finals: Iterable[dict[str, Any]]) -> tuple[list[dict[str, Any]], str | None]:
     """(every listed case, ordered, as :class:`NarrowWrongCase` dicts; the inputs' source).
@@ -154,8 +188,7 @@ def wrong_cases(run_dir: Path, manifest: dict[str, Any],
     ids = {r["id"] for r in finals if is_listed(r)}
     if not ids:
         return [], read_inputs(run_dir, manifest, set())[1]
-    rows = standing_rows((r for r in iter_narrow_rows(run_dir, manifest) if r["id"] in ids),
-                         narrow_key)
+    rows = standing_rows(_rows_of(run_dir / RAW_PREDICTIONS, ids), narrow_key)
     by_case: dict[str, list[dict[str, Any]]] = {}
     for key in sorted(rows):
         by_case.setdefault(key[0], []).append(rows[key])
