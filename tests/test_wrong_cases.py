@@ -294,6 +294,23 @@ def test_the_second_pass_reads_any_key_order_and_skips_a_torn_tail(narrow_run: P
         "wrong_cases"]
 
 
+def test_long_lists_are_capped_in_the_views_and_whole_in_the_json(narrow_run: Path) -> None:
+    rep = json.loads((narrow_run / "report.json").read_text())
+    first = rep["wrong_cases"][0]
+    rep["wrong_cases"] = [{**first, "id": f"w{i:03d}"} for i in range(250)]
+    NarrowReport.checked(rep, "a report with 250 wrong cases")
+    md = to_markdown(rep)
+    assert sum(1 for line in md.splitlines() if line.startswith("| ") and "`w" in line) == 200
+    assert "… and 50 more cases in report.json." in md
+    assert sum(1 for line in md.splitlines() if line.startswith("### ")) == 50
+    assert "… and 200 more cases in detail in report.json." in md
+    root = parse(render_html(rep, "narrow"))
+    section = next(n for n in root.find_all("section") if n.attrs.get("id") == "wrong-answers")
+    assert len(section.find("table", "wrong").find("tbody").find_all("tr")) == 200
+    assert len(section.find_all("article", "case")) == 50
+    assert "… and 50 more cases (all 250 in report.json)." in section.text()
+
+
 # --------------------------------------------------------------------------- the histogram
 
 
