@@ -138,3 +138,62 @@ def test_coding_md_and_html_list_them_as_text(coding_run: Path) -> None:
     res = run_cli(["report", str(coding_run)])
     assert res.code == 0 and "py-hostile" in res.stdout and "fails every time" in res.stdout
     assert "sys.stderr" not in res.stdout and "onerror" not in res.stdout
+
+
+def _joined(tid: str, sample: int, passed: bool | None, reason: str, **over: object) -> dict:
+    """A joined answer-and-grade row as ``graded_samples`` gives it to the report."""
+    return {"id": tid, "sample": sample, "type": "unit", "raw": "```python\nx\n```",
+            "code": "x", "latency_ms": 5.0, "error": None, "passed": passed, "reason": reason,
+            "exec": None, **over}
+
+
+def test_every_kind_of_failure_is_explained_by_hand() -> None:
+    """The reasons a real run rarely reaches, from hand-written rows: a grader (sandbox) error,
+    a diff whose files differ, the memory limit, a program ended before its tests, pytest's and
+    TAP's failing test names; passing and rubric tasks are not listed."""
+    from assay.report.coding_cases import error_line, failed_tasks
+
+    pytest_out = "FAILED tests/test_a.py::test_one - assert 1 == 2\nFAILED tests/test_a.py::two\n"
+    tap_out = "ok 1 - adds\nnot ok 2 - subtracts\n"
+    rows = [
+        _joined("ok", 0, True, "ok"),
+        _joined("rub", 0, None, "needs_human_grade", type="rubric"),
+        _joined("sbx", 0, None, "sandbox_error", error="bubblewrap did not start the command"),
+        _joined("dif", 0, False, "different_result", type="diff",
+                exec={"differs": ["a.py", "b.py"]}),
+        _joined("mem", 0, False, "memory_limit",
+                exec={"exit_code": None, "timed_out": False, "wall_seconds": 0.5,
+                      "detail": "killed at 256 MiB", "stdout_tail": "", "stderr_tail": ""}),
+        _joined("early", 0, False, "tests_not_finished",
+                exec={"exit_code": 0, "stdout_tail": "", "stderr_tail": ""}),
+        _joined("pyt", 0, False, "nonzero_exit",
+                exec={"exit_code": 1, "stdout_tail": pytest_out, "stderr_tail": ""}),
+        _joined("tap", 0, False, "nonzero_exit",
+                exec={"exit_code": 1, "stdout_tail": tap_out, "stderr_tail": "Node.js v20\n"}),
+    ]
+    finals = {(r["id"], r["sample"]): r for r in rows}
+    ids = [r["id"] for r in rows]
+    tasks = {t["id"]: t for t in failed_tasks(finals, ids)}
+    # always failing first (file order among equals), the grader error alone last
+    assert list(tasks) == ["dif", "mem", "early", "pyt", "tap", "sbx"]
+    (s,) = tasks["sbx"]["failed"]
+    assert (tasks["sbx"]["pattern"], s["verdict"]) == ("infra_only", "grader_error")
+    assert s["explanation"] == "grader error (sandbox_error): bubblewrap did not start the command"
+    assert s["exit_code"] is None and s["stderr_tail"]["text"] is None  # unknown, not 0 / ""
+    (s,) = tasks["dif"]["failed"]
+    assert s["explanation"] == ("the diff applies, but these files differ from the golden "
+                                "result: a.py, b.py")
+    assert s["detail"] == "files differ: a.py, b.py"
+    (s,) = tasks["mem"]["failed"]
+    assert s["explanation"] == "hit the memory limit: killed at 256 MiB"
+    (s,) = tasks["early"]["failed"]
+    assert s["explanation"] == "exited 0 before the last test ran (the program was ended early)"
+    (s,) = tasks["pyt"]["failed"]
+    assert s["failing_tests"] == ["tests/test_a.py::test_one", "tests/test_a.py::two"]
+    assert s["explanation"] == "exit code 1"  # no stderr: nothing more to say
+    (s,) = tasks["tap"]["failed"]
+    assert s["failing_tests"] == ["subtracts"] and s["explanation"] == "exit code 1"
+    node = ("node:assert:399\n    throw err;\n    ^\n\nAssertionError [ERR_ASSERTION]: 5 == 4\n"
+            "    at Object.<anonymous> (/work/main.js:5:8)\n\nNode.js v20.11.0\n")
+    assert error_line(node) == "AssertionError [ERR_ASSERTION]: 5 == 4"
+    assert error_line("one\ntwo\n") == "two" and error_line("") is None

@@ -28,6 +28,7 @@ PATTERN_WORDS = {
 _PYTEST_FAILED = re.compile(r"^FAILED (\S+)", re.MULTILINE)
 _TAP_NOT_OK = re.compile(r"^\s*not ok \d+ - (.+?)\s*$", re.MULTILINE)
 _PY_FRAME = re.compile(r'^\s*File "([^"]*)", line (\d+), in (.*)$')
+_NODE_TRAILER = re.compile(r"^Node\.js v\d")
 _ERROR_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt)\b.*$")
 
 
@@ -57,8 +58,10 @@ def failing_tests(stdout: str, stderr: str) -> list[str]:
 
 
 def error_line(stderr: str) -> str | None:
-    """The exception line of the output (``AssertionError: ...``), else its last line."""
-    lines = [ln.strip() for ln in stderr.splitlines() if ln.strip()]
+    """The exception line of the output (``AssertionError: ...``), else its last line (not
+    the ``Node.js v20`` trailer node prints after every uncaught error)."""
+    lines = [ln.strip() for ln in stderr.splitlines()
+             if ln.strip() and not _NODE_TRAILER.match(ln.strip())]
     for ln in reversed(lines):
         if _ERROR_LINE.match(ln):
             return ln[:300]
