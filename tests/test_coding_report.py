@@ -78,3 +78,21 @@ def test_a_run_without_the_sandbox_and_its_warnings_head_the_page():
     assert lines[2] == f"> **{NOT_ISOLATED}**"
     assert lines[4] == "> **Warning:** served model changed"
     assert lines[5] == "| figure | value |"
+
+
+def test_a_report_from_before_the_failure_list_says_na_not_none():
+    """Reports written before ``failed_tasks`` and ``latency_ms`` existed read with both null,
+    and every view says n/a for them, never "no failures" or 0 ms."""
+    from assay.report.html import render_html
+
+    old = {k: v for k, v in report().items() if k not in ("failed_tasks", "latency_ms")}
+    rep = CodingReport.load(old, "old report.json")
+    assert rep.failed_tasks is None and rep.latency_ms is None
+    md = coding_markdown(old)
+    assert "n/a: this report was written before failed samples were listed" in md
+    assert dict(coding_headline(old))["latency p50 / p95 / max (ms)"] == "n/a / n/a / n/a"
+    html = render_html(old, "coding")
+    assert "this report was written before failed samples were listed" in html
+    assert 'class="latency"' not in html and "n/a: no latency measured." in html
+    # and a report that lists none says so
+    assert "None: every graded sample passed" in coding_markdown(report(failed_tasks=[]))

@@ -43,6 +43,10 @@ class Node:
         parts = [c if isinstance(c, str) else c.text() for c in self.children]
         return " ".join(" ".join(parts).split())
 
+    def text_raw(self) -> str:
+        """The text as written, whitespace kept (what a <pre> shows)."""
+        return "".join(c if isinstance(c, str) else c.text_raw() for c in self.children)
+
     def walk(self) -> list[Node]:
         out: list[Node] = [self]
         for c in self.children:
@@ -218,6 +222,26 @@ def test_narrow_figures(narrow_run: Path) -> None:
     assert "onerror=alert(1)>" not in html.replace(XSS_ESCAPED, "")
 
 
+def test_narrow_latency_distribution(narrow_run: Path) -> None:
+    """The histogram of the hand rows' latencies (100, 200, ..., 800 ms): 15 bins of 50 ms from
+    100, one answer in every other bin, with p50 / p90 / p99 drawn where they fall."""
+    rep = _with_rows(narrow_run, HAND_ROWS)
+    root = parse(render_html(rep, "narrow"))
+    svg = root.find("svg", "latency")
+    bins = svg.find_all("rect", "bin")
+    assert [int(b.attrs["data-count"] or 0) for b in bins] == [1] * 8  # empty bins not drawn
+    # the plot is 600 px wide from x = 44 and spans 15 x 50 = 750 ms: bin i starts at 44 + 40 i
+    assert [float(b.attrs["x"] or 0) for b in bins] == [44 + 80 * i for i in range(8)]
+    assert {b.find("title").text() for b in bins} >= {"100–150 ms: 1 answer",
+                                                       "800–850 ms: 1 answer"}
+    marks = {m.attrs["data-mark"]: float(m.attrs["x1"] or 0) for m in svg.find_all("line", "mark")}
+    # p50 = 400 ms: 44 + 300 / 750 * 600 = 284; p90 = p99 = 800 ms: 44 + 700 / 750 * 600 = 604
+    assert marks == {"p50": 284.0, "p90": 604.0, "p99": 604.0}
+    assert "p50 400 ms" in svg.text() and "p99 800 ms" in svg.text()
+    assert "8 answers, bins of 50 ms; p50 400 · p90 800 · p95 800 · p99 800 · max 800 ms." in \
+        root.text()
+
+
 def test_narrow_unknown_figures_are_na_never_zero(narrow_run: Path) -> None:
     """No usage anywhere and nothing answered: every unknown figure is n/a, not 0."""
     no_usage = [{**r, "usage": None} for r in HAND_ROWS]
@@ -236,6 +260,8 @@ def test_narrow_unknown_figures_are_na_never_zero(narrow_run: Path) -> None:
     assert acc.find("div", "v").text() == "n/a" and "interval n/a" in acc.text()
     assert acc.find_all("svg") == [] and "0.0%" not in html
     assert tile(root, "latency p50 / p95 / max").find("div", "v").text() == "n/a / n/a / n/a ms"
+    assert not root.find_all("svg", "latency") and "n/a: no latency measured." in root.text()
+    assert rep["latency_ms"]["histogram"] is None and rep["latency_ms"]["p99"] is None
     assert tile(root, "tokens (total)").find("div", "v").text() == "n/a"
     rows = {tr.find("td").text(): tr for tr in root.find("table", "perlabel").find_all("tr")[1:]}
     assert [m.text() for m in rows["bug"].find_all("span", "metric")] == ["n/a"] * 3

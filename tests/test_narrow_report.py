@@ -52,8 +52,12 @@ def test_report_figures_by_hand(tmp_path: Path) -> None:
     assert lo == pytest.approx(0.3057, abs=1e-3) and hi == pytest.approx(0.8632, abs=1e-3)
     assert rep["invalid_remaining"] == 1 and rep["invalid_first_try"] == 2
     assert rep["retried"] == 2 and rep["infra_errors"] == 1 and rep["infra_error_ids"] == ["k9"]
-    # nearest rank over 100..800: p50 = 4th value, p95 = ceil(7.6) = 8th value
-    assert rep["latency_ms"] == {"p50": 400, "p95": 800, "max": 800}
+    # nearest rank over 100..800: p50 = 4th value, p95 = ceil(7.6) = 8th value, p90 =
+    # ceil(7.2) = 8th, p99 = 8th; the histogram: span 700 / 30 bins = 23.3 -> round width 50,
+    # from 100: (800 - 100) / 50 + 1 = 15 bins, one answer in every other bin
+    assert rep["latency_ms"] == {"p50": 400, "p95": 800, "max": 800, "p90": 800, "p99": 800,
+                                 "histogram": {"start_ms": 100.0, "bin_ms": 50.0, "n": 8,
+                                               "counts": [1, 0] * 7 + [1]}}
     assert rep["confusion"] == {
         "bug": {"bug": 2, "feature": 1, "question": 0, "(invalid)": 0},
         "feature": {"bug": 0, "feature": 1, "question": 0, "(invalid)": 1},

@@ -140,7 +140,7 @@ def _print_report(rep: dict[str, Any]) -> None:
 
         if rep["not_isolated"]:
             out.print(f"[bold red]{NOT_ISOLATED}[/]")
-        out.print(Markdown(coding_markdown(rep)))
+        out.print(Markdown(coding_markdown(rep, details=False)))
         return
     from assay.report.render_narrow import print_report
 

@@ -7,6 +7,7 @@ directory through this module alone, so a reader never has to import the code th
 
     RUN_DIR/manifest.json              what was asked, before the first call
     RUN_DIR/raw_predictions.jsonl      narrow runs: one row per case and repeat
+    RUN_DIR/suite/cases.jsonl          narrow runs: the exact cases file run, for the report
     RUN_DIR/samples.jsonl              coding runs: one answer per task and sample
     RUN_DIR/suite/tasks.jsonl          coding runs: the exact tasks file, for re-grading
     RUN_DIR/exec/<task>/<sample>/      coding runs: full logs of each sandboxed execution
@@ -27,6 +28,8 @@ MANIFEST = "manifest.json"
 RAW_PREDICTIONS = "raw_predictions.jsonl"
 SAMPLES = "samples.jsonl"
 SUITE_SNAPSHOT = "suite/tasks.jsonl"
+#: a narrow run's copy of the cases it ran: the report shows the inputs of wrong answers from it
+CASES_SNAPSHOT = "suite/cases.jsonl"
 EXEC_DIR = "exec"
 GRADES_DIR = "grades"
 GRADE_SUFFIX = ".jsonl"

@@ -13,8 +13,9 @@ The models are strict (no coercion): a report is computed by assay, not typed by
 accepted where a float belongs (``latency_ms`` of 400 is 400.0).
 
 The module is over 400 lines because it is four record declarations with a docstring under
-every field and nothing else; split, a reader would lose the one place where every key a report
-file can carry is listed.
+every field and nothing else; split, a reader would lose the one place where every top-level
+key a report file can carry is listed (the case-by-case parts, the wrong answers and the latency
+histogram, are declared in ``records/report_cases.py``).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from assay.errors import RecordError
 from assay.records.base import Record
 from assay.records.io import read_json_file
 from assay.records.narrow import NarrowParameters
+from assay.records.report_cases import CodingFailedTask, LatencyHistogram, NarrowWrongCase
 
 REPORT_JSON = "report.json"
 
@@ -74,7 +76,9 @@ class ReportRecord(ReportPart):
 
 
 class Latency(ReportPart):
-    """Nearest-rank percentiles of ``latency_ms`` over the answers used."""
+    """Nearest-rank percentiles of ``latency_ms`` over the answers used (narrow: one per case
+    and repeat, a format retry's two calls counted together; coding: one per sample), and
+    their distribution."""
 
     p50: float | None
     """Median time spent on the answers used, in ms; null when no answer has a latency."""
@@ -82,6 +86,14 @@ class Latency(ReportPart):
     """95th percentile (nearest rank), in ms; null when no answer has a latency."""
     max: float | None
     """Slowest answer used, in ms; null when no answer has a latency."""
+    p90: float | None = None
+    """90th percentile (nearest rank), in ms; null when no answer has a latency, or in reports
+    written before it was computed."""
+    p99: float | None = None
+    """99th percentile (nearest rank), in ms; null likewise."""
+    histogram: LatencyHistogram | None = None
+    """Every latency counted into bins (what report.html draws); null when no answer has a
+    latency, or in reports written before it was computed."""
 
 
 class LabelFigures(ReportPart):
@@ -198,6 +210,15 @@ class NarrowReport(ReportRecord):
     """UTC time the run was created."""
     ended_at: str | None
     """UTC time the latest session ended; null while a session runs or after a crash."""
+    wrong_cases: list[NarrowWrongCase] | None = None
+    """Every case answered wrongly or invalidly in some repeat, rescued by the format retry, or
+    lost to an endpoint error, with its input, raw answers and reasons; most informative first
+    (by ``pattern``, then the most failed repeats, then id). Empty when every answer was right
+    first time; null in reports written before it was listed (unknown, not "none")."""
+    inputs_source: str | None = None
+    """Where the case inputs in ``wrong_cases`` come from: the run's copy of its cases
+    (``suite/cases.jsonl``, checked against the manifest's sha256); null when the run holds no
+    such copy, or it does not match (the inputs are then unknown)."""
 
 
 # --------------------------------------------------------------------------- coding report
@@ -309,6 +330,13 @@ class CodingReport(ReportRecord):
     """UTC time the run was created."""
     ended_at: str | None
     """UTC time the latest session ended."""
+    latency_ms: Latency | None = None
+    """Time of each sample's successful request (infra errors left out); null in reports
+    written before it was computed."""
+    failed_tasks: list[CodingFailedTask] | None = None
+    """Every unit or diff task with a sample that failed or has no verdict, with the failure
+    reason, output tails and the code graded; always-failing tasks first, then flaky ones,
+    then those with infra errors only. Null in reports written before it was listed."""
 
 
 # --------------------------------------------------------------------------- comparisons

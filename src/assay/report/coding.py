@@ -8,6 +8,7 @@ intervals that resample tasks, not samples.
 
 This module computes the report dict (``report.json``) from the run's rows alone and draws
 nothing: Markdown is ``coding_markdown``, HTML is ``html``, so every view shows the same figures.
+The failed samples, listed one by one, are ``coding_cases``.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from assay.records.coding import CodingManifest, graded_samples
 from assay.records.layout import sample_key, standing_rows
 from assay.records.manifest import read_run_manifest
 from assay.records.report import CodingReport
+from assay.report.coding_cases import failed_tasks
+from assay.report.latency import latency_figures
 from assay.stats import cluster_bootstrap_mean, pass_at_k, pass_hat_k
 
 
@@ -116,4 +119,8 @@ def build_coding_report(run_dir: Path, revision: str | None = None) -> dict[str,
         "warnings": manifest.get("warnings", []),
         "started_at": manifest.get("started_at"),
         "ended_at": manifest.get("ended_at"),
+        # every answered request, a grader error's too (its answer arrived in that time)
+        "latency_ms": latency_figures([r["latency_ms"] for r in finals.values()
+                                       if r.get("latency_ms") is not None]),
+        "failed_tasks": failed_tasks(finals, manifest["suite"]["task_ids"]),
     }, run_dir / CodingReport.file)

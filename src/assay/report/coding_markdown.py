@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from assay.report.cases_markdown import coding_failures_markdown
+
 NOT_ISOLATED = ("NOT ISOLATED: candidate code ran without the sandbox (--sandbox none); "
                 "treat these results and this machine accordingly.")
 
@@ -18,6 +20,12 @@ def _fmt(iv: dict[str, Any] | None) -> str:
         return "n/a"
     lo, hi = iv["ci95"]
     return f"{100 * iv['mean']:.1f}% [{100 * lo:.1f}%, {100 * hi:.1f}%]"
+
+
+def _latency(lat: dict[str, Any] | None) -> str:
+    lat = lat or {}
+    return " / ".join("n/a" if lat.get(k) is None else f"{lat[k]:,.0f}"
+                      for k in ("p50", "p95", "max"))
 
 
 def coding_headline(rep: dict[str, Any]) -> list[tuple[str, str]]:
@@ -43,13 +51,15 @@ def coding_headline(rep: dict[str, Any]) -> list[tuple[str, str]]:
          + (f", mean {rub['mean_score']:.2f} / 3" if rub["mean_score"] is not None else "")),
         ("served model", ", ".join(f"{k} ({v})" for k, v in rep["served_models"].items())
          or "n/a"),
+        ("latency p50 / p95 / max (ms)", _latency(rep.get("latency_ms"))),
     ]
     if rep["missing_rows"]:
         rows.insert(0, ("not yet answered", f"{rep['missing_rows']} (resume with the same --out)"))
     return rows
 
 
-def coding_markdown(rep: dict[str, Any]) -> str:
+def coding_markdown(rep: dict[str, Any], details: bool = True) -> str:
+    """``report.md``; without ``details`` the failed samples are a table only (a terminal)."""
     out = [f"# assay coding report: {rep['suite']} × {rep['model']}", ""]
     if rep["not_isolated"]:
         out += [f"> **{NOT_ISOLATED}**", ""]
@@ -67,5 +77,6 @@ def coding_markdown(rep: dict[str, Any]) -> str:
         if t["infra_errors"]:
             fails += f" {t['infra_errors']} infra errors"
         out.append(f"| {t['id']} | {t['type']} | {passes} | {fails} |")
+    out += coding_failures_markdown(rep, details)
     out.append("")
     return "\n".join(out)

@@ -19,6 +19,7 @@ from typing import Any, Literal
 
 from jinja2 import Environment, StrictUndefined, Template
 
+from assay.report.html_cases import failures_view, latency_plot, wrong_view
 from assay.report.narrow import INVALID_COLUMN
 from assay.report.render_narrow import NA, ci, num, pct
 
@@ -219,6 +220,8 @@ def _narrow_view(rep: dict[str, Any]) -> dict[str, Any]:
         "fingerprints": list(rep.get("system_fingerprints") or []),
         "params": [{"name": k, "value": "not set" if v is None else str(v)}
                    for k, v in shown_params],
+        "wrong": wrong_view(rep),
+        "latency_plot": latency_plot(lat, "answer"),
     }
 
 
@@ -274,6 +277,11 @@ def _coding_view(rep: dict[str, Any]) -> dict[str, Any]:
                   "mean": NA if mean is None else f"{mean:.2f}",
                   "bar": None if mean is None else _interval_bar(mean / 3)}
     counts = {s: sum(1 for t in tasks if t["state"] == s) for s in ("pass", "mixed", "fail")}
+    failures = failures_view(rep)
+    details = {f["id"]: f["anchor"] for f in (failures or {}).get("tasks", []) if f["detailed"]}
+    for t in tasks:
+        t["details"] = details.get(t["id"])
+    lat = rep.get("latency_ms") or {}
     return {
         "groups": groups,
         "summary": [
@@ -283,6 +291,9 @@ def _coding_view(rep: dict[str, Any]) -> dict[str, Any]:
              "value": f"{counts['pass']} / {counts['mixed']} / {counts['fail']}", "note": ""},
             {"label": "infra errors", "value": str(rep["infra_errors"]),
              "note": "excluded from the pass rates"},
+            {"label": "latency p50 / p95 / max",
+             "value": f"{num(lat.get('p50'))} / {num(lat.get('p95'))} / {num(lat.get('max'))} ms",
+             "note": "each sample's request"},
         ] + ([{"label": "not yet answered", "value": str(rep["missing_rows"]),
                "note": "resume with the same --out"}] if rep["missing_rows"] else []),
         "failure_reasons": _counts(rep.get("failure_reasons") or {}),
@@ -290,6 +301,8 @@ def _coding_view(rep: dict[str, Any]) -> dict[str, Any]:
                           for i, t in enumerate(tasks, start=1) if t["mixed"]]),
         "tasks": tasks,
         "rubric": rubric,
+        "failures": failures,
+        "latency_plot": latency_plot(rep.get("latency_ms"), "sample"),
     }
 
 

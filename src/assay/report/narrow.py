@@ -15,7 +15,9 @@ from assay.records.io import torn_tail
 from assay.records.layout import RAW_PREDICTIONS, narrow_key, standing_rows
 from assay.records.narrow import iter_narrow_rows, read_narrow_manifest
 from assay.records.report import NarrowReport
-from assay.stats import nearest_rank, wilson
+from assay.report.latency import latency_figures
+from assay.report.narrow_cases import wrong_cases
+from assay.stats import wilson
 
 INVALID_COLUMN = "(invalid)"
 
@@ -24,6 +26,7 @@ INVALID_COLUMN = "(invalid)"
 # report over 100,000 rows holds a few small fields per row, not the rows.
 _REPORT_FIELDS = ("id", "repeat", "expected", "label", "correct", "attempts", "invalid_reason",
                   "first_invalid_reason", "latency_ms", "usage", "served_model", "error")
+# (the answer texts of the cases listed as wrong are read in a second pass: report.narrow_cases)
 
 
 def slim(row: dict[str, Any]) -> dict[str, Any]:
@@ -120,6 +123,7 @@ def build_report(run_dir: Path) -> dict[str, Any]:
         confusion[r["expected"]][predicted] += 1
     served = Counter(r.get("served_model") or "(not reported)" for r in answered)
     interval = wilson(correct, n) if n else None
+    listed, inputs_source = wrong_cases(run_dir, manifest, finals.values())
     return NarrowReport.checked({
         "schema": NarrowReport.schema_id(),
         "run_id": manifest["run_id"],
@@ -141,11 +145,7 @@ def build_report(run_dir: Path) -> dict[str, Any]:
         "infra_errors": len(errors),
         "infra_error_ids": sorted({r["id"] for r in errors}),
         "missing_rows": expected_total - len(finals),
-        "latency_ms": {
-            "p50": nearest_rank(latencies, 50),
-            "p95": nearest_rank(latencies, 95),
-            "max": nearest_rank(latencies, 100),
-        },
+        "latency_ms": latency_figures(latencies),
         "confusion": confusion,
         "per_label": per_label(answered, labels),
         "agreement": agreement(answered, repeats),
@@ -157,4 +157,6 @@ def build_report(run_dir: Path) -> dict[str, Any]:
         "parameters": manifest["parameters"],
         "started_at": manifest.get("started_at"),
         "ended_at": manifest.get("ended_at"),
+        "wrong_cases": listed,
+        "inputs_source": inputs_source,
     }, run_dir / NarrowReport.file)

@@ -10,8 +10,14 @@ from typing import Any
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
+from assay.report.cases_markdown import narrow_cases_markdown
 from assay.report.narrow import INVALID_COLUMN
+from assay.report.narrow_cases import PATTERN_WORDS
+
+#: wrong cases a terminal shows (report.md and report.html show more, report.json all)
+TERMINAL_CASES = 10
 
 NA = "n/a"
 
@@ -92,6 +98,7 @@ def to_markdown(rep: dict[str, Any]) -> str:
     if rep["agreement"] and rep["agreement"]["unstable_cases"]:
         out += ["", "## Unstable across repeats", "",
                 ", ".join(f"`{i}`" for i in rep["agreement"]["unstable_cases"][:50])]
+    out += narrow_cases_markdown(rep)
     out += ["", f"Labels from {rep['labels_source']}. Accuracy counts invalid answers as wrong "
             "and leaves infra errors out of the denominator.", ""]
     return "\n".join(out)
@@ -127,3 +134,14 @@ def print_report(rep: dict[str, Any], console: Console) -> None:
     for label, m in rep["per_label"].items():
         pl.add_row(label, pct(m["precision"]), pct(m["recall"]), pct(m["f1"]), str(m["support"]))
     console.print(pl)
+    cases = rep.get("wrong_cases") or []
+    if cases:
+        wt = Table(title=f"wrong and invalid answers ({len(cases)} cases, most informative "
+                   "first; raw answers in report.md)", title_justify="left")
+        for name in ("case", "expected", "answers", "pattern"):
+            wt.add_column(name)
+        for c in cases[:TERMINAL_CASES]:  # Text: ids and labels are data, not rich markup
+            wt.add_row(Text(c["id"]), Text(c["expected"]),
+                       Text(", ".join(a["parsed"] or a["verdict"] for a in c["answers"])),
+                       PATTERN_WORDS.get(c["pattern"], c["pattern"]))
+        console.print(wt)

@@ -16,7 +16,8 @@ from typing import Any
 
 from assay.grading.labels import parse_answer
 from assay.models.client import ChatClient, Completion, TransportError
-from assay.records.layout import RAW_PREDICTIONS, run_stamp
+from assay.records.io import atomic_write_text
+from assay.records.layout import CASES_SNAPSHOT, RAW_PREDICTIONS, run_stamp
 from assay.records.narrow import ROW_SCHEMAS, NarrowManifest, NarrowRow
 from assay.runner.engine import (
     Endpoint,
@@ -176,13 +177,22 @@ def narrow_spec(suite: NarrowSuite, endpoint: Endpoint, params: NarrowParams,
     async def ask(client: ChatClient, case: Case, repeat: int) -> dict[str, Any]:
         return await answer_case(client, suite, case, repeat, params)
 
+    def prepare(run_dir: Path) -> None:
+        """Keep the exact cases file run (its sha256 is the manifest's, and a resume with other
+        cases is refused), so the report shows the inputs of wrong answers from the run
+        directory alone."""
+        snapshot = run_dir / CASES_SNAPSHOT
+        if not snapshot.exists():
+            atomic_write_text(snapshot, suite.cases_path.read_text(encoding="utf-8"))
+
     return RunSpec(
         kind="narrow", rows_file=RAW_PREDICTIONS, row_model=NarrowRow, units=suite.cases,
         passes=params.repeats,
         pass_field="repeat", comparable=comparable_settings(suite, endpoint, params),
         manifest=lambda: build_manifest(run_dir.name, suite, endpoint, params),
         limits=limits_of(params),
-        transport=Transport(params.concurrency, params.timeout_s, params.max_tries), ask=ask)
+        transport=Transport(params.concurrency, params.timeout_s, params.max_tries), ask=ask,
+        prepare=prepare)
 
 
 async def run_narrow(suite: NarrowSuite, endpoint: Endpoint, params: NarrowParams,

@@ -1,0 +1,208 @@
+"""The cases a narrow run got wrong, as a person fixing the prompt or the suite reads them: the
+input, the expected label, every repeat's raw answers, the parsed label and the reason.
+
+Built from the run directory alone: the answers from ``raw_predictions.jsonl`` (the row standing
+for each case and repeat), the inputs from the run's copy of its cases (``suite/cases.jsonl``,
+used only when its sha256 is the manifest's; otherwise the inputs are unknown, never guessed
+from a suite that may have changed since). The figures pass (``report.narrow``) keeps a few
+small fields per row; this second pass reads the rows file again for the listed cases only, so
+a report over 100,000 rows never holds every answer text.
+
+Cases are ordered so the most informative come first: a case the model gets wrong the same way
+every time is a clear lesson, a flaky one is noise on top of it, and an endpoint error says
+nothing about the model (see :data:`PATTERNS`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+from assay.records.layout import CASES_SNAPSHOT, RAW_PREDICTIONS, narrow_key, standing_rows
+from assay.records.narrow import NarrowRow
+
+#: characters of each raw answer kept in report.json (the rows file keeps all of it)
+RAW_KEPT = 2000
+#: the order cases are listed in, most informative first
+PATTERNS = ("consistent_wrong", "consistent_invalid", "always_wrong", "flaky", "format_retry",
+            "endpoint_error")
+#: each pattern as the views say it
+PATTERN_WORDS = {
+    "consistent_wrong": "the same wrong label every time",
+    "consistent_invalid": "no valid label, every time",
+    "always_wrong": "never right, the answers differ",
+    "flaky": "right in some repeats only",
+    "format_retry": "right, but only after the format retry",
+    "endpoint_error": "no wrong answer; endpoint errors",
+}
+
+
+def cut(text: str | None, keep: int) -> dict[str, Any]:
+    """A :class:`CutText` dict: the first ``keep`` characters and the whole length."""
+    if text is None:
+        return {"text": None, "chars": None, "cut": False}
+    return {"text": text[:keep], "chars": len(text), "cut": len(text) > keep}
+
+
+def is_listed(row: dict[str, Any]) -> bool:
+    """A repeat that puts its case on the list: not right first time."""
+    return bool(row.get("error")) or not row.get("correct") or (row.get("attempts") or 1) > 1
+
+
+def verdict(row: dict[str, Any]) -> str:
+    if row.get("error"):
+        return "infra_error"
+    if row.get("correct"):
+        return "right"
+    return "invalid" if row.get("invalid_reason") or not row.get("label") else "wrong"
+
+
+def reason(row: dict[str, Any]) -> str:
+    """The sentence a person reads for one repeat."""
+    kind = verdict(row)
+    if kind == "infra_error":
+        return f"endpoint error: {row.get('error')}"
+    retried = (row.get("attempts") or 1) > 1
+    first = row.get("first_invalid_reason") or "unusable"
+    after = f" after the format retry (first answer: {first})" if retried else ""
+    if kind == "right":
+        return f"right{after}"
+    if kind == "wrong":
+        return f"wrong label: answered {row.get('label')!r}, expected {row.get('expected')!r}" \
+            + after
+    text = f"invalid: {row.get('invalid_reason') or 'no label'}"
+    if retried:
+        text += f", also after the format retry (first answer: {first})"
+    if row.get("finish_reason") == "length":
+        text += "; the answer was cut off at max_tokens"
+    return text
+
+
+def repeat_answer(row: dict[str, Any]) -> dict[str, Any]:
+    """A :class:`NarrowRepeatAnswer` dict from a standing row."""
+    raws = row.get("raws") or ([row["raw"]] if row.get("raw") is not None else [])
+    return {
+        "repeat": int(row["repeat"]),
+        "verdict": verdict(row),
+        "reason": reason(row),
+        "parsed": row.get("label") or None,
+        "answers": [cut(r, RAW_KEPT) for r in raws],
+        "format_retry": (row.get("attempts") or 1) > 1,
+        "invalid_reason": row.get("invalid_reason"),
+        "first_invalid_reason": row.get("first_invalid_reason"),
+        "error": row.get("error"),
+        "finish_reason": row.get("finish_reason"),
+        "latency_ms": row.get("latency_ms"),
+    }
+
+
+def pattern(answers: list[dict[str, Any]]) -> str:
+    """Which of :data:`PATTERNS` a case's repeats show."""
+    counts = {k: sum(1 for a in answers if a["verdict"] == k)
+              for k in ("right", "wrong", "invalid", "infra_error")}
+    answered = counts["right"] + counts["wrong"] + counts["invalid"]
+    failed = counts["wrong"] + counts["invalid"]
+    if answered and failed == answered:
+        if counts["wrong"] == answered and len({a["parsed"] for a in answers
+                                                if a["verdict"] == "wrong"}) == 1:
+            return "consistent_wrong"
+        return "consistent_invalid" if counts["invalid"] == answered else "always_wrong"
+    if failed:
+        return "flaky"
+    if any(a["format_retry"] for a in answers if a["verdict"] == "right"):
+        return "format_retry"
+    return "endpoint_error"
+
+
+def order_key(case: dict[str, Any]) -> tuple[int, int, int, str]:
+    """Pattern first, then the most failed repeats, the fewest right, then the id."""
+    return (PATTERNS.index(case["pattern"]), -(case["wrong"] + case["invalid"]), case["right"],
+            case["id"])
+
+
+def read_inputs(run_dir: Path, manifest: dict[str, Any],
+                ids: set[str]) -> tuple[dict[str, str], str | None]:
+    """The inputs of ``ids`` from the run's copy of its cases, and where they came from; no
+    inputs and None when the copy is missing or is not the file the manifest names."""
+    path = run_dir / CASES_SNAPSHOT
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return {}, None
+    if hashlib.sha256(data).hexdigest() != manifest["suite"].get("cases_sha256"):
+        return {}, None
+    inputs: dict[str, str] = {}
+    for line in data.decode("utf-8", errors="replace").splitlines():
+        try:
+            obj = json.loads(line)
+        except ValueError:
+            continue  # blank or comment lines: the suite loader validated the file
+        if isinstance(obj, dict) and obj.get("id") in ids and isinstance(obj.get("input"), str):
+            inputs[obj["id"]] = obj["input"]
+    return inputs, CASES_SNAPSHOT
+
+
+_ID_PREFIX = b'{"id": '
+_DECODER = json.JSONDecoder()
+
+
+def _id_of(line: bytes) -> str | None:
+    """The id of a row as the runner writes it (``{"id": ...`` first), read without parsing
+    the rest of the line; None when the line has another form (it is then parsed whole)."""
+    if not line.startswith(_ID_PREFIX):
+        return None
+    try:
+        value, _ = _DECODER.raw_decode(line.decode("utf-8"), len(_ID_PREFIX))
+    except ValueError:
+        return None
+    return value if isinstance(value, str) else None
+
+
+def _rows_of(path: Path, ids: set[str]) -> Iterator[dict[str, Any]]:
+    """The rows of ``ids``, each validated. The figures' pass has read the whole file already
+    (a corrupt line in the middle would have stopped it), so here the other cases' lines are
+    skipped on their id alone, and a torn last line is skipped as there."""
+    with open(path, "rb") as fh:
+        for line in fh:
+            rid = _id_of(line)
+            if rid is not None and rid not in ids:
+                continue
+            try:
+                row = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(row, dict) and row.get("id") in ids and line.endswith(b"\n"):
+                NarrowRow.read(row, path)
+                yield row
+
+
+def wrong_cases(run_dir: Path, manifest: dict[str, Any],
+                finals: Iterable[dict[str, Any]]) -> tuple[list[dict[str, Any]], str | None]:
+    """(every listed case, ordered, as :class:`NarrowWrongCase` dicts; the inputs' source).
+
+    ``finals`` are the standing rows the figures were computed from (slim: no answer texts);
+    the texts of the listed cases are read again from the rows file."""
+    ids = {r["id"] for r in finals if is_listed(r)}
+    if not ids:
+        return [], read_inputs(run_dir, manifest, set())[1]
+    rows = standing_rows(_rows_of(run_dir / RAW_PREDICTIONS, ids), narrow_key)
+    by_case: dict[str, list[dict[str, Any]]] = {}
+    for key in sorted(rows):
+        by_case.setdefault(key[0], []).append(rows[key])
+    inputs, source = read_inputs(run_dir, manifest, ids)
+    cases = []
+    for cid, case_rows in by_case.items():
+        answers = [repeat_answer(r) for r in case_rows]
+        count = {k: sum(1 for a in answers if a["verdict"] == k)
+                 for k in ("right", "wrong", "invalid", "infra_error")}
+        cases.append({
+            "id": cid, "input": cut(inputs.get(cid), len(inputs.get(cid) or "")),
+            "expected": case_rows[0]["expected"], "pattern": pattern(answers),
+            "repeats": len(answers), "right": count["right"], "wrong": count["wrong"],
+            "invalid": count["invalid"], "infra_errors": count["infra_error"],
+            "answers": answers,
+        })
+    return sorted(cases, key=order_key), source
