@@ -31,6 +31,8 @@ from pathlib import Path
 EXIT_OK = 0
 EXIT_BAD_INPUT = 2
 EXIT_INFRA = 3
+#: A CI gate (``--fail-under``, ``exp verdict`` reject) was not met: the run itself is fine.
+EXIT_BELOW_BAR = 1
 EXIT_INTERRUPTED = 130
 
 

@@ -25,6 +25,7 @@ from assay.cli.app import (
 )
 from assay.cli.progress import TerminalProgress
 from assay.errors import (
+    EXIT_BELOW_BAR,
     EXIT_INFRA,
     EXIT_INTERRUPTED,
     EXIT_OK,
@@ -72,8 +73,18 @@ def run(
     = CODING_DEFAULTS["pids"],
     out_dir: Annotated[Path | None, typer.Option("--out", help="Run directory; reuse it to "
                                                  "resume.")] = None,
+    junit: Annotated[Path | None, typer.Option("--junit", metavar="FILE", help="Also write "
+                                               "JUnit XML: a test case per case or task.")]
+    = None,
+    fail_under: Annotated[float | None, typer.Option(
+        "--fail-under", min=0, max=1, help="Exit 1 when narrow accuracy / coding pass@1 is "
+        "below this.")] = None,
+    fail_under_ci: Annotated[bool, typer.Option(
+        "--fail-under-ci", help="With --fail-under: use the 95% interval's lower bound.")]
+    = False,
 ) -> None:
-    """Evaluate a model on a suite; resume by passing the same --out again."""
+    """Evaluate a model on a suite; resume by passing the same --out again. Exit 0 done,
+    1 below --fail-under, 2 bad input, 3 infra errors (resume), 130 interrupted."""
     flags = {"temperature": temperature, "repeats": repeats, "samples": samples,
              "concurrency": concurrency, "max_tokens": max_tokens, "timeout": timeout,
              "max_tries": max_tries, "split": split, "sandbox": sandbox,
@@ -101,12 +112,41 @@ def run(
     del plan, suite  # the report is built from disk; do not hold the suite meanwhile
     _print_report(result.report)
     err.print(f"run directory: {run_dir}", highlight=False)
+    checked = _ci_outputs(run_dir, result.report, junit, fail_under, fail_under_ci)
     if result.status == "aborted":
         raise fail(f"run stopped early: {result.message}", EXIT_INFRA)
     if result.infra_errors or result.missing_rows:
         err.print(f"[yellow]{result.infra_errors} ended in infra errors;[/] resume with: "
                   f"assay run {suite_path} --out {run_dir}", highlight=False)
         raise typer.Exit(EXIT_INFRA)
+    _gate_exit(checked)
+
+
+def _ci_outputs(run_dir: Path, rep: dict[str, Any], junit: Path | None,
+                fail_under: float | None, use_ci: bool) -> Any:
+    """JUnit XML, the GitHub step summary (when GITHUB_STEP_SUMMARY is set) and the gate."""
+    from assay.records.io import atomic_write_text
+    from assay.report.ci_outputs_runs import append_run_step_summary, gate, run_junit
+
+    if use_ci and fail_under is None:
+        raise fail("--fail-under-ci needs --fail-under X")
+    checked = None if fail_under is None else gate(rep, fail_under, use_ci=use_ci)
+    try:
+        if junit is not None:
+            atomic_write_text(junit, run_junit(run_dir, rep))
+        append_run_step_summary(rep, checked)
+    except OSError as exc:
+        raise fail(f"CI output cannot be written: {exc}") from None
+    return checked
+
+
+def _gate_exit(checked: Any) -> None:
+    if checked is None:
+        return
+    if checked.passed:
+        err.print(checked.message, highlight=False)
+        return
+    raise fail(checked.message, EXIT_BELOW_BAR)
 
 
 def _execute(plan: api.RunPlan, suite_path: Path) -> api.RunResult:
@@ -152,6 +192,15 @@ def report(
     run_dir: Annotated[Path, typer.Argument(metavar="RUN_DIR")],
     grade_revision: Annotated[str | None, typer.Option(
         help="Coding runs: the grade revision to report (default: the newest).")] = None,
+    junit: Annotated[Path | None, typer.Option("--junit", metavar="FILE", help="Also write "
+                                               "JUnit XML: a test case per case or task.")]
+    = None,
+    fail_under: Annotated[float | None, typer.Option(
+        "--fail-under", min=0, max=1, help="Exit 1 when narrow accuracy / coding pass@1 is "
+        "below this.")] = None,
+    fail_under_ci: Annotated[bool, typer.Option(
+        "--fail-under-ci", help="With --fail-under: use the 95% interval's lower bound.")]
+    = False,
 ) -> None:
     """Rebuild report.json, report.md and report.html from a run directory's rows alone."""
     try:
@@ -159,6 +208,7 @@ def report(
     except InputError as exc:
         raise fail(str(exc)) from None
     _print_report(rep)
+    _gate_exit(_ci_outputs(run_dir, rep, junit, fail_under, fail_under_ci))
 
 
 @app.command()

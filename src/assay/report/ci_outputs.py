@@ -26,7 +26,7 @@ _NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 _MD_SPECIAL = re.compile(r"([\\`*_\[\]|~])")
 
 
-def _xml_text(x: object) -> str:
+def xml_text(x: object) -> str:
     return _NOT_XML.sub("\ufffd", str(x))
 
 
@@ -43,14 +43,14 @@ def junit_xml(report: dict[str, Any]) -> str:
     """A ``<testsuites>`` document: one ``<testsuite>`` per arm, one ``<testcase>`` per task
     in it (classname = arm, name = task). A case fails when any graded trial of it failed (the
     message names the failure codes), is skipped when none was graded, passes otherwise."""
-    suites = ET.Element("testsuites", name=_xml_text(report.get("name") or "assay experiment"))
+    suites = ET.Element("testsuites", name=xml_text(report.get("name") or "assay experiment"))
     by_arm: dict[str, ET.Element] = {}
     tallies: dict[str, Counter[str]] = defaultdict(Counter)
     for task, arm, trials in _cases(report):
         if arm not in by_arm:
-            by_arm[arm] = ET.SubElement(suites, "testsuite", name=_xml_text(arm))
-        case = ET.SubElement(by_arm[arm], "testcase", classname=_xml_text(arm),
-                             name=_xml_text(task))
+            by_arm[arm] = ET.SubElement(suites, "testsuite", name=xml_text(arm))
+        case = ET.SubElement(by_arm[arm], "testcase", classname=xml_text(arm),
+                             name=xml_text(task))
         seconds = [a["seconds"] for t in trials for a in t["attempts"]
                    if a.get("seconds") is not None]
         if seconds:
@@ -64,11 +64,11 @@ def junit_xml(report: dict[str, Any]) -> str:
             codes = Counter(str(t.get("failure_code") or "rejected") for t in failed)
             code_text = ", ".join(f"{c} ×{n}" if n > 1 else c for c, n in sorted(codes.items()))
             el = ET.SubElement(case, "failure",
-                               message=_xml_text(f"{len(failed)} of {len(graded)} graded "
+                               message=xml_text(f"{len(failed)} of {len(graded)} graded "
                                                  f"trials failed: {code_text}"),
-                               type=_xml_text(sorted(codes)[0] if len(codes) == 1 else
+                               type=xml_text(sorted(codes)[0] if len(codes) == 1 else
                                               "several"))
-            el.text = _xml_text("\n".join(
+            el.text = xml_text("\n".join(
                 f"rep {t['rep']}: {t.get('failure_code') or 'rejected'}"
                 + (f" ({t['link']}/trial.json)" if t.get("link") else "") for t in failed))
         elif not graded:
@@ -76,7 +76,7 @@ def junit_xml(report: dict[str, Any]) -> str:
             states = Counter(a.get("status") or "unknown" for t in trials for a in t["attempts"])
             why = ", ".join(f"{s} ×{n}" for s, n in sorted(states.items())) or "not run"
             ET.SubElement(case, "skipped",
-                          message=_xml_text(f"not graded ({len(trials)} trials; attempts: "
+                          message=xml_text(f"not graded ({len(trials)} trials; attempts: "
                                             f"{why})"))
     total: Counter[str] = Counter()
     for arm, el in by_arm.items():
