@@ -12,6 +12,7 @@ control page with a script and a remote image proves the same checks do catch th
 from __future__ import annotations
 
 import json
+import re
 import struct
 import zlib
 from collections.abc import Iterator
@@ -20,10 +21,12 @@ from typing import Any
 
 import pytest
 from conftest import run_cli
+from support.bundles import make_bundle
 from support.cdp import Browser, PageResult, chromium
 from support.experiment_report import XSS, experiment_report
 
 from assay.report.experiment_html import write_experiment_html
+from assay.sandbox import bwrap_available
 
 ROOT = Path(__file__).resolve().parents[1]
 WIDTH = 1200
@@ -162,3 +165,24 @@ def test_experiment_report_in_a_browser(browser: Browser, tmp_path: Path) -> Non
     assert "looked at 2 times" in p["holdout"] and "reused" in p["holdout"]
     assert p["taskRows"] == 5 and p["trialLinks"] == 21  # 18 graded + 3 ungraded attempts
     assert XSS in p["body"]
+
+
+@pytest.mark.skipif(not bwrap_available(), reason="bubblewrap cannot run here")
+def test_experiment_report_of_a_real_run_in_a_browser(browser: Browser, tmp_path: Path) -> None:
+    """The page `exp run` itself wrote (nop against oracle on two tasks), not a hand-made dict:
+    the verdict, one forest row per task and the links to each trial's record."""
+    for i in range(2):
+        make_bundle(tmp_path / "tasks" / f"t{i}", task_id=f"t{i}")
+    exp = tmp_path / "experiment.yaml"
+    exp.write_text("name: real\ntasks: [tasks]\narms:\n  base: {agent: nop}\n"
+                   "  cand: {agent: oracle}\nbar: {hoped_improvement: 0.1, max_regression: 0.05}"
+                   "\n")
+    res = run_cli(["exp", "run", str(exp), "--out", str(tmp_path / "run")])
+    assert res.code == 0, res.stderr
+    p = check_page(browser.load(tmp_path / "run" / "report.html", PROBE, width=WIDTH),
+                   tmp_path / "real-experiment.png")
+    assert p["decision"] == "accept" and p["forestRows"] == 2 and p["diamond"] == 1
+    assert p["trialLinks"] == 4
+    for link in re.findall(r'href="(trials/[^"]+)"',
+                           (tmp_path / "run" / "report.html").read_text()):
+        assert (tmp_path / "run" / link).is_file(), link
