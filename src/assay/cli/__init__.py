@@ -7,7 +7,15 @@ from __future__ import annotations
 
 import sys
 
-from assay.cli import analysis, experiments, grading, regrade, runs, tasks  # noqa: F401  (registers the commands)
+from assay.cli import (  # noqa: F401  (registers the commands)
+    agents,
+    analysis,
+    experiments,
+    grading,
+    regrade,
+    runs,
+    tasks,
+)
 from assay.cli.app import app, err
 from assay.errors import EXIT_OK, AssayError
 
