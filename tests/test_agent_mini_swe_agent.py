@@ -17,7 +17,10 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from support.scripted_server import RecordedRequest, ScriptedServer, Status
 
+from assay.records.io import iter_rows
+from assay.records.ledger import ModelCall
 from assay.sandbox import bwrap_available
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -98,9 +101,6 @@ def test_mini_fixes_the_task_through_gateway_and_sandbox(mini_bin: Path, tmp_pat
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     from conftest import run_cli
 
-    from assay.records.io import iter_rows
-    from assay.records.ledger import ModelCall
-
     monkeypatch.setenv("ASSAY_MINI_SWE_AGENT_BIN", str(mini_bin))
     _bundle(tmp_path)
     (tmp_path / "fix.yaml").write_text(FIX_SCRIPT)
@@ -149,3 +149,117 @@ prices:
     assert ident["adapter"] == "assay.mini-swe-agent/1" and ident["cli_version"] == PIN
     assert ident["bin_sha256"] == hashlib.sha256(mini_bin.read_bytes()).hexdigest()
     _no_secret(out)
+
+
+# --------------------------------------------------------------- failures onto the taxonomy
+
+
+def _refusing(req: RecordedRequest, n: int) -> Status:
+    """``mini-401``: the upstream refuses the key (mini gives up at once); ``mini-400``: it
+    refuses the request, which mini retries with backoff until the watchdog ends it."""
+    model = (req.body or {}).get("model", "")
+    if model == "mini-401":
+        return Status(401, body='{"error": {"message": "scripted: bad key", '
+                                '"type": "invalid_request_error"}}')
+    return Status(400, body='{"error": {"message": "scripted: bad request", '
+                            '"type": "invalid_request_error"}}')
+
+
+@needs_bwrap
+def test_an_upstream_that_refuses_ends_with_the_right_codes(
+        mini_bin: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from conftest import SECRET, run_cli
+
+    monkeypatch.setenv("ASSAY_MINI_SWE_AGENT_BIN", str(mini_bin))
+    _bundle(tmp_path, agent_seconds=20)
+    exp = tmp_path / "experiment.yaml"
+    arms = "".join(f"  {m}:\n    agent: mini-swe-agent\n    model: {{name: {m}, "
+                   "base_url_env: TEST_UPSTREAM, api_key_env: TEST_KEY}\n"
+                   for m in ("mini-401", "mini-400"))
+    exp.write_text(f"name: mini-errors\ntasks: [tasks]\nconcurrency: 2\narms:\n{arms}")
+    out = tmp_path / "run"
+    with ScriptedServer(_refusing) as srv:
+        monkeypatch.setenv("TEST_UPSTREAM", srv.base_url)
+        monkeypatch.setenv("TEST_KEY", SECRET)
+        res = run_cli(["exp", "run", str(exp), "--out", str(out)])
+        seen = {m: len([r for r in srv.chat_requests() if (r.body or {}).get("model") == m])
+                for m in ("mini-401", "mini-400")}
+    # a refused key before any command is ours to fix, not the agent's failure: retried as
+    # infrastructure, and the run ends with exit 3
+    assert res.code == 3 and "infra_error" in res.stderr, res.stdout + res.stderr
+    auth = json.loads((_attempt(out, "mini-401") / "trial.json").read_text())
+    ex = auth["execution"]
+    assert ex["status"] == "infra_error" and ex["ended_by"] == "agent", ex
+    assert ex["agent_report"]["agent_status"] == "AuthenticationError"
+    assert ex["turns"] == 0 and ex["agent_report"]["trajectory"]["commands"] == []
+    # a 400 mini retries: the runner's watchdog ends it, within the wall budget
+    retried = json.loads((_attempt(out, "mini-400") / "trial.json").read_text())
+    ex4 = retried["execution"]
+    assert ex4["status"] == "agent_timeout" and ex4["ended_by"] == "watchdog", ex4
+    assert retried["grade"]["failure_code"] == "agent_timeout"
+    assert ex4["wall_seconds"] < 20 + 15
+    # the ledger holds every call mini made, each as the upstream answered it
+    for arm, code in (("mini-401", 401), ("mini-400", 400)):
+        ledgers = sorted(out.glob(f"trials/calc-001/{arm}/*/a*/model_calls.jsonl"))
+        rows = [ModelCall.read(r, ledger) for ledger in ledgers for r in iter_rows(ledger)]
+        assert rows and {r.status for r in rows} == {code}, (arm, rows)
+        assert len(rows) == seen[arm], arm
+    # one call per attempt on a refused key; a refused request is retried by mini
+    attempts_401 = len(list(out.glob("trials/calc-001/mini-401/*/a*/trial.json")))
+    assert attempts_401 >= 2 and seen["mini-401"] == attempts_401
+    assert seen["mini-400"] >= 2
+    _no_secret(out)
+
+
+@needs_bwrap
+def test_budgets_that_run_out_mid_task_end_as_budget_exhausted(
+        mini_bin: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The task's ``assistant_steps`` as mini's own ``step_limit`` (it stops itself), and an
+    experiment's ``limits.tokens`` that the first answer spends: the gateway refuses every
+    later call with a 403, which litellm maps to a retryable APIError, so mini backs off and
+    retries until the runner's watchdog ends it (a short wall budget keeps that quick)."""
+    from conftest import run_cli
+
+    monkeypatch.setenv("ASSAY_MINI_SWE_AGENT_BIN", str(mini_bin))
+    (tmp_path / "fix.yaml").write_text(FIX_SCRIPT)
+    runs = {}
+    for kind, steps, limits, wall in (("steps", 1, "cost_usd: 1.0", 60),
+                                      ("tokens", 10, "tokens: 50", 12)):
+        root = tmp_path / kind
+        _bundle(root, steps=steps, agent_seconds=wall)
+        exp = root / "experiment.yaml"
+        exp.write_text(f"""name: mini-{kind}
+tasks: [tasks]
+arms:
+  mini:
+    agent: mini-swe-agent
+    model: {{name: builtin/replay, script: ../fix.yaml, protocol: chat}}
+limits: {{{limits}}}
+prices:
+  builtin/replay: {{input: 1.0, output: 2.0}}
+""")
+        res = run_cli(["exp", "run", str(exp), "--out", str(root / "run")])
+        assert res.code in (0, 1), res.stdout + res.stderr
+        runs[kind] = _attempt(root / "run", "mini")
+    for kind, adir in runs.items():
+        trial = json.loads((adir / "trial.json").read_text())
+        ex = trial["execution"]
+        assert ex["status"] == "budget_exhausted", (kind, ex)
+        assert trial["grade"]["failure_code"] == "budget_exhausted", kind
+        # mid-task: the fix was applied, the submit never came
+        assert ex["agent_report"]["trajectory"]["commands"] == [FIX_CMD], kind
+        rows = [ModelCall.read(r, adir / "model_calls.jsonl")
+                for r in iter_rows(adir / "model_calls.jsonl")]
+        if kind == "steps":
+            assert [r.status for r in rows] == [200], rows
+        else:
+            assert rows[0].status == 200 and len(rows) >= 2, rows
+            assert {(r.status, r.exhausted) for r in rows[1:]} == {(403, "tokens")}, rows
+        _no_secret(adir)
+    steps = json.loads((runs["steps"] / "trial.json").read_text())["execution"]
+    assert steps["agent_report"]["agent_status"] == "LimitsExceeded"
+    # mini stopped itself at its step_limit: the gateway counted the step but refused nothing
+    assert steps["model_usage"]["exhausted"] == "assistant_steps" and steps["ended_by"] == "agent"
+    tokens = json.loads((runs["tokens"] / "trial.json").read_text())["execution"]
+    assert tokens["model_usage"]["exhausted"] == "tokens"
+    assert tokens["ended_by"] == "watchdog" and tokens["wall_seconds"] < 12 + 15

@@ -46,7 +46,10 @@ TRAJ_REL = "mini.traj.json"
 #: switches every attempt gets (the reference's offline switches, see the module docstring)
 FIXED_ENV = {"LITELLM_LOCAL_MODEL_COST_MAP": "True", "MSWEA_CONFIGURED": "1",
              "MSWEA_COST_TRACKING": "ignore_errors", "NO_COLOR": "1", "TERM": "dumb",
-             "PYTHONUNBUFFERED": "1"}
+             "PYTHONUNBUFFERED": "1",
+             # a plain traceback: typer's rich one of litellm's frames takes ~10 s of CPU, which
+             # a refused key would otherwise spend after the run is over
+             "_TYPER_STANDARD_TRACEBACK": "1"}
 #: flags besides model, config, task and output path: no confirmation, no exit prompt
 FIXED_FLAGS = ("-y", "--exit-immediately")
 
