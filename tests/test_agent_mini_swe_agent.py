@@ -52,6 +52,11 @@ def test_the_script_installs_the_pin_once_and_mini_runs(mini_bin: Path, tmp_path
     again = subprocess.run(["bash", str(INSTALL)], capture_output=True, text=True, timeout=60,
                            stdin=subprocess.DEVNULL)
     assert again.returncode == 0 and again.stdout.strip().splitlines()[-1] == str(mini_bin)
+    # the whole venv is what the sandbox must see, read-only, at its own path
+    from assay.agents.mini_swe_agent import MiniSweAgent
+
+    [mount] = MiniSweAgent(mini_bin)._mounts()
+    assert mount.source == prefix and mount.target == str(prefix) and not mount.writable
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "MSWEA_CONFIGURED": "1",
            "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
     proc = subprocess.run([str(mini_bin), "--help"], capture_output=True, text=True, env=env,
@@ -263,3 +268,115 @@ prices:
     tokens = json.loads((runs["tokens"] / "trial.json").read_text())["execution"]
     assert tokens["model_usage"]["exhausted"] == "tokens"
     assert tokens["ended_by"] == "watchdog" and tokens["wall_seconds"] < 12 + 15
+
+
+# --------------------------------------------------------------- without the CLI
+
+
+def test_a_missing_cli_is_refused_at_load_with_the_install_hint(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from conftest import run_cli
+
+    from assay.agents import MiniSweAgent, parse_agent
+    from assay.agents.mini_swe_agent import default_bin
+
+    monkeypatch.delenv("ASSAY_MINI_SWE_AGENT_BIN", raising=False)
+    monkeypatch.setenv("ASSAY_AGENTS_DIR", str(tmp_path / "agents"))
+    assert default_bin() == tmp_path / "agents" / f"mini-swe-agent-{PIN}" / "bin" / "mini"
+    with pytest.raises(ValueError, match="scripts/agents/mini-swe-agent.sh"):
+        parse_agent("mini-swe-agent")
+    with pytest.raises(ValueError, match="not an executable"):
+        parse_agent(f"mini-swe-agent:{tmp_path / 'nothing'}")
+    # the env variable names one; a program under /usr needs no mount (the sandbox sees /usr)
+    monkeypatch.setenv("ASSAY_MINI_SWE_AGENT_BIN", "/bin/true")
+    usr = parse_agent("mini-swe-agent")
+    assert isinstance(usr, MiniSweAgent) and usr.bin == Path("/bin/true")
+    assert usr._mounts() == []
+    # the experiment names the arm and why, before any trial starts
+    _bundle(tmp_path)
+    exp = tmp_path / "experiment.yaml"
+    exp.write_text("name: mini-missing\ntasks: [tasks]\narms:\n  mini:\n    agent: "
+                   f"\"mini-swe-agent:{tmp_path / 'nothing'}\"\n    model: {{name: builtin/replay,"
+                   " script: fix.yaml}\n")
+    (tmp_path / "fix.yaml").write_text(FIX_SCRIPT)
+    res = run_cli(["exp", "run", str(exp), "--out", str(tmp_path / "run")])
+    assert res.code == 2, res.stdout + res.stderr
+    assert "arms.mini.agent" in res.stderr and "not an executable" in res.stderr
+    assert not (tmp_path / "run" / "trials").exists()
+
+
+def _traj(exit_status: str, *, commands: tuple[str, ...] = (), calls: int | None = None,
+          exception: str | None = None) -> bytes:
+    msgs: list[dict] = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]
+    for i, cmd in enumerate(commands):
+        msgs.append({"role": "assistant", "content": "x", "tool_calls": [
+            {"id": f"c{i}", "type": "function",
+             "function": {"name": "bash", "arguments": json.dumps({"command": cmd})}}],
+            "extra": {"actions": [{"command": cmd, "tool_call_id": f"c{i}"}], "cost": 0.0,
+                      "response": {"usage": {"prompt_tokens": 10, "completion_tokens": 3,
+                                             "total_tokens": 13}}}})
+        msgs.append({"role": "tool", "content": "{}", "tool_call_id": f"c{i}"})
+    extra: dict = {"exit_status": exit_status, "submission": ""}
+    if exception:
+        extra["exception_str"] = exception
+    msgs.append({"role": "exit", "content": exit_status, "extra": extra})
+    return json.dumps({"info": {"exit_status": exit_status, "submission": "",
+                                "mini_version": PIN,
+                                "model_stats": {"instance_cost": 0.0,
+                                                "api_calls": len(commands) if calls is None
+                                                else calls}},
+                       "messages": msgs, "trajectory_format": "mini-swe-agent-1.1"}).encode()
+
+
+def test_the_trajectory_decides_how_the_run_ended() -> None:
+    """Each exit status onto the taxonomy, and a sandbox verdict outranking all of them."""
+    from assay.agents.base import AgentRun
+    from assay.agents.mini_swe_agent import _collect
+
+    def status(raw: bytes | None, code: int | None = 1, reason: str = "nonzero_exit",
+               sandbox: str = "exited_nonzero") -> AgentRun:
+        return _collect(AgentRun(status=sandbox, exit_code=code, reason=reason), raw, {})
+
+    ok = status(_traj("Submitted", commands=("ls", "echo done")), 0, "ok", "succeeded")
+    assert ok.status == "succeeded" and ok.extra["turns"] == 2 and ok.extra["tool_calls"] == 2
+    assert ok.extra["agent_usage"]["usage"] == {"input": 20, "output": 6, "total": 26}
+    assert ok.extra["anomalies"] == {} and ok.extra["evidence_gap"] is False
+    want = {"LimitsExceeded": "budget_exhausted", "TimeExceeded": "agent_timeout",
+            "RepeatedFormatError": "exited_nonzero", "BadRequestError": "exited_nonzero"}
+    for end, expected in want.items():
+        assert status(_traj(end, commands=("ls",)), 0).status == expected, end
+    # a refused key or model before any command is ours; after work began, the verifier's
+    auth = status(_traj("AuthenticationError", exception="bad key"))
+    assert auth.status == "infra_error" and "bad key" in (auth.detail or "")
+    assert status(_traj("AuthenticationError", commands=("ls",))).status == "exited_nonzero"
+    # no trajectory at all: a startup failure, and no usage claim (None, not zeros)
+    none = status(None)
+    assert none.status == "infra_error" and none.extra["agent_usage"] is None
+    assert none.extra["anomalies"] == {"trajectory_missing": 1} and none.extra["turns"] is None
+    bad = status(b"{not json", 0, "ok", "succeeded")
+    assert bad.status == "succeeded" and bad.extra["anomalies"] == {"trajectory_unreadable": 1}
+    cut = status(_traj("", commands=("ls",)), 0, "ok", "succeeded")
+    assert cut.extra["anomalies"] == {"exit_status_missing": 1} and cut.extra["evidence_gap"]
+    odd = status(_traj("Submitted", commands=("ls",), calls=3), 0, "ok", "succeeded")
+    assert odd.extra["anomalies"] == {"calls_disagree_with_turns": 1}
+    # the watchdog's kill outranks a trajectory that says it submitted
+    killed = status(_traj("Submitted"), None, "timeout", "agent_timeout")
+    assert killed.status == "agent_timeout"
+
+
+def test_usage_is_checked_against_the_gateway() -> None:
+    from assay.agents.mini_swe_agent import MiniSweAgent
+
+    agent = MiniSweAgent(Path("/bin/true"))
+    claim = {"usage": {"input": 20, "output": 6}, "usage_missing_turns": 0}
+    same = agent.reconcile({"agent_usage": claim, "anomalies": {},
+                            "model_usage": {"input": 20, "output": 6, "calls": 2}})
+    assert same["usage_check"]["agrees"] is True and same["anomalies"] == {}
+    other = agent.reconcile({"agent_usage": claim, "anomalies": {},
+                             "model_usage": {"input": 25, "output": 6, "calls": 2}})
+    assert other["usage_check"]["agrees"] is False and other["evidence_gap"] is True
+    assert other["anomalies"] == {"usage_disagrees_with_gateway": 1}
+    assert agent.reconcile({"agent_usage": None})["usage_check"]["comparable"] is False
+    partial = {"usage": {"input": 20}, "usage_missing_turns": 1}
+    assert agent.reconcile({"agent_usage": partial, "model_usage": {"input": 20}})[
+        "usage_check"]["comparable"] is False
