@@ -153,6 +153,8 @@ prices:
     ident = json.loads((out / "manifest.json").read_text())["arms"]["mini"]["agent_identity"]
     assert ident["adapter"] == "assay.mini-swe-agent/1" and ident["cli_version"] == PIN
     assert ident["bin_sha256"] == hashlib.sha256(mini_bin.read_bytes()).hexdigest()
+    [record] = mini_bin.parents[1].glob("lib/python3*/site-packages/mini_swe_agent-*/RECORD")
+    assert ident["dist_record_sha256"] == hashlib.sha256(record.read_bytes()).hexdigest()
     _no_secret(out)
 
 

@@ -34,7 +34,12 @@ from typing import Any
 
 from assay.agents.base import AGENT_HOME, AgentContext, AgentRun, run_in_agent_sandbox
 from assay.agents.mcode import timeout_seconds
-from assay.agents.mini_swe_agent_traj import CONFIG_ERRORS, read_trajectory, usage_check
+from assay.agents.mini_swe_agent_traj import (
+    CONFIG_ERRORS,
+    Trajectory,
+    read_trajectory,
+    usage_check,
+)
 from assay.sandbox import SANDBOX_WORKDIR, Mount
 
 ADAPTER = "assay.mini-swe-agent/1"
@@ -89,16 +94,20 @@ def _prefix_of(exe: Path) -> Path | None:
     return prefix if (prefix / "pyvenv.cfg").is_file() else None
 
 
+def _dist_file(prefix: Path | None, name: str) -> Path | None:
+    if prefix is None:
+        return None
+    return next(iter(sorted(prefix.glob(
+        f"lib/python3*/site-packages/mini_swe_agent-*.dist-info/{name}"))), None)
+
+
 def _version_of(prefix: Path | None) -> str | None:
     """The installed distribution's version, from its metadata: mini has no ``--version``, and
     reading the file needs no interpreter start."""
-    if prefix is None:
-        return None
-    for meta in sorted(prefix.glob("lib/python3*/site-packages/mini_swe_agent-*.dist-info/"
-                                   "METADATA")):
-        for line in meta.read_text(errors="replace").splitlines():
-            if line.startswith("Version:"):
-                return line.split(":", 1)[1].strip()
+    meta = _dist_file(prefix, "METADATA")
+    for line in meta.read_text(errors="replace").splitlines() if meta else []:
+        if line.startswith("Version:"):
+            return line.split(":", 1)[1].strip()
     return None
 
 
@@ -142,7 +151,10 @@ class MiniSweAgent:
         mini_yaml = next(iter(sorted(prefix.glob(
             "lib/python3*/site-packages/minisweagent/config/mini.yaml"))), None) if prefix \
             else None
+        record = _dist_file(prefix, "RECORD")
         return {"adapter": ADAPTER, "bin": str(self.bin), "bin_sha256": _sha256_file(self.bin),
+                # ``mini`` is a shim: the package's RECORD (every file with its hash) is the build
+                "dist_record_sha256": _sha256_file(record) if record else None,
                 "cli_version": _version_of(prefix), "flags": list(FIXED_FLAGS),
                 "env": dict(FIXED_ENV),
                 "builtin_config_sha256": _sha256_file(mini_yaml) if mini_yaml else None,
@@ -179,8 +191,7 @@ class MiniSweAgent:
             "config_sha256": hashlib.sha256(config.encode()).hexdigest(),
             "wall_time_limit_seconds": wall_limit, "step_limit": spec.budget.assistant_steps,
             "trajectory_sha256": hashlib.sha256(raw).hexdigest() if raw is not None else None,
-            "stderr_tail": _tail(ctx.record_dir / "stderr.log"),
-            "stdout_tail": _tail(ctx.record_dir / "stdout.log")}
+            "stderr_tail": _tail(ctx.record_dir / "stderr.log")}
         return _collect(run, raw, report)
 
     def reconcile(self, execution: dict[str, Any]) -> dict[str, Any]:
@@ -220,7 +231,7 @@ def _collect(run: AgentRun, raw: bytes | None, report: dict[str, Any]) -> AgentR
     return run
 
 
-def _status(run: AgentRun, traj: Any) -> tuple[str, str]:
+def _status(run: AgentRun, traj: Trajectory) -> tuple[str, str]:
     """The trajectory's exit status onto the failure taxonomy."""
     if run.reason not in ("ok", "nonzero_exit"):
         return run.status, "the sandbox decided"
