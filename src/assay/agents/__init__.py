@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from assay.agents.base import Agent, AgentContext, AgentRun
 from assay.agents.mcode import MCode
+from assay.agents.mini_swe_agent import MiniSweAgent
 from assay.agents.mutants import BY_NAME, MUTANTS, MutantAgent
 from assay.agents.reference import Command, Nop, Oracle
 
@@ -22,6 +23,8 @@ def parse_agent(spec: str) -> Agent:
         return Command(cmd)
     if spec == "mcode" or spec.startswith("mcode:"):
         return MCode.from_spec(spec)
+    if spec == "mini-swe-agent" or spec.startswith("mini-swe-agent:"):
+        return MiniSweAgent.from_spec(spec)
     if spec.startswith("mutant:"):
         name = spec.split(":", 1)[1]
         if name not in BY_NAME:
@@ -31,4 +34,5 @@ def parse_agent(spec: str) -> Agent:
                      "mutant:<name> or mcode[:<path>]")
 
 
-__all__ = ["MUTANTS", "Agent", "AgentContext", "AgentRun", "MCode", "MutantAgent", "parse_agent"]
+__all__ = ["MUTANTS", "Agent", "AgentContext", "AgentRun", "MCode", "MiniSweAgent", "MutantAgent",
+           "parse_agent"]
