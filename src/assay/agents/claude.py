@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from assay.agents.base import AGENT_HOME, AgentContext, AgentRun, run_in_agent_sandbox
-from assay.agents.claude_stream import read_stream, usage_check
+from assay.agents.claude_stream import ClaudeStream, read_stream, usage_check
 from assay.sandbox import Mount
 
 ADAPTER = "assay.claude/1"
@@ -204,14 +204,19 @@ def _collect(run: AgentRun, stdout: Path, report: dict[str, Any]) -> AgentRun:
         "agent_usage": {"usage": result.get("usage"), "total_cost_usd":
                         result.get("total_cost_usd"), "model_usage": result.get("modelUsage"),
                         "num_turns": result.get("num_turns")} if result else None}
-    if status != run.status:
+    report["judged"] = why
+    if status != run.status or run.detail is None:
         run.detail = f"{why}; {run.detail}" if run.detail else why
         run.status = status
     return run
 
 
-def _api_status(reading: Any) -> int | None:
-    """The HTTP status of the API error the CLI ended on, when its text names one."""
+def _api_status(reading: ClaudeStream) -> int | None:
+    """The HTTP status of the API error the CLI ended on: the result's ``api_error_status``,
+    else the status its ``API Error: NNN`` text names."""
+    code = (reading.result or {}).get("api_error_status")
+    if isinstance(code, int) and not isinstance(code, bool):
+        return code
     texts = [*reading.api_errors, str((reading.result or {}).get("result") or "")]
     for text in texts:
         words = text.replace(":", " ").split()
@@ -221,13 +226,19 @@ def _api_status(reading: Any) -> int | None:
     return None
 
 
-def _status(run: AgentRun, reading: Any) -> tuple[str, str]:
+def _status(run: AgentRun, reading: ClaudeStream) -> tuple[str, str]:
     """The result line (or, without one, the exit code) onto the taxonomy: the turn limit is
     the step budget, an auth or config refusal before any tool ran is ours (infrastructure),
     any other failure leaves the verdict to the verifier."""
     if run.reason not in ("ok", "nonzero_exit"):
         return run.status, "the sandbox decided"
     result = reading.result
+    retried = {r.get("error_status") for r in reading.api_retries}
+    if result is None and not reading.tool_calls and retried and \
+            retried <= set(AUTH_OR_CONFIG_STATUSES):
+        # it retries a refused key for minutes: no work was possible, the arm is misconfigured
+        return "infra_error", (f"claude retried API errors {sorted(retried)} (auth/config) "
+                               f"until it stopped (exit {run.exit_code}); no tool ran")
     if result is None:
         if run.exit_code in (124, 137):
             return "agent_timeout", f"claude's own time limit (timeout exited {run.exit_code})"
