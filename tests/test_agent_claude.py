@@ -189,6 +189,7 @@ prices:
     assert [(c["name"], c["is_error"]) for c in report["stream"]["tool_calls"]] == [
         ("Bash", False)]
     assert "--max-turns" in report["argv"] and report["max_turns"] == 10
+    assert report["argv"][-2:] == ["--", "<instruction.md>"]
     # the ledger is the calls the agent made: two assistant steps, as the CLI counts its turns
     rows = _ledger(attempt)
     assert [(r.protocol, r.status, r.stream, r.assistant_step) for r in rows] == [

@@ -151,7 +151,8 @@ class ClaudeCode:
         if spec.budget.assistant_steps is not None:
             flags += ["--max-turns", str(spec.budget.assistant_steps)]
         prompt = ctx.bundle.instruction_path.read_text(encoding="utf-8")
-        argv = ["timeout", "-k", "2", f"{limit:g}", exe, *flags, prompt]
+        # "--": an instruction that starts with a dash is the prompt, not a flag
+        argv = ["timeout", "-k", "2", f"{limit:g}", exe, *flags, "--", prompt]
         env = {**OFFLINE_ENV, "ANTHROPIC_SMALL_FAST_MODEL": model,
                "ANTHROPIC_DEFAULT_HAIKU_MODEL": model, "CLAUDE_CONFIG_DIR": f"{AGENT_HOME}/.claude"}
         run = run_in_agent_sandbox(ctx, argv, [Mount(real.parent, BIN_DIR_MOUNT)], env=env)
