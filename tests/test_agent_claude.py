@@ -1,7 +1,8 @@
 """The ``claude`` adapter with the real, pinned Claude Code CLI (``@anthropic-ai/claude-code``).
 
 The CLI is installed by ``scripts/agents/claude.sh`` (a subprocess, as CI on a clean clone runs
-it): about 25 s with Node 22 already cached, a minute or so from nothing, ~384 MB under
+it): 23 s measured with Node 22 cached, 8 s when npm's own cache holds both packages,
+~384 MB (+185 MB for Node 22) under
 ``$ASSAY_AGENTS_DIR`` (default ``~/.cache/assay/agents/claude-code-<version>``), once per
 version. The full form is ``bash scripts/agents/claude.sh``; its last line is the executable.
 If the registry cannot be reached the tests skip and print why.
