@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from assay.agents.base import Agent, AgentContext, AgentRun
+from assay.agents.claude import ClaudeCode
 from assay.agents.mcode import MCode
 from assay.agents.mini_swe_agent import MiniSweAgent
 from assay.agents.mutants import BY_NAME, MUTANTS, MutantAgent
@@ -25,6 +26,9 @@ def parse_agent(spec: str) -> Agent:
         return MCode.from_spec(spec)
     if spec == "mini-swe-agent" or spec.startswith("mini-swe-agent:"):
         return MiniSweAgent.from_spec(spec)
+    # the issue names it claude-code; the CLI is called claude: both name the adapter
+    if spec in ("claude", "claude-code") or spec.startswith(("claude:", "claude-code:")):
+        return ClaudeCode.from_spec(spec)
     if spec.startswith("mutant:"):
         name = spec.split(":", 1)[1]
         if name not in BY_NAME:
