@@ -10,11 +10,21 @@ If the registry cannot be reached the tests skip, printing why.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
+from conftest import SECRET, run_cli
+from support.bundles import make_bundle
+from support.scripted_server import RecordedRequest, ScriptedServer, Status
+
+from assay.records.io import iter_rows
+from assay.records.ledger import ModelCall
+from assay.sandbox import bwrap_available
 
 ROOT = Path(__file__).resolve().parent.parent
 INSTALL = ROOT / "scripts" / "agents" / "qwen.sh"
@@ -51,3 +61,134 @@ def test_the_install_script_gives_the_pinned_cli(qwen_bin: Path) -> None:
     again = subprocess.run(["bash", str(INSTALL)], capture_output=True, text=True, timeout=60,
                            stdin=subprocess.DEVNULL)
     assert again.returncode == 0 and again.stdout.strip().splitlines()[-1] == str(qwen_bin)
+
+
+# --------------------------------------------------------------- end to end through assay
+
+needs_bwrap = pytest.mark.skipif(not bwrap_available(), reason="bubblewrap cannot run here")
+FIX_CMD = ("python3 -c \"import pathlib; p = pathlib.Path('src/calc/__init__.py'); "
+           "p.write_text(p.read_text().replace('a - b', 'a + b'))\"")
+# qwen refuses `sed -i` on a file it has not read with its own read_file tool, so the scripted
+# fix edits the file through python instead; the tool is qwen's own run_shell_command
+FIX_SCRIPT = {"turns": [
+    {"message": "I will fix add.", "tool_call": {"name": "run_shell_command",
+                                                 "arguments": {"command": FIX_CMD}}},
+    {"message": "Fixed add()."}]}
+# a harmless look first, the fix only in the second answer: a budget spent by the first call
+# leaves the bug in place
+LOOK_SCRIPT = {"turns": [
+    {"tool_call": {"name": "run_shell_command", "arguments": {"command": "ls src/calc"}}},
+    *FIX_SCRIPT["turns"]]}
+
+
+def _bundle(root: Path) -> Path:
+    bundle = make_bundle(root / "tasks" / "calc")
+    y = bundle / "task.yaml"
+    y.write_text(y.read_text().replace("network_policy: none", "network_policy: model-proxy-only"))
+    return bundle
+
+
+def _experiment(root: Path, name: str, arms: dict[str, str], script: dict[str, Any],
+                extra: str = "") -> Path:
+    _bundle(root)
+    (root / "scripts").mkdir()
+    (root / "scripts" / "calc-001.yaml").write_text(json.dumps(script))
+    body = "".join(f"  {arm}:\n    agent: \"qwen:{{bin}}\"\n    model: {model}\n"
+                   for arm, model in arms.items())
+    exp = root / "experiment.yaml"
+    exp.write_text(f"name: {name}\ntasks: [tasks]\nrepetitions: 1\nseed: 1\nconcurrency: 2\n"
+                   f"arms:\n{body}{extra}")
+    return exp
+
+
+def _trial(out: Path, arm: str) -> tuple[Path, dict[str, Any]]:
+    [adir] = sorted(out.glob(f"trials/calc-001/{arm}/*/a1"))
+    return adir, json.loads((adir / "trial.json").read_text())
+
+
+def _ledger(adir: Path) -> list[ModelCall]:
+    path = adir / "model_calls.jsonl"
+    return [ModelCall.read(r, path) for r in iter_rows(path)] if path.exists() else []
+
+
+def _refuse(req: RecordedRequest, n: int) -> Status:
+    return Status(400, body='{"error": {"message": "scripted refusal", "type": "invalid"}}')
+
+
+@needs_bwrap
+def test_a_scripted_fix_is_accepted_and_a_refusing_upstream_fails(
+        tmp_path: Path, qwen_bin: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    with ScriptedServer(_refuse) as srv:
+        monkeypatch.setenv("TEST_UPSTREAM", srv.base_url)
+        monkeypatch.setenv("TEST_KEY", SECRET)
+        exp = _experiment(tmp_path, "qwen-e2e", {
+            "fix": "{name: builtin/replay, script: scripts, protocol: chat}",
+            "refused": "{name: qw-refused, base_url_env: TEST_UPSTREAM, api_key_env: TEST_KEY}",
+        }, FIX_SCRIPT)
+        exp.write_text(exp.read_text().replace("{bin}", str(qwen_bin)))
+        out = tmp_path / "run"
+        res = run_cli(["exp", "run", str(exp), "--out", str(out)])
+        assert res.code == 0, res.stdout + res.stderr
+        refused_requests = srv.chat_requests()
+
+    adir, trial = _trial(out, "fix")
+    ex = trial["execution"]
+    assert trial["grade"]["accepted"] is True, (trial["grade"], ex)
+    assert ex["status"] == "succeeded" and ex["ended_by"] == "agent", ex
+    assert ex["anomalies"] == {} and ex["evidence_gap"] is False, ex
+    report = ex["agent_report"]
+    assert report["agent_status"] == "success" and report["num_turns"] == 2
+    assert report["stream"]["tool_calls"] == {"run_shell_command": 1}
+    assert report["stream"]["cli_version"] == VERSION
+    assert "--max-wall-time" in report["argv"] and "--yolo" in report["argv"]
+    assert report["max_wall_time_seconds"] < 30  # below the watchdog (agent_wall_seconds: 30)
+    # the raw stream as received, and the settings that turned the outbound switches off
+    raw = (adir / "agent" / "stdout.log").read_bytes()
+    assert raw and hashlib.sha256(raw).hexdigest() == report["stream_sha256"]
+    settings = json.loads((adir / "agent" / "qwen-settings.json").read_text())
+    assert settings["privacy"]["usageStatisticsEnabled"] is False
+    assert settings["telemetry"]["enabled"] is False
+    # the ledger holds exactly the calls the agent made, and the usage it claims agrees
+    rows = _ledger(adir)
+    assert [(r.protocol, r.status, r.stream, r.assistant_step) for r in rows] == \
+        [("chat", 200, True, True)] * 2
+    assert ex["model_usage"]["calls"] == 2
+    assert ex["usage_check"] == {"comparable": True, "agrees": True, "differences": {}}, ex
+    assert ex["agent_usage"]["input_tokens"] == sum(r.input_tokens or 0 for r in rows)
+    ident = trial["agent_identity"]
+    assert ident["adapter"] == "assay.qwen/1" and ident["cli_version"] == VERSION
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["arms"]["fix"]["agent_identity"]["bin_sha256"] == ident["bin_sha256"]
+
+    adir, trial = _trial(out, "refused")
+    ex = trial["execution"]
+    assert ex["status"] == "exited_nonzero", ex
+    assert trial["grade"]["accepted"] is False
+    assert trial["grade"]["failure_code"] == "no_change", trial["grade"]
+    rows = _ledger(adir)
+    assert rows and {r.status for r in rows} == {400}
+    assert len(rows) == len(refused_requests)
+    # the real key went upstream, and no file of the run holds it
+    assert {r.headers.get("authorization") for r in refused_requests} == {f"Bearer {SECRET}"}
+    for p in out.rglob("*"):
+        if p.is_file():
+            assert SECRET.encode() not in p.read_bytes(), p
+
+
+@needs_bwrap
+def test_a_token_budget_spent_mid_task_ends_as_budget_exhausted(tmp_path: Path,
+                                                                 qwen_bin: Path) -> None:
+    exp = _experiment(tmp_path, "qwen-budget", {
+        "tight": "{name: builtin/replay, script: scripts, protocol: chat}"}, LOOK_SCRIPT,
+        "limits: {tokens: 4000}\n")
+    exp.write_text(exp.read_text().replace("{bin}", str(qwen_bin)))
+    out = tmp_path / "run"
+    res = run_cli(["exp", "run", str(exp), "--out", str(out)])
+    assert res.code == 0, res.stdout + res.stderr
+    adir, trial = _trial(out, "tight")
+    ex = trial["execution"]
+    assert ex["status"] == "budget_exhausted", ex
+    assert trial["grade"]["failure_code"] == "budget_exhausted", trial["grade"]
+    rows = _ledger(adir)
+    assert rows[0].status == 200 and all(r.status != 200 for r in rows[1:]) and rows[1:], rows
+    assert ex["agent_report"]["stream"]["tool_calls"] == {"run_shell_command": 1}

@@ -5,6 +5,7 @@ from __future__ import annotations
 from assay.agents.base import Agent, AgentContext, AgentRun
 from assay.agents.mcode import MCode
 from assay.agents.mutants import BY_NAME, MUTANTS, MutantAgent
+from assay.agents.qwen import Qwen
 from assay.agents.reference import Command, Nop, Oracle
 
 
@@ -22,6 +23,8 @@ def parse_agent(spec: str) -> Agent:
         return Command(cmd)
     if spec == "mcode" or spec.startswith("mcode:"):
         return MCode.from_spec(spec)
+    if spec == "qwen" or spec.startswith("qwen:"):
+        return Qwen.from_spec(spec)
     if spec.startswith("mutant:"):
         name = spec.split(":", 1)[1]
         if name not in BY_NAME:
