@@ -20,8 +20,11 @@ from typing import Any
 import pytest
 from conftest import SECRET, run_cli
 from support.bundles import make_bundle
-from support.scripted_server import RecordedRequest, ScriptedServer, Status
+from support.scripted_server import Answer, RecordedRequest, ScriptedServer, Status
 
+from assay.agents import parse_agent
+from assay.agents.qwen import Qwen
+from assay.agents.qwen_stream import ANOMALIES, usage_check
 from assay.records.io import iter_rows
 from assay.records.ledger import ModelCall
 from assay.sandbox import bwrap_available
@@ -192,3 +195,124 @@ def test_a_token_budget_spent_mid_task_ends_as_budget_exhausted(tmp_path: Path,
     rows = _ledger(adir)
     assert rows[0].status == 200 and all(r.status != 200 for r in rows[1:]) and rows[1:], rows
     assert ex["agent_report"]["stream"]["tool_calls"] == {"run_shell_command": 1}
+
+
+def _loop(req: RecordedRequest, n: int) -> Answer:
+    """Never a final answer: only the turn limit ends the session."""
+    return Answer("again", model=(req.body or {}).get("model", ""), tool_calls=[{
+        "id": f"c{n}", "type": "function",
+        "function": {"name": "run_shell_command", "arguments": '{"command": "true"}'}}])
+
+
+@needs_bwrap
+def test_the_task_step_budget_is_the_cli_turn_limit(tmp_path: Path, qwen_bin: Path) -> None:
+    """``assistant_steps`` becomes ``--max-session-turns``: with no gateway in the way (the
+    sandbox's network leads straight to the scripted upstream) it is the CLI that stops, with
+    its exit 53 and no result message, and that is budget_exhausted."""
+    from assay.runner.trial import TrialHooks, run_trial
+    from assay.sandbox import ProxyTarget
+    from assay.suites.bundle import load_bundle
+
+    root = make_bundle(tmp_path / "steps")
+    y = root / "task.yaml"
+    y.write_text(y.read_text().replace("assistant_steps: 10", "assistant_steps: 2"))
+    agent = parse_agent(f"qwen:{qwen_bin}")
+    with ScriptedServer(_loop) as srv:
+        hooks = TrialHooks()
+        hooks.proxy = ProxyTarget(tcp=("127.0.0.1", srv.port))
+        hooks.model_env = {"OPENAI_BASE_URL": hooks.proxy.base_url + "/v1",
+                           "OPENAI_API_KEY": "scoped-token", "ASSAY_MODEL": "qw-loop"}
+        res = run_trial(load_bundle(root), agent, tmp_path / "t", hooks=hooks)
+        calls = srv.chat_requests()
+    ex = res.record["execution"]
+    assert ex["status"] == "budget_exhausted" and ex["exit_code"] == 53, ex
+    assert ex["ended_by"] == "agent" and ex["anomalies"] == {"missing_result": 1}, ex
+    assert ex["agent_report"]["max_session_turns"] == 2
+    assert ex["agent_report"]["stream"]["tool_calls"] == {"run_shell_command": 2}
+    assert ex["agent_usage"] is None  # no result, no claim: unknown, not zero
+    assert res.grade is not None and res.grade["failure_code"] == "budget_exhausted"
+    assert len(calls) == 2
+    # qwen streams with usage asked for, and declares its shell tool
+    assert all(c.body["stream"] is True and c.body["stream_options"]["include_usage"]
+               for c in calls)
+    assert "run_shell_command" in {t["function"]["name"] for t in calls[0].body["tools"]}
+
+
+# --------------------------------------------------------------- without the CLI
+
+
+def _stream(*msgs: dict[str, Any], tail: bytes = b"") -> bytes:
+    return b"".join(json.dumps(m).encode() + b"\n" for m in msgs) + tail
+
+
+INIT = {"type": "system", "subtype": "init", "session_id": "s", "qwen_code_version": VERSION}
+TOOL = {"type": "assistant", "session_id": "s", "parent_tool_use_id": None, "message": {
+    "content": [{"type": "tool_use", "id": "c1", "name": "run_shell_command", "input": {}}]}}
+OK = {"type": "result", "subtype": "success", "session_id": "s", "is_error": False,
+      "num_turns": 1, "usage": {"input_tokens": 5, "output_tokens": 2}}
+FAILED = {"type": "result", "subtype": "error_during_execution", "session_id": "s",
+          "is_error": True, "num_turns": 0,
+          "error": {"message": "[API Error: 401 invalid api key]"}}
+
+
+def test_the_end_of_a_run_maps_onto_the_failure_taxonomy(tmp_path: Path) -> None:
+    from assay.agents.base import AgentRun
+    from assay.agents.qwen import collect
+
+    cases: list[tuple[bytes, int | None, str, str, set[str]]] = [
+        (_stream(INIT, TOOL, OK), 0, "nonzero_exit", "succeeded", set()),
+        (_stream(INIT, TOOL, OK), 1, "nonzero_exit", "exited_nonzero", set()),
+        (_stream(INIT, TOOL), 53, "nonzero_exit", "budget_exhausted", {"missing_result"}),
+        (_stream(INIT, TOOL), 55, "nonzero_exit", "agent_timeout", {"missing_result"}),
+        (_stream(INIT, FAILED), 1, "nonzero_exit", "infra_error", set()),
+        (_stream(INIT, TOOL, FAILED), 1, "nonzero_exit", "exited_nonzero", set()),
+        (b"", 1, "nonzero_exit", "exited_nonzero", {"missing_result"}),
+        # the sandbox's verdict (a watchdog kill) outranks the stream
+        (_stream(INIT, TOOL, OK), None, "timeout", "agent_timeout", set()),
+        (_stream(INIT, OK, OK), 0, "ok", "succeeded", {"duplicate_result"}),
+        (_stream(INIT, OK, TOOL), 0, "ok", "succeeded", {"result_not_last"}),
+        (_stream(INIT, {**TOOL, "session_id": "t"}, {"type": "mystery"}, OK, tail=b'{"ty'), 0,
+         "ok", "succeeded", {"session_id_inconsistent", "unknown_message_type",
+                             "truncated_last_line"}),
+    ]
+    for i, (raw, code, reason, want, anomalies) in enumerate(cases):
+        path = tmp_path / f"{i}.log"
+        path.write_bytes(raw)
+        start = "agent_timeout" if reason == "timeout" else (
+            "succeeded" if code == 0 else "exited_nonzero")
+        run = collect(AgentRun(status=start, exit_code=code, reason=reason), path, {})
+        assert run.status == want, (i, run.detail)
+        assert set(run.extra["anomalies"]) == anomalies, (i, run.extra["anomalies"])
+        assert set(run.extra["anomalies"]) <= set(ANOMALIES)
+        assert run.extra["evidence_gap"] is bool(anomalies)
+    assert usage_check({"input_tokens": 5, "output_tokens": 2},
+                       {"input": 5, "output": 2, "usage_missing_calls": 0})["agrees"] is True
+    assert usage_check({"input_tokens": 9, "output_tokens": 2},
+                       {"input": 5, "output": 2, "usage_missing_calls": 0})["agrees"] is False
+    assert usage_check(None, {"input": 5})["comparable"] is False
+
+
+def test_a_missing_cli_or_node_is_refused_at_load(tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("ASSAY_QWEN_BIN", raising=False)
+    monkeypatch.setenv("ASSAY_AGENTS_DIR", str(tmp_path / "empty"))
+    with pytest.raises(ValueError, match="install it with scripts/agents/qwen.sh"):
+        parse_agent("qwen")
+    with pytest.raises(ValueError, match="not an executable"):
+        parse_agent(f"qwen:{tmp_path / 'nothing'}")
+    cli = tmp_path / "qwen"
+    cli.write_text("#!/bin/sh\necho 9.9.9\n")
+    cli.chmod(0o755)
+    with pytest.raises(ValueError, match="no Node 22"):
+        parse_agent(f"qwen:{cli}")
+    node = tmp_path / "node"
+    (node / "bin").mkdir(parents=True)
+    (node / "bin" / "node").write_text("")
+    monkeypatch.setenv("ASSAY_QWEN_NODE", str(node))
+    monkeypatch.setenv("ASSAY_QWEN_BIN", str(cli))
+    agent = parse_agent("qwen")
+    assert isinstance(agent, Qwen) and agent.bin == cli
+    ident = agent.describe()
+    assert ident["cli_version"] == "9.9.9"
+    assert ident["bin_sha256"] == hashlib.sha256(cli.read_bytes()).hexdigest()
+    assert "stream-json" in ident["flags"]
