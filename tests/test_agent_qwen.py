@@ -84,10 +84,16 @@ LOOK_SCRIPT = {"turns": [
     *FIX_SCRIPT["turns"]]}
 
 
+INSTRUCTION_HEAD = "- fix calc.add, -y --version\n"
+
+
 def _bundle(root: Path) -> Path:
     bundle = make_bundle(root / "tasks" / "calc")
     y = bundle / "task.yaml"
     y.write_text(y.read_text().replace("network_policy: none", "network_policy: model-proxy-only"))
+    # an instruction that starts like a flag (a markdown list) reaches the model as text
+    md = bundle / "instruction.md"
+    md.write_text(INSTRUCTION_HEAD + md.read_text())
     return bundle
 
 
@@ -171,6 +177,9 @@ def test_a_scripted_fix_is_accepted_and_a_refusing_upstream_fails(
     rows = _ledger(adir)
     assert rows and {r.status for r in rows} == {400}
     assert len(rows) == len(refused_requests)
+    first = refused_requests[0].body["messages"]
+    said = [json.dumps(m["content"]) for m in first if m["role"] == "user"]
+    assert any(INSTRUCTION_HEAD.strip() in text for text in said), said
     # the real key went upstream, and no file of the run holds it
     assert {r.headers.get("authorization") for r in refused_requests} == {f"Bearer {SECRET}"}
     for p in out.rglob("*"):

@@ -152,7 +152,9 @@ class Qwen:
                 "--max-wall-time", str(max(1, int(wall)))]
         if spec.budget.assistant_steps is not None:
             argv += ["--max-session-turns", str(spec.budget.assistant_steps)]
-        argv.append(ctx.bundle.instruction_path.read_text())
+        # one argument with `=`: a positional instruction starting with "-" (a markdown list)
+        # would be read as flags, and after a `--` qwen ignores it
+        argv.append(f"--prompt={ctx.bundle.instruction_path.read_text()}")
         return argv, wall
 
     def run(self, ctx: AgentContext) -> AgentRun:
@@ -178,7 +180,7 @@ class Qwen:
         ctx.record_dir.mkdir(parents=True, exist_ok=True)
         (ctx.record_dir / "qwen-settings.json").write_text(settings)  # no secret in it
         report: dict[str, Any] = {
-            "adapter": ADAPTER, "argv": argv[:-1] + ["<instruction>"],
+            "adapter": ADAPTER, "argv": [*argv[:-1], "--prompt=<instruction>"],
             "settings_sha256": hashlib.sha256(settings.encode()).hexdigest(),
             "max_wall_time_seconds": wall,
             "max_session_turns": ctx.bundle.spec.budget.assistant_steps,
