@@ -325,3 +325,30 @@ def test_a_missing_cli_or_node_is_refused_at_load(tmp_path: Path,
     assert ident["cli_version"] == "9.9.9"
     assert ident["bin_sha256"] == hashlib.sha256(cli.read_bytes()).hexdigest()
     assert "stream-json" in ident["flags"]
+    assert ident["package_sha256"] is None  # a lone script belongs to no npm package
+
+
+def test_another_build_of_the_cli_is_another_identity(tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """The entry script is a loader that stays the same across builds: the package tree and
+    the lockfile are what tell them apart (an identity change makes a resume refused)."""
+    pkg = tmp_path / "prefix" / "node_modules" / "@qwen-code" / "qwen-code"
+    (pkg / "chunks").mkdir(parents=True)
+    (pkg / "package.json").write_text('{"name": "@qwen-code/qwen-code"}')
+    (pkg / "chunks" / "a.js").write_text("one")
+    entry = pkg / "cli-entry.js"
+    entry.write_text("#!/bin/sh\necho 0.24.4\n")
+    entry.chmod(0o755)
+    (tmp_path / "prefix" / "package-lock.json").write_text("{}")
+    node = tmp_path / "node"
+    (node / "bin").mkdir(parents=True)
+    (node / "bin" / "node").write_text("")
+    monkeypatch.setenv("ASSAY_QWEN_NODE", str(node))
+    agent = parse_agent(f"qwen:{entry}")
+    first = agent.describe()
+    assert first["package_sha256"] and first["lock_sha256"]
+    assert agent.describe() == first
+    (pkg / "chunks" / "a.js").write_text("two")
+    second = agent.describe()
+    assert second["package_sha256"] != first["package_sha256"]
+    assert second["bin_sha256"] == first["bin_sha256"]

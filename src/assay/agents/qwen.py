@@ -90,6 +90,34 @@ def _sha256_file(path: Path) -> str | None:
         return None
 
 
+def package_dir(entry: Path) -> Path | None:
+    """The npm package the entry script belongs to (the nearest folder with a package.json)."""
+    for parent in entry.resolve().parents:
+        if (parent / "package.json").is_file():
+            return parent
+        if parent.name == "node_modules":
+            return None
+    return None
+
+
+_TREE_DIGESTS: dict[tuple[Any, ...], str] = {}
+
+
+def tree_sha256(root: Path) -> str:
+    """Every file of the CLI's package (names and bytes): its entry script is a small loader,
+    the same across builds, so only the whole tree tells one build from another. Hashed once
+    per state of the tree (names, sizes, mtimes), as each trial describes its agent."""
+    files = sorted(p for p in root.rglob("*") if p.is_file())
+    key = (str(root), *((str(p), st.st_size, st.st_mtime_ns) for p in files
+                        for st in (p.stat(),)))
+    if key not in _TREE_DIGESTS:
+        h = hashlib.sha256()
+        for p in files:
+            h.update(str(p.relative_to(root)).encode() + b"\0" + p.read_bytes() + b"\0")
+        _TREE_DIGESTS[key] = h.hexdigest()
+    return _TREE_DIGESTS[key]
+
+
 @functools.cache
 def cli_version(cli: Path, node_bin: Path) -> str | None:
     """``qwen --version`` run once per CLI on the host (cached: it is part of the identity)."""
@@ -133,13 +161,18 @@ class Qwen:
         return cls(path.absolute(), node.absolute(), name=spec)
 
     def describe(self) -> dict[str, Any]:
-        """The adapter's part of the arm identity: CLI (path, version, digest of its entry
-        script), Node, flags and the settings template's digest."""
+        """The adapter's part of the arm identity: CLI (path, version, digests of its entry
+        script, its package tree and the install's lockfile), Node, flags and the settings
+        template's digest."""
         entry = self.bin.resolve()
         settings = json.dumps(SETTINGS, sort_keys=True)
+        package = package_dir(entry)
+        prefix, _ = install_prefix(self.bin)
         return {"adapter": ADAPTER, "bin": str(self.bin),
                 "cli_version": cli_version(self.bin, self.node / "bin"),
                 "bin_sha256": _sha256_file(entry),
+                "package_sha256": tree_sha256(package) if package is not None else None,
+                "lock_sha256": _sha256_file(prefix / "package-lock.json"),
                 "node_sha256": _sha256_file(self.node / "bin" / "node"),
                 "flags": list(FIXED_FLAGS),
                 "config_template_sha256": hashlib.sha256(settings.encode()).hexdigest()}
