@@ -132,6 +132,7 @@ def test_a_scripted_fix_is_accepted_and_a_refusing_upstream_fails(
         monkeypatch.setenv("TEST_KEY", SECRET)
         exp = _experiment(tmp_path, "qwen-e2e", {
             "fix": "{name: builtin/replay, script: scripts, protocol: chat}",
+            "fix_responses": "{name: builtin/replay, script: scripts, protocol: responses}",
             "refused": "{name: qw-refused, base_url_env: TEST_UPSTREAM, api_key_env: TEST_KEY}",
         }, FIX_SCRIPT)
         exp.write_text(exp.read_text().replace("{bin}", str(qwen_bin)))
@@ -168,6 +169,14 @@ def test_a_scripted_fix_is_accepted_and_a_refusing_upstream_fails(
     assert ident["adapter"] == "assay.qwen/1" and ident["cli_version"] == VERSION
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["arms"]["fix"]["agent_identity"]["bin_sha256"] == ident["bin_sha256"]
+
+    # the Responses API arm: --auth-type openai-responses, the same fix, accepted
+    adir, trial = _trial(out, "fix_responses")
+    ex = trial["execution"]
+    assert trial["grade"]["accepted"] is True and ex["status"] == "succeeded", ex
+    assert "openai-responses" in ex["agent_report"]["argv"]
+    assert [(r.protocol, r.status) for r in _ledger(adir)] == [("responses", 200)] * 2
+    assert ex["usage_check"]["agrees"] is True, ex["usage_check"]
 
     adir, trial = _trial(out, "refused")
     ex = trial["execution"]
