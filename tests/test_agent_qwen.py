@@ -335,6 +335,17 @@ def test_a_missing_cli_or_node_is_refused_at_load(tmp_path: Path,
     assert ident["bin_sha256"] == hashlib.sha256(cli.read_bytes()).hexdigest()
     assert "stream-json" in ident["flags"]
     assert ident["package_sha256"] is None  # a lone script belongs to no npm package
+    # through the CLI: refused at experiment load, naming the arm, before anything runs
+    make_bundle(tmp_path / "tasks" / "calc")
+    (tmp_path / "s.jsonl").write_text('{"message": "hi"}\n')
+    exp = tmp_path / "experiment.yaml"
+    exp.write_text("name: q\ntasks: [tasks]\narms:\n  q:\n    agent: \"qwen:/nonexistent/qwen\"\n"
+                   "    model: {name: builtin/replay, script: s.jsonl}\n")
+    res = run_cli(["exp", "run", str(exp), "--out", str(tmp_path / "run")])
+    assert res.code == 2
+    assert "arms.q.agent: qwen: /nonexistent/qwen is not an executable file" in " ".join(
+        res.stderr.split())
+    assert not (tmp_path / "run" / "trials").exists()
 
 
 def test_another_build_of_the_cli_is_another_identity(tmp_path: Path,
