@@ -216,17 +216,22 @@ def test_a_token_budget_spent_mid_task_ends_as_budget_exhausted(tmp_path: Path,
 
 
 def _loop(req: RecordedRequest, n: int) -> Answer:
-    """Never a final answer: only the turn limit ends the session."""
-    return Answer("again", model=(req.body or {}).get("model", ""), tool_calls=[{
+    """Never a final answer: only the turn limit ends the session (qw-slow: an answer that
+    comes after the CLI's wall-time limit)."""
+    model = (req.body or {}).get("model", "")
+    if model == "qw-slow":
+        return Answer("too late", model=model, delay=25)
+    return Answer("again", model=model, tool_calls=[{
         "id": f"c{n}", "type": "function",
         "function": {"name": "run_shell_command", "arguments": '{"command": "true"}'}}])
 
 
 @needs_bwrap
-def test_the_task_step_budget_is_the_cli_turn_limit(tmp_path: Path, qwen_bin: Path) -> None:
-    """``assistant_steps`` becomes ``--max-session-turns``: with no gateway in the way (the
-    sandbox's network leads straight to the scripted upstream) it is the CLI that stops, with
-    its exit 53 and no result message, and that is budget_exhausted."""
+def test_the_task_budgets_are_the_cli_limits(tmp_path: Path, qwen_bin: Path) -> None:
+    """``assistant_steps`` becomes ``--max-session-turns`` and ``agent_wall_seconds`` (less a
+    margin) ``--max-wall-time``: with no gateway in the way (the sandbox's network leads
+    straight to the scripted upstream) it is the CLI that stops, with exit 53 or 55 and no
+    result message, and that is budget_exhausted or agent_timeout."""
     from assay.runner.trial import TrialHooks, run_trial
     from assay.sandbox import ProxyTarget
     from assay.suites.bundle import load_bundle
@@ -242,6 +247,15 @@ def test_the_task_step_budget_is_the_cli_turn_limit(tmp_path: Path, qwen_bin: Pa
                            "OPENAI_API_KEY": "scoped-token", "ASSAY_MODEL": "qw-loop"}
         res = run_trial(load_bundle(root), agent, tmp_path / "t", hooks=hooks)
         calls = srv.chat_requests()
+        slow = load_bundle(make_bundle(tmp_path / "slow", agent_seconds=20))
+        hooks.model_env = {**hooks.model_env, "ASSAY_MODEL": "qw-slow"}
+        late = run_trial(slow, agent, tmp_path / "late", hooks=hooks)
+    ex = late.record["execution"]
+    assert ex["status"] == "agent_timeout" and ex["exit_code"] == 55, ex
+    assert ex["ended_by"] == "agent", ex  # the CLI's limit, not the watchdog
+    assert ex["agent_report"]["max_wall_time_seconds"] == 10  # 20 - 2 margin - 8 startup
+    assert "--max-wall-time" in ex["agent_report"]["stderr_tail"]
+    assert late.grade is not None and late.grade["failure_code"] == "agent_timeout"
     ex = res.record["execution"]
     assert ex["status"] == "budget_exhausted" and ex["exit_code"] == 53, ex
     assert ex["ended_by"] == "agent" and ex["anomalies"] == {"missing_result": 1}, ex
@@ -268,6 +282,8 @@ TOOL = {"type": "assistant", "session_id": "s", "parent_tool_use_id": None, "mes
     "content": [{"type": "tool_use", "id": "c1", "name": "run_shell_command", "input": {}}]}}
 OK = {"type": "result", "subtype": "success", "session_id": "s", "is_error": False,
       "num_turns": 1, "usage": {"input_tokens": 5, "output_tokens": 2}}
+API_401 = {"type": "assistant", "session_id": "s", "parent_tool_use_id": None, "message": {
+    "content": [{"type": "text", "text": "[API Error: 401 invalid api key]"}]}}
 FAILED = {"type": "result", "subtype": "error_during_execution", "session_id": "s",
           "is_error": True, "num_turns": 0,
           "error": {"message": "[API Error: 401 invalid api key]"}}
@@ -283,6 +299,8 @@ def test_the_end_of_a_run_maps_onto_the_failure_taxonomy(tmp_path: Path) -> None
         (_stream(INIT, TOOL), 53, "nonzero_exit", "budget_exhausted", {"missing_result"}),
         (_stream(INIT, TOOL), 55, "nonzero_exit", "agent_timeout", {"missing_result"}),
         (_stream(INIT, FAILED), 1, "nonzero_exit", "infra_error", set()),
+        # the CLI reports the failed call as an assistant message: still before any work
+        (_stream(INIT, API_401, FAILED), 1, "nonzero_exit", "infra_error", set()),
         (_stream(INIT, TOOL, FAILED), 1, "nonzero_exit", "exited_nonzero", set()),
         (b"", 1, "nonzero_exit", "exited_nonzero", {"missing_result"}),
         # the sandbox's verdict (a watchdog kill) outranks the stream

@@ -32,6 +32,8 @@ class QwenReading:
     assistant_messages: int = 0
     tool_calls: dict[str, int] = field(default_factory=dict)
     tool_errors: int = 0
+    #: model calls that failed, as the CLI reported them (``[API Error: …]`` messages)
+    api_errors: list[str] = field(default_factory=list)
     anomalies: dict[str, int] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
 
@@ -43,7 +45,8 @@ class QwenReading:
     def to_record(self) -> dict[str, Any]:
         init = self.init or {}
         return {"assistant_messages": self.assistant_messages, "tool_calls": self.tool_calls,
-                "tool_errors": self.tool_errors, "notes": self.notes,
+                "tool_errors": self.tool_errors, "api_errors": self.api_errors[:10],
+                "notes": self.notes,
                 "session_id": init.get("session_id"), "model": init.get("model"),
                 "cli_version": init.get("qwen_code_version"),
                 "permission_mode": init.get("permission_mode")}
@@ -96,7 +99,10 @@ def _take(reading: QwenReading, msg: dict[str, Any]) -> None:
         content = (msg.get("message") or {}).get("content")
         blocks = content if isinstance(content, list) else []
         if kind == "assistant" and msg.get("parent_tool_use_id") is None:
-            reading.assistant_messages += 1
+            if _api_error(blocks):
+                reading.api_errors.append(str(blocks[0].get("text"))[:300])
+            else:
+                reading.assistant_messages += 1
         for block in blocks:
             if not isinstance(block, dict):
                 continue
@@ -105,6 +111,13 @@ def _take(reading: QwenReading, msg: dict[str, Any]) -> None:
                 reading.tool_calls[name] = reading.tool_calls.get(name, 0) + 1
             elif block.get("type") == "tool_result" and block.get("is_error"):
                 reading.tool_errors += 1
+
+
+def _api_error(blocks: list[Any]) -> bool:
+    """qwen reports a failed model call as an assistant message of one text block
+    ``[API Error: …]``: no answer of the model, so not counted as one."""
+    return len(blocks) == 1 and isinstance(blocks[0], dict) and blocks[0].get("type") == "text" \
+        and str(blocks[0].get("text", "")).startswith("[API Error:")
 
 
 def usage_check(claim: dict[str, Any] | None, gateway: dict[str, Any] | None) -> dict[str, Any]:
