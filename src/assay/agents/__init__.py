@@ -7,12 +7,14 @@ from assay.agents.claude import ClaudeCode
 from assay.agents.mcode import MCode
 from assay.agents.mini_swe_agent import MiniSweAgent
 from assay.agents.mutants import BY_NAME, MUTANTS, MutantAgent
+from assay.agents.qwen import Qwen
 from assay.agents.reference import Command, Nop, Oracle
 
 
 def parse_agent(spec: str) -> Agent:
-    """``oracle``, ``nop``, ``command:<shell command>``, ``mutant:<name>`` or ``mcode`` /
-    ``mcode:<path to the CLI>``."""
+    """``oracle``, ``nop``, ``command:<shell command>``, ``mutant:<name>``, or a real agent
+    CLI's adapter (``mcode``, ``codex``, ``claude-code``, ``qwen-code``, ``mini-swe-agent``),
+    each optionally ``:<path to the CLI>``."""
     if spec == "oracle":
         return Oracle()
     if spec == "nop":
@@ -29,13 +31,17 @@ def parse_agent(spec: str) -> Agent:
     # the issue names it claude-code; the CLI is called claude: both name the adapter
     if spec in ("claude", "claude-code") or spec.startswith(("claude:", "claude-code:")):
         return ClaudeCode.from_spec(spec)
+    # the issue names it qwen-code; the CLI is called qwen: both name the adapter
+    if spec in ("qwen", "qwen-code") or spec.startswith(("qwen:", "qwen-code:")):
+        return Qwen.from_spec(spec)
     if spec.startswith("mutant:"):
         name = spec.split(":", 1)[1]
         if name not in BY_NAME:
             raise ValueError(f"unknown mutant {name!r} (known: {', '.join(BY_NAME)})")
         return MutantAgent(BY_NAME[name])
     raise ValueError(f"unknown agent {spec!r}: use oracle, nop, command:<shell command>, "
-                     "mutant:<name> or mcode[:<path>]")
+                     "mutant:<name>, or a CLI adapter (mcode, codex, claude-code, qwen-code, "
+                     "mini-swe-agent), optionally :<path to its CLI>")
 
 
 __all__ = ["MUTANTS", "Agent", "AgentContext", "AgentRun", "MCode", "MiniSweAgent", "MutantAgent",

@@ -26,7 +26,10 @@ from typing import Any
 import yaml
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
-FIX = "sed -i 's/a - b/a + b/' calc.py"
+# An edit in Python rather than ``sed -i``: Qwen Code refuses to let a shell command edit a file
+# its own read tool has not read.
+FIX = ("python3 -c \"import pathlib; p = pathlib.Path('calc.py'); "
+       "p.write_text(p.read_text().replace('a - b', 'a + b'))\"")
 
 
 @dataclass(frozen=True)
@@ -51,8 +54,8 @@ RECIPES: dict[str, Recipe] = {
                     env_bin="ASSAY_CODEX_BIN"),
     "claude-code": Recipe("claude-code", "anthropic", "scripts/agents/claude.sh", "Bash",
                           env_bin="ASSAY_CLAUDE_BIN"),
-    "qwen-code": Recipe("qwen-code", "chat", "scripts/agents/qwen-code.sh",
-                        "run_shell_command", env_bin="ASSAY_QWEN_CODE_BIN"),
+    "qwen-code": Recipe("qwen-code", "chat", "scripts/agents/qwen.sh",
+                        "run_shell_command", env_bin="ASSAY_QWEN_BIN"),
     "mini-swe-agent": Recipe("mini-swe-agent", "chat", "scripts/agents/mini-swe-agent.sh",
                              "bash", extra_turns=({"tool_call": {"name": "bash", "arguments": {
                                  "command": "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"}}},),
