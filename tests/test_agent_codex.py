@@ -10,14 +10,26 @@ why.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
+from conftest import SECRET, run_cli
+from support.bundles import make_bundle
+from support.codex_upstream import ErrorUpstream
+
+from assay.agents import parse_agent
+from assay.records.io import iter_rows
+from assay.records.ledger import ModelCall
+from assay.sandbox import bwrap_available
 
 ROOT = Path(__file__).resolve().parents[1]
 INSTALL = ROOT / "scripts" / "agents" / "codex.sh"
 VERSION = "0.171.0"
+needs_bwrap = pytest.mark.skipif(not bwrap_available(), reason="bubblewrap cannot run here")
 
 
 @pytest.fixture(scope="module")
@@ -44,3 +56,166 @@ def test_install_script_gives_the_pinned_cli(codex_bin: Path) -> None:
     assert (codex_bin.parents[6] / ".complete").is_file()
     again = subprocess.run(["bash", str(INSTALL)], capture_output=True, text=True, timeout=120)
     assert again.returncode == 0 and again.stdout.strip().splitlines()[-1] == str(codex_bin)
+
+
+# ------------------------------------------------------------------ end to end: assay exp run
+
+FIX = """turns:
+  - message: I will fix the sign.
+    tool_call:
+      name: exec_command
+      arguments: {cmd: "sed -i 's/return a - b/return a + b/' src/calc/__init__.py"}
+  - message: Fixed add().
+"""
+# a harmless look first, then the fix: with assistant_steps 1 the fix is never reached
+SLOW_FIX = """turns:
+  - tool_call: {name: exec_command, arguments: {cmd: "ls src/calc"}}
+  - tool_call:
+      name: exec_command
+      arguments: {cmd: "sed -i 's/return a - b/return a + b/' src/calc/__init__.py"}
+  - message: Fixed add().
+"""
+
+
+def _bundle(root: Path, steps: int = 10) -> Path:
+    bundle = make_bundle(root)
+    y = bundle / "task.yaml"
+    y.write_text(y.read_text().replace("network_policy: none", "network_policy: model-proxy-only")
+                 .replace("assistant_steps: 10", f"assistant_steps: {steps}"))
+    return bundle
+
+
+def _trial(out: Path, arm: str) -> tuple[Path, dict[str, Any]]:
+    [adir] = sorted(out.glob(f"trials/calc-001/{arm}/*/a1"))
+    return adir, json.loads((adir / "trial.json").read_text())
+
+
+def _ledger(adir: Path) -> list[ModelCall]:
+    path = adir / "model_calls.jsonl"
+    return [ModelCall.read(r, path) for r in iter_rows(path)]
+
+
+def _no_secret(out: Path) -> None:
+    for p in out.rglob("*"):
+        if p.is_file():
+            assert SECRET.encode() not in p.read_bytes(), p
+
+
+@needs_bwrap
+def test_codex_fixes_the_task_through_gateway_and_sandbox(tmp_path: Path, codex_bin: Path,
+                                                          monkeypatch: pytest.MonkeyPatch
+                                                          ) -> None:
+    """Accepted on replay; a 400 from the upstream ends as exited_nonzero and no_change."""
+    _bundle(tmp_path / "tasks" / "calc")
+    (tmp_path / "scripts").mkdir()
+    (tmp_path / "scripts" / "calc-001.yaml").write_text(FIX)
+    exp = tmp_path / "experiment.yaml"
+    exp.write_text(f"""name: codex-e2e
+tasks: [tasks]
+arms:
+  replay:
+    agent: "codex:{codex_bin}"
+    model: {{name: builtin/replay, script: scripts, protocol: responses}}
+  refused:
+    agent: "codex:{codex_bin}"
+    model: {{name: status-400, base_url_env: TEST_UPSTREAM, api_key_env: TEST_KEY,
+             protocol: responses}}
+""")
+    out = tmp_path / "run"
+    with ErrorUpstream() as upstream:
+        monkeypatch.setenv("TEST_UPSTREAM", upstream.base_url)
+        monkeypatch.setenv("TEST_KEY", SECRET)
+        res = run_cli(["exp", "run", str(exp), "--out", str(out)])
+    assert res.code == 0, res.stdout + res.stderr
+
+    adir, trial = _trial(out, "replay")
+    ex = trial["execution"]
+    assert trial["grade"]["accepted"] is True, (trial["grade"], ex)
+    assert ex["status"] == "succeeded" and ex["ended_by"] == "agent", ex
+    report = ex["agent_report"]
+    assert report["agent_status"] == "turn.completed"
+    assert report["cli_version"] == f"codex-cli {VERSION}"
+    assert report["timeout_seconds"] < 30  # below the watchdog (agent_wall_seconds: 30)
+    [tool] = report["stream"]["items"]["tool_calls"]
+    assert "sed -i" in tool["command"] and tool["exit_code"] == 0
+    assert report["stream"]["items"]["final_message"] == "Fixed add()."
+    assert ex["turns"] == 1 and ex["tool_calls"] == 1
+    assert ex["anomalies"] == {} and ex["evidence_gap"] is False, ex["anomalies"]
+    # the raw stream is kept as received; the config names the token's variable only
+    raw = (adir / "agent" / "stdout.log").read_bytes()
+    assert raw and hashlib.sha256(raw).hexdigest() == report["stream_sha256"]
+    cfg = (adir / "agent" / "codex-config.toml").read_text()
+    assert 'env_key = "OPENAI_API_KEY"' in cfg and 'wire_api = "responses"' in cfg
+    assert "plugins = false" in cfg and 'web_search = "disabled"' in cfg
+    assert hashlib.sha256(cfg.encode()).hexdigest() == report["config_sha256"]
+    # the ledger holds the calls codex made: one per assistant answer, over the Responses API
+    rows = _ledger(adir)
+    assert [(r.protocol, r.status, r.stream) for r in rows] == [("responses", 200, True)] * 2
+    assert ex["model_usage"]["calls"] == 2
+    claim = ex["agent_usage"]["usage"]
+    assert claim["output_tokens"] == sum(r.output_tokens or 0 for r in rows)
+    assert ex["usage_check"]["comparable"] is True, ex["usage_check"]
+    assert ex["usage_check"]["agrees"] is True, ex["usage_check"]
+    # the CLI's identity is frozen in the manifest
+    ident = json.loads((out / "manifest.json").read_text())["arms"]["replay"]["agent_identity"]
+    assert ident["adapter"] == "assay.codex/1" and ident["cli_version"] == f"codex-cli {VERSION}"
+    assert len(ident["bin_sha256"]) == 64 and "--json" in ident["flags"]
+
+    adir, trial = _trial(out, "refused")
+    ex = trial["execution"]
+    assert ex["status"] == "exited_nonzero", ex
+    assert ex["agent_report"]["agent_status"] == "turn.failed"
+    assert "scripted refusal 400" in ex["agent_report"]["stream"]["failure"]
+    assert trial["grade"]["failure_code"] == "no_change", trial["grade"]
+    assert ex["agent_usage"] is None  # no claim, never a zero
+    rows = _ledger(adir)
+    assert rows and {r.status for r in rows} == {400}
+    assert len(rows) == len(upstream.requests)  # the ledger saw every call that went out
+    assert {r.headers.get("authorization") for r in upstream.requests} == {f"Bearer {SECRET}"}
+    _no_secret(out)
+
+
+@needs_bwrap
+def test_codex_out_of_steps_is_budget_exhausted(tmp_path: Path, codex_bin: Path) -> None:
+    _bundle(tmp_path / "tasks" / "calc", steps=1)
+    (tmp_path / "scripts").mkdir()
+    (tmp_path / "scripts" / "calc-001.yaml").write_text(SLOW_FIX)
+    exp = tmp_path / "experiment.yaml"
+    exp.write_text(f"""name: codex-steps
+tasks: [tasks]
+arms:
+  replay:
+    agent: "codex:{codex_bin}"
+    model: {{name: builtin/replay, script: scripts, protocol: responses}}
+""")
+    out = tmp_path / "run"
+    res = run_cli(["exp", "run", str(exp), "--out", str(out)])
+    assert res.code == 0, res.stdout + res.stderr
+    adir, trial = _trial(out, "replay")
+    ex = trial["execution"]
+    assert ex["status"] == "budget_exhausted", ex
+    assert ex["agent_report"]["agent_status"] == "turn.failed"
+    assert "budget" in ex["agent_report"]["stream"]["failure"]
+    assert trial["grade"]["failure_code"] == "budget_exhausted", trial["grade"]
+    rows = _ledger(adir)
+    # one step, then the gateway's refusal, which codex retries (5 reconnects) before it stops
+    assert rows[0].status == 200 and {r.status for r in rows[1:]} == {403}
+    reconnects = ex["agent_report"]["stream"]["reconnects"]
+    assert reconnects >= 1 and len(rows) == 1 + reconnects + 1
+    assert ex["model_usage"]["exhausted"] == "assistant_steps"
+
+
+def test_unknown_or_missing_cli_is_refused_at_load(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="not an executable file"):
+        parse_agent(f"codex:{tmp_path / 'nope'}")
+    exp = tmp_path / "experiment.yaml"
+    make_bundle(tmp_path / "tasks" / "calc")
+    exp.write_text(f"""name: codex-missing
+tasks: [tasks]
+arms:
+  a:
+    agent: "codex:{tmp_path / 'nope'}"
+    model: {{name: m, protocol: responses}}
+""")
+    res = run_cli(["exp", "run", str(exp), "--out", str(tmp_path / "run")])
+    assert res.code == 2 and "not an executable file" in res.stdout + res.stderr

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from assay.agents.base import Agent, AgentContext, AgentRun
+from assay.agents.codex import Codex
 from assay.agents.mcode import MCode
 from assay.agents.mutants import BY_NAME, MUTANTS, MutantAgent
 from assay.agents.reference import Command, Nop, Oracle
@@ -10,7 +11,7 @@ from assay.agents.reference import Command, Nop, Oracle
 
 def parse_agent(spec: str) -> Agent:
     """``oracle``, ``nop``, ``command:<shell command>``, ``mutant:<name>`` or ``mcode`` /
-    ``mcode:<path to the CLI>``."""
+    ``mcode:<path to the CLI>``, ``codex`` / ``codex:<path>``."""
     if spec == "oracle":
         return Oracle()
     if spec == "nop":
@@ -22,13 +23,16 @@ def parse_agent(spec: str) -> Agent:
         return Command(cmd)
     if spec == "mcode" or spec.startswith("mcode:"):
         return MCode.from_spec(spec)
+    if spec == "codex" or spec.startswith("codex:"):
+        return Codex.from_spec(spec)
     if spec.startswith("mutant:"):
         name = spec.split(":", 1)[1]
         if name not in BY_NAME:
             raise ValueError(f"unknown mutant {name!r} (known: {', '.join(BY_NAME)})")
         return MutantAgent(BY_NAME[name])
     raise ValueError(f"unknown agent {spec!r}: use oracle, nop, command:<shell command>, "
-                     "mutant:<name> or mcode[:<path>]")
+                     "mutant:<name>, mcode[:<path>] or codex[:<path>]")
 
 
-__all__ = ["MUTANTS", "Agent", "AgentContext", "AgentRun", "MCode", "MutantAgent", "parse_agent"]
+__all__ = ["MUTANTS", "Agent", "AgentContext", "AgentRun", "Codex", "MCode", "MutantAgent",
+           "parse_agent"]
