@@ -219,3 +219,44 @@ arms:
 """)
     res = run_cli(["exp", "run", str(exp), "--out", str(tmp_path / "run")])
     assert res.code == 2 and "not an executable file" in res.stdout + res.stderr
+
+
+@needs_bwrap
+def test_auth_failure_and_the_agents_own_time_limit(tmp_path: Path, codex_bin: Path) -> None:
+    """Straight at an upstream (no gateway, so nothing but codex decides): a 401 before any work
+    is infrastructure; an upstream slower than the budget ends by codex's own time limit,
+    below the runner's watchdog."""
+    from assay.runner.trial import TrialHooks, run_trial
+    from assay.sandbox import ProxyTarget
+    from assay.suites.bundle import load_bundle
+
+    quick = load_bundle(_bundle(tmp_path / "quick"))
+    slow = load_bundle(make_bundle(tmp_path / "slow", agent_seconds=6))
+    agent = parse_agent(f"codex:{codex_bin}")
+    want = {"status-401": (quick, "infra_error"), "slow-30": (slow, "agent_timeout")}
+    with ErrorUpstream() as upstream:
+        for model, (bundle, status) in want.items():
+            hooks = TrialHooks()
+            hooks.proxy = ProxyTarget(tcp=("127.0.0.1", upstream.port))
+            hooks.model_env = {"OPENAI_BASE_URL": hooks.proxy.base_url + "/v1",
+                               "OPENAI_API_KEY": "scoped-token", "ASSAY_MODEL": model,
+                               "ASSAY_MODEL_PROTOCOL": "responses"}
+            res = run_trial(bundle, agent, tmp_path / model, hooks=hooks)
+            ex = res.record["execution"]
+            assert ex["status"] == status, (model, ex)
+            assert ex["ended_by"] == "agent", (model, ex)  # not the watchdog
+            if status == "agent_timeout":
+                assert ex["exit_code"] == 124 and ex["agent_report"]["timeout_seconds"] == 4
+                assert ex["wall_seconds"] < 6
+            else:
+                assert ex["agent_report"]["agent_status"] == "turn.failed"
+                assert "401" in ex["agent_report"]["stream"]["failure"]
+            assert ex["usage_check"] == {"comparable": False,
+                                         "reason": "no gateway ledger for this attempt"}
+        # and a chat arm is refused with a readable reason, before codex starts
+        hooks = TrialHooks()
+        hooks.model_env = {"OPENAI_BASE_URL": "http://127.0.0.1:9/v1", "OPENAI_API_KEY": "t",
+                           "ASSAY_MODEL": "m", "ASSAY_MODEL_PROTOCOL": "chat"}
+        ex = run_trial(quick, agent, tmp_path / "chat", hooks=hooks).record["execution"]
+        assert ex["status"] == "infra_error" and "protocol to responses" in ex["detail"]
+    assert {r.headers.get("authorization") for r in upstream.requests} == {"Bearer scoped-token"}

@@ -2,14 +2,15 @@
 
 The shared ``scripted_server`` routes only chat completions, and Codex 0.171 speaks only the
 Responses API. The model name asked picks the answer (``status-400`` -> 400, ``status-401`` ->
-401, …), so one server serves every arm of an experiment; every request is kept, with its
-headers, so a test can see which key reached the upstream.
+401, …; ``slow-N`` waits N seconds, then answers 400), so one server serves every arm;
+every request is kept, with its headers, so a test can see which key reached the upstream.
 """
 
 from __future__ import annotations
 
 import json
 import threading
+import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -45,6 +46,8 @@ class ErrorUpstream:
                 model = str((body or {}).get("model", ""))
                 code = int(model.removeprefix("status-")) if model.startswith("status-") \
                     else 400
+                if model.startswith("slow-"):
+                    time.sleep(float(model.removeprefix("slow-")))
                 payload = json.dumps({"error": {"message": f"scripted refusal {code}",
                                                 "type": "invalid_request_error"}}).encode()
                 self.send_response(code)
@@ -54,6 +57,7 @@ class ErrorUpstream:
                 self.wfile.write(payload)
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True  # a slow answer must not hold up the shutdown
         threading.Thread(target=self._server.serve_forever, daemon=True).start()
         return self
 
