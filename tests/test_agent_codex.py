@@ -260,3 +260,63 @@ def test_auth_failure_and_the_agents_own_time_limit(tmp_path: Path, codex_bin: P
         ex = run_trial(quick, agent, tmp_path / "chat", hooks=hooks).record["execution"]
         assert ex["status"] == "infra_error" and "protocol to responses" in ex["detail"]
     assert {r.headers.get("authorization") for r in upstream.requests} == {"Bearer scoped-token"}
+
+
+def test_stream_reader_names_what_a_healthy_cli_does_not_write() -> None:
+    """Breaks codex has no reason to make, built by hand from the shape the real CLI wrote."""
+    from assay.agents.codex_stream import ANOMALIES, read_codex_stream
+
+    good = [{"type": "thread.started", "thread_id": "t1"}, {"type": "turn.started"},
+            {"type": "item.started", "item": {"id": "i0", "type": "command_execution",
+                                               "command": "ls", "exit_code": None}},
+            {"type": "item.completed", "item": {"id": "i0", "type": "command_execution",
+                                                 "command": "ls", "exit_code": 0}},
+            {"type": "turn.completed", "usage": {"input_tokens": 5, "output_tokens": 2}}]
+    lines = [json.dumps(e).encode() for e in good]
+    ok = read_codex_stream(b"\n".join(lines) + b"\n")
+    assert ok.anomalies == {} and ok.usage == {"input_tokens": 5, "output_tokens": 2}
+    assert ok.to_record()["items"]["tool_calls"] == [
+        {"id": "i0", "command": "ls", "exit_code": 0, "status": None}]
+    extra = [json.dumps({"type": "mystery"}).encode(), b"not json",
+             json.dumps({"type": "turn.failed", "error": {"message": "x"}}).encode(),
+             json.dumps({"type": "item.started", "item": {"id": "i9", "type": "reasoning"}})
+             .encode()]
+    bad = read_codex_stream(b"\n".join(lines[1:] + extra) + b"\n{\"type\": \"tur")
+    assert set(bad.anomalies) == {"missing_thread_started", "unknown_event_type",
+                                  "invalid_json_line", "duplicate_terminal_event",
+                                  "events_after_terminal", "item_not_completed",
+                                  "truncated_last_line"}, bad.notes
+    assert set(bad.anomalies) <= set(ANOMALIES)
+    killed = read_codex_stream(b"\n".join(lines[:3]) + b"\n")
+    assert "missing_terminal_event" in killed.anomalies and killed.usage is None
+
+
+def test_which_cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``codex:<path>``, else ``$ASSAY_CODEX_BIN``, else the pinned install under
+    ``$ASSAY_AGENTS_DIR``; a missing one says how to install it."""
+    from assay.agents.codex import INSTALL_REL, Codex
+
+    fake = tmp_path / "agents" / INSTALL_REL
+    fake.parent.mkdir(parents=True)
+    fake.write_text("#!/bin/sh\necho codex-cli 0.0.0\n")
+    fake.chmod(0o755)
+    other = tmp_path / "other-codex"
+    other.write_bytes(fake.read_bytes())
+    other.chmod(0o755)
+    monkeypatch.delenv("ASSAY_CODEX_BIN", raising=False)
+    monkeypatch.setenv("ASSAY_AGENTS_DIR", str(tmp_path / "agents"))
+    agent = parse_agent("codex")
+    assert isinstance(agent, Codex) and agent.bin == fake
+    ident = agent.describe()
+    assert ident["cli_version"] == "codex-cli 0.0.0"
+    assert ident["bin_sha256"] == hashlib.sha256(fake.read_bytes()).hexdigest()
+    # the binary's folder above bin/ is what the sandbox sees, read-only
+    exe, [mount] = agent._sandbox_bin()
+    assert exe == "/assay/opt/codex/bin/codex" and mount.source == fake.parent.parent
+    monkeypatch.setenv("ASSAY_CODEX_BIN", str(other))
+    assert parse_agent("codex").bin == other  # type: ignore[attr-defined]
+    assert parse_agent(f"codex:{fake}").bin == fake  # type: ignore[attr-defined]
+    monkeypatch.delenv("ASSAY_CODEX_BIN")
+    monkeypatch.setenv("ASSAY_AGENTS_DIR", str(tmp_path / "empty"))
+    with pytest.raises(ValueError, match="run scripts/agents/codex.sh"):
+        parse_agent("codex")

@@ -96,15 +96,27 @@ def default_bin() -> Path:
     return Path(root) / INSTALL_REL
 
 
+#: (path, size, mtime) -> sha256: the pinned binary is ~300 MB, so it is hashed once per
+#: process and build, not once per experiment load
+_DIGESTS: dict[tuple[str, int, int], str | None] = {}
+
+
 def _sha256_file(path: Path) -> str | None:
-    digest = hashlib.sha256()
     try:
-        with path.open("rb") as fh:
-            for block in iter(lambda: fh.read(1 << 20), b""):
-                digest.update(block)
+        st = path.stat()
     except OSError:
         return None
-    return digest.hexdigest()
+    key = (str(path), st.st_size, st.st_mtime_ns)
+    if key not in _DIGESTS:
+        digest = hashlib.sha256()
+        try:
+            with path.open("rb") as fh:
+                for block in iter(lambda: fh.read(1 << 20), b""):
+                    digest.update(block)
+            _DIGESTS[key] = digest.hexdigest()
+        except OSError:
+            return None
+    return _DIGESTS[key]
 
 
 def _tail(path: Path, n: int = 2000) -> str:
