@@ -287,6 +287,10 @@ def test_stream_reader_names_what_a_healthy_cli_does_not_write() -> None:
                                   "events_after_terminal", "item_not_completed",
                                   "truncated_last_line"}, bad.notes
     assert set(bad.anomalies) <= set(ANOMALIES)
+    readme = (ROOT / "README.md").read_text()
+    section = readme[readme.index("### Codex (`agent: codex`)"):]
+    section = section[:section.index("\n### ", 1)]
+    assert all(f"`{name}`" in section for name in ANOMALIES)  # the README names each one
     killed = read_codex_stream(b"\n".join(lines[:3]) + b"\n")
     assert "missing_terminal_event" in killed.anomalies and killed.usage is None
 
