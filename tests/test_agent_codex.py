@@ -135,6 +135,7 @@ arms:
     report = ex["agent_report"]
     assert report["agent_status"] == "turn.completed"
     assert report["cli_version"] == f"codex-cli {VERSION}"
+    assert report["argv"][-2:] == ["--", "<prompt>"] and "--skip-git-repo-check" in report["argv"]
     assert report["timeout_seconds"] < 30  # below the watchdog (agent_wall_seconds: 30)
     [tool] = report["stream"]["items"]["tool_calls"]
     assert "sed -i" in tool["command"] and tool["exit_code"] == 0

@@ -194,14 +194,16 @@ class Codex:
         exe, mounts = self._sandbox_bin()
         prompt = ctx.bundle.instruction_path.read_text()
         flags = [*FIXED_FLAGS, "-C", SANDBOX_WORKDIR]
+        # "--": an instruction that starts with a dash is still the prompt
         argv = ["timeout", "--signal=TERM", "--kill-after=2", f"{timeout:g}", exe, *flags,
-                prompt]
+                "--", prompt]
         env = {"CODEX_HOME": f"{AGENT_HOME}/{HOME_REL}", "NO_COLOR": "1", "RUST_LOG": "warn"}
         run = run_in_agent_sandbox(ctx, argv, mounts, env=env)
         ctx.record_dir.mkdir(parents=True, exist_ok=True)
         (ctx.record_dir / "codex-config.toml").write_text(config)  # no secret in it
         report: dict[str, Any] = {
-            "adapter": ADAPTER, "cli_version": self.version(), "argv": [exe, *flags, "<prompt>"],
+            "adapter": ADAPTER, "cli_version": self.version(),
+            "argv": [exe, *flags, "--", "<prompt>"],
             "config_sha256": hashlib.sha256(config.encode()).hexdigest(),
             "timeout_seconds": timeout,
             # codex has no step flag: the gateway counts and refuses
