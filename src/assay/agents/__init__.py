@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from assay.agents.base import Agent, AgentContext, AgentRun
 from assay.agents.claude import ClaudeCode
+from assay.agents.codex import Codex
 from assay.agents.mcode import MCode
 from assay.agents.mini_swe_agent import MiniSweAgent
 from assay.agents.mutants import BY_NAME, MUTANTS, MutantAgent
@@ -15,6 +16,8 @@ def parse_agent(spec: str) -> Agent:
     """``oracle``, ``nop``, ``command:<shell command>``, ``mutant:<name>``, or a real agent
     CLI's adapter (``mcode``, ``codex``, ``claude-code``, ``qwen-code``, ``mini-swe-agent``),
     each optionally ``:<path to the CLI>``."""
+    """``oracle``, ``nop``, ``command:<shell command>``, ``mutant:<name>`` or ``mcode`` /
+    ``mcode:<path to the CLI>``, ``codex`` / ``codex:<path>``."""
     if spec == "oracle":
         return Oracle()
     if spec == "nop":
@@ -34,6 +37,8 @@ def parse_agent(spec: str) -> Agent:
     # the issue names it qwen-code; the CLI is called qwen: both name the adapter
     if spec in ("qwen", "qwen-code") or spec.startswith(("qwen:", "qwen-code:")):
         return Qwen.from_spec(spec)
+    if spec == "codex" or spec.startswith("codex:"):
+        return Codex.from_spec(spec)
     if spec.startswith("mutant:"):
         name = spec.split(":", 1)[1]
         if name not in BY_NAME:
@@ -44,5 +49,6 @@ def parse_agent(spec: str) -> Agent:
                      "mini-swe-agent), optionally :<path to its CLI>")
 
 
-__all__ = ["MUTANTS", "Agent", "AgentContext", "AgentRun", "MCode", "MiniSweAgent", "MutantAgent",
+__all__ = ["MUTANTS", "Agent", "AgentContext", "AgentRun", "ClaudeCode", "Codex", "MCode",
+           "MiniSweAgent", "MutantAgent", "Qwen",
            "parse_agent"]
