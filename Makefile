@@ -2,7 +2,7 @@
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup setup-test demo test lint bench
+.PHONY: setup setup-test demo rehearsal test lint bench
 
 setup:
 	@bash scripts/bootstrap.sh
@@ -13,6 +13,13 @@ setup-test:
 
 demo: setup
 	$(BIN)/assay run examples/triage --model builtin/baseline
+
+# A whole A/B experiment with a real agent CLI (Qwen Code, installed once) and builtin/replay.
+rehearsal: setup
+	@bash scripts/agents/qwen.sh >/dev/null
+	$(BIN)/assay exp run examples/experiments/rehearsal.yaml --out runs/rehearsal
+	@# exit 4 (inconclusive) is the rehearsal's honest answer on four tasks; 1 (reject) fails
+	@$(BIN)/assay exp verdict runs/rehearsal; code=$$?; [ $$code -eq 0 ] || [ $$code -eq 4 ]
 
 test: setup-test
 	$(BIN)/python -m pytest -q

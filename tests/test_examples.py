@@ -7,6 +7,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+from conftest import run_cli
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -30,3 +33,36 @@ def test_library_example_runs_compares_and_prints_the_verdict(tmp_path: Path) ->
         assert {"manifest.json", "raw_predictions.jsonl", "report.md", "report.html"} <= {
             p.name for p in (runs / run).iterdir()}
     assert done.stderr == ""  # the library is silent unless given a progress display
+
+
+def test_the_rehearsal_experiment_runs_with_a_real_agent(tmp_path: Path) -> None:
+    """``make rehearsal``'s experiment end to end: the real Qwen Code CLI (installed by
+    tests/test_agent_qwen.py through scripts/agents/qwen.sh, which runs earlier) on the four
+    dev bundles against builtin/replay. The baseline's script fixes 2 tasks, the candidate's
+    all 4: d = 1, 1, 0, 0, Δ = +50 pts, SE = .2887, t(3) = 3.1824: interval [-41.9, +141.9]
+    pts, below -10: inconclusive (exit 4). No holdout task is looked at."""
+    import os
+
+    from assay.agents.qwen import default_bin
+    from assay.sandbox import bwrap_available
+
+    if not bwrap_available():
+        pytest.skip("bubblewrap cannot run here")
+    if not (os.environ.get("ASSAY_QWEN_BIN") or default_bin().is_file()):
+        pytest.skip("Qwen Code is not installed (scripts/agents/qwen.sh); test_agent_qwen.py "
+                    "installs it")
+    exp = Path(__file__).resolve().parents[1] / "examples" / "experiments" / "rehearsal.yaml"
+    out = tmp_path / "run"
+    res = run_cli(["exp", "run", str(exp), "--out", str(out)])
+    assert res.code == 0, res.stderr
+    res = run_cli(["exp", "verdict", str(out), "--json"])
+    assert res.code == 4, res.stdout + res.stderr
+    v = json.loads(res.stdout)
+    assert v["verdict"]["decision"] == "inconclusive" and v["comparison"]["delta"] == 0.5
+    assert v["comparison"]["ci"] == pytest.approx([0.5 - 3.1824463 * 0.2886751,
+                                                   0.5 + 3.1824463 * 0.2886751], abs=1e-5)
+    assert v["verdict"]["tasks_to_settle"] is not None
+    rep = json.loads((out / "report.json").read_text())
+    assert rep["arms"]["baseline"]["accepted"] == 2 and rep["arms"]["candidate"]["accepted"] == 4
+    assert rep["arms"]["candidate"]["cost_complete"] is True and rep["holdout"] is None
+    assert not (exp.parent.parent / "agent-tasks" / ".assay").exists()
