@@ -49,3 +49,27 @@ def test_an_agent_that_cannot_be_installed_is_said_so_not_failed() -> None:
 def test_unknown_agents_are_refused() -> None:
     res = run_cli(["agents", "check", "cursor"])
     assert res.code == 2 and "unknown agent" in res.stderr
+
+
+@pytest.mark.skipif(not bwrap_available(), reason="bubblewrap cannot run here")
+def test_trial_run_with_a_model_goes_through_the_gateway(tmp_path: Path) -> None:
+    """``trial run --agent <CLI> --model builtin/replay``: one trial, as a one-arm experiment."""
+    from support.bundles import make_bundle
+
+    bundle = make_bundle(tmp_path / "calc")
+    y = bundle / "task.yaml"
+    y.write_text(y.read_text().replace("network_policy: none", "network_policy: model-proxy-only"))
+    script = tmp_path / "replay.yaml"
+    script.write_text(json.dumps({"turns": [{"tool_call": {"name": "shell", "arguments": {
+        "command": "sed -i 's/a - b/a + b/' src/calc/__init__.py"}}}], "final": "Done."}))
+    out = tmp_path / "trial"
+    args = ["trial", "run", str(bundle), "--agent", f"mcode:{FIXTURE}", "--model",
+            "builtin/replay", "--script", str(script), "--out", str(out)]
+    res = run_cli(args)
+    assert res.code == 0, res.stderr
+    assert "ACCEPTED" in res.stdout
+    [ledger] = out.glob("run/trials/calc-001/agent/0/a1/model_calls.jsonl")
+    assert len(ledger.read_text().splitlines()) == 2
+    again = run_cli(args)  # the same command resumes: nothing runs twice
+    assert again.code == 0 and "ACCEPTED" in again.stdout
+    assert not (out / "run" / "trials" / "calc-001" / "agent" / "0" / "a2").exists()

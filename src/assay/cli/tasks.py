@@ -135,9 +135,22 @@ def task_check(
 @trial_app.command("run")
 def trial_run(
     task_dir: Annotated[Path, typer.Argument(metavar="TASK_DIR")],
-    agent: Annotated[str, typer.Option(help="oracle, nop, command:<shell command> or "
-                                       "mutant:<name>")],
+    agent: Annotated[str, typer.Option(help="oracle, nop, command:<shell command>, "
+                                       "mutant:<name>, or an agent CLI (mcode, codex, "
+                                       "claude-code, qwen-code, mini-swe-agent)[:<path>]")],
     out_dir: Annotated[Path, typer.Option("--out", help="The trial directory.")],
+    model: Annotated[str | None, typer.Option(help="The model the agent talks to, through "
+                                              "assay's gateway (e.g. builtin/replay); OUT is "
+                                              "then a one-trial experiment directory.")]
+    = None,
+    protocol: Annotated[str, typer.Option(help="With --model: chat, responses or "
+                                          "anthropic.")] = "chat",
+    script: Annotated[Path | None, typer.Option(help="With --model builtin/replay: its "
+                                                "script.")] = None,
+    base_url_env: Annotated[str | None, typer.Option(help="With a real --model: the variable "
+                                                     "holding its base URL.")] = None,
+    api_key_env: Annotated[str | None, typer.Option(help="With a real --model: the variable "
+                                                    "holding its key.")] = None,
 ) -> None:
     """Prepare, run the agent in the sandbox, freeze, verify; print the grade. Exit 0 whatever
     the verdict; 3 when the trial could not be run or graded."""
@@ -149,6 +162,10 @@ def trial_run(
         raise fail(f"{task_dir} holds {len(bundles)} task bundles; a trial runs one. Name one "
                    "of: " + ", ".join(str(b.root) for b in bundles))
     [bundle] = bundles
+    if model is not None:
+        _trial_with_model(bundle, agent, out_dir, model=model, protocol=protocol,
+                          script=script, base_url_env=base_url_env, api_key_env=api_key_env)
+        return
     try:
         the_agent = parse_agent(agent)
     except ValueError as exc:
@@ -163,6 +180,50 @@ def trial_run(
     _print_grade(result.grade)
     if result.grade["validity"]["status"] != "valid":
         raise typer.Exit(EXIT_INFRA)
+
+
+def _trial_with_model(bundle: Any, agent: str, out_dir: Path, **model: Any) -> None:
+    """A trial whose agent needs a model runs as a one-arm, one-task experiment: the same
+    runner, gateway (scoped token, ledger, budgets) and verifier as every experiment trial, and
+    the same resume. The experiment file is written into OUT, so the run can be repeated."""
+    import json as _json
+
+    import yaml
+
+    from assay.api import run_experiment
+    from assay.errors import AssayError
+    from assay.records.trial import read_grade
+
+    spec: dict[str, Any] = {"name": model["model"], "protocol": model["protocol"]}
+    if model["script"] is not None:
+        spec["script"] = str(Path(model["script"]).resolve())
+    for key in ("base_url_env", "api_key_env"):
+        if model[key]:
+            spec[key] = model[key]
+    out_dir.mkdir(parents=True, exist_ok=True)
+    exp = out_dir / "trial-experiment.yaml"
+    if not exp.exists():
+        exp.write_text(yaml.safe_dump({
+            "name": f"trial-{bundle.id}", "tasks": [str(bundle.root.resolve())],
+            "arms": {"agent": {"agent": agent, "model": spec}}}, sort_keys=False))
+    _require_sandbox("bwrap")
+    try:
+        run_experiment(exp, out_dir / "run")
+    except AssayError as exc:
+        raise fail(str(exc)) from None
+    attempts = sorted((out_dir / "run" / "trials" / bundle.id / "agent" / "0").glob("a*"),
+                      key=lambda p: int(p.name[1:]))
+    for a in reversed(attempts):
+        grades = sorted((a / "grades").glob("*.json"))
+        if grades:
+            grade = read_grade(a, grades[-1].stem)
+            _print_grade(grade)
+            out.print(f"  record: {a}", highlight=False)
+            if grade["validity"]["status"] != "valid":
+                raise typer.Exit(EXIT_INFRA)
+            return
+    last = _json.loads((attempts[-1] / "trial.json").read_text()) if attempts else {}
+    raise fail(f"trial not run: {last.get('error') or 'no attempt was graded'}", EXIT_INFRA)
 
 
 def _print_grade(grade: dict[str, Any]) -> None:
