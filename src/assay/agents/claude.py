@@ -30,6 +30,7 @@ from typing import Any
 
 from assay.agents.base import AGENT_HOME, AgentContext, AgentRun, run_in_agent_sandbox
 from assay.agents.claude_stream import ClaudeStream, read_stream, usage_check
+from assay.agents.cli_common import sha256_file, tail, timeout_seconds, with_usage_check
 from assay.sandbox import Mount
 
 ADAPTER = "assay.claude/1"
@@ -64,30 +65,13 @@ def default_bin() -> Path:
             / "claude-code-linux-x64" / "claude")
 
 
-def time_limit(wall: float) -> float:
-    """The CLI's own limit: a margin below the watchdog (10 %, 2 to 30 s), so ``timeout``
-    ends it and the record says agent_timeout before the runner's SIGTERM arrives."""
-    margin = min(max(2.0, 0.1 * wall), 30.0)
-    return max(1.0, wall - margin)
+#: the CLI's own time limit (claude has no flag of its own: ``timeout`` enforces it)
+time_limit = timeout_seconds
 
 
 def config_files() -> dict[str, str]:
     return {rel: json.dumps(body, indent=2, sort_keys=True) + "\n"
             for rel, body in CONFIG_TEMPLATE.items()}
-
-
-def _sha256_file(path: Path) -> str | None:
-    try:
-        return hashlib.sha256(path.read_bytes()).hexdigest()
-    except OSError:
-        return None
-
-
-def _tail(path: Path, n: int = 2000) -> str:
-    try:
-        return path.read_bytes()[-n:].decode("utf-8", "replace")
-    except OSError:
-        return ""
 
 
 @dataclass
@@ -127,7 +111,7 @@ class ClaudeCode:
         the digest of the config written into each attempt's HOME."""
         template = json.dumps(config_files(), sort_keys=True)
         return {"adapter": ADAPTER, "cli_version": self.version(), "bin": str(self.bin),
-                "bin_sha256": _sha256_file(self.bin.resolve()), "flags": list(FIXED_FLAGS),
+                "bin_sha256": sha256_file(self.bin.resolve()), "flags": list(FIXED_FLAGS),
                 "offline_env": dict(OFFLINE_ENV),
                 "config_template_sha256": hashlib.sha256(template.encode()).hexdigest()}
 
@@ -165,19 +149,14 @@ class ClaudeCode:
             "config_sha256": hashlib.sha256(json.dumps(files, sort_keys=True).encode())
             .hexdigest(),
             "time_limit_seconds": limit, "max_turns": spec.budget.assistant_steps,
-            "stderr_tail": _tail(ctx.record_dir / "stderr.log")}
+            "stderr_tail": tail(ctx.record_dir / "stderr.log")}
         return _collect(run, ctx.record_dir / "stdout.log", report)
 
     def reconcile(self, execution: dict[str, Any]) -> dict[str, Any]:
         """The result line's usage claim against the gateway's ledger (``model_usage``)."""
         claim = (execution.get("agent_usage") or {}).get("usage")
         check = usage_check(claim, execution.get("model_usage"))
-        out = {**execution, "usage_check": check}
-        if check.get("comparable") and not check.get("agrees"):
-            anomalies = dict(out.get("anomalies") or {})
-            anomalies["usage_disagrees_with_gateway"] = 1
-            out.update(anomalies=anomalies, evidence_gap=True)
-        return out
+        return with_usage_check(execution, check)
 
 
 def _collect(run: AgentRun, stdout: Path, report: dict[str, Any]) -> AgentRun:

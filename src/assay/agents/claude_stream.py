@@ -12,9 +12,10 @@ shape is named (``ANOMALIES``) and counted.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any
+
+from assay.agents.cli_common import parse_jsonl
 
 KNOWN_TYPES = ("system", "assistant", "user", "result", "stream_event", "rate_limit_event")
 
@@ -72,31 +73,6 @@ class ClaudeStream:
                 "anomaly_notes": self.notes}
 
 
-def _parse_lines(raw: bytes, reading: ClaudeStream) -> list[tuple[int, dict[str, Any]]]:
-    chunks = raw.split(b"\n")
-    ends_clean = raw.endswith(b"\n") or not raw
-    if ends_clean:
-        chunks = chunks[:-1]
-    out: list[tuple[int, dict[str, Any]]] = []
-    for n, chunk in enumerate(chunks, 1):
-        reading.lines += 1
-        last = n == len(chunks)
-        try:
-            obj = json.loads(chunk)
-        except ValueError:
-            obj = None
-        if last and not ends_clean:
-            reading.flag("truncated_last_line", f"line {n}: no newline at the end of the stream")
-            if not isinstance(obj, dict):
-                continue
-        if not isinstance(obj, dict):
-            reading.flag("truncated_last_line" if last else "invalid_json_line",
-                         f"line {n}: not a JSON object")
-            continue
-        out.append((n, obj))
-    return out
-
-
 def _content(msg: dict[str, Any]) -> list[dict[str, Any]]:
     inner = msg.get("message")
     blocks = inner.get("content") if isinstance(inner, dict) else None
@@ -106,7 +82,7 @@ def _content(msg: dict[str, Any]) -> list[dict[str, Any]]:
 def read_stream(raw: bytes) -> ClaudeStream:
     """Read one run's stdout; see the module docstring."""
     reading = ClaudeStream()
-    events = _parse_lines(raw, reading)
+    events = parse_jsonl(raw, reading)
     calls: dict[str, dict[str, Any]] = {}
     for pos, (n, ev) in enumerate(events):
         kind = ev.get("type")

@@ -33,8 +33,8 @@ from pathlib import Path
 from typing import Any
 
 from assay.agents.base import AGENT_HOME, AgentContext, AgentRun, run_in_agent_sandbox
+from assay.agents.cli_common import sha256_file, tail, timeout_seconds, with_usage_check
 from assay.agents.codex_stream import read_codex_stream, usage_check
-from assay.agents.mcode import timeout_seconds
 from assay.sandbox import SANDBOX_WORKDIR, Mount
 
 ADAPTER = "assay.codex/1"
@@ -98,32 +98,6 @@ def default_bin() -> Path:
 
 #: (path, size, mtime) -> sha256: the pinned binary is ~300 MB, so it is hashed once per
 #: process and build, not once per experiment load
-_DIGESTS: dict[tuple[str, int, int], str | None] = {}
-
-
-def _sha256_file(path: Path) -> str | None:
-    try:
-        st = path.stat()
-    except OSError:
-        return None
-    key = (str(path), st.st_size, st.st_mtime_ns)
-    if key not in _DIGESTS:
-        digest = hashlib.sha256()
-        try:
-            with path.open("rb") as fh:
-                for block in iter(lambda: fh.read(1 << 20), b""):
-                    digest.update(block)
-            _DIGESTS[key] = digest.hexdigest()
-        except OSError:
-            return None
-    return _DIGESTS[key]
-
-
-def _tail(path: Path, n: int = 2000) -> str:
-    try:
-        return path.read_bytes()[-n:].decode("utf-8", "replace")
-    except OSError:
-        return ""
 
 
 @dataclass
@@ -168,7 +142,7 @@ class Codex:
         """The adapter's part of the arm identity: the CLI (path, version, digest), the flags
         and the config template's digest (each attempt's own config digest is in its record)."""
         if "bin_sha256" not in self._identity:
-            self._identity["bin_sha256"] = _sha256_file(self.bin)
+            self._identity["bin_sha256"] = sha256_file(self.bin)
         template = codex_config("<model>", "<gateway>/v1")
         return {"adapter": ADAPTER, "bin": str(self.bin), "cli_version": self.version(),
                 "bin_sha256": self._identity["bin_sha256"], "flags": list(FIXED_FLAGS),
@@ -208,19 +182,14 @@ class Codex:
             "timeout_seconds": timeout,
             # codex has no step flag: the gateway counts and refuses
             "max_steps": None, "assistant_steps_budget": spec.budget.assistant_steps,
-            "stderr_tail": _tail(ctx.record_dir / "stderr.log")}
+            "stderr_tail": tail(ctx.record_dir / "stderr.log")}
         return _collect(run, ctx.record_dir / "stdout.log", report)
 
     def reconcile(self, execution: dict[str, Any]) -> dict[str, Any]:
         """The agent's usage claim against the gateway's ledger (``model_usage``)."""
         claim = (execution.get("agent_usage") or {}).get("usage")
         check = usage_check(claim, execution.get("model_usage"))
-        out = {**execution, "usage_check": check}
-        if check.get("comparable") and not check.get("agrees"):
-            anomalies = dict(out.get("anomalies") or {})
-            anomalies["usage_disagrees_with_gateway"] = 1
-            out.update(anomalies=anomalies, evidence_gap=True)
-        return out
+        return with_usage_check(execution, check)
 
 
 def _collect(run: AgentRun, stdout: Path, report: dict[str, Any]) -> AgentRun:

@@ -12,9 +12,10 @@ data: every way it breaks that shape is named (``ANOMALIES``), never repaired.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any
+
+from assay.agents.cli_common import parse_jsonl
 
 ITEM_EVENTS = ("item.started", "item.updated", "item.completed")
 TERMINAL = ("turn.completed", "turn.failed")
@@ -102,33 +103,10 @@ class CodexReading:
                           "final_message": final[:2000] if isinstance(final, str) else None}}
 
 
-def _parse_lines(raw: bytes, reading: CodexReading) -> list[tuple[int, dict[str, Any]]]:
-    chunks = raw.split(b"\n")
-    ends_clean = raw.endswith(b"\n") or not raw
-    if ends_clean:
-        chunks = chunks[:-1]
-    out: list[tuple[int, dict[str, Any]]] = []
-    for n, chunk in enumerate(chunks, 1):
-        reading.lines += 1
-        last = n == len(chunks)
-        try:
-            obj = json.loads(chunk)
-        except ValueError:
-            obj = None
-        if last and not ends_clean:
-            reading.flag("truncated_last_line", f"line {n}: no newline at the end of the stream")
-        elif not isinstance(obj, dict):
-            reading.flag("truncated_last_line" if last else "invalid_json_line",
-                         f"line {n}: not a JSON object")
-        if isinstance(obj, dict):
-            out.append((n, obj))
-    return out
-
-
 def read_codex_stream(raw: bytes) -> CodexReading:
     """Merge one run's stdout into a reading; see the module docstring."""
     reading = CodexReading()
-    events = _parse_lines(raw, reading)
+    events = parse_jsonl(raw, reading)
     reading.events = len(events)
     for n, ev in events:
         etype = ev.get("type")

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from assay.agents.base import AGENT_HOME, AgentContext, AgentRun, run_in_agent_sandbox
+from assay.agents.cli_common import sha256_file, tail, timeout_seconds, with_usage_check
 from assay.agents.mcode_stream import EXIT_CODES, expected_exit_code, read_stream, usage_check
 from assay.sandbox import SANDBOX_WORKDIR, Mount
 
@@ -48,13 +49,6 @@ FIXED_FLAGS = ("exec", "--input", "-", "--output-format", "stream-json", "--perm
 _LAUNCH = '"$0" --version >"$HOME/' + VERSION_REL + '" 2>&1 </dev/null; exec "$0" "$@"'
 
 
-def timeout_seconds(wall: float) -> float:
-    """The CLI's own limit: a margin below the watchdog (10 %, 2 to 30 s), so the CLI ends the
-    turn itself and writes its ``timeout`` result before SIGTERM arrives."""
-    margin = min(max(2.0, 0.1 * wall), 30.0)
-    return max(1.0, wall - margin)
-
-
 def provider_config(model: str, base_url: str) -> dict[str, Any]:
     """The ``custom_provider`` config (contract §4, from the repo's byok test): OpenAI chat
     completions at the gateway, the key expanded by the CLI from ``$OPENAI_API_KEY``."""
@@ -64,20 +58,6 @@ def provider_config(model: str, base_url: str) -> dict[str, Any]:
                     "authMode": "api-key", "headers": {}},
         "models": {model: {"limit": {"context": 200000, "output": 16384}}}}},
         "defaultModel": f"custom_provider:{PROVIDER}/{model}"}
-
-
-def _sha256_file(path: Path) -> str | None:
-    try:
-        return hashlib.sha256(path.read_bytes()).hexdigest()
-    except OSError:
-        return None
-
-
-def _tail(path: Path, n: int = 2000) -> str:
-    try:
-        return path.read_bytes()[-n:].decode("utf-8", "replace")
-    except OSError:
-        return ""
 
 
 @dataclass
@@ -109,7 +89,7 @@ class MCode:
         """The adapter's part of the arm identity: the CLI (path and digest), the flags and the
         config's shape (its digest for a given model is in each attempt's record)."""
         template = json.dumps(provider_config("<model>", "<gateway>/v1"), sort_keys=True)
-        return {"adapter": ADAPTER, "bin": str(self.bin), "bin_sha256": _sha256_file(self.bin),
+        return {"adapter": ADAPTER, "bin": str(self.bin), "bin_sha256": sha256_file(self.bin),
                 "flags": list(FIXED_FLAGS),
                 "config_template_sha256": hashlib.sha256(template.encode()).hexdigest()}
 
@@ -137,14 +117,14 @@ class MCode:
                                    env=env, stdin=ctx.bundle.instruction_path.read_bytes())
         ctx.record_dir.mkdir(parents=True, exist_ok=True)
         (ctx.record_dir / "mcode-config.yaml").write_text(config)  # no secret in it
-        version = _tail(ctx.home / VERSION_REL, 500).strip() or None
+        version = tail(ctx.home / VERSION_REL, 500).strip() or None
         report: dict[str, Any] = {
             "adapter": ADAPTER, "cli_version": version, "argv": [exe, *argv_flags],
             "config_sha256": hashlib.sha256(config.encode()).hexdigest(),
             "timeout_seconds": timeout, "max_steps": spec.budget.assistant_steps,
             "exit_meaning": EXIT_CODES.get(run.exit_code) if run.exit_code is not None
             else None,
-            "stderr_tail": _tail(ctx.record_dir / "stderr.log")}
+            "stderr_tail": tail(ctx.record_dir / "stderr.log")}
         return _collect(run, ctx.record_dir / "stdout.log", report)
 
     def reconcile(self, execution: dict[str, Any]) -> dict[str, Any]:
@@ -152,12 +132,7 @@ class MCode:
         claim = execution.get("agent_usage") or {}
         check = usage_check(claim.get("usage"), claim.get("usageIncomplete"),
                             execution.get("model_usage"))
-        out = {**execution, "usage_check": check}
-        if check.get("comparable") and not check.get("agrees"):
-            anomalies = dict(out.get("anomalies") or {})
-            anomalies["usage_disagrees_with_gateway"] = 1
-            out.update(anomalies=anomalies, evidence_gap=True)
-        return out
+        return with_usage_check(execution, check)
 
 
 def _collect(run: AgentRun, stdout: Path, report: dict[str, Any]) -> AgentRun:

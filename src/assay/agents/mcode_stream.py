@@ -17,9 +17,10 @@ flagged, so ``trigger_event: compaction`` can find it in ``agent/stdout.log``.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any
+
+from assay.agents.cli_common import parse_jsonl
 
 SCHEMA_VERSION = 1
 BASE_FIELDS = ("schemaVersion", "sequence", "timestampMs", "runId", "sessionId", "turnId",
@@ -116,32 +117,6 @@ class StreamReading:
                           "final_message": final[:2000] if isinstance(final, str) else None}}
 
 
-def _parse_lines(raw: bytes, reading: StreamReading) -> list[tuple[int, dict[str, Any]]]:
-    chunks = raw.split(b"\n")
-    ends_clean = raw.endswith(b"\n") or not raw
-    if ends_clean:
-        chunks = chunks[:-1]
-    out: list[tuple[int, dict[str, Any]]] = []
-    for n, chunk in enumerate(chunks, 1):
-        reading.lines += 1
-        last = n == len(chunks)
-        try:
-            obj = json.loads(chunk)
-        except ValueError:
-            obj = None
-        if last and not ends_clean:
-            reading.flag("truncated_last_line", f"line {n}: no newline at the end of the stream")
-            if not isinstance(obj, dict):
-                continue
-        if not isinstance(obj, dict):
-            name = "truncated_last_line" if last else "invalid_json_line"
-            if name not in reading.anomalies:
-                reading.flag(name, f"line {n}: not a JSON object")
-            continue
-        out.append((n, obj))
-    return out
-
-
 def _check_base(n: int, ev: dict[str, Any], reading: StreamReading,
                 last_seq: int | None) -> int | None:
     missing = [f for f in BASE_FIELDS if f not in ev]
@@ -196,7 +171,7 @@ def _merge_item(ev: dict[str, Any], reading: StreamReading) -> None:
 def read_stream(raw: bytes) -> StreamReading:
     """Validate and merge one run's stdout; see the module docstring."""
     reading = StreamReading()
-    events = _parse_lines(raw, reading)
+    events = parse_jsonl(raw, reading, once=True)
     reading.events = len(events)
     if any(ev.get("schemaVersion") != SCHEMA_VERSION for _, ev in events):
         bad = sorted({repr(ev.get("schemaVersion")) for _, ev in events

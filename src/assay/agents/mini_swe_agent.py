@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from assay.agents.base import AGENT_HOME, AgentContext, AgentRun, run_in_agent_sandbox
-from assay.agents.mcode import timeout_seconds
+from assay.agents.cli_common import sha256_file, tail, timeout_seconds, with_usage_check
 from assay.agents.mini_swe_agent_traj import (
     CONFIG_ERRORS,
     Trajectory,
@@ -72,20 +72,6 @@ def override_config(base_url: str, steps: int | None, wall_limit: int) -> dict[s
                       "confirm_exit": False},
             "environment": {"cwd": SANDBOX_WORKDIR},
             "model": {"model_kwargs": {"api_base": base_url}}}
-
-
-def _sha256_file(path: Path) -> str | None:
-    try:
-        return hashlib.sha256(path.read_bytes()).hexdigest()
-    except OSError:
-        return None
-
-
-def _tail(path: Path, n: int = 2000) -> str:
-    try:
-        return path.read_bytes()[-n:].decode("utf-8", "replace")
-    except OSError:
-        return ""
 
 
 def _prefix_of(exe: Path) -> Path | None:
@@ -152,12 +138,12 @@ class MiniSweAgent:
             "lib/python3*/site-packages/minisweagent/config/mini.yaml"))), None) if prefix \
             else None
         record = _dist_file(prefix, "RECORD")
-        return {"adapter": ADAPTER, "bin": str(self.bin), "bin_sha256": _sha256_file(self.bin),
+        return {"adapter": ADAPTER, "bin": str(self.bin), "bin_sha256": sha256_file(self.bin),
                 # ``mini`` is a shim: the package's RECORD (every file with its hash) is the build
-                "dist_record_sha256": _sha256_file(record) if record else None,
+                "dist_record_sha256": sha256_file(record) if record else None,
                 "cli_version": _version_of(prefix), "flags": list(FIXED_FLAGS),
                 "env": dict(FIXED_ENV),
-                "builtin_config_sha256": _sha256_file(mini_yaml) if mini_yaml else None,
+                "builtin_config_sha256": sha256_file(mini_yaml) if mini_yaml else None,
                 "config_template_sha256": hashlib.sha256(template.encode()).hexdigest()}
 
     def run(self, ctx: AgentContext) -> AgentRun:
@@ -191,7 +177,7 @@ class MiniSweAgent:
             "config_sha256": hashlib.sha256(config.encode()).hexdigest(),
             "wall_time_limit_seconds": wall_limit, "step_limit": spec.budget.assistant_steps,
             "trajectory_sha256": hashlib.sha256(raw).hexdigest() if raw is not None else None,
-            "stderr_tail": _tail(ctx.record_dir / "stderr.log")}
+            "stderr_tail": tail(ctx.record_dir / "stderr.log")}
         return _collect(run, raw, report)
 
     def reconcile(self, execution: dict[str, Any]) -> dict[str, Any]:
@@ -199,12 +185,7 @@ class MiniSweAgent:
         claim = execution.get("agent_usage") or {}
         check = usage_check(claim.get("usage"), claim.get("usage_missing_turns") or 0,
                             execution.get("model_usage"))
-        out = {**execution, "usage_check": check}
-        if check.get("comparable") and not check.get("agrees"):
-            anomalies = dict(out.get("anomalies") or {})
-            anomalies["usage_disagrees_with_gateway"] = 1
-            out.update(anomalies=anomalies, evidence_gap=True)
-        return out
+        return with_usage_check(execution, check)
 
 
 def _collect(run: AgentRun, raw: bytes | None, report: dict[str, Any]) -> AgentRun:

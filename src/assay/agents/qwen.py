@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from assay.agents.base import AgentContext, AgentRun, run_in_agent_sandbox
-from assay.agents.mcode import timeout_seconds
+from assay.agents.cli_common import sha256_file, tail, timeout_seconds, with_usage_check
 from assay.agents.qwen_stream import EXIT_CODES, read_stream, usage_check
 from assay.sandbox import DEFAULT_PATH, Mount
 
@@ -88,13 +88,6 @@ def install_prefix(cli: Path) -> tuple[Path, str]:
     return real.parent, real.name
 
 
-def _sha256_file(path: Path) -> str | None:
-    try:
-        return hashlib.sha256(path.read_bytes()).hexdigest()
-    except OSError:
-        return None
-
-
 def package_dir(entry: Path) -> Path | None:
     """The npm package the entry script belongs to (the nearest folder with a package.json)."""
     for parent in entry.resolve().parents:
@@ -135,13 +128,6 @@ def cli_version(cli: Path, node_bin: Path) -> str | None:
     return proc.stdout.strip() or None if proc.returncode == 0 else None
 
 
-def _tail(path: Path, n: int = 2000) -> str:
-    try:
-        return path.read_bytes()[-n:].decode("utf-8", "replace")
-    except OSError:
-        return ""
-
-
 @dataclass
 class Qwen:
     """``agent: qwen`` (or ``qwen:<path to the CLI>``)."""
@@ -175,10 +161,10 @@ class Qwen:
         prefix, _ = install_prefix(self.bin)
         return {"adapter": ADAPTER, "bin": str(self.bin),
                 "cli_version": cli_version(self.bin, self.node / "bin"),
-                "bin_sha256": _sha256_file(entry),
+                "bin_sha256": sha256_file(entry),
                 "package_sha256": tree_sha256(package) if package is not None else None,
-                "lock_sha256": _sha256_file(prefix / "package-lock.json"),
-                "node_sha256": _sha256_file(self.node / "bin" / "node"),
+                "lock_sha256": sha256_file(prefix / "package-lock.json"),
+                "node_sha256": sha256_file(self.node / "bin" / "node"),
                 "flags": list(FIXED_FLAGS),
                 "config_template_sha256": hashlib.sha256(settings.encode()).hexdigest()}
 
@@ -225,18 +211,13 @@ class Qwen:
             "max_session_turns": ctx.bundle.spec.budget.assistant_steps,
             "exit_meaning": EXIT_CODES.get(run.exit_code) if run.exit_code is not None
             else None,
-            "stderr_tail": _tail(ctx.record_dir / "stderr.log")}
+            "stderr_tail": tail(ctx.record_dir / "stderr.log")}
         return collect(run, ctx.record_dir / "stdout.log", report)
 
     def reconcile(self, execution: dict[str, Any]) -> dict[str, Any]:
         """The CLI's usage claim against the gateway's ledger (``model_usage``)."""
         check = usage_check(execution.get("agent_usage"), execution.get("model_usage"))
-        out = {**execution, "usage_check": check}
-        if check.get("comparable") and not check.get("agrees"):
-            anomalies = dict(out.get("anomalies") or {})
-            anomalies["usage_disagrees_with_gateway"] = 1
-            out.update(anomalies=anomalies, evidence_gap=True)
-        return out
+        return with_usage_check(execution, check)
 
 
 def collect(run: AgentRun, stdout: Path, report: dict[str, Any]) -> AgentRun:
