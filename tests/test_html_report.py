@@ -6,12 +6,13 @@ standard library's HTML parser: the figures a person looks for are there, unknow
 from __future__ import annotations
 
 import json
-from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
 import pytest
 from conftest import run_cli, write_suite
+from support.htmldom import Node
+from support.htmldom import parse as parse_dom
 from support.rows import U1, U2
 from support.rows import narrow_row as _row
 
@@ -23,84 +24,15 @@ from assay.report.narrow import build_report
 
 XSS = "<img src=x onerror=alert(1)>"
 XSS_ESCAPED = "&lt;img src=x onerror=alert(1)&gt;"
-VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source",
-        "track", "wbr"}
 
 
-# --------------------------------------------------------------------------- a small DOM
-
-
-class Node:
-    def __init__(self, tag: str, attrs: dict[str, str | None]) -> None:
-        self.tag, self.attrs = tag, attrs
-        self.children: list[Node | str] = []
-
-    @property
-    def classes(self) -> set[str]:
-        return set((self.attrs.get("class") or "").split())
-
-    def text(self) -> str:
-        parts = [c if isinstance(c, str) else c.text() for c in self.children]
-        return " ".join(" ".join(parts).split())
-
-    def text_raw(self) -> str:
-        """The text as written, whitespace kept (what a <pre> shows)."""
-        return "".join(c if isinstance(c, str) else c.text_raw() for c in self.children)
-
-    def walk(self) -> list[Node]:
-        out: list[Node] = [self]
-        for c in self.children:
-            if isinstance(c, Node):
-                out += c.walk()
-        return out
-
-    def find_all(self, tag: str | None = None, cls: str | None = None) -> list[Node]:
-        return [n for n in self.walk()[1:]
-                if (tag is None or n.tag == tag) and (cls is None or cls in n.classes)]
-
-    def find(self, tag: str | None = None, cls: str | None = None) -> Node:
-        found = self.find_all(tag, cls)
-        assert found, f"no <{tag or '*'} class={cls!r}>"
-        return found[0]
-
-
-class Tree(HTMLParser):
-    """Builds a tree and records every end tag that does not close the element open at that
-    point, so a balanced document is one with no mismatches and nothing left open."""
-
-    def __init__(self) -> None:
-        super().__init__(convert_charrefs=True)
-        self.root = Node("#root", {})
-        self.stack = [self.root]
-        self.mismatches: list[str] = []
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        node = Node(tag, dict(attrs))
-        self.stack[-1].children.append(node)
-        if tag not in VOID:
-            self.stack.append(node)
-
-    def handle_startendtag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        self.stack[-1].children.append(Node(tag, dict(attrs)))  # <rect/>, <line/> in SVG
-
-    def handle_endtag(self, tag: str) -> None:
-        if tag in VOID:
-            return
-        top = self.stack.pop() if len(self.stack) > 1 else self.root
-        if top.tag != tag:
-            self.mismatches.append(f"</{tag}> closes <{top.tag}>")
-
-    def handle_data(self, data: str) -> None:
-        self.stack[-1].children.append(data)
+# --------------------------------------------------------------------------- the page
 
 
 def parse(html: str) -> Node:
-    tree = Tree()
-    tree.feed(html)
-    tree.close()
-    assert tree.mismatches == []
-    assert [n.tag for n in tree.stack] == ["#root"], "elements left open"
-    root = tree.root
+    """The page's root: balanced markup (``support/htmldom``), one html with head and body, one
+    main and a title."""
+    root = parse_dom(html)
     (doc,) = root.find_all("html")
     assert [c.tag for c in doc.children if isinstance(c, Node)] == ["head", "body"]
     assert len(root.find_all("main")) == 1 and len(root.find_all("title")) >= 1

@@ -23,6 +23,10 @@ class Node:
         parts = [c if isinstance(c, str) else c.text() for c in self.children]
         return " ".join(" ".join(parts).split())
 
+    def text_raw(self) -> str:
+        """The text as written, whitespace kept (what a <pre> shows)."""
+        return "".join(c if isinstance(c, str) else c.text_raw() for c in self.children)
+
     def walk(self) -> list[Node]:
         out: list[Node] = [self]
         for c in self.children:
