@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from assay.report.experiment_html import pts
 from assay.report.render_narrow import NA, pct
 
 # Everything outside XML 1.0's Char production (control characters, lone surrogates, U+FFFE/F).
@@ -104,10 +105,6 @@ def md(x: object) -> str:
     return _MD_SPECIAL.sub(r"\\\1", s)
 
 
-def _pts(x: float | None) -> str:
-    return NA if x is None else f"{100 * x:+.1f} pts"
-
-
 def _ci(iv: list[float | None] | None, fmt: Any) -> str:
     if not iv or iv[0] is None or iv[1] is None:
         return NA
@@ -154,9 +151,9 @@ def step_summary_markdown(report: dict[str, Any]) -> str:
         out.append("Δ: n/a (the arms to compare are not known).")
     else:
         cov = cmp.get("coverage") or {}
-        out.append(f"Δ ({md(cmp.get('b'))} − {md(cmp.get('a'))}) = **{_pts(cmp.get('delta'))}**, "
+        out.append(f"Δ ({md(cmp.get('b'))} − {md(cmp.get('a'))}) = **{pts(cmp.get('delta'))}**, "
                    f"{100 * float(cmp.get('level') or 0.95):g}% CI "
-                   f"{_ci(cmp.get('ci'), _pts)} ({md(cmp.get('method') or NA)}, "
+                   f"{_ci(cmp.get('ci'), pts)} ({md(cmp.get('method') or NA)}, "
                    f"{cmp.get('n_clusters', NA)} clusters by {md(cmp.get('cluster_by') or NA)}, "
                    f"{cmp.get('n_tasks', NA)} tasks; {cov.get('compared', NA)} of "
                    f"{cov.get('planned', NA)} planned tasks compared).")

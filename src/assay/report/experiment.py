@@ -23,9 +23,11 @@ from assay.errors import NotComparable, RecordError
 from assay.records.fork import FORKS, fork_totals
 from assay.records.io import atomic_write_text, dumps_row, read_json_file
 from assay.report.abcompare import build_comparison, default_arms
-from assay.report.experiment_html import write_experiment_html
+from assay.report.ci_outputs import md
+from assay.report.experiment_html import pts, write_experiment_html
 from assay.report.holdout import holdout_line, holdout_summary
 from assay.report.outcomes import OutcomeSet, TrialOutcome, load_run_outcomes
+from assay.report.render_narrow import NA, pct
 from assay.report.verdict import decide
 from assay.suites.experiment import bar_sha256
 
@@ -147,21 +149,8 @@ def build_experiment_report(run_dir: Path, *, data: OutcomeSet | None = None,
                          "bar_sha256": manifest.get("bar_sha256")}}
 
 
-def _pct(x: float | None) -> str:
-    return "n/a" if x is None else f"{100 * x:.1f}%"
-
-
-def _pts(x: float | None) -> str:
-    return "n/a" if x is None else f"{100 * x:+.1f} pts"
-
-
 def _usd(x: float | None) -> str:
-    return "n/a" if x is None else f"${x:.4f}"
-
-
-def md_cell(text: Any) -> str:
-    """Text from a run in a Markdown table cell: pipes and newlines cannot break the row."""
-    return str(text).replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
+    return NA if x is None else f"${x:.4f}"
 
 
 def verdict_markdown(rep: dict[str, Any]) -> list[str]:
@@ -170,12 +159,12 @@ def verdict_markdown(rep: dict[str, Any]) -> list[str]:
         return ["**No verdict**: " + ("no bar in the experiment file." if bar is None else
                                       "no comparison could be made yet."), ""]
     out = [f"**Verdict: {v['decision'].upper()}**", ""]
-    out += [f"- {md_cell(r)}" for r in v["reasons"]]
+    out += [f"- {md(r)}" for r in v["reasons"]]
     out += ["", "| check | hard | want | observed | holds |", "|---|---|---|---|---|"]
     for c in v["checks"]:
         holds = {True: "yes", False: "**no**", None: "unknown"}[c["ok"]]
-        out.append(f"| {c['name']} | {'yes' if c['hard'] else 'no'} | {md_cell(c['want'])} | "
-                   f"{md_cell(c['observed'])} | {holds} |")
+        out.append(f"| {c['name']} | {'yes' if c['hard'] else 'no'} | {md(c['want'])} | "
+                   f"{md(c['observed'])} | {holds} |")
     if v.get("note"):
         out += ["", f"_{v['note']}._"]
     return out + [""]
@@ -183,10 +172,10 @@ def verdict_markdown(rep: dict[str, Any]) -> list[str]:
 
 def comparison_markdown(c: dict[str, Any]) -> list[str]:
     ci = c["ci"]
-    ci_s = "no interval" if ci is None else f"[{_pts(ci[0])}, {_pts(ci[1])}]"
-    out = [f"## {md_cell(c['b'])} vs {md_cell(c['a'])}", "",
+    ci_s = "no interval" if ci is None else f"[{pts(ci[0])}, {pts(ci[1])}]"
+    out = [f"## {md(c['b'])} vs {md(c['a'])}", "",
            f"Δ pass rate (B − A, tasks weighted equally unless weights were fixed) = "
-           f"**{_pts(c['delta'])}**, {int(c['level'] * 100)}% interval {ci_s}; method "
+           f"**{pts(c['delta'])}**, {int(c['level'] * 100)}% interval {ci_s}; method "
            f"`{c['method']}`, {c['n_clusters']} cluster(s) by {c['cluster_by']}, "
            f"{c['n_tasks']} task(s); coverage {c['coverage']['compared']}/"
            f"{c['coverage']['planned']} planned tasks.", ""]
@@ -194,13 +183,13 @@ def comparison_markdown(c: dict[str, Any]) -> list[str]:
         m = c["mcnemar"]
         out += [f"Exact McNemar: {m['b']} task(s) pass only in A, {m['c']} only in B, "
                 f"p = {m['p_value']:.3g}.", ""]
-    out += [f"- {md_cell(n)}" for n in c["notes"]]
+    out += [f"- {md(n)}" for n in c["notes"]]
     out += ["", "| arm | pass rate | interval | cost per completed task | integrity "
             "violations | interventions | timeouts | runtime p50 / p90 |",
             "|---|---:|---|---:|---:|---:|---:|---|"]
     for arm in (c["a"], c["b"]):
         pr, cost, lat = c["pass_rate"][arm], c["cost"][arm], c["latency"][arm]
-        pci = "n/a" if pr["ci"] is None else f"[{_pct(pr['ci'][0])}, {_pct(pr['ci'][1])}]"
+        pci = "n/a" if pr["ci"] is None else f"[{pct(pr['ci'][0])}, {pct(pr['ci'][1])}]"
         per = {"ok": _usd(cost["per_completed_usd"]),
                "lower_bound": f"≥ {_usd(cost['per_completed_usd'])} (lower bound)",
                "not_computable": "not computable (no accepted trial)",
@@ -211,31 +200,31 @@ def comparison_markdown(c: dict[str, Any]) -> list[str]:
             return "timed out" if name in p["censored"] else (
                 "n/a" if p[name] is None else f"{p[name]:.1f}s")
 
-        out.append(f"| {md_cell(arm)} | {_pct(pr['pass_rate'])} | {pci} | {per} | "
+        out.append(f"| {md(arm)} | {pct(pr['pass_rate'])} | {pci} | {per} | "
                    f"{c['integrity'][arm]} | {c['interventions'][arm]} | "
                    f"{lat['timeouts']}/{lat['attempts']} | {sec('p50')} / {sec('p90')} |")
     newly = [(k, v) for k, v in c["new_failures"].items()]
     out += ["", "New failures (pass in A, never in B): " + (
-        "; ".join(f"{md_cell(k)}: {', '.join(md_cell(t) for t in v)}" for k, v in newly)
+        "; ".join(f"{md(k)}: {', '.join(md(t) for t in v)}" for k, v in newly)
         if newly else "none"), ""]
     if c["left_out"]:
         out += ["Left out of Δ (no graded trial in an arm): " + ", ".join(
-            f"{md_cell(r['task'])} (missing {', '.join(r['missing_arms'])})"
+            f"{md(r['task'])} (missing {', '.join(r['missing_arms'])})"
             for r in c["left_out"]), ""]
     out += ["| task | cluster | A passed | B passed | Δ |", "|---|---|---:|---:|---:|"]
     for r in c["per_task"]:
-        out.append(f"| {md_cell(r['task'])} | {md_cell(r['cluster'])} | {r['passed_a']}/"
-                   f"{r['n_a']} | {r['passed_b']}/{r['n_b']} | {_pts(r['diff'])} |")
+        out.append(f"| {md(r['task'])} | {md(r['cluster'])} | {r['passed_a']}/"
+                   f"{r['n_a']} | {r['passed_b']}/{r['n_b']} | {pts(r['diff'])} |")
     return out + [""]
 
 
 def experiment_markdown(rep: dict[str, Any]) -> str:
-    out = [f"# assay experiment report: {md_cell(rep['name'])}", "",
+    out = [f"# assay experiment report: {md(rep['name'])}", "",
            *([holdout_line(rep["holdout"]), ""] if rep.get("holdout") else [])]
     out += verdict_markdown(rep)
     if rep.get("comparison"):
         out += comparison_markdown(rep["comparison"])
-    out += [f"- {md_cell(n)}" for n in rep.get("notes", [])]
+    out += [f"- {md(n)}" for n in rep.get("notes", [])]
     out += ["", "## Per arm", "",
             "| arm | planned | graded | coverage | accepted | infra error rate | cost USD | "
             "tokens in/out | failure codes |", "|---|---:|---:|---:|---:|---:|---:|---:|---|"]
@@ -244,9 +233,9 @@ def experiment_markdown(rep: dict[str, Any]) -> str:
             "" if a["cost_complete"] else " (lower bound)")
         toks = f"{a['tokens']['input']}/{a['tokens']['output']}" if a["calls"] else "n/a"
         codes = ", ".join(f"{k}: {v}" for k, v in a["failure_codes"].items()) or "none"
-        out.append(f"| {md_cell(arm)} | {a['planned']} | {a['graded']} | {_pct(a['coverage'])} "
-                   f"| {a['accepted']} | {_pct(a['infra_error_rate'])} | {cost} | {toks} | "
-                   f"{md_cell(codes)} |")
+        out.append(f"| {md(arm)} | {a['planned']} | {a['graded']} | {pct(a['coverage'])} "
+                   f"| {a['accepted']} | {pct(a['infra_error_rate'])} | {cost} | {toks} | "
+                   f"{md(codes)} |")
     if rep.get("fork"):
         f = rep["fork"]
         cost = "n/a" if f["cost_usd"] is None else f"{f['cost_usd']:.4f}" + (
@@ -261,8 +250,8 @@ def experiment_markdown(rep: dict[str, Any]) -> str:
                    "accepted" if t["accepted"] else f"rejected: {t['failure_code']}")
         atts = ", ".join(f"{a['attempt']} {a['status']}" for a in t["attempts"]) or "none"
         link = f"[{t['link']}]({t['link']}/trial.json)" if t["link"] else ""
-        out.append(f"| {md_cell(t['task'])} | {md_cell(t['arm'])} | {t['rep']} | {t['state']} "
-                   f"| {md_cell(verdict)} | {md_cell(atts)} | {link} |")
+        out.append(f"| {md(t['task'])} | {md(t['arm'])} | {t['rep']} | {t['state']} "
+                   f"| {md(verdict)} | {md(atts)} | {link} |")
     return "\n".join(out) + "\n"
 
 
@@ -296,4 +285,4 @@ def write_experiment_report(run_dir: Path, *, data: OutcomeSet | None = None,
 
 
 __all__ = ["OUTCOMES_FILE", "build_experiment_report", "experiment_markdown", "frozen_bar",
-           "md_cell", "write_experiment_report", "write_outcomes"]
+           "write_experiment_report", "write_outcomes"]
