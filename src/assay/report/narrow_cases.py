@@ -42,6 +42,26 @@ PATTERN_WORDS = {
 }
 
 
+def pattern_words(pattern: str, by_label: bool = True) -> str:
+    """A pattern as the views say it: of labels for a run scored by label, of answers
+    otherwise."""
+    text = PATTERN_WORDS.get(pattern, pattern)
+    return text if by_label else text.replace("label", "answer")
+
+
+def short_answer(answer: dict[str, Any], keep: int = 80) -> str:
+    """One repeat in a table cell: the wrong fields of a json_fields answer, else what was
+    read (cut), else the verdict."""
+    fields = (answer.get("score_detail") or {}).get("fields")
+    if fields and answer.get("verdict") == "wrong":
+        return "wrong: " + ", ".join(p for p, f in fields.items()
+                                     if not f.get("correct") and "." not in p)
+    parsed = answer.get("parsed")
+    if not parsed:
+        return str(answer.get("verdict"))
+    return parsed if len(parsed) <= keep else parsed[:keep - 1] + "…"
+
+
 def cut(text: str | None, keep: int) -> dict[str, Any]:
     """A :class:`CutText` dict: the first ``keep`` characters and the whole length."""
     if text is None:

@@ -15,7 +15,7 @@ from rich.text import Text
 from assay.report.cases_markdown import narrow_cases_markdown
 from assay.report.markdown_text import md_cell
 from assay.report.narrow import INVALID_COLUMN
-from assay.report.narrow_cases import PATTERN_WORDS
+from assay.report.narrow_cases import pattern_words, short_answer
 
 #: wrong cases a terminal shows (report.md and report.html show more, report.json all)
 TERMINAL_CASES = 10
@@ -189,7 +189,7 @@ def _print_cases(rep: dict[str, Any], console: Console) -> None:
         for name in ("case", "expected", "answers", "pattern"):
             wt.add_column(name)
         for c in cases[:TERMINAL_CASES]:  # Text: ids and labels are data, not rich markup
-            wt.add_row(Text(c["id"]), Text(c["expected"]),
-                       Text(", ".join(a["parsed"] or a["verdict"] for a in c["answers"])),
-                       PATTERN_WORDS.get(c["pattern"], c["pattern"]))
+            wt.add_row(Text(c["id"]), Text(c["expected"][:80]),
+                       Text(", ".join(short_answer(a) for a in c["answers"])),
+                       pattern_words(c["pattern"], by_label(rep)))
         console.print(wt)
