@@ -255,3 +255,22 @@ def test_rubric_grades_from_a_graded_run_map_to_the_rubric_criterion(tmp_path: P
     labels = "- id: rubric\n  question: q\n  scale: [good, bad]\n"
     with pytest.raises(GradingError, match="rubric grades are 0-3"):
         load_human_grades(run, load_judge(write_judge(tmp_path / "l", "http://x/v1", labels)))
+
+
+def test_judge_run_judges_files_and_says_uncalibrated(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    Path("fix.py").write_text("ITEM1\nx = 1\n")
+    reply = verdict({"ok": "yes", "quality": 2, "tone": "polite"}, ["fix.py:1-2"])
+    with JudgeServer({"ITEM1": reply}) as server:
+        judge_yaml = write_judge(tmp_path / "judge", server.base_url)
+        result = run_cli(["judge", "run", str(judge_yaml), "fix.py", "--context", "Fix it.",
+                          "--out", "j.jsonl"])
+        sent = server.chat_requests()[0].case_input
+    assert result.code == 0, result.stderr
+    shown = json.loads(result.stdout)
+    assert shown["status"] == "valid" and shown["scores"]["quality"] == 2
+    assert shown["calibration"] == "uncalibrated"
+    assert "[file fix.py (2 lines)]" in sent and "| Fix it." in sent
+    assert [j.scores for j in iter_judgements(tmp_path / "j.jsonl")] == [shown["scores"]]
+    missing = run_cli(["judge", "run", str(judge_yaml), "nope.py"])
+    assert missing.code == 2 and "nope.py: cannot be read" in missing.stderr

@@ -1,4 +1,4 @@
-"""``assay judge ...``: check a judge, calibrate it against human grades.
+"""``assay judge ...``: check a judge, calibrate it against human grades, judge some files.
 
 Exit codes: 0 done; 2 bad input (a judge file, a grades file, a calibration that exists with
 other figures); 3 the judge's endpoint gave no usable answer (the judgements made so far are
@@ -15,7 +15,7 @@ import typer
 from rich.markup import escape
 
 from assay.cli.app import app, err, out
-from assay.errors import AssayError
+from assay.errors import AssayError, InputError
 
 judge_app = typer.Typer(no_args_is_help=True, help="Model judges: a pinned model and rubric, "
                         "calibrated against human grades.")
@@ -107,3 +107,38 @@ def judge_calibrate(
     what = "unchanged" if result.unchanged else "written"
     out.print(f"{result.path} {what}; {result.judged} new judgements in "
               f"{result.path.parent / rec['judgements']}", highlight=False, soft_wrap=True)
+
+
+@judge_app.command("run")
+def judge_run(
+    judge: JudgeArg,
+    files: Annotated[list[Path], typer.Argument(metavar="FILE...", help="The material: files "
+                                                "to judge, cited by the path as given.")],
+    context: Annotated[str | None, typer.Option(help="The task the files answer (quoted "
+                                                "too).")] = None,
+    out_file: Annotated[Path | None, typer.Option("--out", help="Append the judgement to this "
+                                                  "judgements.jsonl.")] = None,
+) -> None:
+    """Judge some files once and print the judgement as JSON (with the judge's calibration,
+    or "uncalibrated")."""
+    from assay.api.judge import calibration_for, calibration_label, judge_one, load_judge
+    from assay.grading.judge import Material
+    from assay.records.judgement import append_judgement
+
+    try:
+        loaded = load_judge(judge)
+        texts = {}
+        for f in files:
+            try:
+                texts[f.as_posix()] = f.read_text(encoding="utf-8")
+            except (OSError, UnicodeDecodeError) as exc:
+                raise InputError(f"{f}: cannot be read as text ({exc})") from None
+        material = Material(kind="artifact", files=texts, context=context)
+        result = judge_one(loaded, material, subject={"files": list(texts)})
+        calibration = calibration_label(calibration_for(loaded))
+    except AssayError as exc:
+        raise _failed(exc) from None
+    if out_file is not None:
+        append_judgement(out_file, result)
+    typer.echo(json.dumps({**result.to_json(), "calibration": calibration}, indent=2,
+                          ensure_ascii=False))
