@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol
 
 from assay.grading.labels import parse_answer, read_object, read_text
@@ -61,7 +62,9 @@ class Scorer(Protocol):
 
     def retry_instruction(self) -> str: ...
 
-    async def score(self, value: Any, case: Case) -> Score: ...
+    async def score(self, value: Any, case: Case, repeat: int = 0) -> Score: ...
+
+    async def aclose(self) -> None: ...
 
 
 class _Base:
@@ -72,6 +75,9 @@ class _Base:
 
     def retry_instruction(self) -> str:
         return self._retry
+
+    async def aclose(self) -> None:
+        """Nothing to release: only a scorer with a client of its own (judge) has work here."""
 
     def _read_field(self, text: str | None, refusal: str | None) -> tuple[Any, Reading | None]:
         """(the value at ``output_field``, None), or (None, the invalid reading)."""
@@ -95,7 +101,7 @@ class LabelScorer(_Base):
                               refusal=refusal)
         return Reading(parsed.label if parsed.valid else None, parsed.reason, parsed.detail)
 
-    async def score(self, value: Any, case: Case) -> Score:
+    async def score(self, value: Any, case: Case, repeat: int = 0) -> Score:
         return Score(value == case.expected)
 
 
@@ -115,7 +121,7 @@ class NormalizedTextScorer(_Base):
                            f"{type(value).__name__}")
         return Reading(value)
 
-    async def score(self, value: Any, case: Case) -> Score:
+    async def score(self, value: Any, case: Case, repeat: int = 0) -> Score:
         a, e = fold_text(value), fold_text(str(case.expected))
         return Score(a == e, {"answer": a[:2000], "expected": e[:2000]})
 
@@ -137,7 +143,7 @@ class NumericScorer(_Base):
             return Reading(None, "not_a_number", why_not)
         return Reading(as_json_number(number))
 
-    async def score(self, value: Any, case: Case) -> Score:
+    async def score(self, value: Any, case: Case, repeat: int = 0) -> Score:
         ok, detail = compare_numbers(read_number(value)[0],  # type: ignore[arg-type]
                                      read_number(case.expected)[0],  # type: ignore[arg-type]
                                      self.spec.abs_tol, self.spec.rel_tol)
@@ -161,31 +167,45 @@ class JsonFieldsScorer(_Base):
                            f"{type(value).__name__}")
         return Reading(value)
 
-    async def score(self, value: Any, case: Case) -> Score:
+    async def score(self, value: Any, case: Case, repeat: int = 0) -> Score:
         ok, fields = compare_fields(self.spec.fields, value, case.expected)  # type: ignore[arg-type]
         return Score(ok, {"fields": fields})
 
 
-#: ``scorer.type`` → the scorer; ``judge`` is added by ``grading/scorer_judge.py`` when the
-#: judge core is present (see ``scorer_for``)
-SCORERS: dict[str, Callable[[NarrowSuite], Scorer]] = {
-    "label": LabelScorer,
-    "normalized_text": NormalizedTextScorer,
-    "numeric": NumericScorer,
-    "json_fields": JsonFieldsScorer,
+def _judge(suite: NarrowSuite, run_dir: Path | None) -> Scorer:
+    # imported here: the judge core is only loaded by suites that use it
+    from assay.grading.scorer_judge import JudgeScorer
+
+    return JudgeScorer(suite, run_dir)
+
+
+#: ``scorer.type`` → the scorer, from the suite and the run directory (where the judge scorer
+#: keeps its judgements)
+SCORERS: dict[str, Callable[[NarrowSuite, Path | None], Scorer]] = {
+    "label": lambda suite, _: LabelScorer(suite),
+    "normalized_text": lambda suite, _: NormalizedTextScorer(suite),
+    "numeric": lambda suite, _: NumericScorer(suite),
+    "json_fields": lambda suite, _: JsonFieldsScorer(suite),
+    "judge": _judge,
 }
 
 
-def scorer_for(suite: NarrowSuite) -> Scorer:
-    """The scorer the suite names."""
-    try:
-        make = SCORERS[suite.scorer.type]
-    except KeyError:
-        from assay.errors import GradingError
+def scorer_for(suite: NarrowSuite, run_dir: Path | None = None) -> Scorer:
+    """The scorer the suite names (the judge scorer needs ``run_dir`` and opens a client to
+    the judge's endpoint: ``aclose`` it)."""
+    return SCORERS[suite.scorer.type](suite, run_dir)
 
-        raise GradingError(f"scorer {suite.scorer.type!r} is not available in this build"
-                           ) from None
-    return make(suite)
+
+def manifest_record(suite: NarrowSuite) -> dict[str, Any]:
+    """The scorer's record for the manifest: for a judge, with its pin and calibration, which
+    the comparable settings leave out (a calibration written between two sessions changes what
+    the report says, not what the verdicts are)."""
+    record = suite.scorer.to_record()
+    if suite.scorer.type == "judge":
+        from assay.grading.scorer_judge import manifest_extras
+
+        record |= manifest_extras(suite)
+    return record
 
 
 def describe(record: dict[str, Any] | None) -> str:
@@ -215,8 +235,11 @@ def describe(record: dict[str, Any] | None) -> str:
         return text
     if kind == "judge":
         rule = rec.get("pass") or {}
-        return (f"judge ({reads}): judge {rec.get('judge')}, right when criterion "
-                f"{rule.get('criterion')!r} scores at least {rule.get('at_least')!r}")
+        need = (f"at least {rule['at_least']!r}" if "at_least" in rule
+                else f"one of {rule.get('one_of')!r}")
+        return (f"judge ({reads}): judge {rec.get('judge')} (revision "
+                f"{rec.get('judge_revision')}), right when criterion {rule.get('criterion')!r} "
+                f"scores {need}; calibration: {rec.get('calibration') or 'uncalibrated'}")
     return str(kind)
 
 

@@ -106,6 +106,12 @@ def why_wrong(row: dict[str, Any]) -> str:
     answered, expected = show_value(answered_value(row)), show_value(row.get("expected"))
     if row.get("label"):
         return f"wrong label: answered {row.get('label')!r}, expected {row.get('expected')!r}"
+    if "criterion" in detail:
+        need = detail.get("pass") or {}
+        rule = (f"at least {need['at_least']!r}" if "at_least" in need
+                else f"one of {need.get('one_of')!r}")
+        return (f"judged wrong: {detail['criterion']} scored {detail.get('score')!r}, needs "
+                f"{rule}" + (f" ({str(detail['reason'])[:200]})" if detail.get("reason") else ""))
     if "fields" in detail:
         bad = [f"{path} ({f.get('why') or 'wrong'})" for path, f in detail["fields"].items()
                if not f.get("correct") and "." not in path]

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from assay.grading.scorers import Scorer, scorer_for
+from assay.errors import GradingError
+from assay.grading.scorers import Scorer, manifest_record, scorer_for
 from assay.models.client import ChatClient, Completion, TransportError
 from assay.records.io import atomic_write_text
 from assay.records.layout import CASES_SNAPSHOT, RAW_PREDICTIONS, run_stamp
@@ -98,7 +99,7 @@ def build_manifest(run_id: str, suite: NarrowSuite, endpoint: Endpoint,
             "labels": list(suite.labels),
             "labels_source": suite.labels_source,
             "output_field": suite.config.output_field,
-            "scorer": suite.scorer.to_record(),
+            "scorer": manifest_record(suite),
         },
         parameters={"temperature": params.temperature, "repeats": params.repeats,
                     "max_tokens": params.max_tokens, "format_retries": FORMAT_RETRIES},
@@ -157,9 +158,17 @@ async def answer_case(client: ChatClient, suite: NarrowSuite, case: Case, repeat
         tries += [t.to_record() for t in exc.tries]
         error = str(exc)
         fatal = exc.fatal or None
+    score = None
+    if reading is not None and reading.valid and error is None:
+        try:
+            score = await scorer.score(reading.value, case, repeat)
+        except TransportError as exc:  # the judge's endpoint: no verdict, asked again
+            tries += [t.to_record() for t in exc.tries]
+            error, fatal = f"judge: {exc}", exc.fatal or None
+        except GradingError as exc:
+            error = f"judge: {exc}"
     last = answers[-1] if answers else None
     ok = reading is not None and error is None
-    score = await scorer.score(reading.value, case) if ok and reading.valid else None  # type: ignore[union-attr]
     is_label = suite.scorer.type == "label"
     value = reading.value if ok else None  # type: ignore[union-attr]
     return NarrowRow(
@@ -183,8 +192,8 @@ async def answer_case(client: ChatClient, suite: NarrowSuite, case: Case, repeat
 
 
 def narrow_spec(suite: NarrowSuite, endpoint: Endpoint, params: NarrowParams,
-                run_dir: Path) -> RunSpec[Case]:
-    scorer = scorer_for(suite)
+                run_dir: Path, scorer: Scorer | None = None) -> RunSpec[Case]:
+    scorer = scorer or scorer_for(suite, run_dir)
 
     async def ask(client: ChatClient, case: Case, repeat: int) -> dict[str, Any]:
         return await answer_case(client, suite, case, repeat, params, scorer)
@@ -210,8 +219,12 @@ def narrow_spec(suite: NarrowSuite, endpoint: Endpoint, params: NarrowParams,
 async def run_narrow(suite: NarrowSuite, endpoint: Endpoint, params: NarrowParams,
                      run_dir: Path, progress: Progress | None = None) -> RunResult:
     """Run (or resume) a suite into ``run_dir``; the caller has validated everything."""
-    return await run_model(narrow_spec(suite, endpoint, params, run_dir), endpoint, run_dir,
-                           progress or NullProgress())
+    scorer = scorer_for(suite, run_dir)
+    try:
+        return await run_model(narrow_spec(suite, endpoint, params, run_dir, scorer), endpoint,
+                               run_dir, progress or NullProgress())
+    finally:
+        await scorer.aclose()
 
 
 __all__ = ["RAW_PREDICTIONS", "Endpoint", "NarrowParams", "RunConflict", "RunResult",

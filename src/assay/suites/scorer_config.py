@@ -85,6 +85,7 @@ class ScorerSpec:
     pass_rule: dict[str, Any] = field(default_factory=dict)  # judge: {criterion, at_least}
     object_field: str | None = None  # json_fields: the answer's field holding the object
     # (suite.yaml set output_field), else None: the whole answer object
+    judge_loaded: Any = field(default=None, compare=False)  # judge: its LoadedJudge
 
     def uses_fold(self) -> bool:
         def any_fold(fields: tuple[tuple[str, FieldRule], ...]) -> bool:
@@ -99,7 +100,8 @@ class ScorerSpec:
             out["object_field"] = self.object_field
             out["fields"] = {name: r.to_record() for name, r in self.fields}
         if self.type == "judge":
-            out |= {"judge": str(self.judge), "pass": dict(self.pass_rule)}
+            out |= {"judge": str(self.judge), "pass": dict(self.pass_rule),
+                    "judge_revision": getattr(self.judge_loaded, "revision", None)}
         if self.uses_fold():
             out["normalization"] = FOLD_ID
         return out
@@ -201,24 +203,55 @@ def parse_scorer(raw: Any, root: Path) -> tuple[ScorerSpec, list[tuple[tuple[str
 
 def _judge_spec(raw: dict[str, Any], root: Path, reads: str,
                 problems: list[tuple[tuple[str, ...], str]]) -> ScorerSpec:
+    """The judge (loaded and pinned now, so a broken rubric is found before any call) and the
+    pass rule, checked against the criterion's scale: ``at_least`` for an integer scale,
+    ``one_of`` (the passing labels) for either."""
+    from assay.suites.errors import SuiteError
+    from assay.suites.judge_spec import load_judge
+
     path = raw.get("judge")
-    judge: Path | None = None
+    loaded = None
     if not isinstance(path, str) or not path.strip():
         problems.append((("scorer", "judge"), "must be the path of a judge.yaml (relative to "
                          "the suite)"))
+    elif not (root / path).is_file():
+        problems.append((("scorer", "judge"), f"judge file not found: {root / path}"))
     else:
-        judge = (root / path).resolve()
-        if not judge.is_file():
-            problems.append((("scorer", "judge"), f"judge file not found: {judge}"))
+        try:
+            loaded = load_judge(root / path)
+        except SuiteError as exc:
+            problems += [(("scorer", "judge"), str(p)) for p in exc.problems]
     rule = raw.get("pass")
-    if not isinstance(rule, dict) or set(rule) != {"criterion", "at_least"} \
-            or not isinstance(rule.get("criterion"), str) \
-            or isinstance(rule.get("at_least"), bool) \
-            or not isinstance(rule.get("at_least"), int | str):
-        problems.append((("scorer", "pass"), "must be {criterion: <rubric criterion id>, "
-                         "at_least: <a score on its scale>}"))
+    where = ("scorer", "pass")
+    if not isinstance(rule, dict) or "criterion" not in rule \
+            or len(set(rule) & {"at_least", "one_of"}) != 1 \
+            or not set(rule) <= {"criterion", "at_least", "one_of"}:
+        problems.append((where, "must be {criterion: <id>, at_least: <integer score>} or "
+                         "{criterion: <id>, one_of: [<passing scores>]}"))
         rule = {}
-    return ScorerSpec("judge", reads, judge=judge, pass_rule=dict(rule))
+    elif loaded is not None:
+        criterion = loaded.criterion(str(rule["criterion"]))
+        if criterion is None:
+            ids = ", ".join(c.id for c in loaded.criteria)
+            problems.append(((*where, "criterion"), f"{rule['criterion']!r} is not a criterion "
+                             f"of the judge's rubric ({ids})"))
+        elif "at_least" in rule:
+            value = rule["at_least"]
+            if not criterion.is_range or type(value) is not int \
+                    or criterion.normalise(value) is None:
+                problems.append(((*where, "at_least"), f"must be an integer on the scale of "
+                                 f"{criterion.id} ({criterion.describe_scale()}); a label scale "
+                                 "takes one_of"))
+        else:
+            values = rule["one_of"]
+            if not isinstance(values, list) or not values \
+                    or any(criterion.normalise(v) is None for v in values):
+                problems.append(((*where, "one_of"), f"must be a list of scores of "
+                                 f"{criterion.id} ({criterion.describe_scale()})"))
+            else:
+                rule = {**rule, "one_of": [criterion.normalise(v) for v in values]}
+    return ScorerSpec("judge", reads, judge=(root / path).resolve() if loaded else None,
+                      pass_rule=dict(rule), judge_loaded=loaded)
 
 
 # --------------------------------------------------------------------------- expected values
@@ -270,6 +303,9 @@ def check_expected(spec: ScorerSpec, value: Any,
     ``label`` keeps today's rules (a non-empty string, lower-cased, one of the labels);
     ``judge`` takes any expected value or none (a reference the judge may be shown)."""
     if spec.type == "judge":
+        if value is not None and not isinstance(value, str):
+            return None, [("expected", "must be a string (a reference answer the judge is "
+                           f"shown) or absent, got {_type_name(value)}")]
         return value, []
     if spec.type == "label":
         if not isinstance(value, str):
