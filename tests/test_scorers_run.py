@@ -37,8 +37,10 @@ def test_numeric_run_retries_the_format_and_records_the_difference(
     })
     suite = suite_of(tmp_path / "s", NUMERIC, NUM_CASES)
     run = tmp_path / "run"
-    res = run_cli(["run", str(suite), "--out", str(run)])
+    res = run_cli(["run", str(suite), "--out", str(run), "--junit", str(tmp_path / "j.xml")])
     assert res.code == 0, res.stderr
+    junit = (tmp_path / "j.xml").read_text()
+    assert "expected 4, answered 3.5" in junit and 'type="invalid"' in junit
     rows = {r["id"]: r for r in read_rows(run)}
     n1, n2, n3 = rows["n1"], rows["n2"], rows["n3"]
     assert n1["attempts"] == 2 and n1["first_invalid_reason"] == "no_object"
