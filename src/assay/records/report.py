@@ -12,7 +12,7 @@ The models are strict (no coercion): a report is computed by assay, not typed by
 ``"3"`` where a count belongs is a bug to catch, not an input to forgive. An integer is still
 accepted where a float belongs (``latency_ms`` of 400 is 400.0).
 
-The module is over 400 lines because it is four record declarations with a docstring under
+The module is over 400 lines because it is record declarations with a docstring under
 every field and nothing else; split, a reader would lose the one place where every top-level
 key a report file can carry is listed (the case-by-case parts, the wrong answers and the latency
 histogram, are declared in ``records/report_cases.py``).
