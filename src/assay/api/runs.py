@@ -158,6 +158,10 @@ def prepare(suite: PathLike | NarrowSuite | CodingSuite, model: str, *,
     else:
         narrow: NarrowSuite = loaded  # type: ignore[assignment]
         params = _narrow_params(narrow, given, _split_of(narrow, given.get("split")))
+        if narrow.scorer.type == "judge":  # its endpoint must be named before anything runs
+            from assay.grading.scorer_judge import check_judge_endpoint
+
+            check_judge_endpoint(narrow)
         if narrow.labels_source == "cases":
             notes.append(f"labels taken from the expected values in {narrow.cases_path.name} "
                          f"(no labels in suite.yaml): {', '.join(narrow.labels)}")

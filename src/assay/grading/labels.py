@@ -24,6 +24,8 @@ INVALID_REASONS = (
     "missing_field",
     "label_not_allowed",
     "refusal",
+    "not_a_number",
+    "not_an_object",
 )
 
 _THINK_BLOCK = re.compile(r"<(think|thinking)>.*?</\1>", re.DOTALL | re.IGNORECASE)
@@ -80,27 +82,46 @@ def find_top_level_objects(text: str) -> tuple[list[dict[str, Any]], bool]:
         pos = end
 
 
-def parse_answer(text: str | None, *, output_field: str, labels: Iterable[str],
-                 refusal: str | None = None) -> Parsed:
-    """Apply the suite's parsing rules to one answer."""
+def read_text(text: str | None, refusal: str | None = None) -> tuple[str | None, str | None,
+                                                                     str | None]:
+    """(the reply without its reasoning blocks, or None; the invalid reason; its detail): what
+    a scorer that reads free text gets. Only a refusal or an empty reply is invalid."""
     if refusal:
-        return Parsed("", "refusal", refusal[:200])
+        return None, "refusal", refusal[:200]
     if text is None or not text.strip():
-        return Parsed("", "empty")
+        return None, "empty", None
     body = strip_reasoning(text)
     if not body:
-        return Parsed("", "empty", "only a reasoning block")
+        return None, "empty", "only a reasoning block"
+    return body, None, None
+
+
+def read_object(text: str | None, refusal: str | None = None
+                ) -> tuple[dict[str, Any] | None, str | None, str | None]:
+    """(the one strict JSON object of the reply, or None; the invalid reason; its detail): the
+    format contract every scorer that reads JSON shares."""
+    body, why, detail = read_text(text, refusal)
+    if body is None:
+        return None, why, detail
     fence = _FENCE.search(body)
     if fence:
         body = fence.group(1).strip()
     objects, saw_brace = find_top_level_objects(body)
     if not objects:
         if saw_brace:
-            return Parsed("", "not_json", "braces present but no strict JSON object parses")
-        return Parsed("", "no_object")
+            return None, "not_json", "braces present but no strict JSON object parses"
+        return None, "no_object", None
     if len(objects) > 1:
-        return Parsed("", "multiple_objects", f"{len(objects)} objects")
-    obj = objects[0]
+        return None, "multiple_objects", f"{len(objects)} objects"
+    return objects[0], None, None
+
+
+def parse_answer(text: str | None, *, output_field: str, labels: Iterable[str],
+                 refusal: str | None = None) -> Parsed:
+    """Apply the suite's parsing rules to one answer."""
+    obj, why, detail = read_object(text, refusal)
+    if obj is None:
+        return Parsed("", why, detail)
     value = obj.get(output_field)
     if not isinstance(value, str):
         got = "absent" if output_field not in obj else type(value).__name__
@@ -112,5 +133,5 @@ def parse_answer(text: str | None, *, output_field: str, labels: Iterable[str],
     return Parsed(label, None)
 
 
-__all__ = ["Parsed", "find_top_level_objects", "parse_answer", "retry_instruction",
-           "strip_reasoning"]
+__all__ = ["Parsed", "find_top_level_objects", "parse_answer", "read_object", "read_text",
+           "retry_instruction", "strip_reasoning"]

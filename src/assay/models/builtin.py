@@ -93,6 +93,9 @@ class Baseline:
     name = "builtin/baseline"
 
     def __init__(self, suite: NarrowSuite) -> None:
+        if suite.scorer.type != "label":
+            raise ValueError(f"builtin/baseline is a classifier: it answers suites scored by "
+                             f"label, not {suite.scorer.type}")
         train = suite.train_cases()
         self.output_field = suite.config.output_field
         self.model = NaiveBayes([c.input for c in train], [c.expected for c in train],
@@ -104,18 +107,30 @@ class Baseline:
 
 
 class Oracle:
+    """Answers every case with its expected value in the form the suite's scorer reads (the
+    label or text or number at the output field, the object, or the bare text)."""
+
     name = "builtin/oracle"
 
     def __init__(self, suite: NarrowSuite) -> None:
         self.output_field = suite.config.output_field
+        self.scorer = suite.scorer
         self.expected = {c.input: c.expected for c in suite.cases}
         self.fingerprint = "oracle-" + suite.cases_sha256[:16]
 
     def answer(self, messages: Sequence[dict[str, str]]) -> str:
-        label = self.expected.get(case_input(messages))
-        if label is None:
+        text = case_input(messages)
+        if text not in self.expected:
             return "I do not know this case."  # visible as an invalid answer, never a guess
-        return json.dumps({self.output_field: label})
+        value = self.expected[text]
+        if self.scorer.type == "label":
+            return json.dumps({self.output_field: value})
+        if self.scorer.reads == "text":
+            return value if isinstance(value, str) else json.dumps(value)
+        if self.scorer.type == "json_fields":
+            field = self.scorer.object_field
+            return json.dumps(value if field is None else {field: value}, ensure_ascii=False)
+        return json.dumps({self.output_field: value}, ensure_ascii=False)
 
 
 class CodingOracle:

@@ -29,16 +29,26 @@ class NarrowRow(Record):
     """The case id from the suite's cases file."""
     repeat: int
     """Which repetition of the case this is (0-based); a key with ``id``."""
-    expected: str
-    """The label the case expects."""
+    expected: str | int | float | dict[str, Any] | None
+    """What the case expects: the label (scorer ``label``), a text, a number or an object, as
+    the scorer reads it; null for a judge case without a reference."""
     raw: str | None = None
     """Text of the answer used (the last one); None when no answer arrived."""
     raws: list[str | None] = []
     """Every answer text in order: one, or two when the format retry was sent."""
     label: str = ""
-    """The label parsed from the answer used; empty when invalid or on an infra error."""
+    """The label parsed from the answer used; empty when invalid, on an infra error, or when the
+    scorer is not ``label`` (see ``answer``)."""
     correct: bool | None = None
-    """``label == expected``; None on an infra error (no verdict), an invalid answer is False."""
+    """The scorer's verdict (``label == expected`` for ``label``); None on an infra error (no
+    verdict), an invalid answer is False."""
+    answer: str | int | float | dict[str, Any] | None = None
+    """What a scorer other than ``label`` read from the answer used (a text, a number, an
+    object); absent for ``label`` rows, for invalid answers and in rows written before scorers."""
+    score_detail: dict[str, Any] | None = None
+    """How the scorer reached ``correct``: the normalised forms (``normalized_text``), the
+    difference and the tolerance (``numeric``), ``fields`` with each field's verdict and reason
+    (``json_fields``); absent when there is nothing to add (``label``, invalid answers)."""
     attempts: int = 0
     """Answers used for the format: 1, or 2 after a format retry."""
     invalid_reason: str | None = None
@@ -66,8 +76,9 @@ class NarrowRow(Record):
     def to_row(self) -> dict[str, Any]:
         """The JSON object written; ``fatal`` only when set, as runs have always written it."""
         row = dict(self.__dict__)
-        if row.get("fatal") is None:
-            row.pop("fatal", None)
+        for key in ("fatal", "answer", "score_detail"):
+            if row.get(key) is None:
+                row.pop(key, None)
         return row
 
 
@@ -91,11 +102,14 @@ class NarrowSuiteInfo(Record):
     train_sha256: str | None = None
     """sha256 of the training file the built-in baseline learns from, when there is one."""
     labels: list[str]
-    """The allowed labels, in order."""
+    """The allowed labels, in order (empty when the scorer is not ``label``)."""
     labels_source: str | None = None
     """Where the labels came from: ``suite.yaml`` or the cases' expected values."""
     output_field: str
     """The JSON field the answer carries the label in."""
+    scorer: dict[str, Any] | None = None
+    """The scorer and its options as validated (``type``, ``reads``, tolerances, fields, the
+    normalisation's id); null in runs from before scorers, which were scored by ``label``."""
 
 
 class NarrowParameters(Record):

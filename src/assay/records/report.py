@@ -12,7 +12,7 @@ The models are strict (no coercion): a report is computed by assay, not typed by
 ``"3"`` where a count belongs is a bug to catch, not an input to forgive. An integer is still
 accepted where a float belongs (``latency_ms`` of 400 is 400.0).
 
-The module is over 400 lines because it is four record declarations with a docstring under
+The module is over 400 lines because it is record declarations with a docstring under
 every field and nothing else; split, a reader would lose the one place where every top-level
 key a report file can carry is listed (the case-by-case parts, the wrong answers and the latency
 histogram, are declared in ``records/report_cases.py``).
@@ -140,6 +140,31 @@ class UsageTotals(ReportPart):
     """Answered cases without usage, or with usage marked incomplete."""
 
 
+class ScorerInfo(ReportPart):
+    """Which scorer decided the verdicts, as the manifest recorded it, and in words."""
+
+    type: str
+    """``label``, ``normalized_text``, ``numeric``, ``json_fields`` or ``judge``."""
+    config: dict[str, Any] | None
+    """The scorer's record from the manifest (options, fields, the normalisation's id); null
+    for runs from before scorers (scored by ``label``)."""
+    description: str
+    """The rule a person reads: what is read, how it is compared, the normalisation."""
+
+
+class FieldFigures(ReportPart):
+    """Accuracy of one field a ``json_fields`` scorer lists."""
+
+    n: int
+    """Answered rows (invalid answers count as wrong in every field)."""
+    correct: int
+    """Rows whose answer has this field right."""
+    accuracy: float | None
+    """``correct / n``; null when nothing was answered."""
+    accuracy_ci95: Interval95 | None
+    """95% Wilson score interval; null when nothing was answered."""
+
+
 class NarrowReport(ReportRecord):
     """The figures of a narrow run, rebuilt from ``raw_predictions.jsonl`` and the manifest."""
 
@@ -219,6 +244,13 @@ class NarrowReport(ReportRecord):
     """Where the case inputs in ``wrong_cases`` come from: the run's copy of its cases
     (``suite/cases.jsonl``, checked against the manifest's sha256); null when the run holds no
     such copy, or it does not match (the inputs are then unknown)."""
+    scorer: ScorerInfo | None = None
+    """The scorer of the run; null in reports written before scorers (those runs were scored
+    by ``label``)."""
+    per_field: dict[str, FieldFigures] | None = None
+    """Per-field accuracy of a ``json_fields`` run, by field path (nested fields as ``a.b``,
+    parents first); null for other scorers. ``confusion`` and ``per_label`` are empty unless the
+    scorer is ``label``."""
 
 
 # --------------------------------------------------------------------------- coding report

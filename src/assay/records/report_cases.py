@@ -12,6 +12,8 @@ before them read with these keys null ("not computed"), never as "no wrong answe
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import ConfigDict
 
 from assay.records.base import Record
@@ -62,7 +64,8 @@ class NarrowRepeatAnswer(_Part):
     """One sentence a person reads: the wrong label, the parse error, the format retry, the
     endpoint error."""
     parsed: str | None
-    """The label parsed from the answer used; null when invalid or on an infra error."""
+    """What the scorer read from the answer used (the label; a text, or a number or object as
+    JSON); null when invalid or on an infra error."""
     answers: list[CutText]
     """Every raw answer text in order (one, or two when the format retry was sent); empty when
     no answer arrived."""
@@ -79,6 +82,9 @@ class NarrowRepeatAnswer(_Part):
     ``max_tokens``); null when it did not say."""
     latency_ms: float | None
     """Time spent on the answers used; null on an infra error."""
+    score_detail: dict[str, Any] | None = None
+    """The scorer's detail from the row (per-field verdicts, the difference, the normalised
+    texts); null for ``label`` and for invalid answers."""
 
 
 class NarrowWrongCase(_Part):
@@ -91,7 +97,7 @@ class NarrowWrongCase(_Part):
     """The case's input text, whole (``cut`` false); ``text`` null when the run directory holds
     no copy of its cases (runs from before ``suite/cases.jsonl``)."""
     expected: str
-    """The label the case expects."""
+    """What the case expects: the label or text, or a number or object as JSON."""
     pattern: str
     """What its repeats show, in the order cases are listed: ``consistent_wrong`` (every
     answered repeat gave the same wrong label), ``consistent_invalid`` (every answered repeat

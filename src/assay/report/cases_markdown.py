@@ -12,7 +12,7 @@ from typing import Any
 
 from assay.report.coding_cases import PATTERN_WORDS as TASK_WORDS
 from assay.report.markdown_text import md_block, md_cell, md_code
-from assay.report.narrow_cases import PATTERN_WORDS as CASE_WORDS
+from assay.report.narrow_cases import pattern_words, short_answer
 
 #: cases (or tasks) shown one by one; the table and report.json list them all
 MAX_DETAILED = 50
@@ -42,6 +42,8 @@ def _more(total: int, cap: int, what: str) -> list[str]:
 
 
 def narrow_cases_markdown(rep: dict[str, Any]) -> list[str]:
+    by_label = (rep.get("scorer") or {}).get("type", "label") == "label"
+    noun = "label" if by_label else "answer"
     cases = rep.get("wrong_cases")
     out = ["", "## Wrong and invalid answers", ""]
     if cases is None:
@@ -51,27 +53,28 @@ def narrow_cases_markdown(rep: dict[str, Any]) -> list[str]:
         return out + ["None: every answer was right the first time."]
     source = rep.get("inputs_source")
     out += [f"{len(cases)} case{'s' if len(cases) != 1 else ''}, most informative first (the "
-            "same wrong label every time, then invalid every time, never right, right only "
+            f"same wrong {noun} every time, then invalid every time, never right, right only "
             "sometimes, right only after the format retry, endpoint errors). Inputs from "
             + (md_code(source) if source else "n/a (this run holds no copy of its cases)")
             + ".", "",
             "| # | case | expected | answers (by repeat) | right | pattern |",
             "|---:|---|---|---|---:|---|"]
     for i, c in enumerate(cases[:MAX_TABLE], start=1):
-        answers = ", ".join(a["parsed"] or a["verdict"] for a in c["answers"])
-        out.append(f"| {i} | {md_cell(c['id'])} | {md_cell(c['expected'])} | "
+        answers = ", ".join(short_answer(a) for a in c["answers"])
+        expected = c["expected"] if len(c["expected"]) <= 80 else c["expected"][:79] + "…"
+        out.append(f"| {i} | {md_cell(c['id'])} | {md_cell(expected)} | "
                    f"{md_cell(answers)} | {c['right']} of {c['repeats']} | "
-                   f"{CASE_WORDS.get(c['pattern'], c['pattern'])} |")
+                   f"{pattern_words(c['pattern'], by_label)} |")
     out.append("")
     out += _more(len(cases), MAX_TABLE, "cases")
     for i, c in enumerate(cases[:MAX_DETAILED], start=1):
         text, note = shown(c["input"])
-        out += [f"### {i}. {md_code(c['id'])}: {CASE_WORDS.get(c['pattern'], c['pattern'])}", "",
+        out += [f"### {i}. {md_code(c['id'])}: {pattern_words(c['pattern'], by_label)}", "",
                 f"Expected {md_code(c['expected'])}. Input ({note}):", ""]
         out += md_block(text, empty="n/a") + [""]
         for a in c["answers"]:
             out.append(f"- repeat {a['repeat']}: **{a['verdict']}**, parsed "
-                       f"{md_code(a['parsed'], 'no label')}: {md_code(a['reason'])}")
+                       f"{md_code(a['parsed'], 'no ' + noun)}: {md_code(a['reason'])}")
         out.append("")
         for a in c["answers"]:
             for k, raw in enumerate(a["answers"], start=1):

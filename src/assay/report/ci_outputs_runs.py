@@ -26,6 +26,7 @@ from assay.records.layout import RAW_PREDICTIONS
 from assay.records.narrow import iter_narrow_rows, read_narrow_manifest
 from assay.report.ci_outputs import md, xml_text
 from assay.report.narrow import final_rows
+from assay.report.narrow_cases import answered_value, show_value, verdict
 from assay.report.render_narrow import NA, pct
 
 
@@ -69,12 +70,13 @@ def narrow_junit(run_dir: Path, report: dict[str, Any]) -> str:
         if bad:
             failures += 1
             answers = ", ".join(
-                (r.get("label") or f"invalid ({r.get('invalid_reason') or 'unknown'})")
+                (show_value(answered_value(r))[:200] if verdict(r) == "wrong"
+                 else f"invalid ({r.get('invalid_reason') or 'unknown'})")
                 for r in answered)
             el = ET.SubElement(case, "failure", type="wrong" if all(
-                r.get("label") for r in bad) else "invalid", message=xml_text(
+                verdict(r) == "wrong" for r in bad) else "invalid", message=xml_text(
                 f"{len(bad)} of {len(answered)} answers wrong or invalid; expected "
-                f"{rows[0].get('expected')!s}, answered {answers}"))
+                f"{show_value(rows[0].get('expected'))[:500]}, answered {answers}"))
             listed = {a.get("repeat"): a for a in detail.get(cid, [])}
             el.text = xml_text("\n".join(
                 f"repeat {r.get('repeat', 0)}: "

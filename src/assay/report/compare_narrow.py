@@ -2,7 +2,9 @@
 
 Accuracy of two runs on the same cases is a paired measurement: the McNemar test and a paired
 bootstrap use that pairing, where two independent intervals would throw it away and overstate
-the uncertainty. Only (case, repeat) pairs answered in both runs are compared.
+the uncertainty. Only (case, repeat) pairs answered in both runs are compared, and only runs
+scored by the same scorer with the same options (a run from before scorers was scored by
+``label``).
 """
 
 from __future__ import annotations
@@ -35,6 +37,11 @@ def compare_runs(run_a: Path, run_b: Path, *, seed: int = 0,
         raise NotComparable(
             "the runs are not of the same suite (cases fingerprint or labels differ): "
             f"{sa['cases_sha256'][:12]} vs {sb['cases_sha256'][:12]}")
+    label = {"type": "label", "reads": "json"}
+    if (sa.get("scorer") or label) != (sb.get("scorer") or label):
+        raise NotComparable("the runs are scored differently (a verdict of one scorer is not "
+                            f"a verdict of the other): {sa.get('scorer') or label} vs "
+                            f"{sb.get('scorer') or label}")
     warnings = []
     if sa["prompt_sha256"] != sb["prompt_sha256"]:
         warnings.append("the system prompts differ: the comparison measures prompt and model "

@@ -21,7 +21,7 @@ from jinja2 import Environment, StrictUndefined, Template
 
 from assay.report.html_cases import failures_view, latency_plot, wrong_view
 from assay.report.narrow import INVALID_COLUMN
-from assay.report.render_narrow import NA, ci, num, pct
+from assay.report.render_narrow import NA, by_label, ci, num, pct, scorer_words
 
 Kind = Literal["narrow", "coding"]
 KINDS = ("narrow", "coding")
@@ -222,7 +222,22 @@ def _narrow_view(rep: dict[str, Any]) -> dict[str, Any]:
                    for k, v in shown_params],
         "wrong": wrong_view(rep),
         "latency_plot": latency_plot(lat, "answer"),
+        "by_label": by_label(rep),
+        "scorer": scorer_words(rep),
+        "per_field": _per_field(rep),
     }
+
+
+def _per_field(rep: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each field of a json_fields run: its accuracy as a bar with the Wilson interval."""
+    out = []
+    for path, f in (rep.get("per_field") or {}).items():
+        iv = f.get("accuracy_ci95")
+        out.append({"field": path, "right": f["correct"], "n": f["n"],
+                    "value": pct(f["accuracy"]), "interval": ci(iv),
+                    "bar": _interval_bar(f["accuracy"], *(iv or (None, None))),
+                    "aria": f"{path}: {pct(f['accuracy'])}, 95% Wilson interval {ci(iv)}"})
+    return out
 
 
 # --------------------------------------------------------------------------- coding

@@ -12,7 +12,7 @@ from typing import Any
 
 from assay.report.cases_markdown import MAX_DETAILED, MAX_TABLE, SHOW_CHARS, SHOW_TAIL, shown
 from assay.report.coding_cases import PATTERN_WORDS as TASK_WORDS
-from assay.report.narrow_cases import PATTERN_WORDS as CASE_WORDS
+from assay.report.narrow_cases import pattern_words, short_answer
 from assay.report.render_narrow import NA, num
 
 PLOT_W, PLOT_H = 600, 120  # plot area of the latency histogram, px
@@ -30,6 +30,7 @@ def wrong_view(rep: dict[str, Any]) -> dict[str, Any] | None:
     cases = rep.get("wrong_cases")
     if cases is None:
         return None
+    by_label = (rep.get("scorer") or {}).get("type", "label") == "label"
     counts: dict[str, int] = {}
     for c in cases:
         counts[c["pattern"]] = counts.get(c["pattern"], 0) + 1
@@ -38,9 +39,9 @@ def wrong_view(rep: dict[str, Any]) -> dict[str, Any] | None:
         out.append({
             "n": i, "anchor": f"wrong-{i}", "detailed": i <= MAX_DETAILED,
             "id": c["id"], "expected": c["expected"], "pattern": c["pattern"],
-            "words": CASE_WORDS.get(c["pattern"], c["pattern"]),
+            "words": pattern_words(c["pattern"], by_label),
             "right": c["right"], "repeats": c["repeats"],
-            "parsed": ", ".join(a["parsed"] or a["verdict"] for a in c["answers"]),
+            "parsed": ", ".join(short_answer(a) for a in c["answers"]),
             "input": _text(c["input"]),
             "answers": [{"repeat": a["repeat"], "verdict": a["verdict"], "reason": a["reason"],
                          "parsed": a["parsed"], "finish": a["finish_reason"],
@@ -49,7 +50,9 @@ def wrong_view(rep: dict[str, Any]) -> dict[str, Any] | None:
         })
     return {"total": len(cases), "cases": out, "more_table": max(0, len(cases) - MAX_TABLE),
             "more_detail": max(0, min(len(cases), MAX_TABLE) - MAX_DETAILED),
-            "counts": [{"name": CASE_WORDS.get(k, k), "count": v} for k, v in counts.items()],
+            "counts": [{"name": pattern_words(k, by_label), "count": v}
+                       for k, v in counts.items()],
+            "noun": "label" if by_label else "answer",
             "inputs_source": rep.get("inputs_source")}
 
 

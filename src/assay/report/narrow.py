@@ -6,17 +6,19 @@ what lets a reader check any figure against the rows behind it.
 
 from __future__ import annotations
 
+import json
 from collections import Counter, defaultdict
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from assay.grading.scorers import describe
 from assay.records.io import torn_tail
 from assay.records.layout import RAW_PREDICTIONS, narrow_key, standing_rows
 from assay.records.narrow import iter_narrow_rows, read_narrow_manifest
 from assay.records.report import NarrowReport
 from assay.report.latency import latency_figures
-from assay.report.narrow_cases import wrong_cases
+from assay.report.narrow_cases import answered_value, wrong_cases
 from assay.stats import wilson
 
 INVALID_COLUMN = "(invalid)"
@@ -25,7 +27,8 @@ INVALID_COLUMN = "(invalid)"
 # What the figures need from a row; the answer texts and per-try records stay on disk, so a
 # report over 100,000 rows holds a few small fields per row, not the rows.
 _REPORT_FIELDS = ("id", "repeat", "expected", "label", "correct", "attempts", "invalid_reason",
-                  "first_invalid_reason", "latency_ms", "usage", "served_model", "error")
+                  "first_invalid_reason", "latency_ms", "usage", "served_model", "error",
+                  "answer", "score_detail")
 # (the answer texts of the cases listed as wrong are read in a second pass: report.narrow_cases)
 
 
@@ -58,13 +61,19 @@ def per_label(answered: list[dict[str, Any]], labels: list[str]) -> dict[str, di
     return out
 
 
+def _answer_key(row: dict[str, Any]) -> str:
+    """What two repeats must share to agree: the label, or the JSON of what was read."""
+    value = answered_value(row)
+    return value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+
+
 def agreement(answered: list[dict[str, Any]], repeats: int) -> dict[str, Any] | None:
     """How often repeats of a case agree: only cases with every repeat answered count."""
     if repeats <= 1:
         return None
     by_case: dict[str, list[str]] = defaultdict(list)
     for r in answered:
-        by_case[r["id"]].append(r["label"])
+        by_case[r["id"]].append(_answer_key(r))
     full = {cid: labels for cid, labels in by_case.items() if len(labels) == repeats}
     consistent = sorted(cid for cid, labels in full.items() if len(set(labels)) == 1)
     unstable = sorted(cid for cid in full if cid not in set(consistent))
@@ -74,6 +83,32 @@ def agreement(answered: list[dict[str, Any]], repeats: int) -> dict[str, Any] | 
         "rate": _ratio(len(consistent), len(full)),
         "unstable_cases": unstable,
     }
+
+
+def _paths(fields: dict[str, Any], prefix: str = "") -> list[str]:
+    out: list[str] = []
+    for name, rule in fields.items():
+        out.append(prefix + name)
+        out += _paths(rule.get("fields") or {}, f"{prefix}{name}.")
+    return out
+
+
+def per_field(answered: list[dict[str, Any]],
+              scorer: dict[str, Any] | None) -> dict[str, dict[str, Any]] | None:
+    """Accuracy of every field a ``json_fields`` scorer lists (nested ones as ``a.b``), over
+    the answered rows: an invalid answer counts as wrong in every field, as in the accuracy."""
+    if not scorer or scorer.get("type") != "json_fields":
+        return None
+    out: dict[str, dict[str, Any]] = {}
+    n = len(answered)
+    for path in _paths(scorer.get("fields") or {}):
+        right = sum(1 for r in answered
+                    if ((r.get("score_detail") or {}).get("fields") or {}).get(path, {})
+                    .get("correct"))
+        interval = wilson(right, n) if n else None
+        out[path] = {"n": n, "correct": right, "accuracy": _ratio(right, n),
+                     "accuracy_ci95": list(interval) if interval else None}
+    return out
 
 
 def usage_totals(answered: list[dict[str, Any]]) -> dict[str, Any]:
@@ -107,6 +142,8 @@ def build_report(run_dir: Path) -> dict[str, Any]:
     manifest = read_narrow_manifest(run_dir)
     rows_path = run_dir / RAW_PREDICTIONS
     labels: list[str] = manifest["suite"]["labels"]
+    scorer = manifest["suite"].get("scorer")
+    by_label = scorer is None or scorer.get("type") == "label"
     repeats: int = manifest["parameters"]["repeats"]
     expected_total = manifest["suite"]["n_cases"] * repeats
     finals = final_rows(iter_narrow_rows(run_dir, manifest))
@@ -117,7 +154,7 @@ def build_report(run_dir: Path) -> dict[str, Any]:
     latencies = [r["latency_ms"] for r in answered if r.get("latency_ms") is not None]
     confusion: dict[str, dict[str, int]] = {
         e: {p: 0 for p in [*labels, INVALID_COLUMN]} for e in labels}
-    for r in answered:
+    for r in answered if by_label else ():
         predicted = r["label"] or INVALID_COLUMN
         confusion.setdefault(r["expected"], {}).setdefault(predicted, 0)
         confusion[r["expected"]][predicted] += 1
@@ -147,7 +184,7 @@ def build_report(run_dir: Path) -> dict[str, Any]:
         "missing_rows": expected_total - len(finals),
         "latency_ms": latency_figures(latencies),
         "confusion": confusion,
-        "per_label": per_label(answered, labels),
+        "per_label": per_label(answered, labels) if by_label else {},
         "agreement": agreement(answered, repeats),
         "usage": usage_totals(answered),
         "torn_tail_bytes": len(torn_tail(rows_path)[1]),
@@ -159,4 +196,7 @@ def build_report(run_dir: Path) -> dict[str, Any]:
         "ended_at": manifest.get("ended_at"),
         "wrong_cases": listed,
         "inputs_source": inputs_source,
+        "scorer": {"type": (scorer or {}).get("type", "label"), "config": scorer,
+                   "description": describe(scorer)},
+        "per_field": per_field(answered, scorer),
     }, run_dir / NarrowReport.file)

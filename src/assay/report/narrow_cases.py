@@ -1,5 +1,7 @@
 """The cases a narrow run got wrong, as a person fixing the prompt or the suite reads them: the
-input, the expected label, every repeat's raw answers, the parsed label and the reason.
+input, the expected value, every repeat's raw answers, what the scorer read and the reason
+(the wrong label, the fields that differ, the difference against the tolerance, the normalised
+texts).
 
 Built from the run directory alone: the answers from ``raw_predictions.jsonl`` (the row standing
 for each case and repeat), the inputs from the run's copy of its cases (``suite/cases.jsonl``,
@@ -40,6 +42,26 @@ PATTERN_WORDS = {
 }
 
 
+def pattern_words(pattern: str, by_label: bool = True) -> str:
+    """A pattern as the views say it: of labels for a run scored by label, of answers
+    otherwise."""
+    text = PATTERN_WORDS.get(pattern, pattern)
+    return text if by_label else text.replace("label", "answer")
+
+
+def short_answer(answer: dict[str, Any], keep: int = 80) -> str:
+    """One repeat in a table cell: the wrong fields of a json_fields answer, else what was
+    read (cut), else the verdict."""
+    fields = (answer.get("score_detail") or {}).get("fields")
+    if fields and answer.get("verdict") == "wrong":
+        return "wrong: " + ", ".join(p for p, f in fields.items()
+                                     if not f.get("correct") and "." not in p)
+    parsed = answer.get("parsed")
+    if not parsed:
+        return str(answer.get("verdict"))
+    return parsed if len(parsed) <= keep else parsed[:keep - 1] + "…"
+
+
 def cut(text: str | None, keep: int) -> dict[str, Any]:
     """A :class:`CutText` dict: the first ``keep`` characters and the whole length."""
     if text is None:
@@ -52,12 +74,56 @@ def is_listed(row: dict[str, Any]) -> bool:
     return bool(row.get("error")) or not row.get("correct") or (row.get("attempts") or 1) > 1
 
 
+def show_value(value: Any) -> str:
+    """An expected value or an answer as one line of text: a label or text as it is, a number
+    or an object as its JSON."""
+    if isinstance(value, str):
+        return value
+    if value is None:
+        return "(none)"
+    return json.dumps(value, ensure_ascii=False)
+
+
+def answered_value(row: dict[str, Any]) -> Any:
+    """What the scorer read from the answer used: the label, or the ``answer`` of a row scored
+    otherwise; None when nothing was read."""
+    if row.get("label"):
+        return row["label"]
+    return row.get("answer")
+
+
 def verdict(row: dict[str, Any]) -> str:
     if row.get("error"):
         return "infra_error"
     if row.get("correct"):
         return "right"
-    return "invalid" if row.get("invalid_reason") or not row.get("label") else "wrong"
+    return "invalid" if row.get("invalid_reason") or answered_value(row) is None else "wrong"
+
+
+def why_wrong(row: dict[str, Any]) -> str:
+    """What the scorer found, for a readable answer that is wrong."""
+    detail = row.get("score_detail") or {}
+    answered, expected = show_value(answered_value(row)), show_value(row.get("expected"))
+    if row.get("label"):
+        return f"wrong label: answered {row.get('label')!r}, expected {row.get('expected')!r}"
+    if "criterion" in detail:
+        need = detail.get("pass") or {}
+        rule = (f"at least {need['at_least']!r}" if "at_least" in need
+                else f"one of {need.get('one_of')!r}")
+        return (f"judged wrong: {detail['criterion']} scored {detail.get('score')!r}, needs "
+                f"{rule}" + (f" ({str(detail['reason'])[:200]})" if detail.get("reason") else ""))
+    if "fields" in detail:
+        bad = [f"{path} ({f.get('why') or 'wrong'})" for path, f in detail["fields"].items()
+               if not f.get("correct") and "." not in path]
+        return "wrong fields: " + "; ".join(bad)
+    if "tolerance" in detail:
+        return (f"wrong number: answered {detail.get('answer')}, expected "
+                f"{detail.get('expected')}, |difference| {detail.get('abs_diff'):.6g} > "
+                f"tolerance {detail.get('tolerance'):.6g}")
+    if "answer" in detail and "expected" in detail:
+        return (f"wrong text: normalised {str(detail['answer'])[:200]!r}, expected "
+                f"{str(detail['expected'])[:200]!r}")
+    return f"wrong: answered {answered[:200]!r}, expected {expected[:200]!r}"
 
 
 def reason(row: dict[str, Any]) -> str:
@@ -71,8 +137,7 @@ def reason(row: dict[str, Any]) -> str:
     if kind == "right":
         return f"right{after}"
     if kind == "wrong":
-        return f"wrong label: answered {row.get('label')!r}, expected {row.get('expected')!r}" \
-            + after
+        return why_wrong(row) + after
     text = f"invalid: {row.get('invalid_reason') or 'no label'}"
     if retried:
         text += f", also after the format retry (first answer: {first})"
@@ -88,7 +153,7 @@ def repeat_answer(row: dict[str, Any]) -> dict[str, Any]:
         "repeat": int(row["repeat"]),
         "verdict": verdict(row),
         "reason": reason(row),
-        "parsed": row.get("label") or None,
+        "parsed": None if answered_value(row) is None else show_value(answered_value(row)),
         "answers": [cut(r, RAW_KEPT) for r in raws],
         "format_retry": (row.get("attempts") or 1) > 1,
         "invalid_reason": row.get("invalid_reason"),
@@ -96,6 +161,7 @@ def repeat_answer(row: dict[str, Any]) -> dict[str, Any]:
         "error": row.get("error"),
         "finish_reason": row.get("finish_reason"),
         "latency_ms": row.get("latency_ms"),
+        "score_detail": row.get("score_detail"),
     }
 
 
@@ -200,7 +266,7 @@ def wrong_cases(run_dir: Path, manifest: dict[str, Any],
                  for k in ("right", "wrong", "invalid", "infra_error")}
         cases.append({
             "id": cid, "input": cut(inputs.get(cid), len(inputs.get(cid) or "")),
-            "expected": case_rows[0]["expected"], "pattern": pattern(answers),
+            "expected": show_value(case_rows[0]["expected"]), "pattern": pattern(answers),
             "repeats": len(answers), "right": count["right"], "wrong": count["wrong"],
             "invalid": count["invalid"], "infra_errors": count["infra_error"],
             "answers": answers,

@@ -13,8 +13,9 @@ from rich.table import Table
 from rich.text import Text
 
 from assay.report.cases_markdown import narrow_cases_markdown
+from assay.report.markdown_text import md_cell
 from assay.report.narrow import INVALID_COLUMN
-from assay.report.narrow_cases import PATTERN_WORDS
+from assay.report.narrow_cases import pattern_words, short_answer
 
 #: wrong cases a terminal shows (report.md and report.html show more, report.json all)
 TERMINAL_CASES = 10
@@ -68,6 +69,23 @@ def headline_rows(rep: dict[str, Any]) -> list[tuple[str, str]]:
     return rows
 
 
+def by_label(rep: dict[str, Any]) -> bool:
+    """Whether the run was scored by label (reports from before scorers were)."""
+    return (rep.get("scorer") or {}).get("type", "label") == "label"
+
+
+def scorer_words(rep: dict[str, Any]) -> str:
+    """The scorer sentence every view shows."""
+    info = rep.get("scorer")
+    return info["description"] if info else "label (a report from before scorers)"
+
+
+def field_rows(rep: dict[str, Any]) -> list[tuple[str, str, str, str]]:
+    """(field, correct of n, accuracy, interval) for every field of a json_fields run."""
+    return [(path, f"{f['correct']} of {f['n']}", pct(f["accuracy"]), ci(f["accuracy_ci95"]))
+            for path, f in (rep.get("per_field") or {}).items()]
+
+
 def to_markdown(rep: dict[str, Any]) -> str:
     labels = rep["labels"]
     cols = [*labels, INVALID_COLUMN]
@@ -80,6 +98,13 @@ def to_markdown(rep: dict[str, Any]) -> str:
         out.append("")
     out += ["| figure | value |", "|---|---|"]
     out += [f"| {k} | {v} |" for k, v in headline_rows(rep)]
+    out += ["", f"Scorer: {md_cell(scorer_words(rep))}."]
+    if rep.get("per_field"):
+        out += ["", "## Per field (95% Wilson intervals)", "",
+                "| field | right | accuracy | 95% CI |", "|---|---:|---:|---|"]
+        out += [f"| {md_cell(a)} | {b} | {c} | {d} |" for a, b, c, d in field_rows(rep)]
+    if not by_label(rep):
+        return _tail_markdown(rep, out)
     out += ["", "## Confusion matrix (rows: expected, columns: answered)", "",
             "| expected | " + " | ".join(cols) + " |",
             "|---|" + "---:|" * len(cols)]
@@ -91,6 +116,11 @@ def to_markdown(rep: dict[str, Any]) -> str:
     for label, m in rep["per_label"].items():
         out.append(f"| {label} | {pct(m['precision'])} | {pct(m['recall'])} | "
                    f"{pct(m['f1'])} | {m['support']} |")
+    return _tail_markdown(rep, out)
+
+
+def _tail_markdown(rep: dict[str, Any], out: list[str]) -> str:
+    """Infra errors, unstable cases, the wrong answers and the footer: every scorer's."""
     if rep["infra_error_ids"]:
         out += ["", "## Infra errors", "",
                 "Cases without an answer (endpoint trouble, not wrong answers): "
@@ -99,7 +129,8 @@ def to_markdown(rep: dict[str, Any]) -> str:
         out += ["", "## Unstable across repeats", "",
                 ", ".join(f"`{i}`" for i in rep["agreement"]["unstable_cases"][:50])]
     out += narrow_cases_markdown(rep)
-    out += ["", f"Labels from {rep['labels_source']}. Accuracy counts invalid answers as wrong "
+    labels_from = f"Labels from {rep['labels_source']}. " if by_label(rep) else ""
+    out += ["", f"{labels_from}Accuracy counts invalid answers as wrong "
             "and leaves infra errors out of the denominator.", ""]
     return "\n".join(out)
 
@@ -113,6 +144,20 @@ def print_report(rep: dict[str, Any], console: Console) -> None:
     for k, v in headline_rows(rep):
         head.add_row(k, v)
     console.print(head)
+    console.print(Text(f"scorer: {scorer_words(rep)}"))
+    if rep.get("per_field"):
+        pf = Table(title="per field (95% Wilson CI)", title_justify="left")
+        for name in ("field", "right", "accuracy", "95% CI"):
+            pf.add_column(name, justify="left" if name == "field" else "right")
+        for a, b, c, d in field_rows(rep):
+            pf.add_row(Text(a), b, c, d)
+        console.print(pf)
+    if by_label(rep):
+        _print_labels(rep, console)
+    _print_cases(rep, console)
+
+
+def _print_labels(rep: dict[str, Any], console: Console) -> None:
     labels = rep["labels"]
     cols = [*labels, INVALID_COLUMN]
     conf = Table(title="confusion (rows expected, columns answered)", title_justify="left")
@@ -134,6 +179,9 @@ def print_report(rep: dict[str, Any], console: Console) -> None:
     for label, m in rep["per_label"].items():
         pl.add_row(label, pct(m["precision"]), pct(m["recall"]), pct(m["f1"]), str(m["support"]))
     console.print(pl)
+
+
+def _print_cases(rep: dict[str, Any], console: Console) -> None:
     cases = rep.get("wrong_cases") or []
     if cases:
         wt = Table(title=f"wrong and invalid answers ({len(cases)} cases, most informative "
@@ -141,7 +189,7 @@ def print_report(rep: dict[str, Any], console: Console) -> None:
         for name in ("case", "expected", "answers", "pattern"):
             wt.add_column(name)
         for c in cases[:TERMINAL_CASES]:  # Text: ids and labels are data, not rich markup
-            wt.add_row(Text(c["id"]), Text(c["expected"]),
-                       Text(", ".join(a["parsed"] or a["verdict"] for a in c["answers"])),
-                       PATTERN_WORDS.get(c["pattern"], c["pattern"]))
+            wt.add_row(Text(c["id"]), Text(c["expected"][:80]),
+                       Text(", ".join(short_answer(a) for a in c["answers"])),
+                       pattern_words(c["pattern"], by_label(rep)))
         console.print(wt)

@@ -4,7 +4,9 @@ The raw rows are the run's state. A case/repeat is done when it has a row withou
 resuming re-reads the rows (dropping a line torn by a crash) and asks only for what is missing,
 so a ``kill -9`` loses at most the answers in flight and never duplicates a finished row.
 What is specific to narrow runs is here: the spec of a unit of work (a case at a repeat), the
-ask-parse-retry loop, and the manifest's suite part; the loop itself is ``engine.run_model``.
+ask-read-retry-score loop, and the manifest's suite part; the loop itself is
+``engine.run_model``. Reading and scoring belong to the suite's scorer
+(``grading/scorers.py``); scoring is awaited, so a scorer may call a model of its own.
 """
 
 from __future__ import annotations
@@ -14,7 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from assay.grading.labels import parse_answer
+from assay.errors import GradingError
+from assay.grading.scorers import Scorer, manifest_record, scorer_for
 from assay.models.client import ChatClient, Completion, TransportError
 from assay.records.io import atomic_write_text
 from assay.records.layout import CASES_SNAPSHOT, RAW_PREDICTIONS, run_stamp
@@ -31,7 +34,7 @@ from assay.runner.engine import (
     run_model,
 )
 from assay.suites.cases import Case, NarrowSuite
-from assay.suites.prompts import format_retry, narrow_messages
+from assay.suites.prompts import narrow_messages, retry_with
 
 MANIFEST_SCHEMA = NarrowManifest.schema_id()
 #: answers asked again for their format, at most, per case
@@ -57,8 +60,9 @@ def default_run_dir(suite_name: str, model: str, root: Path = Path("runs")) -> P
 
 def comparable_settings(suite: NarrowSuite, endpoint: Endpoint,
                         params: NarrowParams) -> dict[str, Any]:
-    """What must be identical for rows written by two sessions to belong to one run."""
-    return {
+    """What must be identical for rows written by two sessions to belong to one run. The scorer
+    is listed only when it is not ``label``, so runs from before scorers still resume."""
+    out = {
         "cases_sha256": suite.cases_sha256,
         "prompt_sha256": suite.prompt_sha256,
         "labels": list(suite.labels),
@@ -69,6 +73,9 @@ def comparable_settings(suite: NarrowSuite, endpoint: Endpoint,
         "repeats": params.repeats,
         "max_tokens": params.max_tokens,
     }
+    if suite.scorer.type != "label":
+        out["scorer"] = suite.scorer.to_record()
+    return out
 
 
 def limits_of(params: NarrowParams) -> dict[str, Any]:
@@ -92,6 +99,7 @@ def build_manifest(run_id: str, suite: NarrowSuite, endpoint: Endpoint,
             "labels": list(suite.labels),
             "labels_source": suite.labels_source,
             "output_field": suite.config.output_field,
+            "scorer": manifest_record(suite),
         },
         parameters={"temperature": params.temperature, "repeats": params.repeats,
                     "max_tokens": params.max_tokens, "format_retries": FORMAT_RETRIES},
@@ -122,46 +130,57 @@ def _sum_usage(answers: list[Completion]) -> dict[str, Any] | None:
 
 
 async def answer_case(client: ChatClient, suite: NarrowSuite, case: Case, repeat: int,
-                      params: NarrowParams) -> dict[str, Any]:
-    """One case, one repeat: an answer, at most ``FORMAT_RETRIES`` format retries, and the row
-    that records it."""
-    labels = suite.labels
-    field_name = suite.config.output_field
+                      params: NarrowParams, scorer: Scorer | None = None) -> dict[str, Any]:
+    """One case, one repeat: an answer, at most ``FORMAT_RETRIES`` format retries, the
+    scorer's verdict, and the row that records it."""
+    scorer = scorer or scorer_for(suite)
     messages = narrow_messages(suite, case)
     answers: list[Completion] = []
     tries: list[dict[str, Any]] = []
     error: str | None = None
     fatal: bool | None = None
-    parsed = None
+    reading = None
     first_reason: str | None = None
     try:
         for attempt in range(1 + FORMAT_RETRIES):
             if attempt:
-                messages = format_retry(messages, answers[-1].content, field_name, labels)
+                messages = retry_with(messages, answers[-1].content, scorer.retry_instruction())
             answer = await client.complete(messages, temperature=params.temperature,
                                            max_tokens=params.max_tokens)
             answers.append(answer)
             tries += [t.to_record() for t in answer.tries]
-            parsed = parse_answer(answer.content, output_field=field_name, labels=labels,
-                                  refusal=answer.refusal)
-            if parsed.valid:
+            reading = scorer.read(answer.content, answer.refusal)
+            if reading.valid:
                 break
             if attempt == 0:
-                first_reason = parsed.reason
+                first_reason = reading.reason
     except TransportError as exc:
         tries += [t.to_record() for t in exc.tries]
         error = str(exc)
         fatal = exc.fatal or None
+    score = None
+    if reading is not None and reading.valid and error is None:
+        try:
+            score = await scorer.score(reading.value, case, repeat)
+        except TransportError as exc:  # the judge's endpoint: no verdict, asked again
+            tries += [t.to_record() for t in exc.tries]
+            error, fatal = f"judge: {exc}", exc.fatal or None
+        except GradingError as exc:
+            error = f"judge: {exc}"
     last = answers[-1] if answers else None
-    ok = parsed is not None and error is None
+    ok = reading is not None and error is None
+    is_label = suite.scorer.type == "label"
+    value = reading.value if ok else None  # type: ignore[union-attr]
     return NarrowRow(
         id=case.id, repeat=repeat, expected=case.expected,
         raw=last.content if last else None,
         raws=[a.content for a in answers],
-        label=parsed.label if ok else "",  # type: ignore[union-attr]
-        correct=(parsed.label == case.expected) if ok else None,  # type: ignore[union-attr]
+        label=(value or "") if is_label else "",
+        correct=(score is not None and score.correct) if ok else None,
+        answer=None if is_label else value,
+        score_detail=score.detail if score else None,
         attempts=len(answers),
-        invalid_reason=parsed.reason if ok else None,  # type: ignore[union-attr]
+        invalid_reason=reading.reason if ok else None,  # type: ignore[union-attr]
         first_invalid_reason=first_reason,
         latency_ms=round(sum(a.latency_ms for a in answers), 1) if error is None else None,
         usage=_sum_usage(answers),
@@ -173,9 +192,11 @@ async def answer_case(client: ChatClient, suite: NarrowSuite, case: Case, repeat
 
 
 def narrow_spec(suite: NarrowSuite, endpoint: Endpoint, params: NarrowParams,
-                run_dir: Path) -> RunSpec[Case]:
+                run_dir: Path, scorer: Scorer | None = None) -> RunSpec[Case]:
+    scorer = scorer or scorer_for(suite, run_dir)
+
     async def ask(client: ChatClient, case: Case, repeat: int) -> dict[str, Any]:
-        return await answer_case(client, suite, case, repeat, params)
+        return await answer_case(client, suite, case, repeat, params, scorer)
 
     def prepare(run_dir: Path) -> None:
         """Keep the exact cases file run (its sha256 is the manifest's, and a resume with other
@@ -198,8 +219,12 @@ def narrow_spec(suite: NarrowSuite, endpoint: Endpoint, params: NarrowParams,
 async def run_narrow(suite: NarrowSuite, endpoint: Endpoint, params: NarrowParams,
                      run_dir: Path, progress: Progress | None = None) -> RunResult:
     """Run (or resume) a suite into ``run_dir``; the caller has validated everything."""
-    return await run_model(narrow_spec(suite, endpoint, params, run_dir), endpoint, run_dir,
-                           progress or NullProgress())
+    scorer = scorer_for(suite, run_dir)
+    try:
+        return await run_model(narrow_spec(suite, endpoint, params, run_dir, scorer), endpoint,
+                               run_dir, progress or NullProgress())
+    finally:
+        await scorer.aclose()
 
 
 __all__ = ["RAW_PREDICTIONS", "Endpoint", "NarrowParams", "RunConflict", "RunResult",

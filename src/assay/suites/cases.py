@@ -1,12 +1,15 @@
 """Narrow-task suites: the layout teams already keep (cases JSONL, a fixed prompt, optional YAML).
 
 Everything is validated before any model is called, so a typo costs a second, not a paid run.
+That includes the scorer (``suite.yaml`` ``scorer:``, see ``suites/scorer_config.py``) and every
+case's ``expected`` against it: a string label for ``label``, a number for ``numeric``, an
+object with every listed field for ``json_fields``.
 """
 
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -14,17 +17,20 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from assay.suites.errors import Problem, SuiteError
 from assay.suites.jsonl import iter_jsonl_objects
+from assay.suites.scorer_config import (
+    LABEL,
+    ScorerSpec,
+    check_expected,
+    normalize_label,
+    parse_scorer,
+    problems_at,
+)
 from assay.suites.yamlfile import key_lines, line_of, parse_yaml
 
 CASES_FILE = Path("data/cases.jsonl")
 TRAIN_FILE = Path("data/train.jsonl")
 PROMPT_FILE = Path("prompts/system.txt")
 CONFIG_FILE = Path("suite.yaml")
-
-
-def normalize_label(value: str) -> str:
-    """Labels compare stripped and lower-cased: 'Bug ' and 'bug' are the same verdict."""
-    return value.strip().lower()
 
 
 class SuiteConfig(BaseModel):
@@ -39,6 +45,8 @@ class SuiteConfig(BaseModel):
     repeats: int = Field(default=1, ge=1, le=100)
     max_tokens: int | None = Field(default=None, ge=1)
     splits: dict[str, str] = Field(default_factory=dict)
+    scorer: Any = None
+    """``label`` when absent; checked by ``parse_scorer`` (its errors name nested keys)."""
 
     @field_validator("labels")
     @classmethod
@@ -60,11 +68,16 @@ class SuiteConfig(BaseModel):
         return v
 
 
+#: what a case expects: a label or text (str), a number, an object (json_fields), or nothing
+#: (a judge case without a reference)
+Expected = str | int | float | dict[str, Any] | None
+
+
 @dataclass(frozen=True, slots=True)
 class Case:
     id: str
     input: str
-    expected: str
+    expected: Expected
     line: int
 
 
@@ -74,8 +87,9 @@ class NarrowSuite:
     name: str
     cases: tuple[Case, ...]
     system_prompt: str
-    labels: tuple[str, ...]
-    labels_source: str  # "suite.yaml" or "cases": the run output says which
+    labels: tuple[str, ...]  # empty unless the scorer is label
+    labels_source: str | None  # "suite.yaml" or "cases" (the run output says which); None
+    # when the scorer is not label
     config: SuiteConfig
     cases_path: Path
     prompt_path: Path
@@ -83,6 +97,7 @@ class NarrowSuite:
     prompt_sha256: str
     train_path: Path | None
     train_sha256: str | None
+    scorer: ScorerSpec = LABEL
 
     def train_cases(self) -> list[Case]:
         """Examples for the built-in baseline, validated like the cases themselves."""
@@ -90,7 +105,7 @@ class NarrowSuite:
             raise SuiteError.one(self.root / TRAIN_FILE,
                                  "builtin/baseline needs training examples: add "
                                  "data/train.jsonl (same shape as data/cases.jsonl)")
-        cases, _ = _load_cases(self.train_path, set(self.labels))
+        cases, _ = _load_cases(self.train_path, set(self.labels), self.scorer)
         return list(cases)
 
 
@@ -100,9 +115,14 @@ def sha256_file(path: Path) -> str:
 
 
 def load_config(root: Path) -> SuiteConfig:
+    return _load_config(root)[0]
+
+
+def _load_config(root: Path) -> tuple[SuiteConfig, ScorerSpec]:
+    """The settings and the scorer, both checked (one SuiteError lists every problem)."""
     path = root / CONFIG_FILE
     if not path.exists():
-        return SuiteConfig()
+        return SuiteConfig(), LABEL
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
@@ -112,11 +132,15 @@ def load_config(root: Path) -> SuiteConfig:
         data = {}
     if not isinstance(data, dict):
         raise SuiteError.one(path, "expected a mapping of settings at the top level")
+    lines = key_lines(text)
+    spec, found = parse_scorer(data.get("scorer"), root)
+    problems = problems_at(path, lines, found)
+    if spec.type != "label" and data.get("labels") is not None:
+        problems.append(Problem(path, line_of(lines, ("labels",)), "labels",
+                                f"labels apply to scorer label only, not {spec.type}"))
     try:
-        return SuiteConfig.model_validate(data)
+        config = SuiteConfig.model_validate(data)
     except ValidationError as exc:
-        lines = key_lines(text)
-        problems = []
         for err in exc.errors():
             loc = [str(x) for x in err["loc"]]
             field = ".".join(loc) if loc else None
@@ -126,15 +150,21 @@ def load_config(root: Path) -> SuiteConfig:
             problems.append(Problem(path, line_of(lines, tuple(loc[:1])) if loc else None, field,
                                     msg))
         raise SuiteError(problems) from exc
+    if problems:
+        raise SuiteError(problems)
+    if spec.type == "json_fields" and "output_field" in config.model_fields_set:
+        spec = replace(spec, object_field=config.output_field)
+    return config, spec
 
 
-def _load_cases(path: Path, labels: set[str] | None) -> tuple[tuple[Case, ...], list[Problem]]:
+def _load_cases(path: Path, labels: set[str] | None,
+                scorer: ScorerSpec = LABEL) -> tuple[tuple[Case, ...], list[Problem]]:
     problems: list[Problem] = []
     cases: list[Case] = []
     seen: dict[str, int] = {}
     for lineno, obj in iter_jsonl_objects(path, problems):
         ok = True
-        for key in ("id", "input", "expected"):
+        for key in ("id", "input"):
             if key not in obj:
                 problems.append(Problem(path, lineno, key, "missing"))
                 ok = False
@@ -145,6 +175,13 @@ def _load_cases(path: Path, labels: set[str] | None) -> tuple[tuple[Case, ...], 
             elif not obj[key].strip():
                 problems.append(Problem(path, lineno, key, "must not be empty"))
                 ok = False
+        if "expected" not in obj and scorer.type != "judge":
+            problems.append(Problem(path, lineno, "expected", "missing"))
+            ok = False
+        else:
+            expected, bad = check_expected(scorer, obj.get("expected"), labels)
+            problems += [Problem(path, lineno, where, msg) for where, msg in bad]
+            ok = ok and not bad
         if not ok:
             continue
         cid = obj["id"]
@@ -153,12 +190,6 @@ def _load_cases(path: Path, labels: set[str] | None) -> tuple[tuple[Case, ...], 
                                     f"duplicate id {cid!r} (first on line {seen[cid]})"))
             continue
         seen[cid] = lineno
-        expected = normalize_label(obj["expected"])
-        if labels is not None and expected not in labels:
-            problems.append(Problem(path, lineno, "expected",
-                                    f"{obj['expected']!r} is not one of the labels "
-                                    f"{sorted(labels)}"))
-            continue
         cases.append(Case(id=cid, input=obj["input"], expected=expected, line=lineno))
     if problems:
         raise SuiteError(problems)
@@ -170,7 +201,7 @@ def load_suite(root: Path, *, split: str | None = None) -> NarrowSuite:
     root = Path(root)
     if not root.is_dir():
         raise SuiteError.one(root, "suite directory not found")
-    config = load_config(root)
+    config, scorer = _load_config(root)
     if split is not None:
         if split not in config.splits:
             known = ", ".join(sorted(config.splits)) or "none defined"
@@ -190,13 +221,18 @@ def load_suite(root: Path, *, split: str | None = None) -> NarrowSuite:
     if not system_prompt.strip():
         raise SuiteError.one(prompt_path, "system prompt is empty")
 
-    if config.labels is not None:
+    labels: tuple[str, ...]
+    source: str | None
+    if scorer.type != "label":
+        cases, _ = _load_cases(cases_path, None, scorer)
+        labels, source = (), None
+    elif config.labels is not None:
         labels = tuple(config.labels)
         source = "suite.yaml"
         cases, _ = _load_cases(cases_path, set(labels))
     else:
         cases, _ = _load_cases(cases_path, None)
-        labels = tuple(sorted({c.expected for c in cases}))
+        labels = tuple(sorted({str(c.expected) for c in cases}))
         source = "cases"
     train_path = root / TRAIN_FILE
     return NarrowSuite(
@@ -213,4 +249,5 @@ def load_suite(root: Path, *, split: str | None = None) -> NarrowSuite:
         prompt_sha256=hashlib.sha256(system_prompt.encode("utf-8")).hexdigest(),
         train_path=train_path if train_path.is_file() else None,
         train_sha256=sha256_file(train_path) if train_path.is_file() else None,
+        scorer=scorer,
     )

@@ -11,6 +11,7 @@ from collections.abc import Iterable
 
 from assay.suites.cases import Case, NarrowSuite
 from assay.suites.coding import CodingTask
+from assay.suites.scorer_config import ScorerSpec
 
 Messages = list[dict[str, str]]
 
@@ -40,10 +41,38 @@ def retry_instruction(output_field: str, labels: Iterable[str]) -> str:
 def format_retry(messages: Messages, answer: str | None, output_field: str,
                  labels: Iterable[str]) -> Messages:
     """The conversation so far, the unusable answer, and the retry instruction."""
+    return retry_with(messages, answer, retry_instruction(output_field, labels))
+
+
+def retry_with(messages: Messages, answer: str | None, instruction: str) -> Messages:
+    """The conversation so far, the unusable answer, and ``instruction``."""
     return messages + [
         {"role": "assistant", "content": answer or ""},
-        {"role": "user", "content": retry_instruction(output_field, labels)},
+        {"role": "user", "content": instruction},
     ]
+
+
+_UNUSABLE = "Your previous answer could not be used. "
+
+
+def scorer_retry_instruction(scorer: ScorerSpec, output_field: str,
+                             labels: Iterable[str]) -> str:
+    """The one format-retry message for a suite's scorer: for a scorer that reads JSON, the
+    exact object to send back; for one that reads text, only a non-empty answer."""
+    if scorer.type == "label":
+        return retry_instruction(output_field, labels)
+    if scorer.reads == "text":
+        what = "only the number" if scorer.type == "numeric" else "only the answer"
+        return _UNUSABLE + f"Reply with {what}, nothing else."
+    only = "Reply with only one JSON object and nothing else, exactly of the form "
+    if scorer.type == "numeric":
+        return _UNUSABLE + only + f'{{"{output_field}": <a JSON number, e.g. 12.5>}}.'
+    if scorer.type == "json_fields":
+        inner = "{" + ", ".join(f'"{name}": ...' for name, _ in scorer.fields) + "}"
+        shape = inner if scorer.object_field is None else f'{{"{scorer.object_field}": {inner}}}'
+        return _UNUSABLE + only + shape + "."
+    return _UNUSABLE + only + f'{{"{output_field}": "<your answer as text>"}}.'
+
 
 
 def user_prompt(task: CodingTask) -> str:
