@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 from conftest import SECRET, run_cli
 from support.bundles import make_bundle
+from support.procscan import own_processes
 from support.scripted_server import Answer, ScriptedServer
 
 from assay.sandbox import bwrap_available
@@ -212,8 +213,7 @@ def test_kill_9_mid_run_then_resume(tmp_path: Path, slow_first) -> None:
     proc.wait(timeout=30)
     # nothing the runner started outlives it: the sleeping agent died with its sandbox
     time.sleep(1.0)
-    leftovers = subprocess.run(["pgrep", "-f", "agent.py"], capture_output=True, text=True)
-    assert leftovers.stdout.strip() == "", leftovers.stdout
+    assert own_processes(tmp_path, "agent.py") == []
 
     res = subprocess.run([sys.executable, "-m", "assay", "exp", "run", str(exp), "--out",
                           str(out)], env=env, capture_output=True, text=True, timeout=300)
@@ -287,8 +287,7 @@ def test_an_agent_that_ignores_sigterm_and_forks_is_ended_by_the_watchdog(tmp_pa
     assert "1 s" in execution["limits_applied"]["wall_seconds"]["note"]
     rep = json.loads((out / "report.json").read_text())
     assert rep["arms"]["asks"]["failure_codes"] == {"agent_timeout": 1}
-    left = subprocess.run(["pgrep", "-f", "sleep 300"], capture_output=True, text=True)
-    assert left.stdout.strip() == ""
+    assert own_processes(tmp_path, "sleep 300") == []
 
 
 @needs_bwrap

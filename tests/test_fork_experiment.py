@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 from conftest import SECRET, run_cli
+from support.procscan import own_processes
 from support.scripted_server import Answer, ScriptedServer
 
 from assay import run_experiment
@@ -289,8 +290,7 @@ def _run_until(exp: Path, out: Path, ready) -> None:
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=30)
     time.sleep(1.0)
-    left = subprocess.run(["pgrep", "-f", "fork_agent.py"], capture_output=True, text=True)
-    assert left.stdout.strip() == "", left.stdout  # the sandbox died with its runner
+    assert own_processes(out.parent, "fork_agent.py") == []  # the sandbox died with its runner
 
 
 @needs_bwrap

@@ -12,9 +12,9 @@ import glob
 import hashlib
 import http.server
 import json
-import os
 import socket
 import socketserver
+import tempfile
 import threading
 import time
 import uuid
@@ -24,6 +24,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlparse
 
 import pytest
+from support.procscan import own_processes
 
 from assay.sandbox import (
     REASONS,
@@ -165,30 +166,24 @@ def workdir(tmp_path: Path) -> Path:
 
 
 @pytest.fixture(autouse=True)
-def nothing_left_behind() -> Iterator[None]:
-    """After every test: no relay thread, no relay directory, no forwarder process."""
-    before = set(glob.glob("/tmp/assay-proxy-*"))
+def nothing_left_behind(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """After every test: no relay thread, no relay directory, no forwarder process of its own
+    (another run's live sandboxes and relays on the same machine are not this test's
+    leftovers). Relays make their directory in the temporary directory: a short private one
+    per test (a socket path must stay under 108 bytes) keeps theirs apart from everyone's."""
+    private = Path(tempfile.mkdtemp(prefix="nl-", dir="/tmp"))
+    monkeypatch.setattr(tempfile, "tempdir", str(private))
     yield
     assert [t.name for t in threading.enumerate() if t.name.startswith("assay-proxy-relay")] == []
-    assert set(glob.glob("/tmp/assay-proxy-*")) - before == set()
-    assert forwarder_processes() == []
+    assert glob.glob(str(private / "assay-proxy-*")) == []
+    assert forwarder_processes(tmp_path) == []
+    private.rmdir()
 
 
-def forwarder_processes() -> list[int]:
-    """Host processes running the in-sandbox launcher/forwarder."""
-    found = []
-    needle = SANDBOX_PROXY_SOCKET.encode() + b"\0"
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            with open(f"/proc/{entry.name}/cmdline", "rb") as fh:
-                cmd = fh.read()
-        except OSError:
-            continue
-        if b"\0-I\0-S\0-c\0" in cmd and needle in cmd:
-            found.append(int(entry.name))
-    return found
+def forwarder_processes(root: Path) -> list[int]:
+    """This test's host processes running the in-sandbox launcher/forwarder."""
+    launchers = set(own_processes(root, " -I -S -c "))
+    return sorted(launchers & set(own_processes(root, SANDBOX_PROXY_SOCKET)))
 
 
 def target_of(server: Any, **kw: Any) -> ProxyTarget:

@@ -1,0 +1,49 @@
+"""Finding a test's own leftover processes without mistaking another run's for them.
+
+A "nothing outlives the runner" check used to be ``pgrep -f agent.py``: on a machine where
+another test session (or CI job, or developer) runs sandboxes at the same time, it sees their
+live agents and fails a run that left nothing behind. A process is this test's when its command
+line holds the needle *and* it can be tied to the test's own temporary directory: its command
+line, its working directory, or one of its mounts (a sandbox binds its workspace, which lives
+under the test's directory, so ``/proc/PID/mountinfo`` names it even after the runner died).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def _read(path: str) -> bytes:
+    try:
+        with open(path, "rb") as fh:
+            return fh.read()
+    except OSError:
+        return b""
+
+
+def _marker(root: Path) -> bytes:
+    """The last two parts of the test's directory (``pytest-7/test_x0``): unique to one pytest
+    session, and still found when the mount table shows the path relative to a tmpfs root."""
+    parts = root.resolve().parts
+    return "/".join(parts[-2:]).encode()
+
+
+def own_processes(root: Path, needle: str | bytes) -> list[int]:
+    """PIDs whose command line contains ``needle`` and that belong to ``root``'s test."""
+    want = needle.encode() if isinstance(needle, str) else needle
+    marker = _marker(root)
+    found = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        cmd = _read(f"/proc/{entry.name}/cmdline").replace(b"\0", b" ")  # as pgrep -f sees it
+        if want not in cmd:
+            continue
+        try:
+            cwd = os.readlink(f"/proc/{entry.name}/cwd").encode()
+        except OSError:
+            cwd = b""
+        if marker in cmd or marker in cwd or marker in _read(f"/proc/{entry.name}/mountinfo"):
+            found.append(int(entry.name))
+    return found
