@@ -209,6 +209,7 @@ def test_kill_9_mid_run_then_resume(tmp_path: Path, slow_first) -> None:
     else:
         proc.kill()
         pytest.fail("no attempt started running: " + proc.stderr.read().decode()[-2000:])
+    assert own_processes(tmp_path, "agent.py"), "the scan must see the running agent"
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=30)
     # nothing the runner started outlives it: the sleeping agent died with its sandbox

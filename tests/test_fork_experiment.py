@@ -287,6 +287,7 @@ def _run_until(exp: Path, out: Path, ready) -> None:
     else:
         proc.kill()
         pytest.fail("never ready: " + proc.stderr.read().decode()[-2000:])
+    assert own_processes(out.parent, "fork_agent.py"), "the scan must see the running agent"
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=30)
     time.sleep(1.0)
