@@ -370,3 +370,36 @@ def test_a_reward_check_must_say_it_is_not_tamper_evident(tmp_path: Path) -> Non
     [problem] = info.value.problems
     assert problem.field == "acceptance.behavior"
     assert problem.line is not None and "set tamper_evident: false" in problem.message
+
+
+def test_an_experiment_over_an_unsupported_task_is_refused_up_front(tmp_path: Path) -> None:
+    from assay.suites.experiment import load_experiment
+
+    docker = "FROM nvidia/cuda:12.4.0-runtime-ubuntu22.04\nWORKDIR /app\n"
+    import_harbor([harbor_task(tmp_path / "harbor", "cuda-task", dockerfile=docker),
+                   harbor_task(tmp_path / "harbor", "greet-task")], tmp_path / "tasks")
+    exp = tmp_path / "experiment.yaml"
+    exp.write_text("name: harbor-tasks\ntasks: [tasks]\narms:\n  a: {agent: nop}\n")
+    with pytest.raises(SuiteError) as info:
+        load_experiment(exp)
+    [problem] = info.value.problems
+    assert problem.path == exp and problem.field == "tasks"
+    assert problem.message.startswith("task 'cuda-task' (")
+    assert problem.message.endswith("unsupported environment: environment/Dockerfile:1: FROM "
+                                    "nvidia/cuda:12.4.0-runtime-ubuntu22.04: needs a container "
+                                    "image")
+
+
+def test_a_reward_directory_is_never_the_workspace_or_a_system_folder() -> None:
+    from pydantic import ValidationError
+
+    from assay.suites.bundle import RewardFile
+
+    assert RewardFile().dir == "/logs/verifier"
+    assert RewardFile(dir="/results/out", threshold=0.5).threshold == 0.5
+    for bad in ("/work/logs", "/assay/out", "/usr/x", "/tmp/r", "logs/verifier", "/",
+                "/logs/../work", "/proc/1"):
+        with pytest.raises(ValidationError):
+            RewardFile(dir=bad)
+    with pytest.raises(ValidationError):
+        RewardFile(threshold=float("nan"))

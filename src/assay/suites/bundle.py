@@ -69,6 +69,12 @@ class Budget(_Strict):
     verifier_wall_seconds: float = Field(default=120, gt=0)
 
 
+#: Top-level folders a reward directory may not be mounted in: the workspace, assay's own
+#: mounts, and what the sandbox binds from the host (a mount point there cannot be created).
+_SYSTEM_DIRS = frozenset({"work", "assay", "proc", "dev", "tmp", "usr", "etc", "bin", "sbin",
+                          "lib", "lib32", "lib64", "libx32"})
+
+
 class RewardFile(_Strict):
     """Where the check's script writes its reward, and the least reward that passes."""
 
@@ -84,8 +90,11 @@ class RewardFile(_Strict):
 
         parts = PurePosixPath(v).parts
         if (not v.startswith("/") or "\0" in v or ".." in parts or len(parts) < 2
-                or parts[1] in ("proc", "dev", "work", "assay")):
-            raise ValueError("must be an absolute path outside /work, /assay, /proc and /dev")
+                or parts[1] in _SYSTEM_DIRS):
+            raise ValueError("must be an absolute path outside the workspace (/work), /assay "
+                             "and the system's folders (" + ", ".join(
+                                 f"/{d}" for d in sorted(_SYSTEM_DIRS - {"work", "assay"}))
+                             + ")")
         return v
 
 
