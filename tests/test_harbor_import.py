@@ -403,3 +403,15 @@ def test_a_reward_directory_is_never_the_workspace_or_a_system_folder() -> None:
             RewardFile(dir=bad)
     with pytest.raises(ValidationError):
         RewardFile(threshold=float("nan"))
+
+
+@needs_bwrap
+def test_a_task_whose_solution_fails_is_broken_and_says_what_the_reward_was(
+        tmp_path: Path) -> None:
+    src = harbor_task(tmp_path / "harbor", solve_sh="#!/bin/bash\necho 'not a fix'\n")
+    import_harbor([src], tmp_path / "bundles")
+    code, text, [rec] = task_check(tmp_path / "bundles", tmp_path / "check")
+    assert code == 1, text
+    assert rec["status"] == "broken"
+    assert rec["problems"] == ["oracle never accepted",
+                               "oracle run 0: rejected:no_change (reward 0 < 1)"]

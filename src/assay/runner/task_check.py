@@ -57,7 +57,11 @@ def _describe(res: TrialResult) -> str:
     g = res.grade
     if g["validity"]["status"] != "valid":
         return f"grader_error: {g['validity'].get('detail')}"
-    return "accepted" if g["accepted"] else f"rejected:{g['failure_code']}"
+    if g["accepted"]:
+        return "accepted"
+    reward = ((g.get("details") or {}).get("behavior") or {}).get("reward")
+    # a reward check's own words say why (no reward file, or how far below the threshold)
+    return f"rejected:{g['failure_code']}" + (f" ({reward['detail']})" if reward else "")
 
 
 def check_tasks(bundles: list[Bundle], out_root: Path, *, reruns: int = 3,
