@@ -272,8 +272,13 @@ def test_what_the_sandbox_cannot_give_is_named_with_its_line(tmp_path: Path) -> 
          "/logs/verifier/reward.txt\n"
     [done] = import_harbor([harbor_task(tmp_path / "h", test_sh=uv)], tmp_path / "b")
     assert done.status == "unsupported"
-    assert done.reasons == ["tests/test.sh:2: installs software when it runs (curl -LsSf "
-                            "https://astral.sh/uv/install.sh | sh): the sandbox has no network"]
+    assert done.reasons == ["tests/test.sh:2: needs the network when it runs (curl -LsSf "
+                            "https://astral.sh/uv/install.sh | sh): the sandbox has none"]
+    # a script that talks to a local service it started is fine
+    local = "#!/bin/bash\ncurl -s http://localhost:8000/health && echo 1 > " \
+            "/logs/verifier/reward.txt\n"
+    [done] = import_harbor([harbor_task(tmp_path / "h2", test_sh=local)], tmp_path / "b2")
+    assert done.status == "supported", done.reasons
 
 
 def test_a_malformed_task_toml_names_file_line_and_field_and_nothing_is_written(

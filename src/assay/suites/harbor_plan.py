@@ -20,9 +20,10 @@ from assay.suites.harbor_toml import HarborTaskToml, read_task_toml
 _CANARY = re.compile(r"^(<!--.*canary.*-->|#.*canary.*)$", re.IGNORECASE)
 _ID_BAD = re.compile(r"[^A-Za-z0-9._-]+")
 _TEMPLATE = re.compile(r"\$\{[^}]*\}")
-#: Commands that fetch software: a script running them needs the network the sandbox lacks.
+#: Commands that fetch software or reach a host beyond loopback: the sandbox has no network.
 _INSTALLS = re.compile(r"(?<![\w-])(apt-get|apt|apk|yum|dnf)\s+(install|update|add)\b"
-                       r"|(?<![\w-])(curl|wget|uvx|npx)(?![\w-])|(?<![\w-])uv\s+(run|pip|tool)"
+                       r"|(?<![\w-])(curl|wget)\s.*https?://(?!localhost|127\.|\[::1\])"
+                       r"|(?<![\w-])(uvx|npx)(?![\w-])|(?<![\w-])uv\s+(run|pip|tool)"
                        r"|(?<![\w-])pip3?\s+install\b|-m\s+pip\s+install\b"
                        r"|(?<![\w-])npm\s+(install|i|ci)\b")
 
@@ -74,8 +75,8 @@ def _script_scan(path: Path, label: str, plan: HarborPlan) -> None:
         body = line.split("#", 1)[0] if not line.lstrip().startswith("#!") else ""
         m = _INSTALLS.search(body)
         if m:
-            plan.unsupported.append(f"{label}:{n}: installs software when it runs "
-                                    f"({body.strip()[:80]}): the sandbox has no network")
+            plan.unsupported.append(f"{label}:{n}: needs the network when it runs "
+                                    f"({body.strip()[:80]}): the sandbox has none")
             break
     code = "\n".join(line.split("#", 1)[0] for line in text.splitlines())
     for word, need in (("pytest", "pytest"), ("python3", "python3"), ("python", "python")):
