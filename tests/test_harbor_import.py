@@ -323,6 +323,10 @@ def test_an_existing_bundle_is_never_overwritten(tmp_path: Path) -> None:
         squash(res.stdout + res.stderr)
     with pytest.raises(NeverOverwrite):
         import_harbor([src], out)
+    res = run_cli(["task", "import-harbor", str(src), "--out", str(tmp_path / "other"),
+                   "--reward-threshold", "nan"])
+    assert res.code == 2 and "must be a finite number" in res.stderr
+    assert not (tmp_path / "other").exists()
     after = {p.relative_to(out).as_posix(): p.read_bytes() for p in out.rglob("*")
              if p.is_file()}
     assert after == before

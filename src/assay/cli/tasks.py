@@ -15,6 +15,7 @@ from assay.cli.app import (
 )
 from assay.errors import (
     EXIT_INFRA,
+    InputError,
     NeverOverwrite,
 )
 from assay.suites.errors import SuiteError
@@ -164,7 +165,7 @@ def task_import_harbor(
 
     try:
         done = import_harbor(task_dirs, out_dir, reward_threshold=reward_threshold)
-    except (SuiteError, NeverOverwrite) as exc:
+    except InputError as exc:  # SuiteError, NeverOverwrite, a bad threshold
         raise fail(f"nothing imported:\n{exc}") from None
     table = Table(title=f"task import-harbor ({out_dir})", title_justify="left")
     for col in ("task", "bundle", "environment"):

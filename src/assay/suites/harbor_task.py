@@ -22,6 +22,7 @@ beside its destination and renamed into place, and an existing destination is ne
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import shlex
@@ -33,7 +34,7 @@ from typing import Any
 
 import yaml
 
-from assay.errors import NeverOverwrite
+from assay.errors import InputError, NeverOverwrite
 from assay.records.manifest import utc_now
 from assay.suites.bundle import TASK_FILE, load_bundle, tree_digest
 from assay.suites.errors import Problem, SuiteError
@@ -259,6 +260,8 @@ def import_harbor_tasks(task_dirs: list[Path], out: Path, paths: SandboxPaths, *
                         threshold: float = 1.0) -> list[Imported]:
     """Validate every folder first (all problems in one :class:`SuiteError`, and an id that two
     folders share, or that exists under ``out``, refused), then write every bundle."""
+    if not math.isfinite(threshold):
+        raise InputError(f"reward threshold {threshold}: must be a finite number")
     problems: list[Problem] = []
     plans: list[HarborPlan] = []
     for d in task_dirs:
