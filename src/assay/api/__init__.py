@@ -10,7 +10,7 @@ Runs: :func:`run` (= :func:`prepare` then :func:`execute`), :func:`rebuild_repor
 :func:`compare`. From the top level it is also ``assay.report(run_dir)``: ``assay.report`` is the
 package that builds reports, made callable in ``assay/__init__.py`` so both meanings hold.
 Suites and tasks: :func:`load_suite`, :func:`check_suite`, :func:`load_bundles`,
-:func:`run_trial`, :func:`check_tasks`. Experiments: :func:`run_experiment`,
+:func:`run_trial`, :func:`check_tasks`, :func:`import_harbor`. Experiments: :func:`run_experiment`,
 :func:`compare_experiment`, :func:`plan_experiment`, :func:`verdict`. Every error raised on
 purpose is from :mod:`assay.errors`: an ``InputError`` means change the input, an
 ``InfraError`` means the machine, endpoint or sandbox failed and the same call may succeed
@@ -31,7 +31,14 @@ from assay.api.runs import (
     rebuild_report,
     run,
 )
-from assay.api.tasks import check_suite, check_tasks, load_bundles, run_experiment, run_trial
+from assay.api.tasks import (
+    check_suite,
+    check_tasks,
+    import_harbor,
+    load_bundles,
+    run_experiment,
+    run_trial,
+)
 
 __all__ = [
     "CODING_DEFAULTS",
@@ -41,6 +48,7 @@ __all__ = [
     "RunResult",
     "check_suite",
     "check_tasks",
+    "import_harbor",
     "run_experiment",
     "compare",
     "compare_experiment",

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from assay.runner.trial import TrialResult
     from assay.suites.bundle import Bundle
     from assay.suites.coding import CodingSuite
+    from assay.suites.harbor_task import Imported
 
 PathLike = str | os.PathLike[str]
 
@@ -133,7 +134,25 @@ def check_tasks(tasks: Sequence[PathLike | Bundle], out: PathLike, *, reruns: in
     return reports
 
 
-__all__ = ["check_suite", "check_tasks", "load_bundles", "run_trial"]
+def import_harbor(task_dirs: Sequence[PathLike], out: PathLike, *,
+                  reward_threshold: float = 1.0) -> list[Imported]:
+    """Convert Harbor task folders into bundles under ``out/<task id>/``: every folder is
+    validated first (a :class:`SuiteError` naming file, line and field, and nothing written),
+    an existing bundle is never replaced (:class:`NeverOverwrite`). A task whose environment
+    cannot be reproduced here is converted and marked; ``check_tasks`` reports it
+    ``unsupported``. Harbor's paths are mapped onto the sandbox's own, named here because they
+    belong to the sandbox, the verifier and the oracle."""
+    from assay.agents.base import SOLUTION_MOUNT
+    from assay.grading.check_run import TESTS_MOUNT
+    from assay.sandbox.bwrap import SANDBOX_WORKDIR
+    from assay.suites.harbor_task import SandboxPaths, import_harbor_tasks
+
+    paths = SandboxPaths(work=SANDBOX_WORKDIR, tests=TESTS_MOUNT, solution=SOLUTION_MOUNT)
+    return import_harbor_tasks([Path(d) for d in task_dirs], Path(out), paths,
+                               threshold=reward_threshold)
+
+
+__all__ = ["check_suite", "check_tasks", "import_harbor", "load_bundles", "run_trial"]
 
 
 def run_experiment(experiment: str | os.PathLike[str], out: str | os.PathLike[str], *,

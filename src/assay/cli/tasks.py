@@ -15,9 +15,14 @@ from assay.cli.app import (
 )
 from assay.errors import (
     EXIT_INFRA,
+    InputError,
     NeverOverwrite,
 )
 from assay.suites.errors import SuiteError
+
+#: ``task check``: every task is ok or could not be checked here (an unsupported environment);
+#: the same code as ``exp verdict``'s inconclusive, for the same reason: no verdict either way.
+EXIT_UNSUPPORTED = 4
 
 task_app = typer.Typer(no_args_is_help=True, help="Agent task bundles: lint and check.")
 app.add_typer(task_app, name="task")
@@ -98,7 +103,10 @@ def task_check(
     out_dir: Annotated[Path | None, typer.Option("--out", help="Where the trials go.")] = None,
     workers: Annotated[int, typer.Option(min=1, help="Trials at once.")] = 2,
 ) -> None:
-    """nop must fail, oracle must pass every time, mutants must all be rejected."""
+    """nop must fail, oracle must pass every time, mutants must all be rejected. Exit 1 when a
+    task is broken, flaky or a grader defect; else 4 when a task's environment is unsupported
+    here (nothing could be checked for it); 0 when every task is ok."""
+    from rich.markup import escape
     from rich.table import Table
 
     from assay.api import check_tasks
@@ -116,7 +124,8 @@ def task_check(
     for r in reports:
         rejected = sum(1 for v in r.mutants.values() if v.startswith("rejected"))
         mut = f"{rejected}/{len(r.mutants)}" if r.mutants else "n/a"
-        style = {"ok": "green", "flaky": "yellow"}.get(r.status, "bold red")
+        style = {"ok": "green", "flaky": "yellow", "unsupported": "yellow"}.get(r.status,
+                                                                                "bold red")
         table.add_row(r.task_id, r.digest, r.nop or "", f"{r.oracle_accepted}/{r.oracle_runs}",
                       mut, f"[{style}]{r.status}[/]")
     out.print(table)
@@ -126,10 +135,51 @@ def task_check(
                 out.print(f"[bold red]GRADER DEFECT:[/] {r.task_id}: mutant {name} was "
                           "ACCEPTED", highlight=False)
         for p in r.problems:
-            out.print(f"[red]{r.task_id}:[/] {p}", highlight=False)
+            out.print(f"[red]{r.task_id}:[/] {escape(p)}", highlight=False)
     atomic_write_json(root / "task-check.json", [r.to_record() for r in reports])
-    if any(r.status != "ok" for r in reports):
+    if any(r.status not in ("ok", "unsupported") for r in reports):
         raise typer.Exit(1)
+    if any(r.status == "unsupported" for r in reports):
+        raise typer.Exit(EXIT_UNSUPPORTED)
+
+
+@task_app.command("import-harbor")
+def task_import_harbor(
+    task_dirs: Annotated[list[Path], typer.Argument(metavar="HARBOR_TASK_DIR...",
+                                                    help="Harbor task folders (task.toml, "
+                                                    "instruction.md, environment/, tests/, "
+                                                    "solution/).")],
+    out_dir: Annotated[Path, typer.Option("--out", help="Where the bundles go, one folder "
+                                          "per task; an existing one is never replaced.")],
+    reward_threshold: Annotated[float, typer.Option(help="The least reward test.sh must "
+                                                    "write for the check to pass.")] = 1.0,
+) -> None:
+    """Convert Harbor tasks into assay bundles (instruction, starting tree, hidden tests,
+    reference solution, budgets, resources, a reward-file check). A task whose environment
+    cannot be reproduced here is converted and marked unsupported, with the reason. Exit 2 and
+    nothing written when any folder is invalid or a bundle exists."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    from assay.api import import_harbor
+
+    try:
+        done = import_harbor(task_dirs, out_dir, reward_threshold=reward_threshold)
+    except InputError as exc:  # SuiteError, NeverOverwrite, a bad threshold
+        raise fail(f"nothing imported:\n{exc}") from None
+    table = Table(title=f"task import-harbor ({out_dir})", title_justify="left")
+    for col in ("task", "bundle", "environment"):
+        table.add_column(col)
+    for d in done:
+        env = "[green]supported[/]" if d.status == "supported" else "[yellow]unsupported[/]"
+        table.add_row(d.task_id, str(d.bundle), env)
+    out.print(table)
+    for d in done:
+        for why in d.reasons:
+            out.print(f"[yellow]{escape(d.task_id)}:[/] unsupported environment: "
+                      f"{escape(why)}", highlight=False)
+    out.print(f"{len(done)} imported; what each import carried over, approximated or left out "
+              "is in <bundle>/harbor-import.json", highlight=False)
 
 
 @trial_app.command("run")

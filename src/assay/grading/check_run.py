@@ -18,10 +18,12 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from assay.grading.canaries import Canary, is_js_test_file, is_test_file, plant
+from assay.grading.reward import read_reward
 from assay.sandbox import ExecResult, Limits, Mount, run_sandboxed
-from assay.suites.bundle import Bundle
+from assay.suites.bundle import Bundle, RewardFile
 from assay.suites.patterns import matches_any
 
 TESTS_MOUNT = "/assay/tests"
@@ -76,6 +78,8 @@ class CheckRun:
     canaries: list[Canary]
     bytecode_removed: list[str]
     tap_text: str | None = None
+    #: what :func:`assay.grading.reward.read_reward` found, for a check with a reward file
+    reward: dict[str, Any] | None = None
 
     @property
     def runner(self) -> str | None:
@@ -107,9 +111,11 @@ def canary_targets(bundle: Bundle, work: Path, tests: Path) -> tuple[list[str], 
 
 
 def run_command(command: str, workspace: Path, bundle: Bundle, *, record_dir: Path | None,
-                tamper_evident: bool, mode: str = "run", canaries: bool = True) -> CheckRun:
+                tamper_evident: bool, mode: str = "run", canaries: bool = True,
+                reward: RewardFile | None = None) -> CheckRun:
     """``command`` under ``sh -c`` over private copies; with ``tamper_evident`` the reporter is
-    enabled and (``canaries``) a canary pair is planted in every test file."""
+    enabled and (``canaries``) a canary pair is planted in every test file. With ``reward`` an
+    empty directory of this run's own is mounted at ``reward.dir`` and read once it ended."""
     spec = bundle.spec
     with tempfile.TemporaryDirectory(prefix="assay-verify-") as tmp_name:
         tmp = Path(tmp_name)
@@ -149,6 +155,11 @@ def run_command(command: str, workspace: Path, bundle: Bundle, *, record_dir: Pa
             if canaries:
                 hidden, own = canary_targets(bundle, work, tests)
                 planted = plant(tests, "tests", hidden) + plant(work, "work", own)
+        reward_dir: Path | None = None
+        if reward is not None:
+            reward_dir = tmp / "reward"
+            reward_dir.mkdir()
+            mounts.append(Mount(reward_dir, reward.dir, writable=True))
         limits = Limits(wall_seconds=spec.budget.verifier_wall_seconds,
                         memory_mib=spec.resources.memory_limit_mib, pids=spec.resources.pids,
                         cpu_cores=spec.resources.cpu_cores)
@@ -156,7 +167,9 @@ def run_command(command: str, workspace: Path, bundle: Bundle, *, record_dir: Pa
                                mounts=mounts, record_dir=record_dir)
         text = _read(report_file) if report_file is not None else None
         tap = _read(tap_file) if tap_file is not None else None
-    return CheckRun(result, text, planted, removed, tap)
+        found = (read_reward(reward_dir, reward.threshold)
+                 if reward is not None and reward_dir is not None else None)
+    return CheckRun(result, text, planted, removed, tap, found)
 
 
 def _read(path: Path) -> str | None:

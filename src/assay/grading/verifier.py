@@ -72,7 +72,10 @@ def run_check(name: str, command: Command, workspace: Path, bundle: Bundle,
     code and the printed summary stay in the record beside it."""
     tamper: dict[str, Any] = {"applied": False}
     trusted: dict[str, Any] | None = None
-    if not command.tamper_evident:
+    if command.reward is not None:
+        tamper["why"] = ("the verdict is the reward the task's script wrote (its process tree, "
+                         "the candidate's code included, could write it too)")
+    elif not command.tamper_evident:
         tamper["why"] = "the task opted this check out (tamper_evident: false)"
     elif pristine is None or fixture_digest is None:
         tamper["why"] = "no pristine tree to learn the expected tests from"
@@ -92,13 +95,19 @@ def run_check(name: str, command: Command, workspace: Path, bundle: Bundle,
                              "test runner ran, so its exit code and summary decide")
             trusted = None
     run = run_command(command.command, workspace, bundle, record_dir=record_dir,
-                      tamper_evident=trusted is not None)
+                      tamper_evident=trusted is not None, reward=command.reward)
     result = run.result
     output = result.stdout_tail + "\n" + result.stderr_tail
     summary = parse_counts(output)
     record: dict[str, Any] = {"command": command.command, "counts_rule": command.counts,
                               "reason": result.reason, "exit_code": result.exit_code}
-    if trusted is None:
+    if run.reward is not None:
+        # The script's exit code and summary are kept for a reader; the reward decides.
+        status = ("error" if result.reason in ("timeout", "sandbox_error")
+                  else run.reward["status"])
+        counts = summary
+        record["reward"] = run.reward
+    elif trusted is None:
         status = _plain_status(result, summary, command.counts)
         counts = summary
     else:

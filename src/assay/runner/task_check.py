@@ -3,7 +3,10 @@
 For every bundle: ``nop`` must fail ``behavior`` (or the task tests nothing), ``oracle`` must be
 accepted on every rerun, each in a clean environment (sometimes is "flaky", never is "broken"),
 the starting tree must match its pinned digest, and with ``mutants`` every built-in bad agent
-must be rejected: an accepted mutant is a defect in the grader, reported loudly.
+must be rejected: an accepted mutant is a defect in the grader, reported loudly. A bundle whose
+environment this machine cannot give (``initial_state.environment.unsupported``, as ``task
+import-harbor`` marks a task that needs a container image) runs no trial: it is reported
+``unsupported`` with the reason, a status of its own, neither ok nor broken.
 """
 
 from __future__ import annotations
@@ -27,9 +30,12 @@ class TaskReport:
     oracle_runs: int = 0
     mutants: dict[str, str] = field(default_factory=dict)  # name -> "rejected:<code>" / ...
     problems: list[str] = field(default_factory=list)
+    unsupported: str | None = None  # why the environment cannot be given here
 
     @property
     def status(self) -> str:
+        if self.unsupported is not None:
+            return "unsupported"
         if any(v.startswith("ACCEPTED") for v in self.mutants.values()):
             return "GRADER DEFECT"
         if self.problems:
@@ -41,7 +47,8 @@ class TaskReport:
     def to_record(self) -> dict[str, Any]:
         return {"task": self.task_id, "status": self.status, "digest": self.digest,
                 "nop": self.nop, "oracle": f"{self.oracle_accepted}/{self.oracle_runs}",
-                "mutants": self.mutants, "problems": self.problems}
+                "mutants": self.mutants, "problems": self.problems,
+                **({"unsupported": self.unsupported} if self.unsupported is not None else {})}
 
 
 def _describe(res: TrialResult) -> str:
@@ -50,7 +57,11 @@ def _describe(res: TrialResult) -> str:
     g = res.grade
     if g["validity"]["status"] != "valid":
         return f"grader_error: {g['validity'].get('detail')}"
-    return "accepted" if g["accepted"] else f"rejected:{g['failure_code']}"
+    if g["accepted"]:
+        return "accepted"
+    reward = ((g.get("details") or {}).get("behavior") or {}).get("reward")
+    # a reward check's own words say why (no reward file, or how far below the threshold)
+    return f"rejected:{g['failure_code']}" + (f" ({reward['detail']})" if reward else "")
 
 
 def check_tasks(bundles: list[Bundle], out_root: Path, *, reruns: int = 3,
@@ -58,6 +69,11 @@ def check_tasks(bundles: list[Bundle], out_root: Path, *, reruns: int = 3,
     reports = {b.id: TaskReport(b.id, "missing") for b in bundles}
     jobs: list[tuple[Bundle, Agent, str, int]] = []
     for b in bundles:
+        why = b.spec.initial_state.environment.unsupported
+        if why is not None:
+            reports[b.id].unsupported = why
+            reports[b.id].problems.append(f"unsupported environment: {why}")
+            continue
         jobs.append((b, parse_agent("nop"), "nop", 0))
         jobs += [(b, parse_agent("oracle"), "oracle", r) for r in range(reruns)]
         if mutants:

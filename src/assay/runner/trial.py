@@ -61,6 +61,9 @@ def check_environment(bundle: Bundle, workspace: Path) -> dict[str, Any]:
     What the sandbox offers is the machine's, not the workspace's, so a found set is kept for
     the life of the process (an experiment checks it once per set of requirements, not once per
     trial: it costs two interpreter starts); a missing one is asked again every time."""
+    unsupported = bundle.spec.initial_state.environment.unsupported
+    if unsupported is not None:
+        raise TrialRefused(f"unsupported environment: {unsupported}")
     reqs = bundle.spec.initial_state.environment.requires
     if not reqs:
         return {}

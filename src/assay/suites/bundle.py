@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from assay.suites.errors import Problem, SuiteError
 from assay.suites.yamlfile import load_mapping, validation_error
@@ -30,6 +30,9 @@ class _Strict(BaseModel):
 
 class Environment(_Strict):
     requires: list[str] = Field(default_factory=list)
+    # Why this machine cannot give the task the environment it needs (a container image, a
+    # GPU...): the bundle is kept, but no trial runs and ``task check`` reports the reason.
+    unsupported: str | None = Field(default=None, min_length=1)
 
 
 class InitialState(_Strict):
@@ -59,6 +62,35 @@ class Budget(_Strict):
     verifier_wall_seconds: float = Field(default=120, gt=0)
 
 
+#: Top-level folders a reward directory may not be mounted in: the workspace, assay's own
+#: mounts, and what the sandbox binds from the host (a mount point there cannot be created).
+_SYSTEM_DIRS = frozenset({"work", "assay", "proc", "dev", "tmp", "usr", "etc", "bin", "sbin",
+                          "lib", "lib32", "lib64", "libx32"})
+
+
+class RewardFile(_Strict):
+    """Where the check's script writes its reward, and the least reward that passes."""
+
+    # Absolute path inside the verifier's sandbox; an empty directory only that one check run
+    # sees is mounted there, and only the verifier reads what is left in it.
+    dir: str = "/logs/verifier"
+    threshold: float = Field(default=1.0, allow_inf_nan=False)
+
+    @field_validator("dir")
+    @classmethod
+    def _dir_ok(cls, v: str) -> str:
+        from pathlib import PurePosixPath
+
+        parts = PurePosixPath(v).parts
+        if (not v.startswith("/") or "\0" in v or ".." in parts or len(parts) < 2
+                or parts[1] in _SYSTEM_DIRS):
+            raise ValueError("must be an absolute path outside the workspace (/work), /assay "
+                             "and the system's folders (" + ", ".join(
+                                 f"/{d}" for d in sorted(_SYSTEM_DIRS - {"work", "assay"}))
+                             + ")")
+        return v
+
+
 class Command(_Strict):
     command: str = Field(min_length=1)
     # "required": the output must show a test runner's summary with at least one passed test
@@ -69,6 +101,17 @@ class Command(_Strict):
     # on trusted code and canary tests; opt out only for a command that is not a test runner
     # (the grade then says the check is not tamper-evident).
     tamper_evident: bool = True
+    # Set: the command's verdict is the number it writes into a directory the verifier mounts
+    # fresh for this one run (Harbor's ``reward.txt`` / ``reward.json``), not its exit code.
+    reward: RewardFile | None = None
+
+    @model_validator(mode="after")
+    def _reward_not_tamper_evident(self) -> Command:
+        if self.reward is not None and self.tamper_evident:
+            raise ValueError("a reward-file check is decided by the number the script writes, "
+                             "not by assay's test report (whose must-fail canaries would make "
+                             "the script write a failing reward): set tamper_evident: false")
+        return self
 
 
 class Acceptance(_Strict):

@@ -353,6 +353,11 @@ def _select(spec: ExperimentSpec, found: dict[str, Bundle], problem: ProblemAt,
               and (sel.ids is None or b.id in sel.ids)]
     if found and not chosen:
         problems.append(problem(("select",), f"selects none of the {len(found)} tasks found"))
+    for b in chosen:  # no trial of it could run: refused here, not retried as infra errors
+        why = b.spec.initial_state.environment.unsupported
+        if why is not None:
+            problems.append(problem(("tasks",), f"task {b.id!r} ({b.root}): unsupported "
+                                    f"environment: {why}"))
     return chosen
 
 

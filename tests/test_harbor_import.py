@@ -1,0 +1,426 @@
+"""``assay task import-harbor``: Harbor task folders, written here in Harbor's documented layout
+(``task.toml``, ``instruction.md``, ``environment/Dockerfile``, ``tests/test.sh`` writing
+``/logs/verifier/reward.txt``, ``solution/solve.sh``), converted and then checked with the real
+CLI, real bubblewrap sandboxes and Debian's python3 and pytest.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from conftest import run_cli
+
+from assay.agents import parse_agent
+from assay.agents.base import SOLUTION_MOUNT
+from assay.api import import_harbor
+from assay.errors import NeverOverwrite, SuiteError
+from assay.grading.check_run import TESTS_MOUNT
+from assay.grading.reward import read_reward
+from assay.runner.trial import run_trial
+from assay.sandbox import bwrap_available
+from assay.sandbox.bwrap import SANDBOX_WORKDIR
+from assay.suites.bundle import load_bundle, tree_digest
+from assay.suites.harbor_docker import read_dockerfile
+from assay.suites.harbor_task import SandboxPaths, path_rewriter, strip_canary
+
+needs_bwrap = pytest.mark.skipif(not bwrap_available(), reason="bubblewrap cannot run here")
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "harbor-tasks" / "csv-column-total"
+
+TOML = """\
+version = "1.0"
+
+[metadata]
+difficulty = "easy"
+
+[verifier]
+timeout_sec = 45.0
+
+[agent]
+timeout_sec = 90.0
+
+[environment]
+build_timeout_sec = 600.0
+cpus = 1
+memory = "768M"
+"""
+DOCKERFILE = """\
+FROM python:3.13-slim
+WORKDIR /app
+COPY greet.py /app/greet.py
+"""
+BUGGY = 'def greet(name):\n    return "Hello " + name\n'
+# A plain script, no pytest: Harbor's contract is only the reward file.
+TEST_SH = """\
+#!/bin/bash
+cd /app
+out=$(python3 -c 'import greet; print(greet.greet("Ada"))')
+if [ "$out" = "Hello, Ada!" ]; then
+  echo 1 > /logs/verifier/reward.txt
+else
+  echo 0 > /logs/verifier/reward.txt
+fi
+"""
+SOLVE_SH = """\
+#!/bin/bash
+cat > /app/greet.py <<'PY'
+def greet(name):
+    return f"Hello, {name}!"
+PY
+"""
+
+
+def harbor_task(root: Path, name: str = "greet-task", *, toml: str = TOML,
+                dockerfile: str | None = DOCKERFILE, test_sh: str = TEST_SH,
+                solve_sh: str | None = SOLVE_SH,
+                files: dict[str, str] | None = None) -> Path:
+    task = root / name
+    (task / "environment").mkdir(parents=True)
+    (task / "tests").mkdir()
+    (task / "task.toml").write_text(toml)
+    (task / "instruction.md").write_text(
+        "<!-- canary GUID 0000-harbor-test -->\n\nMake `greet` in /app/greet.py return "
+        "'Hello, <name>!'.\n")
+    if dockerfile is not None:
+        (task / "environment" / "Dockerfile").write_text(dockerfile)
+    (task / "environment" / "greet.py").write_text(BUGGY)
+    (task / "tests" / "test.sh").write_text(test_sh)
+    if solve_sh is not None:
+        (task / "solution").mkdir()
+        (task / "solution" / "solve.sh").write_text(solve_sh)
+    for rel, text in (files or {}).items():
+        (task / rel).parent.mkdir(parents=True, exist_ok=True)
+        (task / rel).write_text(text)
+    return task
+
+
+def task_check(bundles: Path, out: Path, *extra: str) -> tuple[int, str, list[dict[str, Any]]]:
+    res = run_cli(["task", "check", str(bundles), "--reruns", "1", "--out", str(out), *extra])
+    return res.code, res.stdout, json.loads((out / "task-check.json").read_text())
+
+
+def squash(text: str) -> str:
+    return "".join(text.split())
+
+
+@needs_bwrap
+def test_a_converted_task_carries_every_part_over_and_passes_task_check(tmp_path: Path) -> None:
+    src = harbor_task(tmp_path / "harbor")
+    out = tmp_path / "bundles"
+    res = run_cli(["task", "import-harbor", str(src), "--out", str(out)])
+    assert res.code == 0, res.stdout + res.stderr
+    bundle = out / "greet-task"
+    spec = yaml.safe_load((bundle / "task.yaml").read_text())
+    assert spec["budget"] == {"agent_wall_seconds": 90.0, "verifier_wall_seconds": 45.0}
+    assert spec["resources"] == {"cpu_cores": 1.0, "memory_limit_mib": 768}
+    assert spec["initial_state"]["environment"] == {"requires": ["python3"]}
+    behavior = spec["acceptance"]["behavior"]
+    assert behavior["reward"] == {"dir": "/logs/verifier", "threshold": 1.0}
+    assert behavior["tamper_evident"] is False
+    assert spec["acceptance"]["required"] == ["behavior", "integrity"]
+    # the starting tree is what the Dockerfile copies into its WORKDIR, pinned by digest
+    assert sorted(p.name for p in (bundle / "repo").iterdir()) == ["greet.py"]
+    assert (bundle / "repo" / "greet.py").read_text() == BUGGY
+    assert spec["initial_state"]["fixture_digest"] == tree_digest(bundle / "repo")
+    # Harbor's paths moved onto the sandbox's; the canary line never reaches the agent
+    instruction = (bundle / "instruction.md").read_text()
+    assert instruction.startswith("Make `greet` in /work/greet.py")
+    assert "canary" not in instruction
+    assert "cd /work\n" in (bundle / "tests" / "test.sh").read_text()
+    assert "/logs/verifier/reward.txt" in (bundle / "tests" / "test.sh").read_text()
+    assert "cat > /work/greet.py" in (bundle / "solution" / "solve.harbor.sh").read_text()
+    report = json.loads((bundle / "harbor-import.json").read_text())
+    assert report["environment"]["status"] == "supported"
+    assert report["path_rewrites"] == {"tests/test.sh": 1, "solution/solve.harbor.sh": 1,
+                                       "instruction.md": 1}
+    assert not list(out.glob(".*"))  # no temporary folder left beside the bundle
+
+    code, text, records = task_check(out, tmp_path / "check")
+    assert code == 0, text
+    [rec] = records
+    assert (rec["status"], rec["nop"], rec["oracle"]) == ("ok", "fails behavior", "1/1")
+    grade = json.loads((tmp_path / "check" / "greet-task" / "oracle" / "0" / "grades" /
+                        "v1.json").read_text())
+    assert grade["accepted"] is True
+    assert grade["details"]["behavior"]["reward"]["value"] == 1.0
+    assert "reward" in grade["details"]["not_tamper_evident"]["behavior"]
+
+
+@needs_bwrap
+def test_the_example_harbor_task_converts_and_its_oracle_and_mutants_check_out(
+        tmp_path: Path) -> None:
+    [done] = import_harbor([EXAMPLE], tmp_path / "bundles")
+    assert (done.task_id, done.status) == ("csv-column-total", "supported")
+    spec = load_bundle(done.bundle).spec
+    assert spec.initial_state.environment.requires == ["python3", "pytest"]
+    assert (spec.budget.agent_wall_seconds, spec.budget.verifier_wall_seconds) == (300, 60)
+    assert sorted(p.relative_to(done.bundle / "repo").as_posix()
+                  for p in (done.bundle / "repo").rglob("*")) == ["data", "data/sales.csv",
+                                                                  "total.py"]
+    assert f"{TESTS_MOUNT}/test_outputs.py" in (done.bundle / "tests" / "test.sh").read_text()
+    assert 'Path("/work")' in (done.bundle / "tests" / "test_outputs.py").read_text()
+    assert any("pytest==8.3.4" in n and "not enforced" in n for n in done.notes)
+    code, text, [rec] = task_check(tmp_path / "bundles", tmp_path / "check", "--mutants")
+    assert code == 0, text
+    assert rec["status"] == "ok" and rec["oracle"] == "1/1" and rec["mutants"]
+    assert all(v.startswith("rejected") for v in rec["mutants"].values()), rec["mutants"]
+
+
+@needs_bwrap
+def test_a_reward_the_agent_writes_itself_is_never_believed(tmp_path: Path) -> None:
+    # test.sh writes a reward only when the check passes: whatever else says 1 is the agent's
+    quiet = TEST_SH.replace("else\n  echo 0 > /logs/verifier/reward.txt\n", "")
+    src = harbor_task(tmp_path / "harbor", test_sh=quiet)
+    [done] = import_harbor([src], tmp_path / "bundles")
+    bundle = load_bundle(done.bundle)
+    forge = ("mkdir -p logs/verifier && echo 1 > logs/verifier/reward.txt && echo 1 > "
+             "reward.txt && echo '{\"reward\": 1}' > reward.json; "
+             "mkdir -p /logs/verifier 2>/dev/null; echo 1 > /logs/verifier/reward.txt "
+             "2>/dev/null; true")
+    res = run_trial(bundle, parse_agent(f"command:{forge}"), tmp_path / "forged")
+    assert res.grade is not None
+    entries = {e["path"] for e in json.loads((tmp_path / "forged" / "artifact.json")
+                                              .read_text())["entries"]}
+    assert {"logs/verifier/reward.txt", "reward.txt", "reward.json"} <= entries
+    assert res.grade["accepted"] is False
+    assert res.grade["checks"]["behavior"] == "fail"
+    reward = res.grade["details"]["behavior"]["reward"]
+    assert reward["value"] is None and "wrote no reward" in reward["detail"]
+    # the same forgery beside the real fix: the script's own reward decides, and passes
+    fix = "cat > greet.py <<'PY'\ndef greet(name):\n    return f'Hello, {name}!'\nPY\n"
+    res = run_trial(bundle, parse_agent("command:" + fix + forge), tmp_path / "fixed")
+    assert res.grade is not None and res.grade["accepted"] is True
+
+
+@needs_bwrap
+def test_an_environment_that_needs_a_container_is_converted_marked_and_reported(
+        tmp_path: Path) -> None:
+    docker = ("FROM ubuntu:24.04\nRUN apt-get update && apt-get install -y gcc\n"
+              "WORKDIR /app\nCOPY greet.py /app/\n")
+    src = harbor_task(tmp_path / "harbor", "needs-gcc", dockerfile=docker)
+    ok = harbor_task(tmp_path / "harbor", "greet-task")
+    out = tmp_path / "bundles"
+    res = run_cli(["task", "import-harbor", str(src), str(ok), "--out", str(out)])
+    assert res.code == 0, res.stdout
+    assert squash("unsupported environment: environment/Dockerfile:2: RUN apt-get update") in \
+        squash(res.stdout)
+    spec = yaml.safe_load((out / "needs-gcc" / "task.yaml").read_text())
+    why = spec["initial_state"]["environment"]["unsupported"]
+    assert "RUN apt-get update && apt-get install -y gcc: needs a container image" in why
+    assert (out / "needs-gcc" / "repo" / "greet.py").read_text() == BUGGY  # still converted
+    report = json.loads((out / "needs-gcc" / "harbor-import.json").read_text())
+    assert report["environment"]["status"] == "unsupported"
+    assert report["environment"]["base_image"] == "ubuntu:24.04"
+
+    code, text, records = task_check(out, tmp_path / "check")
+    assert code == 4, text  # every other task ok, this one could not be checked here
+    by = {r["task"]: r for r in records}
+    assert by["greet-task"]["status"] == "ok"
+    assert by["needs-gcc"]["status"] == "unsupported"
+    assert by["needs-gcc"]["oracle"] == "0/0" and by["needs-gcc"]["nop"] is None
+    assert by["needs-gcc"]["unsupported"] == why
+    assert "needs-gcc:unsupportedenvironment:environment/Dockerfile:2:RUNapt-get" in \
+        squash(text)
+    assert not (tmp_path / "check" / "needs-gcc").exists()  # no trial was run for it
+    # a trial on it is refused with the same reason, before any agent runs
+    res = run_trial(load_bundle(out / "needs-gcc"), parse_agent("oracle"), tmp_path / "t")
+    assert res.grade is None and res.status == "infra_error"
+    assert res.record["error"] == f"unsupported environment: {why}"
+
+
+def test_what_the_sandbox_cannot_give_is_named_with_its_line(tmp_path: Path) -> None:
+    cases = {
+        "multi": ("FROM python:3.12 AS build\nWORKDIR /app\nFROM python:3.12-slim\n"
+                  "WORKDIR /app\nCOPY --from=build /app /app\n",
+                  ["Dockerfile:3: FROM python:3.12-slim: a multi-stage build",
+                   "Dockerfile:5: COPY --from=build /app /app: copies from another image"]),
+        "image": ("FROM ghcr.io/acme/toolbox:1.2\nWORKDIR /srv\n",
+                  ["Dockerfile:1: FROM ghcr.io/acme/toolbox:1.2: needs a container image"]),
+        "outside": ("FROM debian:bookworm\nWORKDIR /app\nCOPY greet.py /opt/greet.py\n",
+                    ["copies greet.py to /opt/greet.py, outside the working directory /app"]),
+        "root": ("FROM python:3.12\nCOPY greet.py /greet.py\n", ["no WORKDIR"]),
+        "env": ("FROM python:3.12\nWORKDIR /app\nENV PYTHONUNBUFFERED=1 API_URL=http://x\n",
+                ["Dockerfile:3: ENV API_URL: assay bundles set no environment variables"]),
+    }
+    for name, (docker, reasons) in cases.items():
+        env = tmp_path / name / "environment"
+        env.mkdir(parents=True)
+        (env / "greet.py").write_text(BUGGY)
+        (env / "Dockerfile").write_text(docker)
+        plan = read_dockerfile(env / "Dockerfile")
+        for reason in reasons:
+            assert any(reason in r for r in plan.unsupported), (name, plan.unsupported)
+    # what is understood: pip installs become requirements, COPY . places the context
+    env = tmp_path / "fine" / "environment"
+    (env / "pkg").mkdir(parents=True)
+    (env / "pkg" / "a.py").write_text("A = 1\n")
+    (env / "Dockerfile").write_text(
+        "FROM python:3.12-slim\n# comment\nRUN pip install --no-cache-dir \\\n    pytest==8.3 "
+        "PyYAML scikit-learn>=1.4\nWORKDIR /app\nRUN mkdir -p /app/out\nCOPY . .\n"
+        "COPY pkg/a.py lib/\nCMD [\"sleep\", \"infinity\"]\n")
+    plan = read_dockerfile(env / "Dockerfile")
+    assert plan.unsupported == [] and plan.workdir == "/app"
+    assert plan.requires == ["python3", "pytest", "yaml", "sklearn"]
+    assert [(c.source.name, plan.relative(c.dest), c.into_dir) for c in plan.copies] == [
+        ("environment", "", True), ("a.py", "lib", True)]
+    # test.sh that installs its own tools needs the network the sandbox lacks
+    uv = "#!/bin/bash\ncurl -LsSf https://astral.sh/uv/install.sh | sh\necho 1 > " \
+         "/logs/verifier/reward.txt\n"
+    [done] = import_harbor([harbor_task(tmp_path / "h", test_sh=uv)], tmp_path / "b")
+    assert done.status == "unsupported"
+    assert done.reasons == ["tests/test.sh:2: needs the network when it runs (curl -LsSf "
+                            "https://astral.sh/uv/install.sh | sh): the sandbox has none"]
+    # a script that talks to a local service it started is fine
+    local = "#!/bin/bash\ncurl -s http://localhost:8000/health && echo 1 > " \
+            "/logs/verifier/reward.txt\n"
+    [done] = import_harbor([harbor_task(tmp_path / "h2", test_sh=local)], tmp_path / "b2")
+    assert done.status == "supported", done.reasons
+
+
+def test_a_malformed_task_toml_names_file_line_and_field_and_nothing_is_written(
+        tmp_path: Path) -> None:
+    good = harbor_task(tmp_path / "harbor", "good-task")
+    broken = harbor_task(tmp_path / "harbor", "broken-syntax",
+                         toml=TOML.replace("cpus = 1", "cpus = = 1"))
+    typed = harbor_task(tmp_path / "harbor", "bad-values",
+                        toml=TOML.replace("cpus = 1", 'cpus = "two"').replace(
+                            "timeout_sec = 45.0", "timeout_sec = -3"))
+    missing = harbor_task(tmp_path / "harbor", "no-test-sh")
+    (missing / "tests" / "test.sh").unlink()
+    out = tmp_path / "bundles"
+    res = run_cli(["task", "import-harbor", str(good), str(broken), str(typed), str(missing),
+                   "--out", str(out)])
+    assert res.code == 2
+    text = squash(res.stdout + res.stderr)  # rich wraps long lines anywhere
+    toml_b, toml_t = broken / "task.toml", typed / "task.toml"
+    assert squash(f"{toml_b}:14: invalid TOML: Invalid value (at line 14, column 8)") in text
+    assert squash(f"{toml_t}:7: field 'verifier.timeout_sec': Input should be greater than 0") \
+        in text
+    assert squash(f"{toml_t}:14: field 'environment.cpus': Input should be a valid number") \
+        in text
+    assert squash(f"{missing / 'tests' / 'test.sh'}: not found") in text
+    assert not out.exists() or not any(out.iterdir())  # not even the good one
+    with pytest.raises(SuiteError) as info:
+        import_harbor([typed], out)
+    assert [(p.line, p.field) for p in info.value.problems] == [
+        (7, "verifier.timeout_sec"), (14, "environment.cpus")]
+
+
+def test_an_existing_bundle_is_never_overwritten(tmp_path: Path) -> None:
+    src = harbor_task(tmp_path / "harbor")
+    out = tmp_path / "bundles"
+    [done] = import_harbor([src], out)
+    before = {p.relative_to(out).as_posix(): p.read_bytes() for p in out.rglob("*")
+              if p.is_file()}
+    (src / "environment" / "greet.py").write_text("changed = True\n")
+    res = run_cli(["task", "import-harbor", str(src), "--out", str(out)])
+    assert res.code == 2
+    assert squash(f"{done.bundle} exists: an imported bundle is never overwritten") in \
+        squash(res.stdout + res.stderr)
+    with pytest.raises(NeverOverwrite):
+        import_harbor([src], out)
+    res = run_cli(["task", "import-harbor", str(src), "--out", str(tmp_path / "other"),
+                   "--reward-threshold", "nan"])
+    assert res.code == 2 and "must be a finite number" in res.stderr
+    assert not (tmp_path / "other").exists()
+    after = {p.relative_to(out).as_posix(): p.read_bytes() for p in out.rglob("*")
+             if p.is_file()}
+    assert after == before
+
+
+def test_the_reward_is_read_strictly(tmp_path: Path) -> None:
+    d = tmp_path / "r"
+    d.mkdir()
+    assert read_reward(d, 1.0)["detail"] == "the script wrote no reward.txt or reward.json"
+    (d / "reward.txt").write_text("0.5\n")
+    assert (read_reward(d, 1.0)["status"], read_reward(d, 0.5)["status"]) == ("fail", "pass")
+    (d / "reward.json").write_text('{"reward": 1, "tests": 3}')  # Harbor reads JSON first
+    assert read_reward(d, 1.0) | {"detail": None} == {
+        "status": "pass", "value": 1.0, "file": "reward.json", "threshold": 1.0, "detail": None}
+    for bad in ('{"reward": "1"}', '{"reward": true}', '[1]', '{"score": 1}'):
+        (d / "reward.json").write_text(bad)
+        got = read_reward(d, 0.0)
+        assert got["status"] == "fail" and got["value"] is None, bad
+    (d / "reward.json").unlink()
+    for bad in ("nan", "inf", "one", ""):
+        (d / "reward.txt").write_text(bad)
+        assert read_reward(d, 0.0)["status"] == "fail", bad
+    (d / "reward.txt").unlink()
+    secret = tmp_path / "one.txt"
+    secret.write_text("1")
+    os.symlink(secret, d / "reward.txt")
+    got = read_reward(d, 1.0)
+    assert got["status"] == "fail" and "unreadable" in got["detail"]
+
+
+def test_paths_are_rewritten_as_whole_path_components() -> None:
+    paths = SandboxPaths(work=SANDBOX_WORKDIR, tests=TESTS_MOUNT, solution=SOLUTION_MOUNT)
+    pattern, mapping = path_rewriter("/app", paths)
+    text = ("cd /app && pytest /tests/test_a.py; cp /solution/x /app/y; /application "
+            "/app-data src/tests /testsuite $HOME/app /logs/verifier/reward.txt '/app'")
+    assert pattern.sub(lambda m: mapping[m.group(1)], text) == (
+        "cd /work && pytest /assay/tests/test_a.py; cp /assay/solution/x /work/y; "
+        "/application /app-data src/tests /testsuite $HOME/app /logs/verifier/reward.txt "
+        "'/work'")
+    assert strip_canary("# canary abc\n<!-- CANARY x -->\n\nDo it.\n") == "Do it.\n"
+    assert strip_canary("Do it.\n# canary later\n") == "Do it.\n# canary later\n"
+
+
+def test_a_reward_check_must_say_it_is_not_tamper_evident(tmp_path: Path) -> None:
+    [done] = import_harbor([harbor_task(tmp_path / "harbor")], tmp_path / "b")
+    path = done.bundle / "task.yaml"
+    path.write_text(path.read_text().replace("    tamper_evident: false\n", ""))
+    with pytest.raises(SuiteError) as info:
+        load_bundle(done.bundle)
+    [problem] = info.value.problems
+    assert problem.field == "acceptance.behavior"
+    assert problem.line is not None and "set tamper_evident: false" in problem.message
+
+
+def test_an_experiment_over_an_unsupported_task_is_refused_up_front(tmp_path: Path) -> None:
+    from assay.suites.experiment import load_experiment
+
+    docker = "FROM nvidia/cuda:12.4.0-runtime-ubuntu22.04\nWORKDIR /app\n"
+    import_harbor([harbor_task(tmp_path / "harbor", "cuda-task", dockerfile=docker),
+                   harbor_task(tmp_path / "harbor", "greet-task")], tmp_path / "tasks")
+    exp = tmp_path / "experiment.yaml"
+    exp.write_text("name: harbor-tasks\ntasks: [tasks]\narms:\n  a: {agent: nop}\n")
+    with pytest.raises(SuiteError) as info:
+        load_experiment(exp)
+    [problem] = info.value.problems
+    assert problem.path == exp and problem.field == "tasks"
+    assert problem.message.startswith("task 'cuda-task' (")
+    assert problem.message.endswith("unsupported environment: environment/Dockerfile:1: FROM "
+                                    "nvidia/cuda:12.4.0-runtime-ubuntu22.04: needs a container "
+                                    "image")
+
+
+def test_a_reward_directory_is_never_the_workspace_or_a_system_folder() -> None:
+    from pydantic import ValidationError
+
+    from assay.suites.bundle import RewardFile
+
+    assert RewardFile().dir == "/logs/verifier"
+    assert RewardFile(dir="/results/out", threshold=0.5).threshold == 0.5
+    for bad in ("/work/logs", "/assay/out", "/usr/x", "/tmp/r", "logs/verifier", "/",
+                "/logs/../work", "/proc/1"):
+        with pytest.raises(ValidationError):
+            RewardFile(dir=bad)
+    with pytest.raises(ValidationError):
+        RewardFile(threshold=float("nan"))
+
+
+@needs_bwrap
+def test_a_task_whose_solution_fails_is_broken_and_says_what_the_reward_was(
+        tmp_path: Path) -> None:
+    src = harbor_task(tmp_path / "harbor", solve_sh="#!/bin/bash\necho 'not a fix'\n")
+    import_harbor([src], tmp_path / "bundles")
+    code, text, [rec] = task_check(tmp_path / "bundles", tmp_path / "check")
+    assert code == 1, text
+    assert rec["status"] == "broken"
+    assert rec["problems"] == ["oracle never accepted",
+                               "oracle run 0: rejected:no_change (reward 0 < 1)"]
