@@ -1,0 +1,81 @@
+"""A judge's verdict on one piece of material, as stored: append-only, pinned, never replaced.
+
+A judgement is a model's opinion, so it is only evidence with the judge that gave it: every row
+carries the judge's full pin (model, rubric and template hashes, settings, reply contract) and
+its revision. Rows are appended to a ``judgements.jsonl`` and never rewritten; a changed judge
+is a new revision whose rows sit beside the old ones. An ``invalid`` judgement (a reply that
+could not be parsed, or that cited what does not exist, twice) is kept as what happened, and is
+never counted as a score.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, ClassVar, Literal
+
+from assay.errors import RecordError
+from assay.records.base import Record
+from assay.records.io import JsonlAppender, iter_rows
+
+JUDGEMENTS = "judgements.jsonl"
+#: How much of a reply a record keeps: enough to see what went wrong, not a whole essay.
+RAW_REPLY_LIMIT = 4000
+
+
+class Judgement(Record):
+    """One judge's verdict on one piece of material (an answer, an artifact, a trajectory)."""
+
+    schema_name: ClassVar[str] = "assay.judgement"
+    schema_version: ClassVar[int] = 1
+    file: ClassVar[str] = JUDGEMENTS
+
+    judge_revision: str
+    """The judge's revision (12 hex over model, rubric, template, settings and contract)."""
+    pin: dict[str, Any]
+    """Everything that pins the judge: model as asked, rubric and template sha256,
+    temperature, max tokens, reply contract, endpoint without credentials."""
+    subject: dict[str, Any]
+    """What was judged, by id (suite/case/repeat, run/task/trial, or a calibration item)."""
+    material_sha256: str | None = None
+    """sha256 of the material as quoted, so a judgement is tied to the exact text judged."""
+    status: Literal["valid", "invalid"]
+    """``valid``: every criterion scored with citations that exist; ``invalid``: not, after
+    the one retry (never counted as a score)."""
+    scores: dict[str, str | int] | None = None
+    """Score per criterion id; None when invalid."""
+    citations: dict[str, list[str]] | None = None
+    """Citations per criterion id (``path:line``, ``path:a-b``, ``event:N``); None when
+    invalid."""
+    reasons: dict[str, str] | None = None
+    """The judge's short reason per criterion, when it gave one; None when invalid."""
+    problems: list[str] = []
+    """Why the judgement is invalid (the last reply's problems); empty when valid."""
+    first_problems: list[str] = []
+    """What was wrong with the first reply when a retry was sent; empty otherwise."""
+    tries: int
+    """Replies used: 1, or 2 after the retry."""
+    served_model: str | None = None
+    """The model id the endpoint said answered (the last reply)."""
+    raw_reply: str | None = None
+    """The last reply's text, cut at 4000 characters."""
+    usage: dict[str, Any] | None = None
+    """Token usage summed over the replies; None when the endpoint reported none."""
+    at: str
+    """When the judgement was made (UTC, ISO 8601)."""
+
+
+def append_judgement(path: Path, judgement: Judgement) -> None:
+    """Append one row and fsync it: a judgement paid for is not lost to a crash."""
+    with JsonlAppender(path, sync_every=1) as out:
+        out.append(judgement.to_json())
+
+
+def iter_judgements(path: Path) -> Iterator[Judgement]:
+    """Every judgement in ``path``, validated; a torn last line (a crash mid-write) is
+    skipped, a corrupt one in the middle is a ``RecordError``."""
+    try:
+        for n, row in enumerate(iter_rows(path), 1):
+            yield Judgement.read(row, f"{path}: row {n}")
+    except ValueError as exc:
+        raise RecordError(str(exc)) from None
