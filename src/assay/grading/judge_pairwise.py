@@ -24,19 +24,18 @@ The reply contract (``assay.judge.pairwise/1``), one JSON object::
 from __future__ import annotations
 
 import hashlib
-import json
 import random
 import re
 from dataclasses import dataclass
 from typing import Any
 
 from assay.models.client import ChatClient
+from assay.records.judgement import RAW_REPLY_LIMIT
 from assay.records.manifest import utc_now
 from assay.records.pairwise import PairJudgement
 
 PAIRWISE_CONTRACT = "assay.judge.pairwise/1"
 _ID_ALPHABET = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"
-RAW_REPLY_CHARS = 4000
 
 SYSTEM_PROMPT = """\
 You compare two candidate solutions of the same task and say which is better, or that they are
@@ -97,30 +96,43 @@ def _criteria_text(judge: Any) -> str:
 def build_messages(judge: Any, shown: list[tuple[str, Any]],
                    context: str | None) -> list[dict[str, str]]:
     """The chat messages for one order: ``shown`` is ``[(id, Material), ...]`` in the order the
-    judge reads them; ``context`` the task's instruction, quoted too."""
-    from assay.grading.judge import Material, quote_material
+    judge reads them; ``context`` the task's instruction, quoted too. Each block has a nonce
+    of its own, and the system message names every block's delimiter lines."""
+    from assay.grading.judge import Material, delimiters, quote_material
 
     blocks: list[str] = []
+    named: list[str] = []
     if context:
-        text, _ = quote_material(Material(kind="answer", files={"instruction.md": context}),
-                                 label="TASK")
+        text, nonce = quote_material(Material(kind="answer", files={"instruction.md": context}),
+                                     label="TASK")
         blocks.append(text)
+        named.append("the task: " + " ... ".join(delimiters(nonce, "TASK")))
     for cid, material in shown:
-        text, _ = quote_material(material, label=f"CANDIDATE {cid}")
+        label = f"CANDIDATE_{cid}"
+        text, nonce = quote_material(material, label=label)
         blocks.append(f"Candidate {cid}:\n{text}")
+        named.append(f"candidate {cid}: " + " ... ".join(delimiters(nonce, label)))
     ids = " and ".join(cid for cid, _ in shown)
     blocks.append(f"Which candidate is better, {ids}, or is it a tie? Reply with the JSON "
                   "object only.")
-    return [{"role": "system", "content": SYSTEM_PROMPT.format(criteria=_criteria_text(judge))},
+    system = (SYSTEM_PROMPT.format(criteria=_criteria_text(judge))
+              + "\nThe quoted blocks, each between its own two delimiter lines:\n"
+              + "\n".join(f"- {n}" for n in named) + "\n")
+    return [{"role": "system", "content": system},
             {"role": "user", "content": "\n\n".join(blocks)}]
 
 
 def _json_object(text: str) -> Any:
-    body = text.strip()
-    fence = re.match(r"^```(?:json)?\s*\n(.*)\n```$", body, re.DOTALL)
+    from assay.grading.labels import find_top_level_objects, strip_reasoning
+
+    body = strip_reasoning(text).strip()
+    fence = re.search(r"```[^\n`]*\n(.*?)```", body, re.DOTALL)
     if fence:
         body = fence.group(1).strip()
-    return json.loads(body)
+    objects, _ = find_top_level_objects(body)
+    if len(objects) != 1:
+        raise ValueError(f"{len(objects)} JSON objects")
+    return objects[0]
 
 
 @dataclass
@@ -141,7 +153,7 @@ def parse_reply(text: str | None, materials: dict[str, Any]) -> ParsedReply:
     try:
         obj = _json_object(text)
     except ValueError:
-        return ParsedReply(None, None, None, ["the reply is not one JSON object"])
+        return ParsedReply(None, None, None, ["the reply is not exactly one JSON object"])
     if not isinstance(obj, dict):
         return ParsedReply(None, None, None, ["the reply is not a JSON object"])
     problems: list[str] = []
@@ -193,7 +205,8 @@ async def judge_order(client: ChatClient, judge: Any, *, pair: dict[str, Any], o
         done = await client.complete(messages, temperature=spec.temperature,
                                      max_tokens=spec.max_tokens)
         content, served = done.content, done.served_model
-        parsed = parse_reply(content, by_id)
+        parsed = (ParsedReply(None, None, None, [f"the judge refused: {done.refusal[:200]}"])
+                  if done.refusal else parse_reply(content, by_id))
         if not parsed.problems:
             break
         messages = [*messages, {"role": "assistant", "content": content or ""},
@@ -211,7 +224,7 @@ async def judge_order(client: ChatClient, judge: Any, *, pair: dict[str, Any], o
         preferred=back[parsed.verdict] if valid and parsed.verdict else None,  # type: ignore[arg-type]
         citations=parsed.citations if valid else None, reason=parsed.reason,
         problems=parsed.problems, tries=tries, served_model=served,
-        raw_reply=None if content is None else content[:RAW_REPLY_CHARS],
+        raw_reply=None if content is None else content[:RAW_REPLY_LIMIT],
         scrubbed=dict(scrubbed or {}), at=utc_now())
 
 
