@@ -165,3 +165,38 @@ def test_acceptance_judge_is_validated_with_file_line_and_field(tmp_path: Path) 
     y.write_text(y.read_text().replace("pass: {", "pas: {"))
     with pytest.raises(SuiteError, match="acceptance.judge"):
         load_bundle(bad)
+
+
+@needs_bwrap
+def test_the_experiment_report_shows_the_judge_check(tmp_path: Path, judge_server) -> None:
+    from conftest import run_cli
+
+    judged_bundle(tmp_path / "tasks" / "calc")
+    exp = tmp_path / "experiment.yaml"
+    exp.write_text(f"""name: judged
+tasks: [tasks]
+repetitions: 1
+seed: 1
+concurrency: 2
+arms:
+  good:
+    agent: "{agent('GOODFIX')}"
+  meh:
+    agent: "{agent('BADFIX')}"
+""")
+    res = run_cli(["exp", "run", str(exp), "--out", str(tmp_path / "run")])
+    assert res.code == 0, res.stdout + res.stderr
+    rep = json.loads((tmp_path / "run" / "report.json").read_text())
+    good, meh = rep["arms"]["good"]["judge"], rep["arms"]["meh"]["judge"]
+    assert (good["pass"], good["fail"], good["mean_score"]) == (1, 0, 5)
+    assert (meh["pass"], meh["fail"], meh["mean_score"]) == (0, 1, 2)
+    assert rep["arms"]["meh"]["accepted"] == 1  # not required: the judge rejected nothing
+    assert list(good["calibration"].values()) == ["uncalibrated"]
+    row = next(t for t in rep["trials"] if t["arm"] == "meh")
+    assert row["judge"]["status"] == "fail" and row["judge"]["score"] == 2
+    md = (tmp_path / "run" / "report.md").read_text()
+    assert "## Judge check (acceptance.judge)" in md and "uncalibrated" in md
+    assert "accepted (judge: fail, correct 2)" in md
+    outcomes = [json.loads(x) for x in (tmp_path / "run" / "outcomes.jsonl").read_text()
+                .splitlines()]
+    assert {o["arm"]: o["judge"]["status"] for o in outcomes} == {"good": "pass", "meh": "fail"}

@@ -48,7 +48,8 @@ def _side(run: Path, arm: str | None, flag: str) -> tuple[Any, str]:
 def _identifying(data: Any) -> set[str]:
     """Every name that could tell the judge which arm a candidate came from."""
     m = data.manifest or {}
-    names = {str(Path(data.source).resolve()), str(data.source), str(m.get("name") or "")}
+    # the run directory as an absolute path only: a relative one ("run") is a common word
+    names = {str(Path(data.source).resolve()), str(m.get("name") or "")}
     for arm_name, arm in (m.get("arms") or {}).items():
         names.add(arm_name)
         for key in ("agent", "model"):
