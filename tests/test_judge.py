@@ -292,7 +292,8 @@ def test_a_valid_judgement_is_recorded_with_the_pin_and_appended(tmp_path: Path)
 
 def test_transport_trouble_raises_and_is_not_a_judgement(tmp_path: Path) -> None:
     path = write_judge(tmp_path / "j")
-    with JudgeServer({"hello": Status(503)}) as server, pytest.raises(TransportError):
+    with JudgeServer({"hello": Status(503, {"Retry-After": "0"})}) as server, \
+            pytest.raises(TransportError):
         run_judge(server, path, Material.answer("hello"))
 
 

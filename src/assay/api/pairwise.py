@@ -185,12 +185,9 @@ def _rows(out: Path, revision: str) -> list[dict[str, Any]]:
 
 def calibration_of(judge: Any) -> dict[str, Any] | str:
     """The judge's calibration record, or the word ``uncalibrated``."""
-    try:
-        from assay.api.judge import calibration_for
-    except ImportError:  # pragma: no cover - before the judge core is merged
-        return "uncalibrated"
-    found = calibration_for(judge)
-    return found if found else "uncalibrated"
+    from assay.grading.judge_check import calibration_status
+
+    return calibration_status(judge)
 
 
 def summarize(out: Path, plan: dict[str, Any], *, clusters: dict[str, str] | None = None,

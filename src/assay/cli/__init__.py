@@ -12,6 +12,7 @@ from assay.cli import (  # noqa: F401  (registers the commands)
     analysis,
     experiments,
     grading,
+    judge,
     judge_pairwise,
     regrade,
     runs,

@@ -1,9 +1,7 @@
 """``assay judge pairwise``: which of two arms a pinned judge prefers, task by task.
 
-This module also declares the ``assay judge`` command group (``judge_app``) because it was
-written before ``cli/judge.py``; that module adds its commands to the same group by importing
-``judge_app`` from here (or takes the group over, with this module importing it back), so
-there is exactly one ``judge`` group either way.
+A command of the ``assay judge`` group that ``cli/judge.py`` declares; it lives apart because
+it reads experiment runs, which the rest of the group never does.
 """
 
 from __future__ import annotations
@@ -14,12 +12,9 @@ from typing import Annotated
 
 import typer
 
-from assay.cli.app import app, fail
+from assay.cli.app import fail
+from assay.cli.judge import judge_app
 from assay.errors import AssayError
-
-judge_app = typer.Typer(no_args_is_help=True, help="Model judges: pinned, quoted, cited; "
-                        "pairwise preference between two arms.")
-app.add_typer(judge_app, name="judge")
 
 
 @judge_app.command("pairwise")

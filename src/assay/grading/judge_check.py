@@ -28,7 +28,6 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from assay.errors import AssayError
-from assay.records.io import read_json_file
 from assay.suites.bundle import Bundle
 
 JUDGEMENTS = "judgements.jsonl"
@@ -47,15 +46,16 @@ def _run(make: Callable[[], Coroutine[Any, Any, T]]) -> T:
 
 
 def calibration_status(judge: Any) -> dict[str, Any] | str:
-    """The calibration written for this judge's revision (``calibration-<revision>.json``
-    beside its judge.yaml), or the word ``uncalibrated``."""
-    path = Path(judge.path).parent / f"calibration-{judge.revision}.json"
-    if not path.is_file():
-        return "uncalibrated"
+    """The calibration written for this judge's revision (``judge calibrate``), or the word
+    ``uncalibrated`` (also when the calibration file cannot be read: a figure that cannot be
+    shown is not shown as agreement)."""
+    from assay.grading.judge_calibration import UNCALIBRATED, calibration_for
+
     try:
-        return read_json_file(path)
+        found = calibration_for(judge)
     except AssayError:
-        return "uncalibrated"
+        return UNCALIBRATED
+    return found if found is not None else UNCALIBRATED
 
 
 def _decide(rule: Any, score: Any) -> bool:

@@ -14,11 +14,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
+from pydantic import ConfigDict, Field
+
 from assay.errors import RecordError
 from assay.records.base import Record
 from assay.records.io import JsonlAppender, iter_rows
 
 JUDGEMENTS = "judgements.jsonl"
+CALIBRATION = "calibration-<revision>.json"
 #: How much of a reply a record keeps: enough to see what went wrong, not a whole essay.
 RAW_REPLY_LIMIT = 4000
 
@@ -79,3 +82,67 @@ def iter_judgements(path: Path) -> Iterator[Judgement]:
             yield Judgement.read(row, f"{path}: row {n}")
     except ValueError as exc:
         raise RecordError(str(exc)) from None
+
+
+class CriterionAgreement(Record):
+    """How the judge agreed with people on one criterion."""
+
+    scale: list[str | int]
+    """The criterion's allowed scores, in order (the confusion table's order)."""
+    graded: int
+    """Items people graded on this criterion."""
+    n: int
+    """Of those, items with a valid judgement: the pairs every figure below is computed on."""
+    invalid: int
+    """Of those, items whose judgement was invalid: counted apart, never as agreement or
+    disagreement."""
+    exact: float | None
+    """Share of the ``n`` pairs where judge and person gave the same score; None when n is 0."""
+    kappa: float | None
+    """Cohen's kappa (unweighted); None when undefined (one score throughout) or n is 0."""
+    kappa_ci: tuple[float, float] | None
+    """The interval on kappa, by ``method`` at ``confidence``; None when kappa is."""
+    method: str
+    """How the interval was computed (``bootstrap (2000, seed 0)`` or ``se (Cohen 1960)``)."""
+    confidence: float
+    """The interval's confidence level."""
+    weighted_kappa: float | None = None
+    """Linearly weighted kappa, for integer scales (near misses count partly); None for
+    label scales."""
+    confusion: dict[str, dict[str, int]]
+    """Counts by the person's score (outer key), then the judge's score (inner key)."""
+
+
+class JudgeCalibration(Record):
+    """``calibration-<revision>.json``: one judge revision against human grades, written once
+    (a different calibration of the same revision is refused, never written over)."""
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True,
+                              populate_by_name=True)
+    schema_name: ClassVar[str] = "assay.judge.calibration"
+    schema_version: ClassVar[int] = 1
+    file: ClassVar[str] = CALIBRATION
+
+    schema_: str = Field(alias="schema")
+    """``assay.judge.calibration/1``."""
+    judge_revision: str
+    """The judge revision calibrated (the file name carries it too)."""
+    pin: dict[str, Any]
+    """The judge's full pin, as in every judgement."""
+    human: dict[str, Any]
+    """Where the human grades came from: ``kind`` (``jsonl`` or ``rubric_run``), ``path``,
+    ``sha256`` (over the items, their material and grades) and ``items``."""
+    items: int
+    """Items judged."""
+    invalid: int
+    """Items whose judgement was invalid after the retry."""
+    criteria: dict[str, CriterionAgreement]
+    """Agreement per criterion that people graded."""
+    ungraded: list[str]
+    """The judge's criteria no person graded: no agreement for them."""
+    unmapped: list[str]
+    """What the human grades carry that maps to no criterion of the judge."""
+    judgements: str
+    """The file beside this one that holds every judgement made for it."""
+    at: str
+    """When the calibration was computed (UTC)."""

@@ -221,17 +221,10 @@ def preference_section(summary: dict[str, Any], *, source: Path, a: str,
 def preference_markdown(section: dict[str, Any]) -> list[str]:
     """The section as Markdown lines, for the text output of ``exp compare``."""
     judge = section["judge"]
+    from assay.grading.judge_calibration import calibration_label
+
     cal = judge["calibration"]
-    if isinstance(cal, dict):
-        exact, kappa = cal.get("exact"), cal.get("kappa")
-        cal_text = ("calibrated: " + ", ".join(
-            part for part in ((f"exact agreement {exact:.0%}" if isinstance(exact, float)
-                               else None),
-                              (f"kappa {kappa:.2f}" if isinstance(kappa, float) else None),
-                              (f"n = {cal['n']}" if cal.get("n") is not None else None))
-            if part) or "calibrated")
-    else:
-        cal_text = "uncalibrated"
+    cal_text = calibration_label(cal if isinstance(cal, dict) else None)
     pref, ci = section["preference"], section["ci"]
     bias = section["position_bias"] or {}
     lines = ["", "## Judge preference", "",

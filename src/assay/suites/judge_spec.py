@@ -41,10 +41,11 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+import yaml
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
 
 from assay.suites.errors import Problem, SuiteError
-from assay.suites.yamlfile import key_lines, line_of, load_mapping, parse_yaml, validation_error
+from assay.suites.yamlfile import key_lines, line_of, load_mapping, validation_error
 
 #: The reply contract a judge's answer is parsed by; part of every revision.
 CONTRACT = "assay.judge.reply/1"
@@ -198,9 +199,23 @@ def _read(path: Path, *, what: str, at: Path, line: int | None, field: str) -> b
                              field=field) from None
 
 
+class _RubricLoader(yaml.SafeLoader):
+    """YAML without its booleans: a scale ``[yes, no]`` means the labels "yes" and "no"."""
+
+
+_RubricLoader.yaml_implicit_resolvers = {
+    k: [(tag, rx) for tag, rx in v if tag != "tag:yaml.org,2002:bool"]
+    for k, v in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+
+
 def load_criteria(path: Path, text: str) -> tuple[Criterion, ...]:
     """The rubric file's criteria; every problem with its line and field."""
-    data = parse_yaml(path, text)
+    try:
+        data = yaml.load(text, Loader=_RubricLoader)  # noqa: S506 - a SafeLoader subclass
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        raise SuiteError.one(path, f"invalid YAML: {getattr(exc, 'problem', exc)}",
+                             line=mark.line + 1 if mark else None) from exc
     if not isinstance(data, list) or not data:
         raise SuiteError.one(path, "a rubric file is a YAML list of criteria (id, question, "
                              "scale)")
