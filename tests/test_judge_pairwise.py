@@ -224,6 +224,29 @@ def test_invalid_replies_count_for_nothing(run_dir: Path, tmp_path: Path) -> Non
     assert summary["preference"] == 1.0 and summary["n_tasks"] == 1
 
 
+@needs_bwrap
+def test_a_calibrated_judge_shows_its_agreement(run_dir: Path, tmp_path: Path) -> None:
+    from support.judge_server import verdict
+
+    grades = tmp_path / "grades.jsonl"
+    grades.write_text("".join(json.dumps({"id": f"i{n}", "answer": f"CAL{n} answer",
+                                          "grades": {"correct": score}}) + "\n"
+                              for n, score in ((1, 5), (2, 2), (3, 4))))
+    script = {KEY: prefer("BETA"), **{f"CAL{n}": verdict({"correct": s}, ["answer.txt:1"])
+                                      for n, s in ((1, 5), (2, 2), (3, 1))}}
+    with JudgeServer(script) as srv:
+        judge = _judge(tmp_path / "j", srv.base_url)
+        cal = run_cli(["judge", "calibrate", str(judge), str(grades)])
+        assert cal.code == 0, cal.stdout + cal.stderr
+        code, summary = _pairwise(run_dir, judge, tmp_path / "pw")
+    assert code == 0, summary
+    calibration = summary["judge"]["calibration"]
+    assert calibration["criteria"]["correct"]["exact"] == pytest.approx(2 / 3)
+    text = run_cli(["exp", "compare", str(run_dir), "--a", "zebrafix", "--b", "quokkaarm",
+                    "--preference", str(tmp_path / "pw")])
+    assert "correct: exact 67%" in text.stdout and "uncalibrated" not in text.stdout
+
+
 def _task_of(req: Any) -> str:
     # the task's id is nowhere in the material; tell the two tasks apart by the plan's ids
     plan = json.loads(next(Path(p) for p in _PLANS if Path(p).is_file()).read_text())
