@@ -142,7 +142,8 @@ def _material(pair_side: dict[str, Any], show: tuple[str, ...],
 
 async def _judge_all(judge: Any, plan: dict[str, Any], done: set[tuple[str, str]],
                      names: set[str], writer: Any, jobs: int) -> int:
-    from assay.grading.judge_pairwise import client_for, judge_order
+    from assay.grading.judge_endpoint import client_for
+    from assay.grading.judge_pairwise import judge_order
 
     client = client_for(judge)
     sem = asyncio.Semaphore(max(1, jobs))

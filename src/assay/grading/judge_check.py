@@ -28,7 +28,9 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from assay.errors import AssayError
-from assay.suites.bundle import Bundle
+from assay.records.judgement import Judgement, append_judgement
+from assay.suites.bundle import Bundle, JudgePass
+from assay.suites.judge_spec import LoadedJudge
 
 JUDGEMENTS = "judgements.jsonl"
 T = TypeVar("T")
@@ -45,7 +47,7 @@ def _run(make: Callable[[], Coroutine[Any, Any, T]]) -> T:
         return pool.submit(lambda: asyncio.run(make())).result()
 
 
-def calibration_status(judge: Any) -> dict[str, Any] | str:
+def calibration_status(judge: LoadedJudge) -> dict[str, Any] | str:
     """The calibration written for this judge's revision (``judge calibrate``), or the word
     ``uncalibrated`` (also when the calibration file cannot be read: a figure that cannot be
     shown is not shown as agreement)."""
@@ -58,7 +60,7 @@ def calibration_status(judge: Any) -> dict[str, Any] | str:
     return found if found is not None else UNCALIBRATED
 
 
-def _decide(rule: Any, score: Any) -> bool:
+def _decide(rule: JudgePass, score: str | int | None) -> bool:
     if rule.at_least is not None:
         return isinstance(score, int) and score >= rule.at_least
     return isinstance(score, str) and score.lower() in {v.lower() for v in rule.one_of or []}
@@ -69,9 +71,8 @@ def run_judge_check(bundle: Bundle, trial_dir: Path, *, tree: Path, pristine: Pa
     """The judge check's record for the grade's ``details["judge"]``; its ``status`` is the
     check's outcome (``pass``, ``fail``, ``error``). Never raises for the judge's doing."""
     from assay.grading.judge import judge_material
+    from assay.grading.judge_endpoint import client_for
     from assay.grading.judge_material import scrub, to_material, trial_parts
-    from assay.grading.judge_pairwise import client_for
-    from assay.records.judgement import append_judgement
     from assay.suites.judge_spec import load_judge
 
     check = bundle.spec.acceptance.judge
@@ -85,14 +86,19 @@ def run_judge_check(bundle: Bundle, trial_dir: Path, *, tree: Path, pristine: Pa
         return {**record, "status": "error", "reason": f"the judge cannot be loaded: {exc}"}
     record.update(judge_revision=judge.revision, pin=judge.pin(),
                   calibration=calibration_status(judge))
-    parts = trial_parts(bundle, trial_dir, check.show, tree=tree, pristine=pristine)
-    # the run's own paths say nothing about the candidate's work
-    scrub(parts, {str(trial_dir.resolve())})
-    material = to_material(parts, context=bundle.instruction_path.read_text(encoding="utf-8"))
+    try:
+        parts = trial_parts(bundle, trial_dir, check.show, tree=tree, pristine=pristine)
+        # the run's own paths say nothing about the candidate's work
+        scrub(parts, {str(trial_dir.resolve())})
+        material = to_material(parts,
+                               context=bundle.instruction_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:  # the check's trouble, not the whole grade's
+        return {**record, "status": "error",
+                "reason": f"the material could not be read: {type(exc).__name__}: {exc}"}
     record["material"] = {"sha256": material.sha256(), "files": sorted(material.files),
                           "events": len(material.events)}
 
-    async def ask() -> Any:
+    async def ask() -> Judgement:
         client = client_for(judge)
         try:
             return await judge_material(client, judge, material, subject=subject)

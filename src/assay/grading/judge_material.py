@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from assay.grading.judge import Material
 from assay.records.artifact import ARTIFACT_JSON, list_tree
 from assay.records.io import read_json_file
 from assay.suites.bundle import Bundle
@@ -296,11 +297,10 @@ def scrub(parts: Parts, names: Iterable[str]) -> int:
     return count
 
 
-def to_material(parts: Parts, *, kind: str = "artifact", context: str | None = None) -> Any:
+def to_material(parts: Parts, *, kind: str = "artifact",
+                context: str | None = None) -> Material:
     """The judge module's ``Material`` of these parts (notes on what was cut become a file of
     their own, ``assay-notes.txt``, so the judge reads them as part of the material)."""
-    from assay.grading.judge import Material
-
     files = dict(parts.files)
     if parts.notes:
         files["assay-notes.txt"] = "\n".join(parts.notes) + "\n"

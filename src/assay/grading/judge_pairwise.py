@@ -29,10 +29,12 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from assay.grading.judge import Material, check_citations, delimiters, quote_material
 from assay.models.client import ChatClient
 from assay.records.judgement import RAW_REPLY_LIMIT
 from assay.records.manifest import utc_now
 from assay.records.pairwise import PairJudgement
+from assay.suites.judge_spec import LoadedJudge
 
 PAIRWISE_CONTRACT = "assay.judge.pairwise/1"
 _ID_ALPHABET = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"
@@ -58,14 +60,14 @@ and line numbers as shown, events by their number.
 TEMPLATE_SHA256 = hashlib.sha256(SYSTEM_PROMPT.encode()).hexdigest()
 
 
-def pairwise_revision(judge: Any) -> str:
+def pairwise_revision(judge: LoadedJudge) -> str:
     """The judge's revision joined with the pairwise prompt and contract, 12 hex: a change to
     either is a different judge and its rows are not counted together."""
     text = f"{judge.revision}\0{PAIRWISE_CONTRACT}\0{TEMPLATE_SHA256}"
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
-def pairwise_pin(judge: Any) -> dict[str, Any]:
+def pairwise_pin(judge: LoadedJudge) -> dict[str, Any]:
     """The judge's pin plus what the pairwise prompt adds to it."""
     return {**judge.pin(), "pairwise_contract": PAIRWISE_CONTRACT,
             "pairwise_template_sha256": TEMPLATE_SHA256}
@@ -83,7 +85,7 @@ def opaque_ids(seed: int, task: str, rep: int) -> tuple[str, str]:
     return a, b
 
 
-def _criteria_text(judge: Any) -> str:
+def _criteria_text(judge: LoadedJudge) -> str:
     lines = []
     for c in judge.criteria:
         scale = c.scale
@@ -93,13 +95,11 @@ def _criteria_text(judge: Any) -> str:
     return "\n".join(lines) or "- overall quality of the solution"
 
 
-def build_messages(judge: Any, shown: list[tuple[str, Any]],
+def build_messages(judge: LoadedJudge, shown: list[tuple[str, Material]],
                    context: str | None) -> list[dict[str, str]]:
     """The chat messages for one order: ``shown`` is ``[(id, Material), ...]`` in the order the
     judge reads them; ``context`` the task's instruction, quoted too. Each block has a nonce
     of its own, and the system message names every block's delimiter lines."""
-    from assay.grading.judge import Material, delimiters, quote_material
-
     blocks: list[str] = []
     named: list[str] = []
     if context:
@@ -143,11 +143,9 @@ class ParsedReply:
     problems: list[str]
 
 
-def parse_reply(text: str | None, materials: dict[str, Any]) -> ParsedReply:
+def parse_reply(text: str | None, materials: dict[str, Material]) -> ParsedReply:
     """The reply against the contract; ``materials`` maps each shown id to its Material.
     Problems say what to fix, in words the retry can show the judge."""
-    from assay.grading.judge import check_citations
-
     if not text or not text.strip():
         return ParsedReply(None, None, None, ["empty reply"])
     try:
@@ -180,12 +178,11 @@ def parse_reply(text: str | None, materials: dict[str, Any]) -> ParsedReply:
             problems.append(f"the preferred candidate {verdict} is not cited")
     reason = obj.get("reason")
     reason = str(reason)[:500] if reason is not None else None
-    return ParsedReply(verdict, citations if not problems else citations or None, reason,
-                       problems)
+    return ParsedReply(verdict, citations, reason, problems)
 
 
-async def judge_order(client: ChatClient, judge: Any, *, pair: dict[str, Any], order: str,
-                      materials: dict[str, Any], context: str | None,
+async def judge_order(client: ChatClient, judge: LoadedJudge, *, pair: dict[str, Any],
+                      order: str, materials: dict[str, Material], context: str | None,
                       scrubbed: dict[str, int] | None = None) -> PairJudgement:
     """Ask for one order of one pair (``order`` ``ab``: side a's candidate first) and record
     the answer mapped back to the sides. One retry on an unusable reply; never raises for the
@@ -215,37 +212,15 @@ async def judge_order(client: ChatClient, judge: Any, *, pair: dict[str, Any], o
                      + ". Reply again with the JSON object only, citing lines that exist."}]
     valid = not parsed.problems
     back = {ids["a"]: "a", ids["b"]: "b", "tie": "tie"}
+    preferred = back[parsed.verdict] if valid and parsed.verdict else None
     return PairJudgement(
         pair=f"{pair['task']}/{pair['rep']}", task=str(pair["task"]), rep=int(pair["rep"]),
         order=order, ids=dict(ids), shown=[cid for cid, _ in shown],  # type: ignore[arg-type]
         judge_revision=pairwise_revision(judge), pin=pairwise_pin(judge),
         status="valid" if valid else "invalid",
         verdict=parsed.verdict if valid else None,
-        preferred=back[parsed.verdict] if valid and parsed.verdict else None,  # type: ignore[arg-type]
+        preferred=preferred,  # type: ignore[arg-type]
         citations=parsed.citations if valid else None, reason=parsed.reason,
         problems=parsed.problems, tries=tries, served_model=served,
         raw_reply=None if content is None else content[:RAW_REPLY_LIMIT],
         scrubbed=dict(scrubbed or {}), at=utc_now())
-
-
-def endpoint_of(judge: Any) -> tuple[str, str]:
-    """The judge's base URL and key from its own ``judge.yaml`` (``base_url``, or the variable
-    ``base_url_env`` names; the key from ``api_key_env``), read from this process's environment:
-    never an arm's gateway token, which only the agent's sandbox ever holds. Raises InputError
-    when no base URL is set."""
-    import os
-
-    from assay.errors import InputError
-
-    spec = judge.spec
-    base = spec.base_url or (os.environ.get(spec.base_url_env) if spec.base_url_env else None)
-    if not base:
-        where = (f"the variable {spec.base_url_env} is not set" if spec.base_url_env
-                 else "judge.yaml sets neither base_url nor base_url_env")
-        raise InputError(f"{judge.path}: no endpoint for the judge: {where}")
-    return base, os.environ.get(spec.api_key_env, "")
-
-
-def client_for(judge: Any, *, max_tries: int = 3) -> ChatClient:
-    base, key = endpoint_of(judge)
-    return ChatClient(base, key, judge.spec.model, max_tries=max_tries, backoff_base_s=0.2)
