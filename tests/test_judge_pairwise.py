@@ -247,6 +247,28 @@ def test_a_calibrated_judge_shows_its_agreement(run_dir: Path, tmp_path: Path) -
     assert "correct: exact 67%" in text.stdout and "uncalibrated" not in text.stdout
 
 
+@needs_bwrap
+def test_arms_of_two_runs_and_the_text_output(run_dir: Path, tmp_path: Path) -> None:
+    # RUN_A RUN_B: side A's arm from the first run, side B's from the second (here one run
+    # twice, so the pairs are the same as above and the figures must be too)
+    with JudgeServer({KEY: prefer("BETA")}) as srv:
+        judge = _judge(tmp_path / "j", srv.base_url)
+        res = run_cli(["judge", "pairwise", str(run_dir), str(run_dir), "--a", "zebrafix",
+                       "--b", "quokkaarm", "--judge", str(judge), "--out", str(tmp_path / "pw")])
+        assert res.code == 0, res.stdout + res.stderr
+        assert "Judge preference" in res.stdout and "+1.00" in res.stdout
+        assert "uncalibrated" in res.stdout and len(srv.requests) == 4
+        one = run_cli(["judge", "pairwise", str(run_dir), "--a", "zebrafix", "--judge",
+                       str(judge)])
+        assert one.code == 2 and "two different arms" in one.stderr
+        many = run_cli(["judge", "pairwise", str(run_dir), str(run_dir), "--b", "quokkaarm",
+                        "--judge", str(judge), "--out", str(tmp_path / "pw2")])
+        assert many.code == 2 and "name one with --a" in many.stderr
+    summary = json.loads((tmp_path / "pw" / "pairwise.json").read_text())
+    assert summary["a"]["run"] == summary["b"]["run"] == str(run_dir.resolve())
+    assert summary["preference"] == 1.0 and summary["pairs"] == 2
+
+
 def _task_of(req: Any) -> str:
     # the task's id is nowhere in the material; tell the two tasks apart by the plan's ids
     plan = json.loads(next(Path(p) for p in _PLANS if Path(p).is_file()).read_text())
