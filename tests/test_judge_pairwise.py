@@ -293,3 +293,28 @@ def test_no_runs_no_judge(tmp_path: Path) -> None:
     res = run_cli(["judge", "pairwise", str(tmp_path), "--a", "x", "--b", "y", "--judge",
                    str(tmp_path / "j" / "judge.yaml")])
     assert res.code == 2 and "no such judge file" in res.stderr
+
+
+def test_a_plan_takes_pairs_graded_since_and_refuses_moved_ones(tmp_path: Path) -> None:
+    from assay.api.pairwise import _open_plan
+    from assay.errors import RunConflict
+
+    def pair(task: str, a_dir: str = "/r/a") -> dict:
+        return {"task": task, "rep": 0, "ids": {"a": "AAAA", "b": "BBBB"},
+                "a": {"dir": a_dir + task, "bundle": "/b", "fixture_digest": None},
+                "b": {"dir": "/r/b" + task, "bundle": "/b", "fixture_digest": None}}
+
+    base = {"schema": "assay.pairwise.plan/1", "a": {"run": "/r", "arm": "x"},
+            "b": {"run": "/r", "arm": "y"}, "judge": {"path": "/j", "pin": {}},
+            "judge_revision": "abc", "show": ["diff"], "seed": 0, "pairs": [pair("t0")],
+            "skipped": [{"task": "t1", "rep": 0, "why": "no graded trial on side b"}],
+            "created_at": "2026-01-01T00:00:00Z"}
+    assert len(_open_plan(tmp_path, base)["pairs"]) == 1
+    grown = _open_plan(tmp_path, {**base, "pairs": [pair("t0"), pair("t1")], "skipped": []})
+    assert [p["task"] for p in grown["pairs"]] == ["t0", "t1"] and grown["skipped"] == []
+    on_disk = json.loads((tmp_path / "pairwise_plan.json").read_text())
+    assert on_disk["pairs"] == grown["pairs"] and on_disk["created_at"] == base["created_at"]
+    with pytest.raises(RunConflict, match="other attempts"):
+        _open_plan(tmp_path, {**base, "pairs": [pair("t0", "/elsewhere/")]})
+    with pytest.raises(RunConflict, match="another show"):
+        _open_plan(tmp_path, {**base, "show": ["files"]})

@@ -105,22 +105,39 @@ def plan_pairs(data_a: Any, arm_a: str, data_b: Any, arm_b: str,
 
 
 def _open_plan(out: Path, plan: dict[str, Any]) -> dict[str, Any]:
+    """The plan frozen in ``out``, created from ``plan`` on the first call. A later call with
+    the same sides, judge, parts and seed may add pairs graded since (their ids come from the
+    same seed); a pair already planned must still point at the same attempts."""
     from assay.records.io import atomic_write_json, read_json_file
     from assay.records.pairwise import PLAN_FILE, PairwisePlan
 
     path = out / PLAN_FILE
-    if path.exists():
-        old = read_json_file(path)
-        PairwisePlan.check_schema_id(old.get("schema"), path)
-        for key in ("a", "b", "judge_revision", "show", "seed"):
-            if old.get(key) != plan[key]:
-                raise RunConflict(f"{out}: holds a pairwise comparison with another {key} "
-                                  f"({old.get(key)!r}, now {plan[key]!r}); use a new --out")
-        return old
-    out.mkdir(parents=True, exist_ok=True)
-    rec = PairwisePlan.read(plan, path).model_dump(mode="json", by_alias=True)
-    atomic_write_json(path, rec)
-    return rec
+    if not path.exists():
+        out.mkdir(parents=True, exist_ok=True)
+        rec = PairwisePlan.read(plan, path).model_dump(mode="json", by_alias=True)
+        atomic_write_json(path, rec)
+        return rec
+    old = read_json_file(path)
+    PairwisePlan.check_schema_id(old.get("schema"), path)
+    for key in ("a", "b", "judge_revision", "show", "seed"):
+        if old.get(key) != plan[key]:
+            raise RunConflict(f"{out}: holds a pairwise comparison with another {key} "
+                              f"({old.get(key)!r}, now {plan[key]!r}); use a new --out")
+    known = {(p["task"], p["rep"]): p for p in old["pairs"]}
+    for p in plan["pairs"]:
+        was = known.get((p["task"], p["rep"]))
+        if was is not None and (was["a"]["dir"], was["b"]["dir"]) != (p["a"]["dir"],
+                                                                      p["b"]["dir"]):
+            raise RunConflict(f"{out}: pair {p['task']}/{p['rep']} was planned on other "
+                              "attempts than the runs now hold; use a new --out")
+    added = [p for p in plan["pairs"] if (p["task"], p["rep"]) not in known]
+    if added:
+        old["pairs"] = old["pairs"] + added
+        now = {(p["task"], p["rep"]) for p in old["pairs"]}
+        old["skipped"] = [s for s in plan["skipped"] if (s["task"], s["rep"]) not in now]
+        atomic_write_json(path, PairwisePlan.read(old, path).model_dump(mode="json",
+                                                                        by_alias=True))
+    return old
 
 
 def _material(pair_side: dict[str, Any], show: tuple[str, ...],
@@ -245,15 +262,7 @@ def judge_pairwise(run_a: PathLike, run_b: PathLike | None = None, *, judge: Pat
     if run_b is None and (a is None or b is None or a == b):
         raise InputError("one run: name two different arms with --a ARM --b ARM")
     data_a, arm_a = _side(path_a, a, "--a")
-    data_b, arm_b = (data_a, None) if run_b is None else (None, None)
-    if run_b is None:
-        arm_b = b
-        if arm_b not in data_a.arms:
-            raise InputError(f"{path_a}: --b {arm_b!r} is not an arm here (arms: "
-                             f"{', '.join(data_a.arms)})")
-    else:
-        data_b, arm_b = _side(path_b, b, "--b")
-    assert arm_b is not None
+    data_b, arm_b = (_side(path_a, b, "--b") if run_b is None else _side(path_b, b, "--b"))
     pairs, skipped = plan_pairs(data_a, arm_a, data_b, arm_b, seed)
     if not pairs:
         raise NotComparable(f"no task and repetition has a graded trial on both sides "
