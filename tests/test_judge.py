@@ -309,3 +309,21 @@ def test_a_client_for_another_model_is_a_programming_error(tmp_path: Path) -> No
 
     with pytest.raises(ValueError, match="not-the-judge"):
         asyncio.run(go())
+
+
+def test_a_trajectory_is_cited_by_event_and_a_bad_event_index_is_retried(
+        tmp_path: Path) -> None:
+    path = write_judge(tmp_path / "j")
+    steps = ("TRAJ ran the tests", "edited calc.py", "tests pass")
+    m = Material(kind="trajectory", files={"calc.py": "def add(a, b):\n    return a + b\n"},
+                 events=steps, context="Fix add.")
+    bad = verdict({"correct": 3, "tone": "polite"}, ["event:3", "calc.py:2"])
+    good = verdict({"correct": 3, "tone": "polite"}, ["event:2", "calc.py:1-2"])
+    with JudgeServer({"TRAJ": [bad, good]}) as server:
+        got = run_judge(server, path, m, {"run": "r", "task": "t", "trial": 0})
+        sent = server.requests_matching("TRAJ")
+    assert got.status == "valid" and got.tries == 2
+    assert got.citations["correct"] == ["event:2", "calc.py:1-2"]
+    assert got.first_problems[0] == ("criterion 'correct': citation 'event:3': the trajectory "
+                                     "has 3 events (event:0 to event:2)")
+    assert "[event 2]\n| tests pass" in sent[0].case_input

@@ -91,6 +91,7 @@ def test_calibration_figures_by_hand_and_the_uncalibrated_label(tmp_path: Path) 
     cal = json.loads(path.read_text())
     assert cal["schema"] == "assay.judge.calibration/1" and cal["pin"] == judge.pin()
     assert cal["items"] == 8 and cal["invalid"] == 1
+    assert cal["served_models"] == ["scripted-model"] and cal["pin"]["model"] == "judge-model"
     assert cal["ungraded"] == ["tone"] and cal["unmapped"] == ["grades.style"]
     ok = cal["criteria"]["ok"]
     # 7 valid pairs (human, judge): (y,y) x3, (y,n) x1, (n,n) x2, (n,y) x1; ITEM8 invalid.

@@ -142,7 +142,9 @@ def summarise(judge: LoadedJudge, human: HumanGrades, judgements: dict[str, Judg
         human=human.describe(), items=len(human.items),
         invalid=sum(1 for i in human.items if judgements[i.id].status != "valid"),
         criteria=criteria, ungraded=[c.id for c in judge.criteria if c.id not in graded_ids],
-        unmapped=list(human.unmapped), judgements=judgements_file, at=utc_now())
+        unmapped=list(human.unmapped),
+        served_models=sorted({j.served_model for j in judgements.values() if j.served_model}),
+        judgements=judgements_file, at=utc_now())
 
 
 async def calibrate(client: ChatClient, judge: LoadedJudge, human: HumanGrades, *,

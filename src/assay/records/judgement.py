@@ -142,6 +142,9 @@ class JudgeCalibration(Record):
     """The judge's criteria no person graded: no agreement for them."""
     unmapped: list[str]
     """What the human grades carry that maps to no criterion of the judge."""
+    served_models: list[str] = []
+    """Every model id the endpoint said answered these judgements (the name as asked is in
+    ``pin``)."""
     judgements: str
     """The file beside this one that holds every judgement made for it."""
     at: str
