@@ -318,3 +318,18 @@ def test_a_plan_takes_pairs_graded_since_and_refuses_moved_ones(tmp_path: Path) 
         _open_plan(tmp_path, {**base, "pairs": [pair("t0", "/elsewhere/")]})
     with pytest.raises(RunConflict, match="another show"):
         _open_plan(tmp_path, {**base, "show": ["files"]})
+
+
+@needs_bwrap
+def test_a_bundle_whose_starting_tree_changed_is_refused(run_dir: Path, tmp_path: Path) -> None:
+    source = run_dir.parent / "tasks" / "t0" / "repo" / "src" / "calc" / "__init__.py"
+    before = source.read_text()
+    try:
+        source.write_text(before + "# edited after the run\n")
+        with JudgeServer({KEY: prefer("BETA")}) as srv:
+            code, msg = _pairwise(run_dir, _judge(tmp_path / "j", srv.base_url),
+                                  tmp_path / "pw")
+            assert not any("edited after the run" in json.dumps(r.body) for r in srv.requests)
+    finally:
+        source.write_text(before)
+    assert code == 2 and "not the one the trial started from" in str(msg)

@@ -151,7 +151,7 @@ def _material(pair_side: dict[str, Any], show: tuple[str, ...],
         raise InputError(f"{pair_side['dir']}: the task bundle it ran cannot be loaded "
                          f"({exc}); the pristine tree is needed to rebuild the artifact") from None
     attempt = Path(pair_side["dir"])
-    parts = trial_parts(bundle, attempt, show)
+    parts = trial_parts(bundle, attempt, show, expect_digest=pair_side.get("fixture_digest"))
     names = names | {str(attempt), str(attempt.parent.parent)}
     count = scrub(parts, names)
     return to_material(parts), count, bundle.instruction_path.read_text(encoding="utf-8")

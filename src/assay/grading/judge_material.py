@@ -127,15 +127,23 @@ def artifact_parts(pristine: Path, tree: Path, show: Iterable[str]) -> Parts:
     return parts
 
 
-def rebuilt_tree(bundle: Bundle, trial_dir: Path, dest: Path) -> Path:
+def rebuilt_tree(bundle: Bundle, trial_dir: Path, dest: Path, *,
+                 expect_digest: str | None = None) -> Path:
     """The pristine tree at ``dest/pristine`` and the candidate's frozen tree at
     ``dest/candidate``, built the verifier's way (never from a live workspace). Returns the
-    candidate's path."""
+    candidate's path. ``expect_digest``: the starting tree the trial had; a bundle whose tree
+    changed since would rebuild a tree the agent never saw (GradingError)."""
+    from assay.errors import GradingError
     from assay.grading.integrity import check_integrity
     from assay.grading.verifier import build_workspace
+    from assay.suites.bundle import tree_digest
 
     pristine = dest / "pristine"
     bundle.export_starting_tree(pristine)
+    if expect_digest is not None and tree_digest(pristine) != expect_digest:
+        raise GradingError(f"{trial_dir}: the starting tree of {bundle.root} is not the one the "
+                           f"trial started from ({expect_digest}): the artifact cannot be "
+                           "rebuilt")
     frozen = read_json_file(trial_dir / ARTIFACT_JSON)
     acc = bundle.spec.acceptance
     integrity = check_integrity(list_tree(pristine), frozen["entries"],
@@ -244,9 +252,11 @@ def final_answer(trial_dir: Path) -> str | None:
 
 
 def trial_parts(bundle: Bundle, trial_dir: Path, show: Iterable[str], *,
-                tree: Path | None = None, pristine: Path | None = None) -> Parts:
+                tree: Path | None = None, pristine: Path | None = None,
+                expect_digest: str | None = None) -> Parts:
     """Every part asked for of the attempt in ``trial_dir``. ``tree``/``pristine``: an already
-    rebuilt tree (the verifier has one); else one is rebuilt in a temporary directory."""
+    rebuilt tree (the verifier has one); else one is rebuilt in a temporary directory (checked
+    against ``expect_digest`` when given)."""
     show = tuple(show)
     unknown = [s for s in show if s not in PARTS]
     if unknown:
@@ -255,7 +265,7 @@ def trial_parts(bundle: Bundle, trial_dir: Path, show: Iterable[str], *,
     if {"diff", "files"} & set(show):
         if tree is None or pristine is None:
             with tempfile.TemporaryDirectory(prefix="assay-judge-") as tmp:
-                cand = rebuilt_tree(bundle, trial_dir, Path(tmp))
+                cand = rebuilt_tree(bundle, trial_dir, Path(tmp), expect_digest=expect_digest)
                 parts = artifact_parts(Path(tmp) / "pristine", cand, show)
         else:
             parts = artifact_parts(pristine, tree, show)
