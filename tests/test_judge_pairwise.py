@@ -333,3 +333,18 @@ def test_a_bundle_whose_starting_tree_changed_is_refused(run_dir: Path, tmp_path
     finally:
         source.write_text(before)
     assert code == 2 and "not the one the trial started from" in str(msg)
+
+
+def test_scrub_replaces_whole_names_in_paths_and_text_and_leaves_short_ones() -> None:
+    from assay.grading.judge_material import Parts, scrub, scrub_text
+
+    parts = Parts(files={"logs/ZebraFix/out.txt": "zebrafix ran /runs/exp-1/trials on walrus-9"
+                         "; zebrafixes and a stay"},
+                  events=["model WALRUS-9 said hi"], notes=["zebrafix: cut"])
+    n = scrub(parts, {"zebrafix", "walrus-9", "/runs/exp-1", "a"})
+    assert parts.files == {"logs/[redacted]/out.txt": "[redacted] ran [redacted]/trials on "
+                           "[redacted]; zebrafixes and a stay"}
+    assert parts.events == ["model [redacted] said hi"] and parts.notes == ["[redacted]: cut"]
+    assert n == 6
+    assert scrub_text("ask zebrafix", {"zebrafix"}) == ("ask [redacted]", 1)
+    assert scrub_text("nothing", set()) == ("nothing", 0)

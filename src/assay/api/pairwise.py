@@ -142,7 +142,7 @@ def _open_plan(out: Path, plan: dict[str, Any]) -> dict[str, Any]:
 
 def _material(pair_side: dict[str, Any], show: tuple[str, ...],
               names: set[str]) -> tuple[Any, int, str]:
-    from assay.grading.judge_material import scrub, to_material, trial_parts
+    from assay.grading.judge_material import scrub, scrub_text, to_material, trial_parts
     from assay.suites.bundle import load_bundle
 
     try:
@@ -154,7 +154,9 @@ def _material(pair_side: dict[str, Any], show: tuple[str, ...],
     parts = trial_parts(bundle, attempt, show, expect_digest=pair_side.get("fixture_digest"))
     names = names | {str(attempt), str(attempt.parent.parent)}
     count = scrub(parts, names)
-    return to_material(parts), count, bundle.instruction_path.read_text(encoding="utf-8")
+    # the task's instruction is the same for both sides, but a name in it is still a name
+    context, _ = scrub_text(bundle.instruction_path.read_text(encoding="utf-8"), names)
+    return to_material(parts), count, context
 
 
 async def _judge_all(judge: Any, plan: dict[str, Any], done: set[tuple[str, str]],

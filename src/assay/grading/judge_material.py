@@ -281,6 +281,20 @@ def trial_parts(bundle: Bundle, trial_dir: Path, show: Iterable[str], *,
     return parts
 
 
+def _name_pattern(names: Iterable[str]) -> re.Pattern[str] | None:
+    words = sorted({n for n in names if n and len(n) >= 3}, key=len, reverse=True)
+    if not words:
+        return None
+    return re.compile(r"(?<![A-Za-z0-9_])(?:" + "|".join(re.escape(w) for w in words)
+                      + r")(?![A-Za-z0-9_])", re.IGNORECASE)
+
+
+def scrub_text(text: str, names: Iterable[str]) -> tuple[str, int]:
+    """``text`` with every name replaced (see :func:`scrub`), and how many were."""
+    pattern = _name_pattern(names)
+    return (text, 0) if pattern is None else pattern.subn(REDACTED, text)
+
+
 def scrub(parts: Parts, names: Iterable[str]) -> int:
     """Replace every occurrence of ``names`` (arm names, model names, run directories) in the
     parts' paths and texts with ``[redacted]``, in place; returns how many were replaced.
@@ -288,11 +302,9 @@ def scrub(parts: Parts, names: Iterable[str]) -> int:
     Whole words only, case-insensitive, longest first (a run directory before the arm name
     inside it); names shorter than three characters are left alone, because scrubbing ``a``
     would scrub the material itself."""
-    words = sorted({n for n in names if n and len(n) >= 3}, key=len, reverse=True)
-    if not words:
+    pattern = _name_pattern(names)
+    if pattern is None:
         return 0
-    pattern = re.compile(r"(?<![A-Za-z0-9_])(?:" + "|".join(re.escape(w) for w in words)
-                         + r")(?![A-Za-z0-9_])", re.IGNORECASE)
     count = 0
 
     def sub(text: str) -> str:
