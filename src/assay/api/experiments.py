@@ -34,17 +34,25 @@ def _pair(data: Any, a: str | None, b: str | None) -> tuple[str, str]:
 def compare_experiment(source: PathLike, *, a: str | None = None, b: str | None = None,
                        cluster: str = "task", method: str = "cluster_t", seed: int = 0,
                        subgroup: str | None = None,
-                       reward_threshold: float | None = None) -> dict[str, Any]:
+                       reward_threshold: float | None = None,
+                       preference: PathLike | None = None) -> dict[str, Any]:
     """The paired comparison of arm ``b`` against arm ``a`` (see ``report/abcompare.py``);
     ``source`` is an experiment run directory, a Harbor job directory (a pass is a reward of
-    at least ``reward_threshold``, default 1) or an outcomes JSONL file."""
-    from assay.report.abcompare import build_comparison
+    at least ``reward_threshold``, default 1) or an outcomes JSONL file. ``preference``: a
+    ``judge pairwise --out`` directory of the same two arms; its summary is added under
+    ``judge_preference`` (every other key is unchanged)."""
+    from assay.report.abcompare import build_comparison, preference_section
     from assay.report.outcomes import load_outcomes
 
     data = load_outcomes(Path(source), reward_threshold=reward_threshold)
     arm_a, arm_b = _pair(data, a, b)
     out = build_comparison(data, a=arm_a, b=arm_b, cluster=cluster, method=method, seed=seed,
                            subgroup=subgroup)
+    if preference is not None:
+        from assay.api.pairwise import read_preference
+
+        out["judge_preference"] = preference_section(read_preference(preference),
+                                                     source=data.source, a=arm_a, b=arm_b)
     record_results_shown(data, command="exp compare")
     return out
 

@@ -13,6 +13,7 @@ from assay.cli import (  # noqa: F401  (registers the commands)
     experiments,
     grading,
     judge,
+    judge_pairwise,
     regrade,
     runs,
     tasks,

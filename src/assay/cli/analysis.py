@@ -39,6 +39,10 @@ def exp_compare(
     reward_threshold: Annotated[float | None, typer.Option(
         "--reward-threshold", help="Harbor job sources: a trial passes at a reward of at "
         "least this (default 1).")] = None,
+    preference: Annotated[Path | None, typer.Option(
+        "--preference", help="A `judge pairwise --out` directory of the same two arms: adds "
+        "the judge's per-task preference, its interval, the position-bias rate and the "
+        "judge's calibration.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object.")] = False,
 ) -> None:
     """Paired A/B comparison: per-task pass rates, Δ = mean of per-task differences (B − A),
@@ -48,7 +52,8 @@ def exp_compare(
 
     try:
         cmp = compare_experiment(source, a=a, b=b, cluster=cluster, method=method, seed=seed,
-                                 subgroup=subgroup, reward_threshold=reward_threshold)
+                                 subgroup=subgroup, reward_threshold=reward_threshold,
+                                 preference=preference)
     except AssayError as exc:
         raise fail(str(exc)) from None
     if as_json:
@@ -59,7 +64,12 @@ def exp_compare(
     from assay.cli.app import out
     from assay.report.experiment import comparison_markdown
 
-    out.print(Markdown("\n".join(comparison_markdown(cmp))))
+    lines = comparison_markdown(cmp)
+    if "judge_preference" in cmp:
+        from assay.report.abcompare import preference_markdown
+
+        lines += preference_markdown(cmp["judge_preference"])
+    out.print(Markdown("\n".join(lines)))
 
 
 @exp_app.command("plan")

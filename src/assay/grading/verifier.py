@@ -4,7 +4,8 @@ It rebuilds the workspace from the pristine starting tree plus the changes recor
 artifact (never the live workspace), checks integrity first, then runs ``behavior`` and
 ``regression`` as separate commands in fresh sandboxes, with the hidden tests mounted read-only
 outside the workspace only now. The candidate's code is still untrusted here. A verifier that
-crashes or runs out of time yields an invalid grade, never a pass.
+crashes or runs out of time yields an invalid grade, never a pass. A task's ``acceptance.judge``
+runs last, on the same rebuilt tree and the recorded trajectory (``grading/judge_check.py``).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from assay.errors import NeverOverwrite, VerifierError
 from assay.grading.check_run import HOME_MOUNT, TESTS_MOUNT, run_command
 from assay.grading.expected_tests import expected_tests
 from assay.grading.integrity import IntegrityResult, check_integrity
+from assay.grading.judge_check import run_judge_check
 from assay.grading.tamper_scan import scan_workspace
 from assay.grading.test_report import judge
 from assay.grading.testcounts import counts_say_pass, parse_counts
@@ -159,7 +161,7 @@ def _first_failure(validity: dict[str, Any], exec_status: str, checks: dict[str,
         return integrity_code
     if changed is False:
         return "no_change"
-    for name in ("behavior", "regression"):
+    for name in ("behavior", "regression", "judge"):
         if name in required and checks.get(name) != "pass":
             return missing.get(name) or f"{name}_failed"
     if not all(checks.get(c) == "pass" for c in required):
@@ -228,15 +230,30 @@ def verify(bundle: Bundle, trial_dir: Path, *, revision: str, trial_id: str,
                                                       "evidence": tampered}]
                 rec["failure_code"] = rec["failure_code"] or "test_runner_tampered"
                 checks["integrity"] = "fail"
+            if acc.judge is not None:  # after the tests, from the same rebuilt tree
+                details["judge"] = run_judge_check(
+                    bundle, trial_dir, tree=workspace, pristine=pristine,
+                    subject={"trial_id": trial_id, "task": spec.id, "verifier_revision":
+                             revision})
+                checks["judge"] = details["judge"]["status"]
     except (VerifierError, OSError, ValueError, KeyError, json.JSONDecodeError) as exc:
         validity = {"status": "invalid", "reason": "grader_error",
                     "detail": f"{type(exc).__name__}: {exc}"}
-    required = set(acc.required)
-    required_pass = all(checks.get(c) == "pass" for c in required)
+    required = set(acc.required) | ({"judge"} if acc.judge and acc.judge.required else set())
     changes = details.get("integrity", {}).get("changes")
+    changed = None if changes is None else any(changes.values())
+    if "judge" in required and checks.get("judge") == "error" and validity["status"] == "valid" \
+            and _first_failure(validity, execution.get("status", "succeeded"), checks,
+                               required - {"judge"},
+                               details.get("integrity", {}).get("failure_code"),
+                               changed=changed) is None:
+        # the judge decides this trial and could not judge: no grade, never a pass
+        validity = {"status": "invalid", "reason": "grader_error",
+                    "detail": f"judge: {details['judge'].get('reason')}"}
+    required_pass = all(checks.get(c) == "pass" for c in required)
     failure = _first_failure(validity, execution.get("status", "succeeded"), checks, required,
                              details.get("integrity", {}).get("failure_code"),
-                             changed=None if changes is None else any(changes.values()),
+                             changed=changed,
                              missing={n: "tests_missing" for n in ("behavior", "regression")
                                       if details.get(n, {}).get("tamper_evident", {})
                                       .get("failure") == "tests_missing"})
@@ -247,8 +264,9 @@ def verify(bundle: Bundle, trial_dir: Path, *, revision: str, trial_id: str,
         "trial_id": trial_id,
         "execution": execution,
         "validity": validity,
-        "checks": {c: checks.get(c, "not_run") for c in ("behavior", "regression", "integrity")},
-        "required": list(acc.required),
+        "checks": {c: checks.get(c, "not_run") for c in ("behavior", "regression", "integrity",
+                                                          *(("judge",) if acc.judge else ()))},
+        "required": list(acc.required) + (["judge"] if "judge" in required else []),
         "accepted": accepted,
         "failure_code": failure,
         "details": details,

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from assay.errors import InputError, NotComparable
@@ -189,6 +190,80 @@ def build_comparison(data: OutcomeSet, *, a: str, b: str, cluster: str = "task",
     return out
 
 
+def preference_section(summary: dict[str, Any], *, source: Path, a: str,
+                       b: str) -> dict[str, Any]:
+    """``exp compare``'s "judge preference" section from a ``judge pairwise`` summary: the
+    per-task preference of B over A with its own interval, the position-bias rate with its
+    Wilson interval, ties and invalid pairs, and the judge's calibration (or the word
+    ``uncalibrated``). The summary must have judged these two arms of this run, in this
+    orientation: a preference of another pair of arms beside this Δ would read as this one's."""
+    where = str(Path(source).resolve())
+    sa, sb = summary.get("a") or {}, summary.get("b") or {}
+    if (sa.get("run"), sa.get("arm"), sb.get("run"), sb.get("arm")) != (where, a, where, b):
+        swapped = (sa.get("run"), sa.get("arm"), sb.get("run"), sb.get("arm")) == (
+            where, b, where, a)
+        raise NotComparable(
+            f"--preference judged {sa.get('arm')!r} ({sa.get('run')}) against {sb.get('arm')!r} "
+            f"({sb.get('run')}), not --a {a!r} against --b {b!r} of {where}"
+            + ("; swap --a and --b, or judge the pair the other way round" if swapped else ""))
+    judge = summary.get("judge") or {}
+    keys = ("preference", "ci", "se", "df", "level", "method", "n_tasks", "n_clusters", "pairs",
+            "b_wins", "a_wins", "ties", "flipped", "invalid_pairs", "position_bias",
+            "per_task", "pairs_planned", "pairs_pending", "invalid_orders", "show", "notes")
+    out = {k: summary.get(k) for k in keys}
+    out.update(skipped=len(summary.get("skipped") or []),
+               judge={"path": judge.get("path"), "revision": judge.get("revision"),
+                      "model": (judge.get("pin") or {}).get("model"),
+                      "calibration": judge.get("calibration") or "uncalibrated"})
+    return out
+
+
+def preference_markdown(section: dict[str, Any]) -> list[str]:
+    """The section as Markdown lines, for the text output of ``exp compare``."""
+    judge = section["judge"]
+    from assay.grading.judge_calibration import calibration_label
+
+    cal = judge["calibration"]
+    cal_text = calibration_label(cal if isinstance(cal, dict) else None)
+    pref, ci = section["preference"], section["ci"]
+    bias = section["position_bias"] or {}
+    lines = ["", "## Judge preference", "",
+             f"Judge `{judge.get('model')}` revision `{judge.get('revision')}`: {cal_text}.", ""]
+    if pref is None:
+        lines.append("No preference: no pair has a valid verdict in both orders.")
+    else:
+        ci_text = (f" [{ci[0]:+.2f}, {ci[1]:+.2f}] ({section['level']:.0%}, {section['method']})"
+                   if ci else " (no interval)")
+        lines.append(f"Preference of B over A (B wins − A wins per pair, per task, in [−1, 1]): "
+                     f"**{pref:+.2f}**{ci_text} over {section['n_tasks']} task(s), "
+                     f"{section['pairs']} pair(s): B {section['b_wins']}, A "
+                     f"{section['a_wins']}, ties {section['ties']}.")
+    if bias.get("rate") is not None:
+        lo, hi = bias["ci"]
+        lines.append("")
+        lines.append(f"Position bias: {bias['flipped']} of {bias['pairs']} pair(s) changed "
+                     f"verdict with the order ({bias['rate']:.0%}, [{lo:.0%}, {hi:.0%}] "
+                     "Wilson); counted as ties.")
+    extra = []
+    if section.get("invalid_pairs"):
+        extra.append(f"{section['invalid_pairs']} pair(s) invalid (count for nothing)")
+    if section.get("pairs_pending"):
+        extra.append(f"{section['pairs_pending']} pair(s) not yet judged in both orders")
+    if section.get("skipped"):
+        extra.append(f"{section['skipped']} pair(s) skipped (no graded trial on a side)")
+    if extra:
+        lines += ["", "; ".join(extra) + "."]
+    rows = section.get("per_task") or []
+    if rows:
+        lines += ["", "| task | preference | pairs | B | A | ties | flipped | invalid |",
+                  "|---|---|---|---|---|---|---|---|"]
+        for r in rows:
+            p = "—" if r["preference"] is None else f"{r['preference']:+.2f}"
+            lines.append(f"| {r['task']} | {p} | {r['pairs']} | {r['b_wins']} | {r['a_wins']} "
+                         f"| {r['ties']} | {r['flipped']} | {r['invalid']} |")
+    return lines
+
+
 def default_arms(data: OutcomeSet, bar: dict[str, Any] | None = None) -> tuple[str, str] | None:
     """The baseline and the candidate when the command line does not name them: the bar's
     ``baseline``/``candidate`` if set, else the two arms in the experiment file's order."""
@@ -200,4 +275,4 @@ def default_arms(data: OutcomeSet, bar: dict[str, Any] | None = None) -> tuple[s
 
 
 __all__ = ["SUBGROUPS", "arm_cost", "arm_latency", "arm_pass_rate", "build_comparison",
-           "default_arms"]
+           "default_arms", "preference_markdown", "preference_section"]

@@ -101,7 +101,25 @@ def _trial_row(t: TrialOutcome) -> dict[str, Any]:
             "attempts": [{"attempt": a.attempt, "status": a.status, "error": a.error,
                           "calls": (a.ledger or {}).get("calls", 0), "seconds": a.seconds,
                           "timed_out": a.timed_out} for a in t.attempts],
-            "link": o.link}
+            "link": o.link,
+            **({"judge": judge} if (judge := o.extra_field("judge")) else {})}
+
+
+def _judge_row(trials: list[TrialOutcome]) -> dict[str, Any] | None:
+    """Per arm, the ``acceptance.judge`` checks of its graded trials (None when no task has
+    one): outcomes, the mean score, whether the check could reject, each judge's calibration."""
+    checks = [j for t in trials if t.outcome.passed is not None
+              and (j := t.outcome.extra_field("judge"))]
+    if not checks:
+        return None
+    scores = [j["score"] for j in checks if isinstance(j.get("score"), int | float)
+              and not isinstance(j.get("score"), bool)]
+    return {"checked": len(checks),
+            **{s: sum(1 for j in checks if j.get("status") == s) for s in ("pass", "fail",
+                                                                           "error")},
+            "mean_score": sum(scores) / len(scores) if scores else None,
+            "required": sorted({bool(j.get("required")) for j in checks}),
+            "calibration": {str(j.get("revision")): j.get("calibration") for j in checks}}
 
 
 def build_experiment_report(run_dir: Path, *, data: OutcomeSet | None = None,
@@ -114,6 +132,9 @@ def build_experiment_report(run_dir: Path, *, data: OutcomeSet | None = None,
     bar = frozen_bar(run_dir, manifest)
     seed = int(manifest.get("seed", 0)) if seed is None else seed
     arms = {arm: _arm_row(data.arm_trials(arm)) for arm in data.arms}
+    for arm in data.arms:
+        if (judged := _judge_row(data.arm_trials(arm))) is not None:
+            arms[arm]["judge"] = judged
     notes: list[str] = []
     comparison = verdict = None
     pair = default_arms(data, bar)
@@ -236,6 +257,17 @@ def experiment_markdown(rep: dict[str, Any]) -> str:
         out.append(f"| {md(arm)} | {a['planned']} | {a['graded']} | {pct(a['coverage'])} "
                    f"| {a['accepted']} | {pct(a['infra_error_rate'])} | {cost} | {toks} | "
                    f"{md(codes)} |")
+    judged = {arm: a["judge"] for arm, a in rep["arms"].items() if a.get("judge")}
+    if judged:
+        out += ["", "## Judge check (acceptance.judge)", "",
+                "| arm | checked | pass | fail | error | mean score | can reject | judge |",
+                "|---|---:|---:|---:|---:|---:|---|---|"]
+        for arm, j in judged.items():
+            mean = "n/a" if j["mean_score"] is None else f"{j['mean_score']:.2f}"
+            cal = ", ".join(f"{r} {c}" for r, c in j["calibration"].items())
+            out.append(f"| {md(arm)} | {j['checked']} | {j['pass']} | {j['fail']} | "
+                       f"{j['error']} | {mean} | {'yes' if True in j['required'] else 'no'} | "
+                       f"{md(cal)} |")
     if rep.get("fork"):
         f = rep["fork"]
         cost = "n/a" if f["cost_usd"] is None else f"{f['cost_usd']:.4f}" + (
@@ -248,6 +280,10 @@ def experiment_markdown(rep: dict[str, Any]) -> str:
     for t in rep["trials"]:
         verdict = ("" if t["accepted"] is None else
                    "accepted" if t["accepted"] else f"rejected: {t['failure_code']}")
+        if t.get("judge"):
+            j = t["judge"]
+            verdict += f" (judge: {j['status']}" + (
+                f", {j['criterion']} {j['score']}" if j.get("score") is not None else "") + ")"
         atts = ", ".join(f"{a['attempt']} {a['status']}" for a in t["attempts"]) or "none"
         link = f"[{t['link']}]({t['link']}/trial.json)" if t["link"] else ""
         out.append(f"| {md(t['task'])} | {md(t['arm'])} | {t['rep']} | {t['state']} "

@@ -209,8 +209,21 @@ def _arms(rep: dict[str, Any]) -> list[dict[str, Any]]:
             "calls": count(a.get("calls")), "usage_missing": a.get("usage_missing_calls") or 0,
             "tokens_in": count(tokens.get("input")), "tokens_out": count(tokens.get("output")),
             "latency": _latency(lat),
+            "judge": _judge_text(a.get("judge")),
         })
     return out
+
+
+def _judge_text(j: dict[str, Any] | None) -> str | None:
+    """One line of an arm's ``acceptance.judge`` checks, with each judge's calibration (or
+    "uncalibrated"); None when its tasks have no judge check."""
+    if not j:
+        return None
+    mean = NA if j.get("mean_score") is None else f"{j['mean_score']:.2f}"
+    cal = ", ".join(f"judge {r}: {c}" for r, c in (j.get("calibration") or {}).items())
+    can = "can reject" if True in (j.get("required") or []) else "recorded, rejects nothing"
+    return (f"{j.get('checked')} checked: {j.get('pass')} pass, {j.get('fail')} fail, "
+            f"{j.get('error')} error; mean score {mean}; {can}; {cal}")
 
 
 def _rate(name: str, a: dict[str, Any]) -> dict[str, Any]:

@@ -211,6 +211,16 @@ def stream_has_event(attempt_dir: Path, event: str) -> bool | None:
     return False
 
 
+def judge_summary(judge: dict[str, Any]) -> dict[str, Any]:
+    """A grade's ``acceptance.judge`` check in a few fields for the trial table: its outcome,
+    whether it could reject, the score, and the judge's revision and calibration status."""
+    cal = judge.get("calibration")
+    return {"status": judge.get("status"), "required": bool(judge.get("required")),
+            "criterion": (judge.get("rule") or {}).get("criterion"), "score": judge.get("score"),
+            "revision": judge.get("judge_revision"),
+            "calibration": cal if isinstance(cal, str) else "calibrated"}
+
+
 def load_run_outcomes(run_dir: Path) -> OutcomeSet:
     try:
         manifest = read_json_file(run_dir / "manifest.json")
@@ -288,9 +298,12 @@ def _run_trial(run_dir: Path, task: str, arm: str, rep: int,
                    "needs_human",
                    triggered=stream_has_event(graded["dir"], trigger) if trigger else None,
                    link=str(graded["dir"].relative_to(run_dir)))
+        judge = (grade.get("details") or {}).get("judge")
+        if isinstance(judge, dict):
+            row["judge"] = judge_summary(judge)
         state = "graded"
     return TrialOutcome(Outcome.model_validate(row), attempts, state)
 
 
-__all__ = ["AttemptFigures", "OutcomeSet", "TrialOutcome", "load_outcomes",
+__all__ = ["AttemptFigures", "OutcomeSet", "TrialOutcome", "judge_summary", "load_outcomes",
            "load_outcomes_file", "load_run_outcomes", "stream_has_event"]

@@ -114,6 +114,30 @@ class Command(_Strict):
         return self
 
 
+class JudgePass(_Strict):
+    """What a judgement must say for the judge check to pass: one criterion's score at least
+    ``at_least`` (an integer scale) or one of ``one_of`` (a label scale)."""
+
+    criterion: str = Field(min_length=1)
+    at_least: int | None = None
+    one_of: list[str] | None = Field(default=None, min_length=1)
+
+
+class JudgeCheck(_Strict):
+    """``acceptance.judge``: a pinned judge reads the frozen artifact and the recorded
+    trajectory (never the live workspace). Not required unless ``required: true``: its result
+    is recorded with the grade and changes nothing else."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    judge: str = Field(min_length=1)
+    """The judge.yaml, relative to the bundle (outside the starting tree)."""
+    required: bool = False
+    pass_: JudgePass = Field(alias="pass")
+    show: list[Literal["diff", "files", "trajectory", "answer"]] = Field(
+        default_factory=lambda: ["diff", "trajectory"], min_length=1)
+
+
 class Acceptance(_Strict):
     verifier_revision: str = Field(min_length=1, pattern=r"^[A-Za-z0-9._-]+$")
     required: list[Literal["behavior", "regression", "integrity"]]
@@ -123,6 +147,7 @@ class Acceptance(_Strict):
     allowed_paths: list[str] | None = None
     # Compiled files (bytecode, native extensions) the deliverable may add, by pattern.
     allowed_binaries: list[str] = Field(default_factory=list)
+    judge: JudgeCheck | None = None
 
     @field_validator("required")
     @classmethod
@@ -257,9 +282,64 @@ def load_bundle(root: Path) -> Bundle:
     if "behavior" in acc.required and not (root / "tests").is_dir():
         problems.append(Problem(path, None, "acceptance.behavior",
                                 "the bundle has no tests/ folder of hidden tests"))
+    if acc.judge is not None:
+        problems += _judge_problems(root, path, text, acc.judge,
+                                    spec.initial_state.repository)
     if problems:
         raise SuiteError(problems)
     return Bundle(root=root, spec=spec, spec_sha256=hashlib.sha256(text.encode()).hexdigest())
+
+
+def _judge_problems(root: Path, path: Path, text: str, check: JudgeCheck,
+                    repository: str) -> list[Problem]:
+    """``acceptance.judge`` against the judge it names: the file loads (its own problems are
+    raised as they are, naming the judge's files), lies outside the starting tree (the agent
+    would read the rubric there), and the pass rule fits the criterion's scale."""
+    from assay.suites.judge_spec import load_judge
+    from assay.suites.yamlfile import key_lines, line_of
+
+    lines = key_lines(text)
+
+    def at(*loc: str) -> int | None:
+        return line_of(lines, ("acceptance", "judge", *loc))
+
+    where = root / check.judge
+    start = (root / repository).resolve()
+    if where.resolve().is_relative_to(start):
+        return [Problem(path, at("judge"), "acceptance.judge.judge",
+                        "the judge file is inside the starting tree: the agent would read the "
+                        "rubric; keep it beside task.yaml")]
+    if not where.is_file() and not (where / "judge.yaml").is_file():
+        return [Problem(path, at("judge"), "acceptance.judge.judge", f"{where} not found")]
+    problems: list[Problem] = []
+    judge = load_judge(where)
+    rule = check.pass_
+    crit = judge.criterion(rule.criterion)
+    if crit is None:
+        problems.append(Problem(path, at("pass", "criterion"), "acceptance.judge.pass.criterion",
+                                f"no criterion {rule.criterion!r} in {judge.spec.rubric} "
+                                f"(criteria: {', '.join(c.id for c in judge.criteria)})"))
+        return problems
+    if (rule.at_least is None) == (rule.one_of is None):
+        problems.append(Problem(path, at("pass"), "acceptance.judge.pass",
+                                "give exactly one of at_least (an integer scale) or one_of "
+                                "(labels)"))
+    elif rule.at_least is not None:
+        if not crit.is_range:
+            problems.append(Problem(path, at("pass", "at_least"), "acceptance.judge.pass."
+                                    "at_least", f"criterion {crit.id!r} has labels "
+                                    f"({crit.describe_scale()}): use one_of"))
+        elif crit.normalise(rule.at_least) is None:
+            problems.append(Problem(path, at("pass", "at_least"), "acceptance.judge.pass."
+                                    "at_least", f"{rule.at_least} is outside the scale of "
+                                    f"{crit.id!r} ({crit.describe_scale()})"))
+    else:
+        bad = [v for v in rule.one_of or [] if crit.normalise(v) is None]
+        if bad:
+            problems.append(Problem(path, at("pass", "one_of"), "acceptance.judge.pass.one_of",
+                                    f"{bad} not in the scale of {crit.id!r} "
+                                    f"({crit.describe_scale()})"))
+    return problems
 
 
 def tree_digest(root: Path) -> str:
