@@ -19,7 +19,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from assay.errors import InputError
 from assay.grading.judge import Material, judge_material
 from assay.grading.judge_calibration import (
     UNCALIBRATED,
@@ -28,28 +27,14 @@ from assay.grading.judge_calibration import (
     calibration_label,
 )
 from assay.grading.judge_calibration import calibrate as _calibrate
+from assay.grading.judge_endpoint import judge_client
 from assay.grading.judge_human import load_human_grades
-from assay.models.client import ChatClient
 from assay.records.judgement import Judgement
 from assay.suites.judge_spec import LoadedJudge, load_judge
 
 __all__ = ["UNCALIBRATED", "Calibrated", "calibrate", "calibration_for", "calibration_label",
            "judge_client", "judge_one", "load_judge"]
 
-
-def judge_client(judge: LoadedJudge, *, environ: Mapping[str, str] = os.environ,
-                 timeout: float = 120.0, max_tries: int = 5) -> ChatClient:
-    """A client for the judge's endpoint; an ``InputError`` when judge.yaml names none."""
-    spec = judge.spec
-    base_url = spec.base_url
-    if base_url is None and spec.base_url_env:
-        base_url = environ.get(spec.base_url_env)
-        if not base_url:
-            raise InputError(f"{judge.path}: base_url_env {spec.base_url_env} is not set")
-    if not base_url:
-        raise InputError(f"{judge.path}: no endpoint: give base_url or base_url_env")
-    key = environ.get(spec.api_key_env, "")
-    return ChatClient(base_url, key, spec.model, timeout_s=timeout, max_tries=max_tries)
 
 
 def judge_one(judge: LoadedJudge | str | Path, material: Material, *,

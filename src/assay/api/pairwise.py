@@ -161,10 +161,10 @@ def _material(pair_side: dict[str, Any], show: tuple[str, ...],
 
 async def _judge_all(judge: Any, plan: dict[str, Any], done: set[tuple[str, str]],
                      names: set[str], writer: Any, jobs: int) -> int:
-    from assay.grading.judge_endpoint import client_for
+    from assay.grading.judge_endpoint import judge_client
     from assay.grading.judge_pairwise import judge_order
 
-    client = client_for(judge)
+    client = judge_client(judge, max_tries=3, backoff_base_s=0.2)
     sem = asyncio.Semaphore(max(1, jobs))
     show = tuple(plan["show"])
     asked = 0

@@ -71,7 +71,7 @@ def run_judge_check(bundle: Bundle, trial_dir: Path, *, tree: Path, pristine: Pa
     """The judge check's record for the grade's ``details["judge"]``; its ``status`` is the
     check's outcome (``pass``, ``fail``, ``error``). Never raises for the judge's doing."""
     from assay.grading.judge import judge_material
-    from assay.grading.judge_endpoint import client_for
+    from assay.grading.judge_endpoint import judge_client
     from assay.grading.judge_material import scrub, to_material, trial_parts
     from assay.suites.judge_spec import load_judge
 
@@ -99,7 +99,7 @@ def run_judge_check(bundle: Bundle, trial_dir: Path, *, tree: Path, pristine: Pa
                           "events": len(material.events)}
 
     async def ask() -> Judgement:
-        client = client_for(judge)
+        client = judge_client(judge, max_tries=3, backoff_base_s=0.2)
         try:
             return await judge_material(client, judge, material, subject=subject)
         finally:

@@ -2,32 +2,39 @@
 
 ``base_url`` (or the variable ``base_url_env`` names) and the key in ``api_key_env``, read from
 the environment of the process that asks (the runner's host side for the verifier's judge
-check; the shell for ``judge pairwise``). Never an arm's gateway token: that exists only inside
-the agent's sandbox and is revoked when the agent ends, so a judge is never reached through, or
-billed to, the arm it judges. (``api/judge.judge_client`` does the same for the api layer; this
-one is below it so the verifier can use it.)
+check and the narrow ``judge`` scorer; the shell for ``judge calibrate|run|pairwise``). Never
+an arm's gateway token: that exists only inside the agent's sandbox and is revoked when the
+agent ends, so a judge is never reached through, or billed to, the arm it judges. It lives in
+``grading`` so the verifier, the scorer and the api layer share this one copy; the key is
+handed to the client only, never returned to a caller that could record it.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 
 from assay.errors import InputError
 from assay.models.client import ChatClient
 from assay.suites.judge_spec import LoadedJudge
 
 
-def endpoint_of(judge: LoadedJudge) -> tuple[str, str]:
-    """The judge's base URL and key; InputError when no base URL is set."""
+def judge_base_url(judge: LoadedJudge, environ: Mapping[str, str] = os.environ) -> str:
+    """The judge's base URL; an ``InputError`` naming judge.yaml when none is set (asked
+    before a run writes or calls anything)."""
     spec = judge.spec
-    base = spec.base_url or (os.environ.get(spec.base_url_env) if spec.base_url_env else None)
+    base = spec.base_url or (environ.get(spec.base_url_env) if spec.base_url_env else None)
     if not base:
-        where = (f"the variable {spec.base_url_env} is not set" if spec.base_url_env
-                 else "judge.yaml sets neither base_url nor base_url_env")
-        raise InputError(f"{judge.path}: no endpoint for the judge: {where}")
-    return base, os.environ.get(spec.api_key_env, "")
+        where = (f"base_url_env {spec.base_url_env} is not set" if spec.base_url_env
+                 else "no endpoint: give base_url or base_url_env")
+        raise InputError(f"{judge.path}: {where}")
+    return base
 
 
-def client_for(judge: LoadedJudge, *, max_tries: int = 3) -> ChatClient:
-    base, key = endpoint_of(judge)
-    return ChatClient(base, key, judge.spec.model, max_tries=max_tries, backoff_base_s=0.2)
+def judge_client(judge: LoadedJudge, *, environ: Mapping[str, str] = os.environ,
+                 timeout_s: float = 120.0, max_tries: int = 5,
+                 backoff_base_s: float = 0.5) -> ChatClient:
+    """A client for the judge's own endpoint and key."""
+    return ChatClient(judge_base_url(judge, environ), environ.get(judge.spec.api_key_env, ""),
+                      judge.spec.model, timeout_s=timeout_s, max_tries=max_tries,
+                      backoff_base_s=backoff_base_s)

@@ -21,12 +21,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from assay.errors import AssayError, GradingError, InputError
+from assay.errors import AssayError, GradingError
 from assay.grading.judge import Material, judge_material
 from assay.grading.judge_calibration import calibration_for, calibration_label
+from assay.grading.judge_endpoint import judge_base_url, judge_client
 from assay.grading.labels import read_text
 from assay.grading.scorers import Reading, Score, _Base
-from assay.models.client import ChatClient
 from assay.records.judgement import JUDGEMENTS, append_judgement
 from assay.suites.cases import Case, NarrowSuite
 from assay.suites.judge_spec import LoadedJudge
@@ -39,30 +39,10 @@ def judge_of(suite: NarrowSuite) -> LoadedJudge:
     return judge  # type: ignore[no-any-return]
 
 
-def judge_endpoint(judge: LoadedJudge, environ: Mapping[str, str] = os.environ) -> str:
-    """The judge's base URL; an ``InputError`` when judge.yaml names none (``api.prepare``
-    asks this before anything is written or called)."""
-    spec = judge.spec
-    base_url = spec.base_url or (environ.get(spec.base_url_env) if spec.base_url_env else None)
-    if not base_url:
-        named = f"base_url_env {spec.base_url_env} is not set" if spec.base_url_env else \
-            "no endpoint: give base_url or base_url_env"
-        raise InputError(f"{judge.path}: {named}")
-    return base_url
-
-
 def check_judge_endpoint(suite: NarrowSuite, environ: Mapping[str, str] = os.environ) -> None:
     """For a suite scored by a judge: its endpoint is named (else ``InputError``)."""
     if suite.scorer.type == "judge":
-        judge_endpoint(judge_of(suite), environ)
-
-
-def judge_client(judge: LoadedJudge, environ: Mapping[str, str] = os.environ,
-                 timeout_s: float = 120.0, max_tries: int = 5) -> ChatClient:
-    """A client for the judge's own endpoint. The key is read here and handed to the client
-    only (never recorded)."""
-    return ChatClient(judge_endpoint(judge, environ), environ.get(judge.spec.api_key_env, ""),
-                      judge.spec.model, timeout_s=timeout_s, max_tries=max_tries)
+        judge_base_url(judge_of(suite), environ)
 
 
 def calibration_words(judge: LoadedJudge) -> str:
@@ -97,7 +77,7 @@ class JudgeScorer(_Base):
         self.suite_name = suite.name
         self.judge = judge_of(suite)
         self.path = run_dir / JUDGEMENTS
-        self.client = judge_client(self.judge, environ)
+        self.client = judge_client(self.judge, environ=environ)
 
     def read(self, text: str | None, refusal: str | None) -> Reading:
         if self.spec.reads == "text":
