@@ -164,6 +164,8 @@ def exp_run(
     input, 3 finished with infra errors or stopped by the total budget, 130 interrupted."""
     import signal
 
+    from rich.markup import escape
+
     from assay.cli.app import _raise_interrupt, _require_sandbox, err
     from assay.errors import EXIT_INFRA, EXIT_INTERRUPTED, InputError
     from assay.report.experiment import write_experiment_report
@@ -179,8 +181,8 @@ def exp_run(
                                 total_cost_usd=total_cost_usd,
                                 holdout_reuse=holdout_reuse, executor=executor,
                                 ray_address=ray_address, gateway_host=gateway_host)
-    except InputError as exc:
-        raise fail(str(exc)) from None
+    except InputError as exc:  # escaped: "pip install 'assay[ray]'" is not markup
+        raise fail(escape(str(exc))) from None
     except KeyboardInterrupt:
         err.print(f"interrupted; resume with: assay exp run {experiment} --out {out_dir}",
                   highlight=False)
