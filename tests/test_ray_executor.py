@@ -366,6 +366,7 @@ def test_a_node_lost_mid_run_costs_attempts_not_grades(tmp_path: Path, cluster: 
     ex = session["executor"]
     assert ex["kind"] == "ray" and ex["transfer"] == "shared_fs" and ex["nodes_at_start"] == 2
     assert ex["gateway_host"] == cluster.address.rsplit(":", 1)[0]
+    assert ex["gateway"].startswith(ex["gateway_host"] + ":")
     assert "worker_lost" in stderr and "(will retry)" in stderr
 
 

@@ -329,6 +329,7 @@ class ExperimentRunner:
                 self.proxy = ProxyTarget(unix_socket=sock_dir / "gw.sock")
                 if self.executor.kind != "local":  # workers on other nodes: over the network
                     self.proxy = ProxyTarget(tcp=(gateway.host, gateway.port))
+                    session["executor"]["gateway"] = f"{gateway.host}:{gateway.port}"
                 for a in to_verify:
                     self._reverify(state, a)
                 counts = state.counts()
