@@ -15,10 +15,11 @@ SIGKILL while they run. Every trial still ends with exactly one grade, the lost 
 ``infra_error`` with reason ``worker_lost`` and Ray's evidence in their ``placement.json``.
 
 Full form (marker ``ray_full``; runs when ``CI=true``, as in ``.ci/run``, or with
-``ASSAY_RAY_FULL=1``): twelve trials over two arms, the second node killed mid-run, then the
-driver itself killed with SIGKILL while attempts run on the head, and the run resumed with
-``--executor local``: the attempts it was running become ``interrupted`` (``runner_restart``)
-and run again, frozen ones are only verified, and still every trial has exactly one grade.
+``ASSAY_RAY_FULL=1``): twelve trials over two arms, the second node killed mid-run; then the
+driver stopped with SIGTERM (it cancels its Ray tasks and exits 130 at once), resumed on Ray,
+killed with SIGKILL while attempts run on the head, and resumed with ``--executor local``: the
+attempts each driver was running become ``interrupted`` (``runner_restart``) and run again,
+and still every trial has exactly one grade.
 Run it alone with ``ASSAY_RAY_FULL=1 .venv/bin/python -m pytest -q -m ray_full
 tests/test_ray_executor.py``.
 """
@@ -375,27 +376,48 @@ def test_a_node_lost_mid_run_costs_attempts_not_grades(tmp_path: Path, cluster: 
 @pytest.mark.ray_full
 @pytest.mark.skipif(not FULL, reason="the full Ray scenario runs in CI (CI=true) or with "
                     "ASSAY_RAY_FULL=1; make test runs the reduced form")
-def test_full_node_lost_then_driver_killed_then_resumed_locally(
+def test_full_node_lost_then_driver_stopped_killed_and_resumed_locally(
         tmp_path: Path, cluster: Cluster, upstream: ScriptedServer) -> None:
     exp = _experiment(tmp_path, reps=6, sleep=4, jobs=3, arms=2)
     out = tmp_path / "run"
     run = _cli("exp", "run", str(exp), "--out", str(out))
-    proc = subprocess.Popen([*run, "--executor", "ray", "--ray-address", cluster.address],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    ray_run = [*run, "--executor", "ray", "--ray-address", cluster.address]
+    unfinished = "SELECT dir FROM attempts WHERE state IN ('preparing', 'running')"
+
+    # 1. the second node dies under two attempts
+    proc = subprocess.Popen(ray_run, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         lost = _wait_running_on(out, cluster.node_ids["b"], 2, proc)
         cluster.kill_raylet("b")
         _wait_recorded(out, lost, "infra_error", proc)
-        # then the driver itself, while its retries run on the head
+        # 2. SIGTERM to the driver while its attempts run on the head: it cancels them, records
+        # nothing about them and exits 130 at once (not after the agents would have ended)
+        _wait_running_on(out, cluster.node_ids["head"], 1, proc)
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, stderr[-3000:]
+    assert time.monotonic() - t0 < 30
+    stopped = {r[0] for r in _rows(out, unfinished)}
+    assert stopped
+
+    # 3. resumed on Ray (the head alone now), then the driver killed with SIGKILL
+    proc = subprocess.Popen(ray_run, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_recorded(out, sorted(stopped), "interrupted", proc)  # its recovery ran
         _wait_running_on(out, cluster.node_ids["head"], 1, proc)
         proc.send_signal(signal.SIGKILL)
         proc.communicate(timeout=30)
     finally:
         if proc.poll() is None:
             proc.kill()
-    interrupted_before = {r[0] for r in _rows(out, "SELECT dir FROM attempts WHERE state "
-                                                   "IN ('preparing', 'running')")}
-    assert interrupted_before
+    killed = {r[0] for r in _rows(out, unfinished)}
+    assert killed and not killed & stopped
+
+    # 4. resumed locally: the same run, another executor
     res = subprocess.run([*run, "--executor", "local"], capture_output=True, text=True,
                          timeout=300)
     assert res.returncode == 0, res.stderr[-3000:]
@@ -404,9 +426,9 @@ def test_full_node_lost_then_driver_killed_then_resumed_locally(
                                "FROM attempts"))
     for d in lost:
         assert attempts[d].startswith("infra_error worker_lost: "), attempts[d]
-    for d in interrupted_before:
+    for d in stopped | killed:
         assert attempts[d] == "interrupted runner_restart", attempts[d]
     sessions = json.loads((out / "manifest.json").read_text())["sessions"]
-    # the killed Ray session wrote no session entry (a session is recorded when it ends)
+    # a session is recorded when it ends: the stopped and the killed Ray sessions wrote none
     assert [s["executor"]["kind"] for s in sessions] == ["local"]
     assert SECRET not in _all_text(out)

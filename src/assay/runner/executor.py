@@ -60,6 +60,11 @@ class Executor(Protocol):
 
     def run(self, job: TrialJob, hooks: TrialHooks) -> TrialResult: ...
 
+    def interrupt(self) -> None:
+        """The runner is being stopped (Ctrl-C, SIGTERM): end the attempts in flight without
+        recording anything, so the next session finds them running and closes them as
+        ``interrupted`` (``runner_restart``), as after a local interrupt."""
+
     def close(self) -> None: ...
 
 
@@ -74,6 +79,9 @@ class LocalExecutor:
     def run(self, job: TrialJob, hooks: TrialHooks) -> TrialResult:
         return run_trial(job.bundle, parse_agent(job.agent), job.trial_dir, rep=job.rep,
                          attempt=job.attempt, hooks=hooks, trial_id=job.trial_id)
+
+    def interrupt(self) -> None:
+        pass  # the attempts are this process's threads and their sandboxes its children
 
     def close(self) -> None:
         pass

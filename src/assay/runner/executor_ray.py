@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import threading
 from pathlib import Path
@@ -70,11 +71,16 @@ class RayExecutor:
         import ray
 
         self.address = address
+        # Ray's core worker installs its own SIGTERM handler (it logs and exits); the runner's
+        # (SIGTERM as an interrupt: tasks cancelled, exit 130, resumable) is put back after it.
+        handlers = _python_handlers()
         try:
             ray.init(address=address, log_to_driver=False, configure_logging=False)
         except (ConnectionError, RuntimeError, ValueError) as exc:
             raise InputError(f"--ray-address {address}: cannot join a Ray cluster: "
                              f"{type(exc).__name__}: {exc}") from None
+        finally:
+            _restore(handlers)
         self.ray_version = ray.__version__
         self.driver_ip = ray.util.get_node_ip_address()
         self.gateway_host = gateway_host or self.driver_ip
@@ -88,6 +94,8 @@ class RayExecutor:
         self._bundles: dict[str, Any] = {}
         self._lock = threading.Lock()
         self._lost = _lost_errors()
+        self._inflight: set[Any] = set()
+        self._interrupted = threading.Event()
         self.nodes_at_start = sum(1 for n in ray.nodes() if n.get("Alive"))
 
     def describe(self) -> dict[str, Any]:
@@ -128,17 +136,22 @@ class RayExecutor:
                 self._bundle_ref(job.bundle), job.agent, str(job.trial_dir), job.rep,
                 job.attempt, job.trial_id, str(run_dir), _identity_of(run_dir),
                 self.channel.url, secret, cfg)
+            with self._lock:
+                self._inflight.add(ref)
             try:
                 out = ray.get(ref)
-            except RayTaskError as exc:  # the attempt's own code raised: as it would locally
-                cause = getattr(exc, "cause", None)
+            except Exception as exc:
+                if self._interrupted.is_set():  # cancelled by interrupt(): record nothing
+                    raise KeyboardInterrupt from None
+                cause = getattr(exc, "cause", None) if isinstance(exc, RayTaskError) else exc
                 if isinstance(cause, self._lost):
                     return self._lost_result(job, cause, placed, secret)
-                if isinstance(cause, Exception):
+                if isinstance(cause, Exception):  # the attempt's own code raised: as locally
                     raise cause from None
                 raise
-            except self._lost as exc:
-                return self._lost_result(job, exc, placed, secret)
+            finally:
+                with self._lock:
+                    self._inflight.discard(ref)
         finally:
             self.channel.unregister(secret)
         return TrialResult(job.trial_dir, out["status"], out["grade"], out["record"])
@@ -156,11 +169,32 @@ class RayExecutor:
         return TrialResult(job.trial_dir, WORKER_LOST, None,
                            {"error": f"{WORKER_LOST}: {evidence}"})
 
+    def interrupt(self) -> None:
+        import ray
+
+        self._interrupted.set()
+        with self._lock:
+            refs = list(self._inflight)
+        for ref in refs:  # force: the worker process ends, and its sandbox with it
+            ray.cancel(ref, force=True)
+
     def close(self) -> None:
         import ray
 
         self.channel.close()
         ray.shutdown()
+
+
+def _python_handlers() -> dict[int, Any]:
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    return {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+
+
+def _restore(handlers: dict[int, Any]) -> None:
+    for sig, handler in handlers.items():
+        if handler is not None:
+            signal.signal(sig, handler)
 
 
 def _identity_of(run_dir: Path) -> str | None:

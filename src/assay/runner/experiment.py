@@ -368,25 +368,33 @@ class ExperimentRunner:
     def _schedule(self, state: StateDB) -> None:
         running: dict[Future[str], TrialKey] = {}
         with ThreadPoolExecutor(max_workers=self.jobs, thread_name_prefix="assay-trial") as pool:
-            while True:
-                if self.gateway.total_exhausted:
-                    self.stop_new.set()
-                if not self.stop_new.is_set():
-                    busy = set(running.values())
-                    for key in state.pending(limit=self.jobs * 2 + len(busy)):
-                        if len(running) >= self.jobs:
-                            break
-                        if key in busy:
-                            continue
-                        attempt = state.begin_attempt(key)
-                        running[pool.submit(self._attempt, state, attempt)] = key
-                        busy.add(key)
-                if not running:
-                    return
-                finished, _ = wait(list(running), return_when=FIRST_COMPLETED)
-                for fut in finished:
-                    key = running.pop(fut)
-                    self.progress.trial_done(key, fut.result())
+            try:
+                self._schedule_loop(state, pool, running)
+            except BaseException:  # Ray: end the remote attempts now (local: nothing to do)
+                self.executor.interrupt()
+                raise
+
+    def _schedule_loop(self, state: StateDB, pool: ThreadPoolExecutor,
+                       running: dict[Future[str], TrialKey]) -> None:
+        while True:
+            if self.gateway.total_exhausted:
+                self.stop_new.set()
+            if not self.stop_new.is_set():
+                busy = set(running.values())
+                for key in state.pending(limit=self.jobs * 2 + len(busy)):
+                    if len(running) >= self.jobs:
+                        break
+                    if key in busy:
+                        continue
+                    attempt = state.begin_attempt(key)
+                    running[pool.submit(self._attempt, state, attempt)] = key
+                    busy.add(key)
+            if not running:
+                return
+            finished, _ = wait(list(running), return_when=FIRST_COMPLETED)
+            for fut in finished:
+                key = running.pop(fut)
+                self.progress.trial_done(key, fut.result())
 
     def _attempt(self, state: StateDB, attempt: Any) -> str:
         key: TrialKey = attempt.trial
