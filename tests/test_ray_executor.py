@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from conftest import SECRET
+from conftest import SECRET, run_cli
 from support.bundles import make_bundle
 from support.scripted_server import Answer, ScriptedServer
 
@@ -98,6 +98,17 @@ class Cluster:
         env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
         self.procs[name] = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env,
                                             start_new_session=True)
+
+    def wait_gcs(self, timeout: float = 60) -> None:
+        host, port = self.address.rsplit(":", 1)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                socket.create_connection((host, int(port)), timeout=1).close()
+                return
+            except OSError:
+                time.sleep(0.2)
+        raise AssertionError(f"the Ray head's GCS at {self.address} did not come up")
 
     def wait_nodes(self, n: int, timeout: float = 90) -> None:
         """Until ``n`` nodes are alive; learns which node id is which (by its resource)."""
@@ -182,7 +193,7 @@ def cluster() -> Iterator[Cluster]:
     c = Cluster(tmp)
     try:
         c.start_node("head", 1, head=True)
-        c.wait_nodes(1)
+        c.wait_gcs()  # a TCP poll: cheaper than a probe process per try
         c.start_node("b", 2, head=False)
         c.wait_nodes(2)
         yield c
@@ -295,6 +306,7 @@ def test_a_local_run_never_imports_ray(tmp_path: Path) -> None:
     assert manifest["sessions"][-1]["executor"] == {"kind": "local"}
 
 
+@needs_bwrap  # exp run checks the sandbox first
 def test_executor_ray_without_ray_installed_says_how_to_install(tmp_path: Path) -> None:
     make_bundle(tmp_path / "tasks" / "calc")
     exp = tmp_path / "e.yaml"
@@ -311,15 +323,17 @@ def test_executor_ray_without_ray_installed_says_how_to_install(tmp_path: Path) 
     assert not out.exists()  # refused before anything was written
 
 
-def test_an_unknown_executor_is_refused(tmp_path: Path) -> None:
+@needs_bwrap  # exp run checks the sandbox first
+def test_an_unknown_executor_or_a_stray_ray_address_is_refused(tmp_path: Path) -> None:
     make_bundle(tmp_path / "tasks" / "calc")
     exp = tmp_path / "e.yaml"
     exp.write_text("name: r\ntasks: [tasks]\nrepetitions: 1\narms:\n  idle:\n    agent: nop\n")
-    res = subprocess.run(_cli("exp", "run", str(exp), "--out", str(tmp_path / "run"),
-                              "--executor", "slurm"), capture_output=True, text=True,
-                         timeout=120)
-    assert res.returncode == 2 and "'slurm' is not one of local, ray" in " ".join(
-        res.stderr.split())
+    res = run_cli(["exp", "run", str(exp), "--out", str(tmp_path / "run"),
+                   "--executor", "slurm"])
+    assert res.code == 2 and "'slurm' is not one of local, ray" in " ".join(res.stderr.split())
+    res = run_cli(["exp", "run", str(exp), "--out", str(tmp_path / "run"),
+                   "--ray-address", "auto"])
+    assert res.code == 2 and "--ray-address is for --executor ray" in res.stderr
     assert not (tmp_path / "run").exists()
 
 
@@ -330,7 +344,7 @@ def test_an_unknown_executor_is_refused(tmp_path: Path) -> None:
 @needs_ray
 def test_a_node_lost_mid_run_costs_attempts_not_grades(tmp_path: Path, cluster: Cluster,
                                                        upstream: ScriptedServer) -> None:
-    exp = _experiment(tmp_path, reps=3, sleep=5, jobs=3)
+    exp = _experiment(tmp_path, reps=3, sleep=3, jobs=3)
     out = tmp_path / "run"
     proc = subprocess.Popen(_cli("exp", "run", str(exp), "--out", str(out), "--executor", "ray",
                                  "--ray-address", cluster.address),
