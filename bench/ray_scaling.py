@@ -46,6 +46,8 @@ def _start_head(temp_dir: Path, cpus: int) -> tuple[subprocess.Popen[bytes], str
     port = _free_port()
     ray = Path(sys.executable).parent / "ray"
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+    env["TMPDIR"] = str(temp_dir / "tmp")  # the workers' temporary files, removed with it
+    (temp_dir / "tmp").mkdir(exist_ok=True)
     proc = subprocess.Popen(
         [str(ray), "start", "--head", "--block", f"--port={port}", f"--num-cpus={cpus}",
          f"--temp-dir={temp_dir}", "--include-dashboard=false", "--disable-usage-stats",

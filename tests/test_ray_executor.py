@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import sqlite3
@@ -96,6 +97,10 @@ class Cluster:
         else:
             args += [f"--address={self.address}"]
         env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+        # the workers' temporary files (a killed worker's workspace, its relay's socket
+        # directory) go under the cluster's directory, removed with it
+        env["TMPDIR"] = str(self.temp_dir / "tmp")
+        (self.temp_dir / "tmp").mkdir(exist_ok=True)
         self.procs[name] = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env,
                                             start_new_session=True)
 
@@ -199,7 +204,9 @@ def cluster() -> Iterator[Cluster]:
         yield c
     finally:
         c.stop()
-        assert not _ours(str(tmp)), "processes of the test's Ray cluster outlived it"
+        left = _ours(str(tmp))
+        shutil.rmtree(tmp, ignore_errors=True)
+        assert not left, "processes of the test's Ray cluster outlived it"
 
 
 @pytest.fixture
@@ -210,8 +217,10 @@ def upstream(monkeypatch: pytest.MonkeyPatch) -> Iterator[ScriptedServer]:
         yield srv
 
 
-def _experiment(root: Path, *, reps: int, sleep: float, jobs: int, arms: int = 1) -> Path:
-    bundle = make_bundle(root / "tasks" / "calc", agent_seconds=60)
+def _experiment(root: Path, *, reps: int, sleep: float, jobs: int, arms: int = 1,
+                behavior_cmd: str | None = None) -> Path:
+    bundle = make_bundle(root / "tasks" / "calc", agent_seconds=60, verifier_seconds=60,
+                         behavior_cmd=behavior_cmd)
     y = bundle / "task.yaml"
     y.write_text(y.read_text().replace("network_policy: none", "network_policy: model-proxy-only"))
     (bundle / "repo" / "agent.py").write_text(AGENT.replace("SLEEP", str(sleep)))
@@ -258,6 +267,22 @@ def _wait_running_on(out: Path, node_id: str, n: int, proc: subprocess.Popen[str
                 return on_node
         time.sleep(0.3)
     raise AssertionError(f"no {n} attempts running on node {node_id}: {_placements(out)}")
+
+
+def _wait_state_on(out: Path, node_id: str, state: str, n: int,
+                   proc: subprocess.Popen[str], timeout: float = 90) -> list[str]:
+    """Until ``n`` attempts placed on ``node_id`` are in ``state``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, proc.communicate()
+        placed = [d for d, p in _placements(out).items() if p["node_id"] == node_id]
+        if placed:
+            there = {r[0] for r in _rows(out, f"SELECT dir FROM attempts WHERE state='{state}'")}
+            on_node = [d for d in placed if d in there]
+            if len(on_node) >= n:
+                return on_node
+        time.sleep(0.3)
+    raise AssertionError(f"no {n} attempts {state} on node {node_id}: {_placements(out)}")
 
 
 def _wait_recorded(out: Path, dirs: list[str], state: str, proc: subprocess.Popen[str],
@@ -446,3 +471,36 @@ def test_full_node_lost_then_driver_stopped_killed_and_resumed_locally(
     # a session is recorded when it ends: the stopped and the killed Ray sessions wrote none
     assert [s["executor"]["kind"] for s in sessions] == ["local"]
     assert SECRET not in _all_text(out)
+
+
+@needs_bwrap
+@needs_ray
+@pytest.mark.ray_full
+@pytest.mark.skipif(not FULL, reason="the full Ray scenario runs in CI (CI=true) or with "
+                    "ASSAY_RAY_FULL=1; make test runs the reduced form")
+def test_full_a_node_lost_while_verifying_is_verified_on_the_driver(
+        tmp_path: Path, cluster: Cluster, upstream: ScriptedServer) -> None:
+    """A frozen artifact is never run again: the driver grades it from the shared run
+    directory, and the trial keeps its one attempt."""
+    slow = ("sleep 8; PYTHONPATH=src python3 -m pytest -q -p no:cacheprovider "
+            "$ASSAY_TESTS/test_fix.py")
+    exp = _experiment(tmp_path, reps=3, sleep=1, jobs=3, behavior_cmd=slow)
+    out = tmp_path / "run"
+    proc = subprocess.Popen(_cli("exp", "run", str(exp), "--out", str(out), "--executor", "ray",
+                                 "--ray-address", cluster.address),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        verifying = _wait_state_on(out, cluster.node_ids["b"], "verifying", 1, proc)
+        cluster.kill_raylet("b")
+        _, stderr = proc.communicate(timeout=150)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, stderr[-3000:]
+    _check_one_grade_each(out, 3)
+    graded = dict(_rows(out, "SELECT a.dir, g.revision FROM grades g JOIN attempts a "
+                             "ON a.id = g.attempt"))
+    for d in verifying:
+        assert d in graded  # the same attempt, graded on the driver, not run again
+        assert _placements(out)[d]["lost_error"]
+    assert "worker lost, verified here: accepted" in stderr
