@@ -19,9 +19,13 @@ Full form (marker ``ray_full``; runs when ``CI=true``, as in ``.ci/run``, or wit
 driver stopped with SIGTERM (it cancels its Ray tasks and exits 130 at once), resumed on Ray,
 killed with SIGKILL while attempts run on the head, and resumed with ``--executor local``: the
 attempts each driver was running become ``interrupted`` (``runner_restart``) and run again,
-and still every trial has exactly one grade.
+and still every trial has exactly one grade; and a node lost while its attempt verifies: the
+frozen artifact is graded on the driver, never run again.
 Run it alone with ``ASSAY_RAY_FULL=1 .venv/bin/python -m pytest -q -m ray_full
 tests/test_ray_executor.py``.
+
+Over 400 lines because the cluster harness (start two nodes, learn their ids, kill one raylet,
+end only this test's processes) is used by no other file and reads best beside its scenarios.
 """
 
 from __future__ import annotations

@@ -14,6 +14,10 @@ environment check) or whose every model call found the upstream unreachable is a
 budget or a resource limit is the trial's result; a grader error is graded again from the same
 artifact. At ``limits.total_cost_usd`` no new attempt starts, and the run stops resumable.
 
+Where an attempt's stages run is the executor's business (``runner/executor.py``: this
+process, or a Ray task on a cluster node with ``--executor ray``); what its result means, and
+every state transition, stays here.
+
 Each arm's model is reached over its ``model.protocol`` (chat, responses or anthropic) through
 the gateway; a ``builtin/replay`` arm's upstream is the run's replay server, one script per
 task.
