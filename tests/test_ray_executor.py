@@ -413,6 +413,20 @@ def test_a_node_lost_mid_run_costs_attempts_not_grades(tmp_path: Path, cluster: 
     assert ex["gateway"].startswith(ex["gateway_host"] + ":")
     assert "worker_lost" in stderr and "(will retry)" in stderr
 
+    # from Python, with Ray already connected by the caller: used, and left connected
+    (tmp_path / "nop.yaml").write_text("name: nop\ntasks: [tasks]\nrepetitions: 1\n"
+                                       "arms:\n  idle:\n    agent: nop\n")
+    code = ("import ray, sys\nfrom assay import run_experiment\n"
+            "ray.init(address=sys.argv[1], log_to_driver=False)\n"
+            "res = run_experiment(sys.argv[2], sys.argv[3], executor='ray')\n"
+            "print(res.status, ray.is_initialized())\n")
+    res = subprocess.run([sys.executable, "-c", code, cluster.address,
+                          str(tmp_path / "nop.yaml"), str(tmp_path / "run-nop")],
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert res.stdout.split()[-2:] == ["complete", "True"]
+    assert len(_placements(tmp_path / "run-nop")) == 1
+
 
 @needs_bwrap
 @needs_ray

@@ -74,8 +74,11 @@ class RayExecutor:
         # Ray's core worker installs its own SIGTERM handler (it logs and exits); the runner's
         # (SIGTERM as an interrupt: tasks cancelled, exit 130, resumable) is put back after it.
         handlers = _python_handlers()
+        # a caller (a notebook) already connected keeps its connection: used, never shut down
+        self._owns_ray = not ray.is_initialized()
         try:
-            ray.init(address=address, log_to_driver=False, configure_logging=False)
+            if self._owns_ray:
+                ray.init(address=address, log_to_driver=False, configure_logging=False)
         except (ConnectionError, RuntimeError, ValueError) as exc:
             raise InputError(f"--ray-address {address}: cannot join a Ray cluster: "
                              f"{type(exc).__name__}: {exc}") from None
@@ -87,7 +90,8 @@ class RayExecutor:
         try:
             self.channel = ChannelServer(self.gateway_host)
         except OSError as exc:
-            ray.shutdown()
+            if self._owns_ray:
+                ray.shutdown()
             raise InputError(f"--gateway-host {self.gateway_host}: cannot listen there: "
                              f"{exc}") from None
         self._remote = ray.remote(_remote_attempt)
@@ -182,7 +186,8 @@ class RayExecutor:
         import ray
 
         self.channel.close()
-        ray.shutdown()
+        if self._owns_ray:
+            ray.shutdown()
 
 
 def _python_handlers() -> dict[int, Any]:
