@@ -7,9 +7,11 @@ BIN := $(VENV)/bin
 setup:
 	@bash scripts/bootstrap.sh
 
-# The tests also need a browser (headless Chromium for the HTML reports); the demo does not.
+# The tests also need a browser (headless Chromium for the HTML reports) and Ray (assay[ray]:
+# tests/test_ray_executor.py starts a two-node cluster on this machine); the demo needs neither.
 setup-test:
 	@ASSAY_BOOTSTRAP_BROWSER=1 bash scripts/bootstrap.sh
+	@$(BIN)/python -c 'import ray' 2>/dev/null || $(BIN)/python -m pip install -q -e '.[dev,ray]'
 
 demo: setup
 	$(BIN)/assay run examples/triage --model builtin/baseline

@@ -149,10 +149,22 @@ def exp_run(
         "--holdout-reuse", help="Look at a holdout split past its allowance (max_looks in "
         ".assay/holdout.yaml beside the bundles); the set is then reported as reused.")]
     = False,
+    executor: Annotated[str, typer.Option(
+        "--executor", help="Where attempts run: local (this machine, the default) or ray "
+        "(Ray tasks on a cluster; pip install 'assay[ray]'; docs/scaling.md).")] = "local",
+    ray_address: Annotated[str | None, typer.Option(
+        "--ray-address", help="With --executor ray: the cluster to join (auto, HOST:PORT or "
+        "ray://HOST:PORT; default auto).")] = None,
+    gateway_host: Annotated[str | None, typer.Option(
+        "--gateway-host", help="The address the model gateway listens at (default 127.0.0.1; "
+        "with --executor ray the driver's node address, which the workers must reach).")]
+    = None,
 ) -> None:
     """Run every trial of an experiment (resume: the same command). Exit 0 complete, 2 bad
     input, 3 finished with infra errors or stopped by the total budget, 130 interrupted."""
     import signal
+
+    from rich.markup import escape
 
     from assay.cli.app import _raise_interrupt, _require_sandbox, err
     from assay.errors import EXIT_INFRA, EXIT_INTERRUPTED, InputError
@@ -167,9 +179,10 @@ def exp_run(
                                 progress=_LineProgress(lambda: record_shown(
                                     out_dir, command="exp run")),
                                 total_cost_usd=total_cost_usd,
-                                holdout_reuse=holdout_reuse)
-    except InputError as exc:
-        raise fail(str(exc)) from None
+                                holdout_reuse=holdout_reuse, executor=executor,
+                                ray_address=ray_address, gateway_host=gateway_host)
+    except InputError as exc:  # escaped: "pip install 'assay[ray]'" is not markup
+        raise fail(escape(str(exc))) from None
     except KeyboardInterrupt:
         err.print(f"interrupted; resume with: assay exp run {experiment} --out {out_dir}",
                   highlight=False)

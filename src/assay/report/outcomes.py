@@ -261,8 +261,8 @@ def _run_trial(run_dir: Path, task: str, arm: str, rep: int,
         ledger = ledger_totals(a / "model_calls.jsonl")
         try:
             rec = read_json_file(a / "trial.json")
-        except RecordError:  # a torn record: the attempt is shown as unknown
-            rec = {}
+        except (RecordError, FileNotFoundError):  # torn, or never written (the runner died
+            rec = {}  # between the attempt's directory and its first record): unknown
         if families.get(task) is None:
             families[task] = (rec.get("task") or {}).get("family")
         execution = rec.get("execution") or {}

@@ -14,6 +14,10 @@ environment check) or whose every model call found the upstream unreachable is a
 budget or a resource limit is the trial's result; a grader error is graded again from the same
 artifact. At ``limits.total_cost_usd`` no new attempt starts, and the run stops resumable.
 
+Where an attempt's stages run is the executor's business (``runner/executor.py``: this
+process, or a Ray task on a cluster node with ``--executor ray``); what its result means, and
+every state transition, stays here.
+
 Each arm's model is reached over its ``model.protocol`` (chat, responses or anthropic) through
 the gateway; a ``builtin/replay`` arm's upstream is the run's replay server, one script per
 task.
@@ -36,7 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from assay.agents import Agent, parse_agent
+from assay.agents import parse_agent
 from assay.errors import InputError, NeverOverwrite, RunConflict, SuiteError
 from assay.grading.verifier import grade_path, verify
 from assay.models.client import redact_url
@@ -45,15 +49,17 @@ from assay.models.gateway_budget import Limits as BudgetLimits
 from assay.models.gateway_wire import Family
 from assay.models.replay_script import REPLAY_MODEL, ReplayBook, load_replay
 from assay.models.replay_server import ReplayServer, serve_replay
+from assay.records.artifact import ARTIFACT_JSON
 from assay.records.io import atomic_write_json, read_json_file
 from assay.records.ledger import ledger_totals
 from assay.records.manifest import tool_identity, utc_now
 from assay.records.trial import read_grade, read_trial
+from assay.runner.executor import WORKER_LOST, Executor, TrialJob, make_executor
 from assay.runner.fork import ForkPrefixes, check_fork, fork_manifest, fork_totals
 from assay.runner.holdout import MANIFEST_KEY as HOLDOUT_KEY
 from assay.runner.holdout import holdout_gate
 from assay.runner.state import StateDB
-from assay.runner.trial import TrialHooks, run_trial
+from assay.runner.trial import TrialHooks, TrialResult
 from assay.sandbox import ProxyTarget
 from assay.suites.experiment import (
     Experiment,
@@ -258,8 +264,12 @@ class ExperimentRunner:
     def __init__(self, exp: Experiment, out: Path, *, jobs: int | None = None,
                  grace_seconds: float = DEFAULT_GRACE_SECONDS,
                  progress: ExperimentProgress | None = None,
-                 total_cost_usd: float | None = None, holdout_reuse: bool = False) -> None:
+                 total_cost_usd: float | None = None, holdout_reuse: bool = False,
+                 executor: str = "local", ray_address: str | None = None,
+                 gateway_host: str | None = None) -> None:
         self.exp, self.out = exp, out
+        self.executor_kind, self.ray_address = executor, ray_address
+        self.gateway_host = gateway_host
         self.holdout_reuse = holdout_reuse
         self.total_cost_usd = total_cost_usd
         self.jobs = jobs or exp.spec.concurrency
@@ -276,15 +286,30 @@ class ExperimentRunner:
         fork_access = check_fork(exp)
         self.forks = (ForkPrefixes(exp, out, fork_access, grace_seconds)
                       if fork_access is not None else None)
+        if self.forks is not None and executor != "local":
+            raise InputError(f"{exp.path}: a fork experiment runs with --executor local only "
+                             "(its prefixes share state on the driver)")
 
     def run(self) -> ExperimentResult:
+        """Connect the executor first (a missing Ray or a wrong address writes nothing),
+        then run every trial not yet done."""
+        self.executor: Executor = make_executor(self.executor_kind,
+                                                ray_address=self.ray_address,
+                                                gateway_host=self.gateway_host)
+        try:
+            return self._run()
+        finally:
+            self.executor.close()
+
+    def _run(self) -> ExperimentResult:
         spec = self.exp.spec
         holdout = holdout_gate(self.exp, self.out, reuse=self.holdout_reuse,
                                note=self.progress.note)  # a refused look creates nothing
         manifest = _open_run_dir(self.out, self.exp, self.access, self.jobs, self.grace)
         session = {"started_at": utc_now(), "pid": os.getpid(), "jobs": self.jobs,
                    "watchdog_grace_seconds": self.grace, "assay": tool_identity(),
-                   "holdout_reuse": self.holdout_reuse}
+                   "holdout_reuse": self.holdout_reuse,
+                   "executor": self.executor.describe()}
         state = StateDB.open(self.out, _state_identity(self.exp), self.plan,
                              retries_infra=spec.retries.infra)
         sock_dir = Path(tempfile.mkdtemp(prefix="assay-gw-"))
@@ -297,7 +322,8 @@ class ExperimentRunner:
             prior, prior_complete = spent_so_far(self.out)
             cap = (self.total_cost_usd if self.total_cost_usd is not None
                    else spec.limits.total_cost_usd)
-            gateway = Gateway(unix_socket=sock_dir / "gw.sock",
+            host = getattr(self.executor, "gateway_host", None) or self.gateway_host
+            gateway = Gateway(host=host or "127.0.0.1", unix_socket=sock_dir / "gw.sock",
                               log_path=self.out / "gateway_events.jsonl",
                               total_cost_usd=None if cap is None else max(cap - prior, 0.0))
             if cap is not None and prior >= cap:
@@ -305,6 +331,9 @@ class ExperimentRunner:
             with gateway, serve_replay({n: a.replay for n, a in self.access.items()}) as replay:
                 self.gateway, self.replay = gateway, replay
                 self.proxy = ProxyTarget(unix_socket=sock_dir / "gw.sock")
+                if self.executor.kind != "local":  # workers on other nodes: over the network
+                    self.proxy = ProxyTarget(tcp=(gateway.host, gateway.port))
+                    session["executor"]["gateway"] = f"{gateway.host}:{gateway.port}"
                 for a in to_verify:
                     self._reverify(state, a)
                 counts = state.counts()
@@ -343,32 +372,39 @@ class ExperimentRunner:
     def _schedule(self, state: StateDB) -> None:
         running: dict[Future[str], TrialKey] = {}
         with ThreadPoolExecutor(max_workers=self.jobs, thread_name_prefix="assay-trial") as pool:
-            while True:
-                if self.gateway.total_exhausted:
-                    self.stop_new.set()
-                if not self.stop_new.is_set():
-                    busy = set(running.values())
-                    for key in state.pending(limit=self.jobs * 2 + len(busy)):
-                        if len(running) >= self.jobs:
-                            break
-                        if key in busy:
-                            continue
-                        attempt = state.begin_attempt(key)
-                        running[pool.submit(self._attempt, state, attempt)] = key
-                        busy.add(key)
-                if not running:
-                    return
-                finished, _ = wait(list(running), return_when=FIRST_COMPLETED)
-                for fut in finished:
-                    key = running.pop(fut)
-                    self.progress.trial_done(key, fut.result())
+            try:
+                self._schedule_loop(state, pool, running)
+            except BaseException:  # Ray: end the remote attempts now (local: nothing to do)
+                self.executor.interrupt()
+                raise
+
+    def _schedule_loop(self, state: StateDB, pool: ThreadPoolExecutor,
+                       running: dict[Future[str], TrialKey]) -> None:
+        while True:
+            if self.gateway.total_exhausted:
+                self.stop_new.set()
+            if not self.stop_new.is_set():
+                busy = set(running.values())
+                for key in state.pending(limit=self.jobs * 2 + len(busy)):
+                    if len(running) >= self.jobs:
+                        break
+                    if key in busy:
+                        continue
+                    attempt = state.begin_attempt(key)
+                    running[pool.submit(self._attempt, state, attempt)] = key
+                    busy.add(key)
+            if not running:
+                return
+            finished, _ = wait(list(running), return_when=FIRST_COMPLETED)
+            for fut in finished:
+                key = running.pop(fut)
+                self.progress.trial_done(key, fut.result())
 
     def _attempt(self, state: StateDB, attempt: Any) -> str:
         key: TrialKey = attempt.trial
         bundle = self.exp.bundles[key.task]
         arm = self.exp.spec.arms[key.arm]
         access = self.access[key.arm]
-        agent: Agent = parse_agent(arm.agent)
         attempt_dir = self.out / attempt.dir
         attempt_id = f"{key.task}/{key.arm}/{key.rep}/{attempt.label}"
         token = None
@@ -395,10 +431,10 @@ class ExperimentRunner:
         if self.forks is not None:  # start from the shared frozen state, not the pristine tree
             hooks.start_state = self.forks.start_state(key, hooks.model_env, self.gateway,
                                                        self.proxy)
+        job = TrialJob(bundle, arm.agent, attempt_dir, key.rep, int(attempt.label[1:]),
+                       f"{key.task}/{key.arm}/{key.rep}")
         try:
-            res = run_trial(bundle, agent, attempt_dir, rep=key.rep,
-                            attempt=int(attempt.label[1:]), hooks=hooks,
-                            trial_id=f"{key.task}/{key.arm}/{key.rep}")
+            res = self.executor.run(job, hooks)
         except Exception as exc:  # noqa: BLE001 - one attempt's crash is its record, not the run's
             if hooks.attempt.state == "verifying":
                 state.move(hooks.attempt, "grader_error", reason=f"{type(exc).__name__}: {exc}")
@@ -409,6 +445,8 @@ class ExperimentRunner:
         finally:
             if token is not None:
                 self.gateway.close_attempt(token)  # idempotent; revoked whatever happened
+        if res.status == WORKER_LOST:
+            return self._worker_lost(state, hooks.attempt, res)
         if res.grade is None:
             new_state = state.finish_attempt(hooks.attempt, "infra_error",
                                              reason=str(res.record.get("error"))[:500])
@@ -427,9 +465,26 @@ class ExperimentRunner:
             return "already graded"
         return "accepted" if grade["accepted"] else f"rejected:{grade['failure_code']}"
 
+    def _worker_lost(self, state: StateDB, attempt: Any, res: TrialResult) -> str:
+        """A remote attempt whose worker or node died: as after a restart, an artifact that
+        was frozen is only verified (here, on the driver), anything else is an infra error
+        with Ray's evidence and the trial gets a new attempt within ``retries.infra``."""
+        reason = str(res.record.get("error"))[:500]
+        if attempt.state == "freezing" and (self.out / attempt.dir / ARTIFACT_JSON).is_file():
+            attempt = state.move(attempt, "verifying", reason=reason)
+        if attempt.state == "verifying":
+            return "worker lost, verified here: " + self._verify_frozen(state, attempt)
+        new_state = state.finish_attempt(attempt, "infra_error", reason=reason)
+        return f"infra_error ({WORKER_LOST})" + (" (will retry)" if new_state == "pending"
+                                                 else "")
+
     def _reverify(self, state: StateDB, attempt: Any) -> None:
         """A frozen attempt after a restart, or a grader error: grade the same artifact again,
         never run the agent again. A new revision name each time, so no grade is overwritten."""
+        self.progress.trial_done(attempt.trial,
+                                 "re-verified: " + self._verify_frozen(state, attempt))
+
+    def _verify_frozen(self, state: StateDB, attempt: Any) -> str:
         key: TrialKey = attempt.trial
         bundle = self.exp.bundles[key.task]
         attempt_dir = self.out / attempt.dir
@@ -446,7 +501,7 @@ class ExperimentRunner:
             execution = {}
         grade = verify(bundle, attempt_dir, revision=revision,
                        trial_id=f"{key.task}/{key.arm}/{key.rep}", execution=execution)
-        self.progress.trial_done(key, "re-verified: " + self._record_grade(state, attempt, grade))
+        return self._record_grade(state, attempt, grade)
 
 
 def spent_so_far(out: Path) -> tuple[float, bool]:
@@ -467,15 +522,20 @@ def run_experiment(path: Path, out: Path, *, jobs: int | None = None,
                    grace_seconds: float = DEFAULT_GRACE_SECONDS,
                    progress: ExperimentProgress | None = None,
                    total_cost_usd: float | None = None,
-                   holdout_reuse: bool = False) -> ExperimentResult:
+                   holdout_reuse: bool = False, executor: str = "local",
+                   ray_address: str | None = None,
+                   gateway_host: str | None = None) -> ExperimentResult:
     """Run (or resume) the experiment in ``path`` into ``out``. ``total_cost_usd`` overrides
     the file's whole-run cap (to finish a run it stopped, without changing the file);
     ``holdout_reuse`` lets a new run look at a holdout past its allowance
-    (``runner/holdout.py``)."""
+    (``runner/holdout.py``). ``executor`` is where attempts run (``local``, or ``ray`` on the
+    cluster at ``ray_address``, ``runner/executor.py``); ``gateway_host`` is the address the
+    gateway listens at for agents on other machines."""
     exp = load_experiment(Path(path))
     return ExperimentRunner(exp, Path(out), jobs=jobs, grace_seconds=grace_seconds,
                             progress=progress, total_cost_usd=total_cost_usd,
-                            holdout_reuse=holdout_reuse).run()
+                            holdout_reuse=holdout_reuse, executor=executor,
+                            ray_address=ray_address, gateway_host=gateway_host).run()
 
 
 __all__ = ["ExperimentResult", "ExperimentRunner", "read_grade", "run_experiment"]

@@ -1,0 +1,110 @@
+"""Where an experiment's attempts run: the seam between the scheduler and one trial's stages.
+
+The scheduler (``runner/experiment.py``) owns the state database, the gateway and the retry
+rules; an executor only carries one attempt's ``run_trial`` (prepare → agent → freeze → verify)
+to wherever it runs and brings its result back. Two exist:
+
+- ``local`` (the default): ``run_trial`` in the runner's own thread, exactly as before the seam;
+- ``ray`` (``runner/executor_ray.py``, ``pip install 'assay[ray]'``): ``run_trial`` in a Ray task
+  on some node of a Ray cluster, its hooks (the state transitions, the gateway's usage) carried
+  back to the driver over a small authenticated channel (``runner/executor_channel.py``).
+
+An executor never decides what a result means and never retries: a worker or node lost
+mid-attempt comes back as a :class:`TrialResult` with status ``worker_lost`` and its evidence,
+and the scheduler records it like any infrastructure failure. The executor is not part of an
+experiment's identity: a run started locally may resume on Ray and the other way round; each
+session's ``executor`` entry in ``manifest.json`` says where that session ran.
+
+Ray is imported only when ``--executor ray`` is asked for (:func:`make_executor`), so a local
+run never loads it and an install without it works as before.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from assay.agents import parse_agent
+from assay.errors import InputError
+from assay.runner.trial import TrialHooks, TrialResult, run_trial
+from assay.suites.bundle import Bundle
+
+EXECUTORS = ("local", "ray")
+#: The status of a :class:`TrialResult` whose worker or node died under it.
+WORKER_LOST = "worker_lost"
+
+
+@dataclass(frozen=True)
+class TrialJob:
+    """One attempt's trial, as the scheduler hands it to an executor."""
+
+    bundle: Bundle
+    agent: str
+    """The arm's agent spec (parsed where the attempt runs)."""
+    trial_dir: Path
+    """The attempt's directory (absolute: on Ray a worker writes it over the shared file
+    system)."""
+    rep: int
+    attempt: int
+    trial_id: str
+
+
+class Executor(Protocol):
+    """Runs one attempt's stages somewhere and returns their result; ``describe`` is the
+    session's ``executor`` entry in ``manifest.json``."""
+
+    kind: str
+
+    def describe(self) -> dict[str, Any]: ...
+
+    def run(self, job: TrialJob, hooks: TrialHooks) -> TrialResult: ...
+
+    def interrupt(self) -> None:
+        """The runner is being stopped (Ctrl-C, SIGTERM): end the attempts in flight without
+        recording anything, so the next session finds them running and closes them as
+        ``interrupted`` (``runner_restart``), as after a local interrupt."""
+
+    def close(self) -> None: ...
+
+
+class LocalExecutor:
+    """The runner's own thread: ``run_trial`` called directly (the behaviour before Ray)."""
+
+    kind = "local"
+
+    def describe(self) -> dict[str, Any]:
+        return {"kind": "local"}
+
+    def run(self, job: TrialJob, hooks: TrialHooks) -> TrialResult:
+        return run_trial(job.bundle, parse_agent(job.agent), job.trial_dir, rep=job.rep,
+                         attempt=job.attempt, hooks=hooks, trial_id=job.trial_id)
+
+    def interrupt(self) -> None:
+        pass  # the attempts are this process's threads and their sandboxes its children
+
+    def close(self) -> None:
+        pass
+
+
+def make_executor(kind: str, *, ray_address: str | None = None,
+                  gateway_host: str | None = None) -> Executor:
+    """The executor named ``kind``; ``ray`` connects to the cluster now, so a wrong address or
+    a missing install is an ``InputError`` before any state is written."""
+    if kind == "local":
+        if ray_address is not None:
+            raise InputError("--ray-address is for --executor ray")
+        return LocalExecutor()
+    if kind == "ray":
+        try:
+            import ray  # noqa: F401 - only to say clearly what is missing
+        except ImportError:
+            raise InputError("--executor ray needs Ray on the driver and every worker: "
+                             "pip install 'assay[ray]'") from None
+        from assay.runner.executor_ray import RayExecutor
+
+        return RayExecutor(address=ray_address or "auto", gateway_host=gateway_host)
+    raise InputError(f"--executor: {kind!r} is not one of {', '.join(EXECUTORS)}")
+
+
+__all__ = ["EXECUTORS", "WORKER_LOST", "Executor", "LocalExecutor", "TrialJob", "make_executor"]

@@ -1,0 +1,524 @@
+"""``assay exp run --executor ray``: attempts as Ray tasks on a real two-node cluster on this
+machine, a node killed mid-run, and the local path untouched (nothing imports Ray).
+
+The cluster is real: ``ray start --head`` and a second ``ray start --address=…`` (a second
+raylet joined to it: two nodes, one machine), each started by the test with ``--block`` in a
+session of its own and a private ``--temp-dir``, on free ports, so it never meets another Ray on
+the machine. Teardown ends exactly those processes (by process group and by our temp dir in their
+command line), never any ``ray`` by name: ``ray stop`` would stop every Ray of this user.
+
+Reduced form (``make test``): one task, three trials of an agent that asks the model through the
+gateway (which listens on the driver's node address; the workers' sandboxes reach it through
+their own model-proxy-only forwarder), then sleeps and fixes the bug. The head offers one CPU
+and the second node two, so two attempts land on the second node; its raylet is killed with
+SIGKILL while they run. Every trial still ends with exactly one grade, the lost attempts stay
+``infra_error`` with reason ``worker_lost`` and Ray's evidence in their ``placement.json``.
+
+Full form (marker ``ray_full``; runs when ``CI=true``, as in ``.ci/run``, or with
+``ASSAY_RAY_FULL=1``): twelve trials over two arms, the second node killed mid-run; then the
+driver stopped with SIGTERM (it cancels its Ray tasks and exits 130 at once), resumed on Ray,
+killed with SIGKILL while attempts run on the head, and resumed with ``--executor local``: the
+attempts each driver was running become ``interrupted`` (``runner_restart``) and run again,
+and still every trial has exactly one grade; and a node lost while its attempt verifies: the
+frozen artifact is graded on the driver, never run again.
+Run it alone with ``ASSAY_RAY_FULL=1 .venv/bin/python -m pytest -q -m ray_full
+tests/test_ray_executor.py``.
+
+Over 400 lines because the cluster harness (start two nodes, learn their ids, kill one raylet,
+end only this test's processes) is used by no other file and reads best beside its scenarios.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from conftest import SECRET, run_cli
+from support.bundles import make_bundle
+from support.scripted_server import Answer, ScriptedServer
+
+from assay.sandbox import bwrap_available
+
+needs_bwrap = pytest.mark.skipif(not bwrap_available(), reason="bubblewrap cannot run here")
+RAY = Path(sys.executable).parent / "ray"
+needs_ray = pytest.mark.skipif(not RAY.is_file(), reason="ray is not installed in this venv "
+                               "(make setup-test installs assay[ray])")
+FULL = os.environ.get("CI") == "true" or os.environ.get("ASSAY_RAY_FULL") == "1"
+
+# Asks the model through the gateway it was given, sleeps (so a node can die under it), fixes.
+AGENT = r"""
+import json, os, subprocess, time, urllib.request
+req = urllib.request.Request(os.environ["OPENAI_BASE_URL"] + "/chat/completions",
+    data=json.dumps({"model": os.environ["ASSAY_MODEL"],
+                     "messages": [{"role": "user", "content": "fix add"}]}).encode(),
+    headers={"Authorization": "Bearer " + os.environ["OPENAI_API_KEY"],
+             "Content-Type": "application/json"})
+text = json.load(urllib.request.urlopen(req, timeout=30))["choices"][0]["message"]["content"]
+time.sleep(SLEEP)
+if "plus" in text:
+    subprocess.run(["sed", "-i", "s/return a - b/return a + b/", "src/calc/__init__.py"])
+print("agent done:", text)
+"""
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class Cluster:
+    """Two Ray nodes on this machine, started and ended by the test."""
+
+    temp_dir: Path
+    address: str = ""
+    procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    node_ids: dict[str, str] = field(default_factory=dict)
+
+    def start_node(self, name: str, cpus: int, *, head: bool) -> None:
+        log = open(self.temp_dir / f"{name}.log", "wb")  # noqa: SIM115 - kept for the node's life
+        args = [str(RAY), "start", "--block", f"--num-cpus={cpus}", "--disable-usage-stats",
+                f"--resources={json.dumps({'assay_test_' + name: 1})}",
+                f"--dashboard-agent-listen-port={_free_port()}"]
+        if head:
+            port = _free_port()
+            args += ["--head", f"--port={port}", f"--temp-dir={self.temp_dir}",
+                     "--include-dashboard=false"]
+            self.address = f"{_node_ip()}:{port}"
+        else:
+            args += [f"--address={self.address}"]
+        env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+        # the workers' temporary files (a killed worker's workspace, its relay's socket
+        # directory) go under the cluster's directory, removed with it
+        env["TMPDIR"] = str(self.temp_dir / "tmp")
+        (self.temp_dir / "tmp").mkdir(exist_ok=True)
+        self.procs[name] = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                            start_new_session=True)
+
+    def wait_gcs(self, timeout: float = 60) -> None:
+        host, port = self.address.rsplit(":", 1)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                socket.create_connection((host, int(port)), timeout=1).close()
+                return
+            except OSError:
+                time.sleep(0.2)
+        raise AssertionError(f"the Ray head's GCS at {self.address} did not come up")
+
+    def wait_nodes(self, n: int, timeout: float = 90) -> None:
+        """Until ``n`` nodes are alive; learns which node id is which (by its resource)."""
+        probe = ("import json, ray, sys, time\n"
+                 "ray.init(address=sys.argv[1], log_to_driver=False)\n"
+                 "for _ in range(300):\n"
+                 "    alive = [x for x in ray.nodes() if x['Alive']]\n"
+                 f"    if len(alive) >= {n}: break\n"
+                 "    time.sleep(0.2)\n"
+                 "print(json.dumps({k[len('assay_test_'):]: x['NodeID'] for x in alive "
+                 "for k in x['Resources'] if k.startswith('assay_test_')}))\n")
+        deadline = time.monotonic() + timeout
+        while True:
+            res = subprocess.run([sys.executable, "-c", probe, self.address], text=True,
+                                 capture_output=True, timeout=timeout)
+            if res.returncode == 0:
+                self.node_ids = json.loads(res.stdout.strip().splitlines()[-1])
+                if len(self.node_ids) >= n:
+                    return
+            if time.monotonic() > deadline:
+                raise AssertionError(f"the Ray cluster did not come up: {res.stderr[-2000:]}")
+            time.sleep(1)
+
+    def kill_raylet(self, name: str) -> int:
+        """SIGKILL the raylet of node ``name`` (a child of its ``ray start --block``)."""
+        parent = self.procs[name].pid
+        for pid in _children(parent):
+            if Path(f"/proc/{pid}/comm").read_text().strip() == "raylet":
+                os.kill(pid, signal.SIGKILL)
+                return pid
+        raise AssertionError(f"no raylet under {name}'s ray start ({parent})")
+
+    def stop(self) -> None:
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)  # ray start --block ends its node's processes
+        for proc in self.procs.values():
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                pass
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)  # whatever of its group is left
+            except ProcessLookupError:
+                pass
+        for pid in _ours(str(self.temp_dir)):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        out += [int(x) for x in (task / "children").read_text().split()]
+    return out
+
+
+def _ours(marker: str) -> list[int]:
+    """Processes whose command line names our cluster's private temp dir."""
+    found = []
+    for p in Path("/proc").iterdir():
+        if p.name.isdigit():
+            try:
+                if marker.encode() in (p / "cmdline").read_bytes():
+                    found.append(int(p.name))
+            except OSError:
+                pass
+    return found
+
+
+def _node_ip() -> str:
+    from ray.util import get_node_ip_address
+
+    return get_node_ip_address()
+
+
+@pytest.fixture
+def cluster() -> Iterator[Cluster]:
+    tmp = Path(tempfile.mkdtemp(prefix="ar", dir="/tmp"))  # short: Ray's socket paths
+    c = Cluster(tmp)
+    try:
+        c.start_node("head", 1, head=True)
+        c.wait_gcs()  # a TCP poll: cheaper than a probe process per try
+        c.start_node("b", 2, head=False)
+        c.wait_nodes(2)
+        yield c
+    finally:
+        c.stop()
+        left = _ours(str(tmp))
+        shutil.rmtree(tmp, ignore_errors=True)
+        assert not left, "processes of the test's Ray cluster outlived it"
+
+
+@pytest.fixture
+def upstream(monkeypatch: pytest.MonkeyPatch) -> Iterator[ScriptedServer]:
+    with ScriptedServer(lambda req, n: Answer("use plus", model="scripted-model")) as srv:
+        monkeypatch.setenv("TEST_UPSTREAM", srv.base_url)
+        monkeypatch.setenv("TEST_KEY", SECRET)
+        yield srv
+
+
+def _experiment(root: Path, *, reps: int, sleep: float, jobs: int, arms: int = 1,
+                behavior_cmd: str | None = None) -> Path:
+    bundle = make_bundle(root / "tasks" / "calc", agent_seconds=60, verifier_seconds=60,
+                         behavior_cmd=behavior_cmd)
+    y = bundle / "task.yaml"
+    y.write_text(y.read_text().replace("network_policy: none", "network_policy: model-proxy-only"))
+    (bundle / "repo" / "agent.py").write_text(AGENT.replace("SLEEP", str(sleep)))
+    from assay.suites.bundle import set_fixture_digest, tree_digest
+
+    set_fixture_digest(bundle, tree_digest(bundle / "repo"))
+    arm_lines = "".join(
+        f"  fixer{i}:\n    agent: \"command:python3 agent.py\"\n"
+        "    model: {name: scripted-model, base_url_env: TEST_UPSTREAM, api_key_env: TEST_KEY}\n"
+        for i in range(arms))
+    exp = root / "experiment.yaml"
+    exp.write_text(f"name: ray-calc\ntasks: [tasks]\nrepetitions: {reps}\nseed: 3\n"
+                   f"concurrency: {jobs}\nretries: {{infra: 3}}\narms:\n{arm_lines}"
+                   "prices:\n  scripted-model: {input: 1, output: 1}\n")
+    return exp
+
+
+def _cli(*args: str) -> list[str]:
+    return [sys.executable, "-m", "assay", *args]
+
+
+def _rows(out: Path, sql: str) -> list[tuple]:
+    with sqlite3.connect(f"file:{out / 'state.sqlite'}?mode=ro", uri=True) as db:
+        return db.execute(sql).fetchall()
+
+
+def _placements(out: Path) -> dict[str, dict]:
+    return {str(p.parent.relative_to(out)): json.loads(p.read_text())
+            for p in out.glob("trials/*/*/*/a*/placement.json")}
+
+
+def _wait_running_on(out: Path, node_id: str, n: int, proc: subprocess.Popen[str],
+                     timeout: float = 90) -> list[str]:
+    """Until ``n`` attempts placed on ``node_id`` are ``running`` (their agents started)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, proc.communicate()
+        placed = [d for d, p in _placements(out).items() if p["node_id"] == node_id]
+        if placed and (out / "state.sqlite").exists():
+            running = {r[0] for r in _rows(out, "SELECT dir FROM attempts "
+                                                "WHERE state='running'")}
+            on_node = [d for d in placed if d in running]
+            if len(on_node) >= n:
+                return on_node
+        time.sleep(0.3)
+    raise AssertionError(f"no {n} attempts running on node {node_id}: {_placements(out)}")
+
+
+def _wait_state_on(out: Path, node_id: str, state: str, n: int,
+                   proc: subprocess.Popen[str], timeout: float = 90) -> list[str]:
+    """Until ``n`` attempts placed on ``node_id`` are in ``state``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, proc.communicate()
+        placed = [d for d, p in _placements(out).items() if p["node_id"] == node_id]
+        if placed:
+            there = {r[0] for r in _rows(out, f"SELECT dir FROM attempts WHERE state='{state}'")}
+            on_node = [d for d in placed if d in there]
+            if len(on_node) >= n:
+                return on_node
+        time.sleep(0.3)
+    raise AssertionError(f"no {n} attempts {state} on node {node_id}: {_placements(out)}")
+
+
+def _wait_recorded(out: Path, dirs: list[str], state: str, proc: subprocess.Popen[str],
+                   timeout: float = 60) -> None:
+    """Until the driver has recorded each of ``dirs`` as ``state``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, proc.communicate()
+        states = dict(_rows(out, "SELECT dir, state FROM attempts"))
+        if all(states.get(d) == state for d in dirs):
+            return
+        time.sleep(0.3)
+    raise AssertionError(f"{dirs} not all {state}: {states}")
+
+
+def _check_one_grade_each(out: Path, trials: int) -> None:
+    grades = _rows(out, "SELECT trial, accepted FROM grades")
+    assert len(grades) == trials and len({g[0] for g in grades}) == trials
+    assert all(g[1] == 1 for g in grades), grades
+    states = _rows(out, "SELECT state, count(*) FROM trials GROUP BY state")
+    assert states == [("done", trials)], states
+
+
+def _all_text(root: Path) -> str:
+    return "\n".join(p.read_text(errors="replace") for p in root.rglob("*")
+                     if p.is_file() and p.suffix != ".sqlite")
+
+
+# ----------------------------------------------------------------------------------- local
+
+
+@needs_bwrap
+def test_a_local_run_never_imports_ray(tmp_path: Path) -> None:
+    make_bundle(tmp_path / "tasks" / "calc")
+    exp = tmp_path / "e.yaml"
+    exp.write_text("name: local\ntasks: [tasks]\nrepetitions: 1\narms:\n  idle:\n    agent: nop\n")
+    code = ("import sys\n"
+            "from assay.runner.experiment import run_experiment\n"
+            f"res = run_experiment({str(exp)!r}, {str(tmp_path / 'run')!r})\n"
+            "print(res.status, 'ray' in sys.modules)\n")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.split() == ["complete", "False"]
+    manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
+    assert manifest["sessions"][-1]["executor"] == {"kind": "local"}
+
+
+@needs_bwrap  # exp run checks the sandbox first
+def test_executor_ray_without_ray_installed_says_how_to_install(tmp_path: Path) -> None:
+    make_bundle(tmp_path / "tasks" / "calc")
+    exp = tmp_path / "e.yaml"
+    exp.write_text("name: r\ntasks: [tasks]\nrepetitions: 1\narms:\n  idle:\n    agent: nop\n")
+    out = tmp_path / "run"
+    # ray hidden the way a missing install looks to Python: `import ray` raises ImportError
+    code = ("import sys\nsys.modules['ray'] = None\nfrom assay.cli import main\n"
+            f"sys.argv = ['assay', 'exp', 'run', {str(exp)!r}, '--out', {str(out)!r}, "
+            "'--executor', 'ray']\nmain()\n")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120)
+    assert res.returncode == 2, (res.stdout, res.stderr)
+    assert "pip install 'assay[ray]'" in " ".join(res.stderr.split())
+    assert not out.exists()  # refused before anything was written
+
+
+@needs_bwrap  # exp run checks the sandbox first
+def test_an_unknown_executor_or_a_stray_ray_address_is_refused(tmp_path: Path) -> None:
+    make_bundle(tmp_path / "tasks" / "calc")
+    exp = tmp_path / "e.yaml"
+    exp.write_text("name: r\ntasks: [tasks]\nrepetitions: 1\narms:\n  idle:\n    agent: nop\n")
+    res = run_cli(["exp", "run", str(exp), "--out", str(tmp_path / "run"),
+                   "--executor", "slurm"])
+    assert res.code == 2 and "'slurm' is not one of local, ray" in " ".join(res.stderr.split())
+    res = run_cli(["exp", "run", str(exp), "--out", str(tmp_path / "run"),
+                   "--ray-address", "auto"])
+    assert res.code == 2 and "--ray-address is for --executor ray" in res.stderr
+    assert not (tmp_path / "run").exists()
+
+
+# ------------------------------------------------------------------------------------ ray
+
+
+@needs_bwrap
+@needs_ray
+def test_a_node_lost_mid_run_costs_attempts_not_grades(tmp_path: Path, cluster: Cluster,
+                                                       upstream: ScriptedServer) -> None:
+    exp = _experiment(tmp_path, reps=3, sleep=3, jobs=3)
+    out = tmp_path / "run"
+    proc = subprocess.Popen(_cli("exp", "run", str(exp), "--out", str(out), "--executor", "ray",
+                                 "--ray-address", cluster.address),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        lost = _wait_running_on(out, cluster.node_ids["b"], 2, proc)
+        cluster.kill_raylet("b")
+        stdout, stderr = proc.communicate(timeout=150)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, stderr[-3000:]
+    _check_one_grade_each(out, 3)
+    # the lost attempts are kept, as infrastructure errors with Ray's evidence
+    attempts = dict(_rows(out, "SELECT dir, state || ' ' || coalesce(reason, '') "
+                               "FROM attempts"))
+    for d in lost:
+        assert attempts[d].startswith("infra_error worker_lost: "), attempts[d]
+        assert cluster.node_ids["b"][:12] in attempts[d]
+    placements = _placements(out)
+    assert {p["node_id"] for p in placements.values()} == set(cluster.node_ids.values())
+    for d in lost:
+        assert placements[d]["lost_error"] and placements[d]["lost_at"]
+    assert {p["transfer"] for p in placements.values()} == {"shared_fs"}
+    # 3 grades from 3 + 2 attempts at least; no trial was graded twice (checked above)
+    assert len(attempts) >= 5
+    # every attempt that got as far as its agent asked the model through the one gateway,
+    # from either node, with its own token; the real key is in no file
+    ledgers = list(out.glob("trials/*/*/*/a*/model_calls.jsonl"))
+    done_dirs = {r[0] for r in _rows(out, "SELECT dir FROM attempts WHERE state='done'")}
+    assert done_dirs <= {str(p.parent.relative_to(out)) for p in ledgers}
+    assert upstream.requests and SECRET not in _all_text(out)
+    session = json.loads((out / "manifest.json").read_text())["sessions"][-1]
+    ex = session["executor"]
+    assert ex["kind"] == "ray" and ex["transfer"] == "shared_fs" and ex["nodes_at_start"] == 2
+    assert ex["gateway_host"] == cluster.address.rsplit(":", 1)[0]
+    assert ex["gateway"].startswith(ex["gateway_host"] + ":")
+    assert "worker_lost" in stderr and "(will retry)" in stderr
+
+    # from Python, with Ray already connected by the caller: used, and left connected
+    (tmp_path / "nop.yaml").write_text("name: nop\ntasks: [tasks]\nrepetitions: 1\n"
+                                       "arms:\n  idle:\n    agent: nop\n")
+    code = ("import ray, sys\nfrom assay import run_experiment\n"
+            "ray.init(address=sys.argv[1], log_to_driver=False)\n"
+            "res = run_experiment(sys.argv[2], sys.argv[3], executor='ray')\n"
+            "print(res.status, ray.is_initialized())\n")
+    res = subprocess.run([sys.executable, "-c", code, cluster.address,
+                          str(tmp_path / "nop.yaml"), str(tmp_path / "run-nop")],
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert res.stdout.split()[-2:] == ["complete", "True"]
+    assert len(_placements(tmp_path / "run-nop")) == 1
+
+
+@needs_bwrap
+@needs_ray
+@pytest.mark.ray_full
+@pytest.mark.skipif(not FULL, reason="the full Ray scenario runs in CI (CI=true) or with "
+                    "ASSAY_RAY_FULL=1; make test runs the reduced form")
+def test_full_node_lost_then_driver_stopped_killed_and_resumed_locally(
+        tmp_path: Path, cluster: Cluster, upstream: ScriptedServer) -> None:
+    exp = _experiment(tmp_path, reps=6, sleep=4, jobs=3, arms=2)
+    out = tmp_path / "run"
+    run = _cli("exp", "run", str(exp), "--out", str(out))
+    ray_run = [*run, "--executor", "ray", "--ray-address", cluster.address]
+    unfinished = "SELECT dir FROM attempts WHERE state IN ('preparing', 'running')"
+
+    # 1. the second node dies under two attempts
+    proc = subprocess.Popen(ray_run, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        lost = _wait_running_on(out, cluster.node_ids["b"], 2, proc)
+        cluster.kill_raylet("b")
+        _wait_recorded(out, lost, "infra_error", proc)
+        # 2. SIGTERM to the driver while its attempts run on the head: it cancels them, records
+        # nothing about them and exits 130 at once (not after the agents would have ended)
+        _wait_running_on(out, cluster.node_ids["head"], 1, proc)
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, stderr[-3000:]
+    assert time.monotonic() - t0 < 30
+    stopped = {r[0] for r in _rows(out, unfinished)}
+    assert stopped
+
+    # 3. resumed on Ray (the head alone now), then the driver killed with SIGKILL
+    proc = subprocess.Popen(ray_run, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_recorded(out, sorted(stopped), "interrupted", proc)  # its recovery ran
+        _wait_running_on(out, cluster.node_ids["head"], 1, proc)
+        proc.send_signal(signal.SIGKILL)
+        proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    killed = {r[0] for r in _rows(out, unfinished)}
+    assert killed and not killed & stopped
+
+    # 4. resumed locally: the same run, another executor
+    res = subprocess.run([*run, "--executor", "local"], capture_output=True, text=True,
+                         timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    _check_one_grade_each(out, 12)
+    attempts = dict(_rows(out, "SELECT dir, state || ' ' || coalesce(reason, '') "
+                               "FROM attempts"))
+    for d in lost:
+        assert attempts[d].startswith("infra_error worker_lost: "), attempts[d]
+    for d in stopped | killed:
+        assert attempts[d] == "interrupted runner_restart", attempts[d]
+    sessions = json.loads((out / "manifest.json").read_text())["sessions"]
+    # a session is recorded when it ends: the stopped and the killed Ray sessions wrote none
+    assert [s["executor"]["kind"] for s in sessions] == ["local"]
+    assert SECRET not in _all_text(out)
+
+
+@needs_bwrap
+@needs_ray
+@pytest.mark.ray_full
+@pytest.mark.skipif(not FULL, reason="the full Ray scenario runs in CI (CI=true) or with "
+                    "ASSAY_RAY_FULL=1; make test runs the reduced form")
+def test_full_a_node_lost_while_verifying_is_verified_on_the_driver(
+        tmp_path: Path, cluster: Cluster, upstream: ScriptedServer) -> None:
+    """A frozen artifact is never run again: the driver grades it from the shared run
+    directory, and the trial keeps its one attempt."""
+    slow = ("sleep 8; PYTHONPATH=src python3 -m pytest -q -p no:cacheprovider "
+            "$ASSAY_TESTS/test_fix.py")
+    exp = _experiment(tmp_path, reps=3, sleep=1, jobs=3, behavior_cmd=slow)
+    out = tmp_path / "run"
+    proc = subprocess.Popen(_cli("exp", "run", str(exp), "--out", str(out), "--executor", "ray",
+                                 "--ray-address", cluster.address),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        verifying = _wait_state_on(out, cluster.node_ids["b"], "verifying", 1, proc)
+        cluster.kill_raylet("b")
+        _, stderr = proc.communicate(timeout=150)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, stderr[-3000:]
+    _check_one_grade_each(out, 3)
+    graded = dict(_rows(out, "SELECT a.dir, g.revision FROM grades g JOIN attempts a "
+                             "ON a.id = g.attempt"))
+    for d in verifying:
+        assert d in graded  # the same attempt, graded on the driver, not run again
+        assert _placements(out)[d]["lost_error"]
+    assert "worker lost, verified here: accepted" in stderr
