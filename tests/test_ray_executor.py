@@ -14,8 +14,8 @@ and the second node two, so two attempts land on the second node; its raylet is 
 SIGKILL while they run. Every trial still ends with exactly one grade, the lost attempts stay
 ``infra_error`` with reason ``worker_lost`` and Ray's evidence in their ``placement.json``.
 
-Full form (marker ``ray_full``; runs when ``CI=true``, as in ``.ci/run``, or with
-``ASSAY_RAY_FULL=1``): twelve trials over two arms, the second node killed mid-run; then the
+Full form (marker ``ray_full``; runs when ``CI=true``, or with ``ASSAY_RAY_FULL=1``, which
+``.ci/run`` sets): twelve trials over two arms, the second node killed mid-run; then the
 driver stopped with SIGTERM (it cancels its Ray tasks and exits 130 at once), resumed on Ray,
 killed with SIGKILL while attempts run on the head, and resumed with ``--executor local``: the
 attempts each driver was running become ``interrupted`` (``runner_restart``) and run again,
