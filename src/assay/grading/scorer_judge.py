@@ -25,7 +25,6 @@ from assay.errors import AssayError, GradingError
 from assay.grading.judge import Material, judge_material
 from assay.grading.judge_calibration import calibration_for, calibration_label
 from assay.grading.judge_endpoint import judge_base_url, judge_client
-from assay.grading.labels import read_text
 from assay.grading.scorers import Reading, Score, _Base
 from assay.records.judgement import JUDGEMENTS, append_judgement
 from assay.suites.cases import Case, NarrowSuite
@@ -80,16 +79,7 @@ class JudgeScorer(_Base):
         self.client = judge_client(self.judge, environ=environ)
 
     def read(self, text: str | None, refusal: str | None) -> Reading:
-        if self.spec.reads == "text":
-            body, why, detail = read_text(text, refusal)
-            return Reading(body, why, detail)
-        value, bad = self._read_field(text, refusal)
-        if bad is not None:
-            return bad
-        if not isinstance(value, str) or not value.strip():
-            return Reading(None, "missing_field", f"{self.output_field!r} "
-                           f"{type(value).__name__}")
-        return Reading(value)
+        return self._read_string(text, refusal, nonempty=True)
 
     async def score(self, value: Any, case: Case, repeat: int = 0) -> Score:
         material = Material.answer(str(value), context=context_of(case))

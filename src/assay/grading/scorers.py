@@ -88,6 +88,21 @@ class _Base:
             return None, Reading(None, "missing_field", f"{self.output_field!r} absent")
         return obj[self.output_field], None
 
+    def _read_string(self, text: str | None, refusal: str | None, *,
+                     nonempty: bool = False) -> Reading:
+        """The whole reply (``reads: text``: only an empty reply is invalid) or the string at
+        ``output_field`` (an empty one refused with ``nonempty``)."""
+        if self.spec.reads == "text":
+            body, why, detail = read_text(text, refusal)
+            return Reading(body, why, detail)
+        value, bad = self._read_field(text, refusal)
+        if bad is not None:
+            return bad
+        if not isinstance(value, str) or (nonempty and not value.strip()):
+            return Reading(None, "missing_field", f"{self.output_field!r} "
+                           f"{type(value).__name__}")
+        return Reading(value)
+
 
 class LabelScorer(_Base):
     """One of the suite's labels, compared stripped and lower-cased (today's scorer)."""
@@ -110,16 +125,7 @@ class NormalizedTextScorer(_Base):
     field, or the whole reply (``reads: text``, where only an empty reply is invalid)."""
 
     def read(self, text: str | None, refusal: str | None) -> Reading:
-        if self.spec.reads == "text":
-            body, why, detail = read_text(text, refusal)
-            return Reading(body, why, detail)
-        value, bad = self._read_field(text, refusal)
-        if bad is not None:
-            return bad
-        if not isinstance(value, str):
-            return Reading(None, "missing_field", f"{self.output_field!r} "
-                           f"{type(value).__name__}")
-        return Reading(value)
+        return self._read_string(text, refusal)
 
     async def score(self, value: Any, case: Case, repeat: int = 0) -> Score:
         a, e = fold_text(value), fold_text(str(case.expected))
