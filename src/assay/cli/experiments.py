@@ -160,8 +160,9 @@ def exp_run(
         "with --executor ray the driver's node address, which the workers must reach).")]
     = None,
 ) -> None:
-    """Run every trial of an experiment (resume: the same command). Exit 0 complete, 2 bad
-    input, 3 finished with infra errors or stopped by the total budget, 130 interrupted."""
+    """Run every trial of an experiment (resume: the same command), then its pairwise check if
+    it has one. Exit 0 complete, 2 bad input, 3 finished with infra errors, stopped by the
+    total budget or without its pairwise check, 130 interrupted."""
     import signal
 
     from rich.markup import escape
@@ -189,15 +190,23 @@ def exp_run(
         raise typer.Exit(EXIT_INTERRUPTED) from None
     finally:
         signal.signal(signal.SIGTERM, old)
+    from assay.api.tasks import run_pairwise_check
+
+    pairwise = run_pairwise_check(out_dir, result.status, jobs=jobs or 2)
     write_experiment_report(out_dir)
     counts = ", ".join(f"{k}: {v}" for k, v in sorted(result.counts.items()))
     err.print(f"trials: {counts}; spent ${result.spent_usd:.4f}"
               + ("" if result.spent_complete else " (lower bound)")
               + f"; report: {out_dir / 'report.md'}", highlight=False)
+    if pairwise is not None and "error" in pairwise:
+        # after the trials' own line: they are done and reported; the check is what is missing
+        err.print(escape(f"pairwise check: not done: {pairwise['error']}; the trials are "
+                         f"recorded, resume with: assay exp run {experiment} --out {out_dir}"),
+                  highlight=False)
     if result.status == "budget_stopped":
         raise fail(str(result.message) + f"; resume with: assay exp run {experiment} --out "
                    f"{out_dir}", EXIT_INFRA)
-    if result.status != "complete":
+    if result.status != "complete" or (pairwise is not None and "error" in pairwise):
         raise typer.Exit(EXIT_INFRA)
 
 

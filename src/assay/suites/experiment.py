@@ -10,6 +10,14 @@ a changed arm is refused instead of mixing two experiments in one table.
 ``bar`` and ``weights`` are read, validated and kept in the identity: they must be fixed before
 the run (see the statistics notes), so a resume with either changed is refused like any other
 change; ``exp compare`` and ``exp verdict`` act on them.
+
+``pairwise`` (optional) asks a pinned judge, after every trial is graded, which of two arms it
+prefers task by task (``api/pairwise.py``). While unset it is absent from the identity, so runs
+begun before it existed resume. When set it is in the identity's settings: the file's bytes
+(``file_sha256``) are in the identity anyway, so an edited block could not resume either way;
+there the refusal names the field. The judge file itself (its model, prompt, rubric) is not in
+the identity: a judge grades, it does not run, so editing it never invalidates trials; the
+plan in ``<run>/pairwise/`` pins the judge's revision and refuses to mix two judges there.
 """
 
 from __future__ import annotations
@@ -176,6 +184,27 @@ class Fork(_Strict):
         return value
 
 
+#: What a pairwise judge may be shown of a candidate (``grading/judge_material.PARTS``).
+PairwisePart = Literal["diff", "files", "trajectory", "answer"]
+
+
+class Pairwise(_Strict):
+    """A pinned judge's preference between two arms, asked after every trial is graded (the
+    same judging as ``assay judge pairwise``, into ``<run>/pairwise/``)."""
+
+    judge: str = Field(min_length=1)
+    """The judge file (``judge.yaml``), relative to this file; it must load."""
+    a: str | None = None
+    """Arm A; default: the bar's baseline (or the first of two arms)."""
+    b: str | None = None
+    """Arm B (the preference is of B over A); default: the bar's candidate (or the second of
+    two arms)."""
+    show: list[PairwisePart] | None = Field(default=None, min_length=1)
+    """What the judge reads of each candidate; default: diff and trajectory."""
+    seed: int = 0
+    """Seeds the opaque candidate ids."""
+
+
 class ExperimentSpec(_Strict):
     """``experiment.yaml``, as written."""
 
@@ -205,6 +234,8 @@ class ExperimentSpec(_Strict):
     """Task weights fixed before the run (Δ weights tasks by them)."""
     fork: Fork | None = None
     """Run a prefix once per (task, repetition) and start every arm from its frozen state."""
+    pairwise: Pairwise | None = None
+    """After the trials, a judge's per-task preference between two arms."""
 
 
 class TrialKey(NamedTuple):
@@ -262,6 +293,7 @@ def load_experiment(path: Path) -> Experiment:
     selected = _select(spec, found, problem, problems)
     problems += _check_prices(spec, problem)
     problems += _check_bar(spec, problem)
+    problems += _check_pairwise(path, spec, problem)
     if spec.weights is not None:
         for task, weight in spec.weights.items():
             if task not in found:
@@ -288,8 +320,9 @@ def _settings(spec: ExperimentSpec) -> dict[str, Any]:
     format are left out while unset (absent, not null), so a run begun before they existed
     still resumes with the same identity."""
     settings = spec.model_dump(mode="json")
-    if settings.get("fork") is None:
-        settings.pop("fork", None)
+    for key in ("fork", "pairwise"):
+        if settings.get(key) is None:
+            settings.pop(key, None)
     for arm in settings["arms"].values():
         if arm.get("trigger_event") is None:
             arm.pop("trigger_event", None)
@@ -400,6 +433,54 @@ def _check_bar(spec: ExperimentSpec, problem: ProblemAt) -> list[Problem]:
                            "candidate"))
     elif bar.baseline is not None and bar.baseline == bar.candidate:
         out.append(problem(("bar", "candidate"), "the candidate is the baseline"))
+    return out
+
+
+def pairwise_arms(spec: ExperimentSpec) -> tuple[str, str] | None:
+    """The pairwise block's arms A and B: as named, else the bar's baseline and candidate, else
+    the two arms in the file's order; None when that names no pair."""
+    pw = spec.pairwise
+    if pw is None:
+        return None
+    bar = spec.bar
+    default = ((bar.baseline, bar.candidate) if bar is not None and bar.baseline is not None
+               else tuple(spec.arms) if len(spec.arms) == 2 else (None, None))
+    a, b = pw.a or default[0], pw.b or default[1]
+    return (a, b) if a is not None and b is not None else None
+
+
+def pairwise_judge_path(experiment_file: Path, judge: str) -> Path:
+    """The judge file of a pairwise block: relative to the experiment file."""
+    return Path(judge) if Path(judge).is_absolute() else Path(experiment_file).parent / judge
+
+
+def _check_pairwise(path: Path, spec: ExperimentSpec, problem: ProblemAt) -> list[Problem]:
+    """The judge must load and the two arms must exist and differ: found now, not after the
+    last trial."""
+    from assay.suites.judge_spec import load_judge
+
+    pw = spec.pairwise
+    if pw is None:
+        return []
+    out = [problem(("pairwise", side), f"no arm {name!r} in arms")
+           for side, name in (("a", pw.a), ("b", pw.b))
+           if name is not None and name not in spec.arms]
+    arms = pairwise_arms(spec)
+    if arms is None:
+        out.append(problem(("pairwise",), f"{len(spec.arms)} arms and no bar naming baseline "
+                           "and candidate: name the arms with a: and b:"))
+    elif arms[0] == arms[1]:
+        out.append(problem(("pairwise", "b"), f"arm {arms[1]!r} would be judged against "
+                           "itself"))
+    judge = pairwise_judge_path(path, pw.judge)
+    if not judge.is_file():
+        out.append(problem(("pairwise", "judge"), f"{judge}: no such judge file"))
+    else:
+        try:
+            load_judge(judge)
+        except SuiteError as exc:
+            out.append(problem(("pairwise", "judge"), f"{judge} does not load: "
+                               + "; ".join(str(p) for p in exc.problems)))
     return out
 
 
