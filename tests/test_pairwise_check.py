@@ -117,6 +117,7 @@ def test_exp_run_judges_two_arms_after_the_trials(tmp_path: Path,
     assert f"{URL_ENV} is not set" in rep["judge_preference"]["error"]
     assert "Missing: the pairwise judging did not run" in (out / "report.md").read_text()
     assert not (pw / "pairwise.json").exists() and (pw / "pairwise_error.json").is_file()
+    assert "Judge preference: InputError" in (out / "report.html").read_text()
     attempts = _attempts(out)
     assert len(attempts) == 4
 
@@ -153,6 +154,8 @@ def test_exp_run_judges_two_arms_after_the_trials(tmp_path: Path,
     text = (out / "report.md").read_text()
     assert "## Judge preference" in text and "Position bias: 1 of 2" in text
     assert "uncalibrated" in text
+    html = (out / "report.html").read_text()
+    assert "Judge preference of B over A: +0.50" in html and "position bias 50%" in html
     # the block is part of the run's identity as written (the judge file's content is not)
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["identity"]["settings"]["pairwise"] == {

@@ -309,7 +309,8 @@ def pairwise_check(run_dir: PathLike, *, jobs: int = 2) -> dict[str, Any] | None
     from assay.errors import AssayError
     from assay.records.io import atomic_write_json, read_json_file
     from assay.records.manifest import utc_now
-    from assay.suites.experiment import ExperimentSpec, pairwise_arms, pairwise_judge_path
+    from assay.suites.experiment import ExperimentSpec, pairwise_arms
+    from assay.suites.experiment_pairwise import pairwise_judge_path
 
     run = Path(run_dir)
     manifest = read_json_file(run / "manifest.json")

@@ -18,6 +18,9 @@ begun before it existed resume. When set it is in the identity's settings: the f
 there the refusal names the field. The judge file itself (its model, prompt, rubric) is not in
 the identity: a judge grades, it does not run, so editing it never invalidates trials; the
 plan in ``<run>/pairwise/`` pins the judge's revision and refuses to mix two judges there.
+
+The module runs past 400 lines because the file's schema, its cross-field checks and the
+identity it yields are one contract, read together when any of them changes.
 """
 
 from __future__ import annotations
@@ -42,6 +45,11 @@ from pydantic import (
 
 from assay.suites.bundle import Bundle, find_bundles, load_bundle, tree_digest
 from assay.suites.errors import Problem, SuiteError
+from assay.suites.experiment_pairwise import (
+    Pairwise,
+    check_pairwise,
+    resolve_arms,
+)
 from assay.suites.yamlfile import key_lines, line_of, load_mapping, validation_error
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
@@ -184,27 +192,6 @@ class Fork(_Strict):
         return value
 
 
-#: What a pairwise judge may be shown of a candidate (``grading/judge_material.PARTS``).
-PairwisePart = Literal["diff", "files", "trajectory", "answer"]
-
-
-class Pairwise(_Strict):
-    """A pinned judge's preference between two arms, asked after every trial is graded (the
-    same judging as ``assay judge pairwise``, into ``<run>/pairwise/``)."""
-
-    judge: str = Field(min_length=1)
-    """The judge file (``judge.yaml``), relative to this file; it must load."""
-    a: str | None = None
-    """Arm A; default: the bar's baseline (or the first of two arms)."""
-    b: str | None = None
-    """Arm B (the preference is of B over A); default: the bar's candidate (or the second of
-    two arms)."""
-    show: list[PairwisePart] | None = Field(default=None, min_length=1)
-    """What the judge reads of each candidate; default: diff and trajectory."""
-    seed: int = 0
-    """Seeds the opaque candidate ids."""
-
-
 class ExperimentSpec(_Strict):
     """``experiment.yaml``, as written."""
 
@@ -293,7 +280,9 @@ def load_experiment(path: Path) -> Experiment:
     selected = _select(spec, found, problem, problems)
     problems += _check_prices(spec, problem)
     problems += _check_bar(spec, problem)
-    problems += _check_pairwise(path, spec, problem)
+    if spec.pairwise is not None:
+        problems += check_pairwise(path, spec.pairwise, pairwise_arms(spec), list(spec.arms),
+                                   problem)
     if spec.weights is not None:
         for task, weight in spec.weights.items():
             if task not in found:
@@ -437,51 +426,12 @@ def _check_bar(spec: ExperimentSpec, problem: ProblemAt) -> list[Problem]:
 
 
 def pairwise_arms(spec: ExperimentSpec) -> tuple[str, str] | None:
-    """The pairwise block's arms A and B: as named, else the bar's baseline and candidate, else
-    the two arms in the file's order; None when that names no pair."""
-    pw = spec.pairwise
-    if pw is None:
+    """The pairwise block's arms A and B (``suites/experiment_pairwise.py``)."""
+    if spec.pairwise is None:
         return None
     bar = spec.bar
-    default = ((bar.baseline, bar.candidate) if bar is not None and bar.baseline is not None
-               else tuple(spec.arms) if len(spec.arms) == 2 else (None, None))
-    a, b = pw.a or default[0], pw.b or default[1]
-    return (a, b) if a is not None and b is not None else None
-
-
-def pairwise_judge_path(experiment_file: Path, judge: str) -> Path:
-    """The judge file of a pairwise block: relative to the experiment file."""
-    return Path(judge) if Path(judge).is_absolute() else Path(experiment_file).parent / judge
-
-
-def _check_pairwise(path: Path, spec: ExperimentSpec, problem: ProblemAt) -> list[Problem]:
-    """The judge must load and the two arms must exist and differ: found now, not after the
-    last trial."""
-    from assay.suites.judge_spec import load_judge
-
-    pw = spec.pairwise
-    if pw is None:
-        return []
-    out = [problem(("pairwise", side), f"no arm {name!r} in arms")
-           for side, name in (("a", pw.a), ("b", pw.b))
-           if name is not None and name not in spec.arms]
-    arms = pairwise_arms(spec)
-    if arms is None:
-        out.append(problem(("pairwise",), f"{len(spec.arms)} arms and no bar naming baseline "
-                           "and candidate: name the arms with a: and b:"))
-    elif arms[0] == arms[1]:
-        out.append(problem(("pairwise", "b"), f"arm {arms[1]!r} would be judged against "
-                           "itself"))
-    judge = pairwise_judge_path(path, pw.judge)
-    if not judge.is_file():
-        out.append(problem(("pairwise", "judge"), f"{judge}: no such judge file"))
-    else:
-        try:
-            load_judge(judge)
-        except SuiteError as exc:
-            out.append(problem(("pairwise", "judge"), f"{judge} does not load: "
-                               + "; ".join(str(p) for p in exc.problems)))
-    return out
+    return resolve_arms(spec.pairwise, bar.baseline if bar else None,
+                        bar.candidate if bar else None, list(spec.arms))
 
 
 def bar_sha256(bar: dict[str, Any] | None) -> str | None:
