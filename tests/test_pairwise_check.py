@@ -153,6 +153,8 @@ def test_exp_run_judges_two_arms_after_the_trials(tmp_path: Path,
     assert {r["task"]: r["preference"] for r in jp["per_task"]} == {"t0": 1.0, "t1": 0.0}
     text = (out / "report.md").read_text()
     assert "## Judge preference" in text and "Position bias: 1 of 2" in text
+    assert "A = zebrafix, B = quokkaarm." in text and (jp["a"], jp["b"]) == ("zebrafix",
+                                                                            "quokkaarm")
     assert "uncalibrated" in text
     html = (out / "report.html").read_text()
     assert "Judge preference of B over A: +0.50" in html and "position bias 50%" in html
@@ -174,6 +176,11 @@ def test_exp_run_judges_two_arms_after_the_trials(tmp_path: Path,
     again = _report(out)["judge_preference"]
     assert {k: again[k] for k in ("preference", "ties", "flipped", "position_bias")} == {
         k: jp[k] for k in ("preference", "ties", "flipped", "position_bias")}
+
+    # every order recorded: a re-run needs no endpoint and asks nothing
+    monkeypatch.delenv(URL_ENV)
+    res = _run(exp, out, monkeypatch)
+    assert res.code == 0 and "error" not in _report(out)["judge_preference"], res.stderr
 
     # exp report and exp compare pick the directory up; compare only for the same two arms
     res = run_cli(["exp", "report", str(out)])
@@ -247,3 +254,26 @@ def test_the_block_is_checked_at_load_with_file_line_and_field(tmp_path: Path) -
     ok = three.read_text().replace("{judge: j.yaml}", "{judge: j.yaml, a: c, b: a}")
     three.write_text(ok)
     assert load_experiment(three).identity["settings"]["pairwise"]["b"] == "a"
+
+
+@needs_bwrap
+def test_from_python_run_experiment_runs_the_check(tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    import assay
+
+    exp = _experiment(tmp_path, tasks=1, tail="pairwise:\n  judge: judges/j/judge.yaml\n"
+                      "  a: quokkaarm\n  b: zebrafix\n  show: [diff]\n")
+    out = tmp_path / "run"
+    with JudgeServer({KEY: prefer("BETA")}) as srv:
+        write_judge(tmp_path / "judges" / "j", srv.base_url)
+        monkeypatch.setenv("PW_UNUSED_URL", "http://127.0.0.1:9/v1")
+        monkeypatch.setenv("PW_UNUSED_KEY", "unused")
+        result = assay.run_experiment(exp, out)
+        asked = len(srv.requests)
+    assert result.status == "complete" and asked == 2
+    jp = _report(out)["judge_preference"]
+    # A is quokkaarm here (BETA): the judge prefers A, so B's preference is -1
+    assert jp["preference"] == -1.0 and jp["a_wins"] == 1 and jp["show"] == ["diff"]
+    # exp compare's default pair (the file's order) is the other way round: not picked up
+    assert "judge_preference" not in assay.compare_experiment(out)
+    assert assay.compare_experiment(out, a="quokkaarm", b="zebrafix")["judge_preference"] == jp

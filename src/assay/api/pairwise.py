@@ -171,6 +171,8 @@ async def _judge_all(judge: Any, plan: dict[str, Any], done: set[tuple[str, str]
     from assay.grading.judge_endpoint import judge_client
     from assay.grading.judge_pairwise import judge_order
 
+    if all((f"{p['task']}/{p['rep']}", o) in done for p in plan["pairs"] for o in ("ab", "ba")):
+        return 0  # nothing to ask: no endpoint needed (a finished run re-run without one)
     client = judge_client(judge, max_tries=3, backoff_base_s=0.2)
     sem = asyncio.Semaphore(max(1, jobs))
     show = tuple(plan["show"])

@@ -146,7 +146,8 @@ def judge_preference(run_dir: Path, a: str, b: str) -> dict[str, Any] | None:
             raise RecordError(f"{summary_path}: not a pairwise summary "
                               f"({summary.get('schema')!r})")
         try:
-            section = preference_section(summary, source=run_dir, a=a, b=b)
+            # the arms named: the report's comparison may be of another pair or orientation
+            section = {"a": a, "b": b, **preference_section(summary, source=run_dir, a=a, b=b)}
         except NotComparable:
             return None
     if error is not None:
@@ -339,6 +340,7 @@ def pairwise_markdown(section: dict[str, Any]) -> list[str]:
         return ["", "## Judge preference", "",
                 f"Missing: the pairwise judging did not run: {md(section['error'])}", ""]
     lines = preference_markdown(section)
+    lines[3:3] = [f"A = {md(section['a'])}, B = {md(section['b'])}.", ""]
     if section.get("error"):
         lines += ["", f"_The last session could not judge: {md(section['error'])}; the "
                       "figures are of the orders recorded before._", ""]
