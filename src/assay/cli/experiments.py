@@ -167,6 +167,7 @@ def exp_run(
 
     from rich.markup import escape
 
+    from assay.api.tasks import run_pairwise_check
     from assay.cli.app import _raise_interrupt, _require_sandbox, err
     from assay.errors import EXIT_INFRA, EXIT_INTERRUPTED, InputError
     from assay.report.experiment import write_experiment_report
@@ -182,6 +183,9 @@ def exp_run(
                                 total_cost_usd=total_cost_usd,
                                 holdout_reuse=holdout_reuse, executor=executor,
                                 ray_address=ray_address, gateway_host=gateway_host)
+        # the experiment's pairwise check, if any: never raises for the judge's trouble; an
+        # interrupt stops it like the trials (the same command resumes both)
+        pairwise = run_pairwise_check(out_dir, result.status, jobs=jobs or 2)
     except InputError as exc:  # escaped: "pip install 'assay[ray]'" is not markup
         raise fail(escape(str(exc))) from None
     except KeyboardInterrupt:
@@ -190,9 +194,6 @@ def exp_run(
         raise typer.Exit(EXIT_INTERRUPTED) from None
     finally:
         signal.signal(signal.SIGTERM, old)
-    from assay.api.tasks import run_pairwise_check
-
-    pairwise = run_pairwise_check(out_dir, result.status, jobs=jobs or 2)
     write_experiment_report(out_dir)
     counts = ", ".join(f"{k}: {v}" for k, v in sorted(result.counts.items()))
     err.print(f"trials: {counts}; spent ${result.spent_usd:.4f}"
