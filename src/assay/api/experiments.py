@@ -40,7 +40,8 @@ def compare_experiment(source: PathLike, *, a: str | None = None, b: str | None 
     ``source`` is an experiment run directory, a Harbor job directory (a pass is a reward of
     at least ``reward_threshold``, default 1) or an outcomes JSONL file. ``preference``: a
     ``judge pairwise --out`` directory of the same two arms; its summary is added under
-    ``judge_preference`` (every other key is unchanged)."""
+    ``judge_preference`` (every other key is unchanged); without it, a run's own ``pairwise/``
+(the experiment's ``pairwise:`` check) is used when it judged these two arms."""
     from assay.report.abcompare import build_comparison, preference_section
     from assay.report.outcomes import load_outcomes
 
@@ -53,6 +54,12 @@ def compare_experiment(source: PathLike, *, a: str | None = None, b: str | None 
 
         out["judge_preference"] = preference_section(read_preference(preference),
                                                      source=data.source, a=arm_a, b=arm_b)
+    elif data.kind == "run":  # the experiment's own pairwise check, when it judged these arms
+        from assay.report.experiment import judge_preference
+
+        found = judge_preference(Path(data.source), arm_a, arm_b)
+        if found is not None:
+            out["judge_preference"] = found
     record_results_shown(data, command="exp compare")
     return out
 

@@ -12,6 +12,13 @@ The output directory keeps the plan (frozen before the first call, so a resume s
 ids: running the same command again only asks for the orders not yet recorded), one
 append-only row per order, and the summary ``pairwise.json`` that ``exp compare --preference``
 reads.
+
+As an experiment check (``pairwise:`` in experiment.yaml), :func:`pairwise_check` runs the same
+judging into ``<run>/pairwise/`` once the trials are done; the experiment report and
+``exp compare`` pick that directory up. When it cannot run (no judge endpoint, a judge that
+cannot be reached, a plan made by another judge), the reason is written beside the plan as
+``pairwise_error.json`` so the report, built from disk alone, can say why the section is
+missing.
 """
 
 from __future__ import annotations
@@ -164,6 +171,8 @@ async def _judge_all(judge: Any, plan: dict[str, Any], done: set[tuple[str, str]
     from assay.grading.judge_endpoint import judge_client
     from assay.grading.judge_pairwise import judge_order
 
+    if all((f"{p['task']}/{p['rep']}", o) in done for p in plan["pairs"] for o in ("ab", "ba")):
+        return 0  # nothing to ask: no endpoint needed (a finished run re-run without one)
     client = judge_client(judge, max_tries=3, backoff_base_s=0.2)
     sem = asyncio.Semaphore(max(1, jobs))
     show = tuple(plan["show"])
@@ -290,6 +299,48 @@ def judge_pairwise(run_a: PathLike, run_b: PathLike | None = None, *, judge: Pat
     return summary
 
 
+CHECK_DIR = "pairwise"
+ERROR_FILE = "pairwise_error.json"
+
+
+def pairwise_check(run_dir: PathLike, *, jobs: int = 2) -> dict[str, Any] | None:
+    """The experiment's ``pairwise:`` check on a run whose trials are done: None when the
+    experiment has no such block; else the summary, or ``{"error": why, "exit_code": n}``
+    (also written to ``<run>/pairwise/pairwise_error.json``) when the judging could not be
+    done. Never raises for the judge's trouble: the trials are done and must be reported."""
+    from assay.errors import AssayError
+    from assay.records.io import atomic_write_json, read_json_file
+    from assay.records.manifest import utc_now
+    from assay.suites.experiment import ExperimentSpec, pairwise_arms
+    from assay.suites.experiment_pairwise import pairwise_judge_path
+
+    run = Path(run_dir)
+    manifest = read_json_file(run / "manifest.json")
+    settings = (manifest.get("identity") or {}).get("settings") or {}
+    if settings.get("pairwise") is None:
+        return None
+    spec = ExperimentSpec.model_validate(settings)
+    pw = spec.pairwise
+    assert pw is not None  # checked just above; for the type checker
+    arms = pairwise_arms(spec)
+    out = run / CHECK_DIR
+    try:
+        if arms is None:  # refused when the file was loaded; a hand-edited manifest only
+            raise InputError(f"{run}: the pairwise block names no two arms")
+        summary = judge_pairwise(run, judge=pairwise_judge_path(
+            Path(manifest["experiment_file"]), pw.judge), out=out, a=arms[0], b=arms[1],
+            show=pw.show, seed=pw.seed, jobs=jobs)
+    except AssayError as exc:
+        # exit 3 whatever the class: the trials are done and recorded, the check asked for is
+        # missing; exit 2 would promise that nothing ran
+        why = f"{type(exc).__name__}: {exc}"
+        out.mkdir(parents=True, exist_ok=True)
+        atomic_write_json(out / ERROR_FILE, {"error": why, "at": utc_now()})
+        return {"error": why, "exit_code": 3}
+    (out / ERROR_FILE).unlink(missing_ok=True)
+    return summary
+
+
 def read_preference(pairwise_dir: PathLike) -> dict[str, Any]:
     """The summary a ``judge pairwise`` wrote, for ``exp compare --preference``."""
     from assay.records.io import read_json_file
@@ -307,4 +358,5 @@ def read_preference(pairwise_dir: PathLike) -> dict[str, Any]:
     return data
 
 
-__all__ = ["judge_pairwise", "plan_pairs", "read_preference", "summarize"]
+__all__ = ["CHECK_DIR", "ERROR_FILE", "judge_pairwise", "pairwise_check", "plan_pairs",
+           "read_preference", "summarize"]

@@ -160,7 +160,9 @@ def run_experiment(experiment: str | os.PathLike[str], out: str | os.PathLike[st
                    holdout_reuse: bool = False, executor: str = "local",
                    ray_address: str | None = None, gateway_host: str | None = None) -> Any:
     """Run (or resume: the same call) every trial of an experiment file into ``out``, then
-    write its report; returns the runner's result (status, trial counts, money spent).
+    run the experiment's ``pairwise:`` check, if it has one, and write its report (the check's
+    trouble is in the report's ``judge_preference.error``, never raised: the trials are done);
+    returns the runner's result (status, trial counts, money spent).
     ``holdout_reuse`` lets a new run look at a holdout split past its allowance;
     ``executor="ray"`` runs the attempts as Ray tasks on the cluster at ``ray_address``
     (``docs/scaling.md``)."""
@@ -170,5 +172,16 @@ def run_experiment(experiment: str | os.PathLike[str], out: str | os.PathLike[st
     result = _run(Path(experiment), Path(out), jobs=jobs, grace_seconds=grace_seconds,
                   holdout_reuse=holdout_reuse, executor=executor, ray_address=ray_address,
                   gateway_host=gateway_host)
+    run_pairwise_check(Path(out), result.status)
     write_experiment_report(Path(out))
     return result
+
+
+def run_pairwise_check(out: Path, status: str, *, jobs: int = 2) -> dict[str, Any] | None:
+    """The experiment's ``pairwise:`` check after its trials (``api/pairwise.py``); not after a
+    run stopped at its total budget (the judge's calls would be spent past it)."""
+    from assay.api.pairwise import pairwise_check
+
+    if status == "budget_stopped":
+        return None
+    return pairwise_check(out, jobs=jobs)

@@ -160,12 +160,14 @@ def exp_run(
         "with --executor ray the driver's node address, which the workers must reach).")]
     = None,
 ) -> None:
-    """Run every trial of an experiment (resume: the same command). Exit 0 complete, 2 bad
-    input, 3 finished with infra errors or stopped by the total budget, 130 interrupted."""
+    """Run every trial of an experiment (resume: the same command), then its pairwise check if
+    it has one. Exit 0 complete, 2 bad input, 3 finished with infra errors, stopped by the
+    total budget or without its pairwise check, 130 interrupted."""
     import signal
 
     from rich.markup import escape
 
+    from assay.api.tasks import run_pairwise_check
     from assay.cli.app import _raise_interrupt, _require_sandbox, err
     from assay.errors import EXIT_INFRA, EXIT_INTERRUPTED, InputError
     from assay.report.experiment import write_experiment_report
@@ -181,6 +183,9 @@ def exp_run(
                                 total_cost_usd=total_cost_usd,
                                 holdout_reuse=holdout_reuse, executor=executor,
                                 ray_address=ray_address, gateway_host=gateway_host)
+        # the experiment's pairwise check, if any: never raises for the judge's trouble; an
+        # interrupt stops it like the trials (the same command resumes both)
+        pairwise = run_pairwise_check(out_dir, result.status, jobs=jobs or 2)
     except InputError as exc:  # escaped: "pip install 'assay[ray]'" is not markup
         raise fail(escape(str(exc))) from None
     except KeyboardInterrupt:
@@ -194,10 +199,15 @@ def exp_run(
     err.print(f"trials: {counts}; spent ${result.spent_usd:.4f}"
               + ("" if result.spent_complete else " (lower bound)")
               + f"; report: {out_dir / 'report.md'}", highlight=False)
+    if pairwise is not None and "error" in pairwise:
+        # after the trials' own line: they are done and reported; the check is what is missing
+        err.print(escape(f"pairwise check: not done: {pairwise['error']}; the trials are "
+                         f"recorded, resume with: assay exp run {experiment} --out {out_dir}"),
+                  highlight=False)
     if result.status == "budget_stopped":
         raise fail(str(result.message) + f"; resume with: assay exp run {experiment} --out "
                    f"{out_dir}", EXIT_INFRA)
-    if result.status != "complete":
+    if result.status != "complete" or (pairwise is not None and "error" in pairwise):
         raise typer.Exit(EXIT_INFRA)
 
 

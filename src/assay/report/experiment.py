@@ -22,17 +22,26 @@ from typing import Any
 from assay.errors import NotComparable, RecordError
 from assay.records.fork import FORKS, fork_totals
 from assay.records.io import atomic_write_text, dumps_row, read_json_file
-from assay.report.abcompare import build_comparison, default_arms
+from assay.report.abcompare import (
+    build_comparison,
+    default_arms,
+    preference_markdown,
+    preference_section,
+)
 from assay.report.ci_outputs import md
 from assay.report.experiment_html import pts, write_experiment_html
 from assay.report.holdout import holdout_line, holdout_summary
 from assay.report.outcomes import OutcomeSet, TrialOutcome, load_run_outcomes
 from assay.report.render_narrow import NA, pct
 from assay.report.verdict import decide
-from assay.suites.experiment import bar_sha256
+from assay.suites.experiment import ExperimentSpec, bar_sha256, pairwise_arms
 
 SCHEMA = "assay.experiment.report/2"
 OUTCOMES_FILE = "outcomes.jsonl"
+#: Where ``exp run`` puts an experiment's ``pairwise:`` check (``api/pairwise.py``).
+PAIRWISE_DIR = "pairwise"
+_PAIRWISE_SUMMARY = "pairwise.json"
+_PAIRWISE_ERROR = "pairwise_error.json"
 _TOKENS = ("input", "cached_input", "output", "reasoning")
 
 
@@ -122,6 +131,30 @@ def _judge_row(trials: list[TrialOutcome]) -> dict[str, Any] | None:
             "calibration": {str(j.get("revision")): j.get("calibration") for j in checks}}
 
 
+def judge_preference(run_dir: Path, a: str, b: str) -> dict[str, Any] | None:
+    """``<run>/pairwise/``'s judge preference of ``b`` over ``a`` (the ``exp compare
+    --preference`` section), when that directory judged these two arms of this run; with an
+    ``error`` key when the last session could not judge (the figures, if any, are then of the
+    orders recorded before). None when there is nothing, or it judged other arms."""
+    folder = Path(run_dir) / PAIRWISE_DIR
+    summary_path, error_path = folder / _PAIRWISE_SUMMARY, folder / _PAIRWISE_ERROR
+    error = read_json_file(error_path).get("error") if error_path.is_file() else None
+    section: dict[str, Any] | None = None
+    if summary_path.is_file():
+        summary = read_json_file(summary_path)
+        if summary.get("schema") != "assay.pairwise.summary/1":
+            raise RecordError(f"{summary_path}: not a pairwise summary "
+                              f"({summary.get('schema')!r})")
+        try:
+            # the arms named: the report's comparison may be of another pair or orientation
+            section = {"a": a, "b": b, **preference_section(summary, source=run_dir, a=a, b=b)}
+        except NotComparable:
+            return None
+    if error is not None:
+        section = {**(section or {}), "error": error}
+    return section
+
+
 def build_experiment_report(run_dir: Path, *, data: OutcomeSet | None = None,
                             seed: int | None = None) -> dict[str, Any]:
     run_dir = Path(run_dir)
@@ -158,6 +191,12 @@ def build_experiment_report(run_dir: Path, *, data: OutcomeSet | None = None,
     if bar is None:
         notes.append("no bar in the experiment file: no verdict (a bar must be written before "
                      "the first trial)")
+    preference = None
+    if data.kind == "run":
+        settings = (manifest.get("identity") or {}).get("settings") or {}
+        pw_pair = (pairwise_arms(ExperimentSpec.model_validate(settings))
+                   if settings.get("pairwise") else None) or pair
+        preference = judge_preference(run_dir, *pw_pair) if pw_pair else None
     return {"schema": SCHEMA, "name": manifest.get("name"), "run_dir": str(run_dir),
             "arms": arms, "trials": [_trial_row(t) for t in data.trials],
             "comparison": comparison, "bar": bar, "verdict": verdict, "notes": notes,
@@ -165,6 +204,8 @@ def build_experiment_report(run_dir: Path, *, data: OutcomeSet | None = None,
             # a fork experiment's prefixes: their cost is apart from every arm's
             **({"fork": fork_totals(run_dir)} if data.kind == "run" and (run_dir / FORKS).is_dir()
                else {}),
+            # an experiment's pairwise check, or a `judge pairwise --out RUN/pairwise`
+            **({"judge_preference": preference} if preference is not None else {}),
             "manifest": {"identity_sha256": manifest.get("identity_sha256"),
                          "assay": manifest.get("assay"), "created_at": manifest.get("created_at"),
                          "bar_sha256": manifest.get("bar_sha256")}}
@@ -246,6 +287,8 @@ def experiment_markdown(rep: dict[str, Any]) -> str:
     if rep.get("comparison"):
         out += comparison_markdown(rep["comparison"])
     out += [f"- {md(n)}" for n in rep.get("notes", [])]
+    if rep.get("judge_preference"):
+        out += pairwise_markdown(rep["judge_preference"])
     out += ["", "## Per arm", "",
             "| arm | planned | graded | coverage | accepted | infra error rate | cost USD | "
             "tokens in/out | failure codes |", "|---|---:|---:|---:|---:|---:|---:|---:|---|"]
@@ -291,6 +334,19 @@ def experiment_markdown(rep: dict[str, Any]) -> str:
     return "\n".join(out) + "\n"
 
 
+def pairwise_markdown(section: dict[str, Any]) -> list[str]:
+    """The judge preference section, or why it is missing."""
+    if "preference" not in section:
+        return ["", "## Judge preference", "",
+                f"Missing: the pairwise judging did not run: {md(section['error'])}", ""]
+    lines = preference_markdown(section)
+    lines[3:3] = [f"A = {md(section['a'])}, B = {md(section['b'])}.", ""]
+    if section.get("error"):
+        lines += ["", f"_The last session could not judge: {md(section['error'])}; the "
+                      "figures are of the orders recorded before._", ""]
+    return lines
+
+
 def write_outcomes(run_dir: Path, data: OutcomeSet) -> Path:
     """``outcomes.jsonl``: the trial table as rows any tool (or ``exp compare``) can read."""
     path = run_dir / OUTCOMES_FILE
@@ -320,5 +376,5 @@ def write_experiment_report(run_dir: Path, *, data: OutcomeSet | None = None,
     return rep
 
 
-__all__ = ["OUTCOMES_FILE", "build_experiment_report", "experiment_markdown", "frozen_bar",
-           "write_experiment_report", "write_outcomes"]
+__all__ = ["OUTCOMES_FILE", "PAIRWISE_DIR", "build_experiment_report", "experiment_markdown",
+           "frozen_bar", "judge_preference", "write_experiment_report", "write_outcomes"]

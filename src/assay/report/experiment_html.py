@@ -405,6 +405,25 @@ def _sign(x: float | None) -> str:
 # --------------------------------------------------------------------------- entry points
 
 
+def _preference_line(report: dict[str, Any]) -> list[str]:
+    """The judge preference (the experiment's pairwise check) as one line among the notes;
+    the full section is in report.md and report.json."""
+    jp = report.get("judge_preference")
+    if not jp:
+        return []
+    if jp.get("preference") is None:
+        return [f"Judge preference: {jp.get('error') or 'no pair valid in both orders'}"]
+    bias = (jp.get("position_bias") or {}).get("rate")
+    ci = jp.get("ci")
+    ci_s = f"[{ci[0]:+.2f}, {ci[1]:+.2f}]" if ci and None not in ci else "none"
+    cal = (jp.get("judge") or {}).get("calibration")
+    return [f"Judge preference of B over A: {jp['preference']:+.2f} (interval {ci_s}) over "
+            f"{jp.get('n_tasks')} "
+            f"task(s); position bias {NA if bias is None else f'{bias:.0%}'}; judge "
+            f"{'uncalibrated' if not isinstance(cal, dict) else 'calibrated'}"
+            + (f"; last session: {jp['error']}" if jp.get("error") else "")]
+
+
 @lru_cache(maxsize=1)
 def _template() -> Template:
     env = Environment(autoescape=True, undefined=StrictUndefined, trim_blocks=True,
@@ -423,7 +442,7 @@ def render_experiment_html(report: dict[str, Any]) -> str:
     page = {"name": name, "title": short(name, 80), "run_dir": report.get("run_dir") or NA,
             "created": man.get("created_at") or NA, "assay": version(man.get("assay")),
             "identity": man.get("identity_sha256") or NA, "schema": schema,
-            "notes": [str(n) for n in report.get("notes") or []]}
+            "notes": [str(n) for n in report.get("notes") or []] + _preference_line(report)}
     view = {"verdict": _verdict(report), "bar": _bar(report), "cmp": _comparison(report),
             "arms": _arms(report), "runtime": _runtimes(report), "holdout": _holdout(report),
             "tasks": _tasks(report)}

@@ -10,6 +10,17 @@ a changed arm is refused instead of mixing two experiments in one table.
 ``bar`` and ``weights`` are read, validated and kept in the identity: they must be fixed before
 the run (see the statistics notes), so a resume with either changed is refused like any other
 change; ``exp compare`` and ``exp verdict`` act on them.
+
+``pairwise`` (optional) asks a pinned judge, after every trial is graded, which of two arms it
+prefers task by task (``api/pairwise.py``). While unset it is absent from the identity, so runs
+begun before it existed resume. When set it is in the identity's settings: the file's bytes
+(``file_sha256``) are in the identity anyway, so an edited block could not resume either way;
+there the refusal names the field. The judge file itself (its model, prompt, rubric) is not in
+the identity: a judge grades, it does not run, so editing it never invalidates trials; the
+plan in ``<run>/pairwise/`` pins the judge's revision and refuses to mix two judges there.
+
+The module runs past 400 lines because the file's schema, its cross-field checks and the
+identity it yields are one contract, read together when any of them changes.
 """
 
 from __future__ import annotations
@@ -34,6 +45,11 @@ from pydantic import (
 
 from assay.suites.bundle import Bundle, find_bundles, load_bundle, tree_digest
 from assay.suites.errors import Problem, SuiteError
+from assay.suites.experiment_pairwise import (
+    Pairwise,
+    check_pairwise,
+    resolve_arms,
+)
 from assay.suites.yamlfile import key_lines, line_of, load_mapping, validation_error
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
@@ -205,6 +221,8 @@ class ExperimentSpec(_Strict):
     """Task weights fixed before the run (Δ weights tasks by them)."""
     fork: Fork | None = None
     """Run a prefix once per (task, repetition) and start every arm from its frozen state."""
+    pairwise: Pairwise | None = None
+    """After the trials, a judge's per-task preference between two arms."""
 
 
 class TrialKey(NamedTuple):
@@ -262,6 +280,9 @@ def load_experiment(path: Path) -> Experiment:
     selected = _select(spec, found, problem, problems)
     problems += _check_prices(spec, problem)
     problems += _check_bar(spec, problem)
+    if spec.pairwise is not None:
+        problems += check_pairwise(path, spec.pairwise, pairwise_arms(spec), list(spec.arms),
+                                   problem)
     if spec.weights is not None:
         for task, weight in spec.weights.items():
             if task not in found:
@@ -288,8 +309,9 @@ def _settings(spec: ExperimentSpec) -> dict[str, Any]:
     format are left out while unset (absent, not null), so a run begun before they existed
     still resumes with the same identity."""
     settings = spec.model_dump(mode="json")
-    if settings.get("fork") is None:
-        settings.pop("fork", None)
+    for key in ("fork", "pairwise"):
+        if settings.get(key) is None:
+            settings.pop(key, None)
     for arm in settings["arms"].values():
         if arm.get("trigger_event") is None:
             arm.pop("trigger_event", None)
@@ -401,6 +423,15 @@ def _check_bar(spec: ExperimentSpec, problem: ProblemAt) -> list[Problem]:
     elif bar.baseline is not None and bar.baseline == bar.candidate:
         out.append(problem(("bar", "candidate"), "the candidate is the baseline"))
     return out
+
+
+def pairwise_arms(spec: ExperimentSpec) -> tuple[str, str] | None:
+    """The pairwise block's arms A and B (``suites/experiment_pairwise.py``)."""
+    if spec.pairwise is None:
+        return None
+    bar = spec.bar
+    return resolve_arms(spec.pairwise, bar.baseline if bar else None,
+                        bar.candidate if bar else None, list(spec.arms))
 
 
 def bar_sha256(bar: dict[str, Any] | None) -> str | None:
