@@ -522,3 +522,71 @@ def test_full_a_node_lost_while_verifying_is_verified_on_the_driver(
         assert d in graded  # the same attempt, graded on the driver, not run again
         assert _placements(out)[d]["lost_error"]
     assert "worker lost, verified here: accepted" in stderr
+
+
+# ------------------------------------------------------------------ object_store transfer
+
+
+def _hidden_driver(real: Path, view: Path, argv: list[str]) -> list[str]:
+    """``argv`` in a mount namespace where ``view`` is ``real``: the driver reads and writes
+    its experiment, bundles and run directory at ``view``; every Ray worker (started outside)
+    sees ``view`` as the empty directory it is, so it genuinely cannot use them."""
+    return ["bwrap", "--dev-bind", "/", "/", "--bind", str(real), str(view), *argv]
+
+
+@needs_bwrap
+@needs_ray
+def test_object_store_carries_the_attempts_when_workers_cannot_see_the_run(
+        tmp_path: Path, cluster: Cluster, upstream: ScriptedServer) -> None:
+    from assay.runner.executor_ray import ATTEMPT_PREFIX, BUNDLE_PREFIX
+
+    real, view = tmp_path / "driver", tmp_path / "d"
+    real.mkdir()
+    view.mkdir()  # empty outside the driver's namespace
+    exp = _experiment(real, reps=3, sleep=0.5, jobs=3)
+    (real / "nop.yaml").write_text("name: nop\ntasks: [tasks]\nrepetitions: 1\n"
+                                   "arms:\n  idle:\n    agent: nop\n")
+    run = _hidden_driver(real, view, _cli(
+        "exp", "run", str(view / exp.name), "--out", str(view / "run"), "--executor", "ray",
+        "--ray-address", cluster.address, "--ray-transfer", "object_store"))
+    res = subprocess.run(run, capture_output=True, text=True, timeout=240)
+    assert res.returncode == 0, res.stderr[-3000:]
+    out = real / "run"
+    _check_one_grade_each(out, 3)
+    done = [out / r[0] for r in _rows(out, "SELECT dir FROM attempts WHERE state='done'")]
+    assert len(done) == 3
+    for d in done:  # complete on the driver: the stage record, the artifact, the grade
+        trial = json.loads((d / "trial.json").read_text())
+        assert trial["status"] == "graded" and trial["grade"]["accepted"] is True
+        assert [s["status"] for s in trial["stages"]] == ["ok"] * 4
+        assert trial["task"]["path"] == str(view / "tasks" / "calc")  # the driver's bundle
+        assert (d / "artifact.tar").stat().st_size > 0 and (d / "artifact.json").is_file()
+        assert [g.name for g in (d / "grades").iterdir()] == [
+            trial["grade"]["revision"] + ".json"]
+        assert (d / "model_calls.jsonl").read_text().strip()  # the driver's gateway ledger
+    placements = _placements(out)
+    assert len(placements) == 3
+    assert {p["transfer"] for p in placements.values()} == {"object_store"}
+    ex = json.loads((out / "manifest.json").read_text())["sessions"][-1]["executor"]
+    assert ex["transfer"] == "object_store" and ex["transfers_used"] == ["object_store"]
+    text = _all_text(out)
+    assert SECRET not in text and upstream.requests
+    # no record names a worker's private directory; none was left behind on the workers
+    assert ATTEMPT_PREFIX not in text and BUNDLE_PREFIX not in text
+    assert not list(out.rglob("*.incoming-*"))
+    worker_tmp = cluster.temp_dir / "tmp"
+    assert not list(worker_tmp.glob(ATTEMPT_PREFIX + "*"))
+    assert list(worker_tmp.glob(BUNDLE_PREFIX + "*"))  # the bundle came as a tar, unpacked
+
+    # auto under the same hiding chooses object_store: the workers really could not see it
+    res = subprocess.run(_hidden_driver(real, view, _cli(
+        "exp", "run", str(view / "nop.yaml"), "--out", str(view / "run-nop"), "--executor",
+        "ray", "--ray-address", cluster.address, "--ray-transfer", "auto")),
+        capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr[-3000:]
+    (placed,) = _placements(real / "run-nop").values()
+    assert placed["transfer"] == "object_store"
+    ex = json.loads((real / "run-nop" / "manifest.json").read_text())["sessions"][-1]
+    assert ex["executor"]["transfer"] == "auto"
+    assert ex["executor"]["transfers_used"] == ["object_store"]
+    assert list((real / "run-nop").glob("trials/*/*/*/a*/grades/*.json"))
