@@ -56,6 +56,11 @@ RAY = Path(sys.executable).parent / "ray"
 needs_ray = pytest.mark.skipif(not RAY.is_file(), reason="ray is not installed in this venv "
                                "(make setup-test installs assay[ray])")
 FULL = os.environ.get("CI") == "true" or os.environ.get("ASSAY_RAY_FULL") == "1"
+#: the transfers a lost-node scenario runs with: shared_fs in the reduced form, object_store too
+#: in the full form (a lost worker sent nothing back; a frozen artifact came before verifying)
+TRANSFERS = [pytest.param("shared_fs"), pytest.param("object_store", marks=[
+    pytest.mark.ray_full, pytest.mark.skipif(not FULL, reason="the object_store variant runs "
+                                             "in the full form (CI=true or ASSAY_RAY_FULL=1)")])]
 
 # Asks the model through the gateway it was given, sleeps (so a node can die under it), fixes.
 AGENT = r"""
@@ -371,12 +376,14 @@ def test_an_unknown_executor_or_a_stray_ray_address_is_refused(tmp_path: Path) -
 
 @needs_bwrap
 @needs_ray
+@pytest.mark.parametrize("transfer", TRANSFERS)
 def test_a_node_lost_mid_run_costs_attempts_not_grades(tmp_path: Path, cluster: Cluster,
-                                                       upstream: ScriptedServer) -> None:
+                                                       upstream: ScriptedServer,
+                                                       transfer: str) -> None:
     exp = _experiment(tmp_path, reps=3, sleep=3, jobs=3)
     out = tmp_path / "run"
     proc = subprocess.Popen(_cli("exp", "run", str(exp), "--out", str(out), "--executor", "ray",
-                                 "--ray-address", cluster.address),
+                                 "--ray-address", cluster.address, "--ray-transfer", transfer),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         lost = _wait_running_on(out, cluster.node_ids["b"], 2, proc)
@@ -397,7 +404,9 @@ def test_a_node_lost_mid_run_costs_attempts_not_grades(tmp_path: Path, cluster: 
     assert {p["node_id"] for p in placements.values()} == set(cluster.node_ids.values())
     for d in lost:
         assert placements[d]["lost_error"] and placements[d]["lost_at"]
-    assert {p["transfer"] for p in placements.values()} == {"shared_fs"}
+        if transfer == "object_store":  # nothing came back from the lost worker
+            assert not (out / d / "trial.json").exists()
+    assert {p["transfer"] for p in placements.values()} == {transfer}
     # 3 grades from 3 + 2 attempts at least; no trial was graded twice (checked above)
     assert len(attempts) >= 5
     # every attempt that got as far as its agent asked the model through the one gateway,
@@ -408,7 +417,8 @@ def test_a_node_lost_mid_run_costs_attempts_not_grades(tmp_path: Path, cluster: 
     assert upstream.requests and SECRET not in _all_text(out)
     session = json.loads((out / "manifest.json").read_text())["sessions"][-1]
     ex = session["executor"]
-    assert ex["kind"] == "ray" and ex["transfer"] == "shared_fs" and ex["nodes_at_start"] == 2
+    assert ex["kind"] == "ray" and ex["transfer"] == transfer and ex["nodes_at_start"] == 2
+    assert ex["transfers_used"] == [transfer]
     assert ex["gateway_host"] == cluster.address.rsplit(":", 1)[0]
     assert ex["gateway"].startswith(ex["gateway_host"] + ":")
     assert "worker_lost" in stderr and "(will retry)" in stderr
@@ -496,16 +506,18 @@ def test_full_node_lost_then_driver_stopped_killed_and_resumed_locally(
 @pytest.mark.ray_full
 @pytest.mark.skipif(not FULL, reason="the full Ray scenario runs in CI (CI=true) or with "
                     "ASSAY_RAY_FULL=1; make test runs the reduced form")
+@pytest.mark.parametrize("transfer", ["shared_fs", "object_store"])
 def test_full_a_node_lost_while_verifying_is_verified_on_the_driver(
-        tmp_path: Path, cluster: Cluster, upstream: ScriptedServer) -> None:
+        tmp_path: Path, cluster: Cluster, upstream: ScriptedServer, transfer: str) -> None:
     """A frozen artifact is never run again: the driver grades it from the shared run
-    directory, and the trial keeps its one attempt."""
+    directory (object_store: from the copy the worker sent before it announced verifying),
+    and the trial keeps its one attempt."""
     slow = ("sleep 8; PYTHONPATH=src python3 -m pytest -q -p no:cacheprovider "
             "$ASSAY_TESTS/test_fix.py")
     exp = _experiment(tmp_path, reps=3, sleep=1, jobs=3, behavior_cmd=slow)
     out = tmp_path / "run"
     proc = subprocess.Popen(_cli("exp", "run", str(exp), "--out", str(out), "--executor", "ray",
-                                 "--ray-address", cluster.address),
+                                 "--ray-address", cluster.address, "--ray-transfer", transfer),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         verifying = _wait_state_on(out, cluster.node_ids["b"], "verifying", 1, proc)
@@ -521,6 +533,8 @@ def test_full_a_node_lost_while_verifying_is_verified_on_the_driver(
     for d in verifying:
         assert d in graded  # the same attempt, graded on the driver, not run again
         assert _placements(out)[d]["lost_error"]
+        assert _placements(out)[d]["transfer"] == transfer
+        assert (out / d / "artifact.tar").is_file()
     assert "worker lost, verified here: accepted" in stderr
 
 
