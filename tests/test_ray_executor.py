@@ -368,6 +368,13 @@ def test_an_unknown_executor_or_a_stray_ray_address_is_refused(tmp_path: Path) -
     res = run_cli(["exp", "run", str(exp), "--out", str(tmp_path / "run"),
                    "--ray-address", "auto"])
     assert res.code == 2 and "--ray-address is for --executor ray" in res.stderr
+    res = run_cli(["exp", "run", str(exp), "--out", str(tmp_path / "run"),
+                   "--ray-transfer", "object_store"])
+    assert res.code == 2 and "--ray-transfer is for --executor ray" in res.stderr
+    res = run_cli(["exp", "run", str(exp), "--out", str(tmp_path / "run"),
+                   "--executor", "ray", "--ray-transfer", "nfs"])
+    assert res.code == 2
+    assert "'nfs' is not one of shared_fs, object_store, auto" in " ".join(res.stderr.split())
     assert not (tmp_path / "run").exists()
 
 

@@ -31,6 +31,8 @@ from assay.runner.trial import TrialHooks, TrialResult, run_trial
 from assay.suites.bundle import Bundle
 
 EXECUTORS = ("local", "ray")
+#: ``--ray-transfer``: how a Ray worker's files reach the run directory (executor_ray.py)
+RAY_TRANSFERS = ("shared_fs", "object_store", "auto")
 #: The status of a :class:`TrialResult` whose worker or node died under it.
 WORKER_LOST = "worker_lost"
 
@@ -102,6 +104,9 @@ def make_executor(kind: str, *, ray_address: str | None = None,
             raise InputError("--ray-transfer is for --executor ray")
         return LocalExecutor()
     if kind == "ray":
+        if ray_transfer is not None and ray_transfer not in RAY_TRANSFERS:
+            raise InputError(f"--ray-transfer: {ray_transfer!r} is not one of "
+                             f"{', '.join(RAY_TRANSFERS)}")
         try:
             import ray  # noqa: F401 - only to say clearly what is missing
         except ImportError:
@@ -114,4 +119,5 @@ def make_executor(kind: str, *, ray_address: str | None = None,
     raise InputError(f"--executor: {kind!r} is not one of {', '.join(EXECUTORS)}")
 
 
-__all__ = ["EXECUTORS", "WORKER_LOST", "Executor", "LocalExecutor", "TrialJob", "make_executor"]
+__all__ = ["EXECUTORS", "RAY_TRANSFERS", "WORKER_LOST", "Executor", "LocalExecutor", "TrialJob",
+           "make_executor"]

@@ -57,14 +57,14 @@ from assay.errors import InputError, TrialRefused
 from assay.records.io import atomic_write_json
 from assay.records.manifest import utc_now
 from assay.records.placement import PLACEMENT_JSON, Placement
-from assay.runner.executor import WORKER_LOST, TrialJob
+from assay.runner.executor import RAY_TRANSFERS, WORKER_LOST, TrialJob
 from assay.runner.executor_channel import ChannelServer, RemoteHooks, call
 from assay.runner.ray_transfer import pack, unpack_into
 from assay.runner.trial import TrialHooks, TrialResult, run_trial
 from assay.suites.bundle import Bundle, load_bundle
 
 TRANSFER = "shared_fs"
-TRANSFERS = ("shared_fs", "object_store", "auto")
+TRANSFERS = RAY_TRANSFERS
 #: the prefixes of the worker's private directories (object_store): no record on the driver
 #: may name them (tests/test_ray_executor.py looks)
 ATTEMPT_PREFIX, BUNDLE_PREFIX = "assay-ray-attempt-", "assay-ray-bundle-"
