@@ -42,6 +42,8 @@ Ray is imported only here, and this module only with ``--executor ray``.
 
 from __future__ import annotations
 
+import atexit
+import hashlib
 import json
 import os
 import shutil
@@ -136,8 +138,9 @@ class RayExecutor:
                 "nodes_at_start": self.nodes_at_start, "channel": self.channel.url}
 
     def _bundle_tar_ref(self, bundle: Bundle) -> Any:
-        """The bundle as a tar in the object store: put once per bundle (digest and place),
-        whatever the number of attempts; Ray copies it to each node that asks once."""
+        """``[ref, sha256]``: the bundle as a tar in the object store, put once per bundle
+        (spec digest and place) whatever the number of attempts, and its digest (the
+        workers' cache key); Ray copies it to each node that asks, once."""
         import ray
 
         key = (bundle.spec_sha256, str(bundle.root.resolve()))
@@ -148,7 +151,8 @@ class RayExecutor:
                     raise TrialRefused(f"{bundle.root}: its starting tree {repo} is outside the "
                                        "bundle; --ray-transfer object_store ships the bundle "
                                        "directory alone")
-                self._bundle_tars[key] = ray.put(pack(bundle.root, arcname="bundle"))
+                data = pack(bundle.root, arcname="bundle")
+                self._bundle_tars[key] = [ray.put(data), hashlib.sha256(data).hexdigest()]
             return self._bundle_tars[key]
 
     def _bundle_ref(self, bundle: Bundle) -> Any:
@@ -189,8 +193,7 @@ class RayExecutor:
             # object_store: the worker is never told where the run directory is; the bundle's
             # tar goes in a list so that Ray fetches it only where the worker asks for it
             see = None if self.transfer == "object_store" else str(run_dir)
-            tar = ([self._bundle_tar_ref(job.bundle)] if self.transfer != "shared_fs"
-                   else None)
+            tar = self._bundle_tar_ref(job.bundle) if self.transfer != "shared_fs" else None
             ref = self._remote.options(**options).remote(
                 self._bundle_ref(job.bundle), tar, str(job.bundle.root.resolve()), job.agent,
                 str(job.trial_dir), job.rep, job.attempt, job.trial_id, see,
@@ -307,7 +310,7 @@ def _remote_attempt(bundle: Bundle, tar: list[Any] | None, driver_root: str, age
                         hooks=hooks, trial_id=trial_id)
         return {"status": res.status, "grade": res.grade, "record": res.record}
     assert tar is not None
-    local_bundle = _unpacked_bundle(bundle.spec_sha256, tar[0])
+    local_bundle = _unpacked_bundle(tar[1], tar[0])
     scratch = Path(tempfile.mkdtemp(prefix=ATTEMPT_PREFIX))
     try:
         private = scratch / "attempt"
@@ -327,7 +330,8 @@ def _remote_attempt(bundle: Bundle, tar: list[Any] | None, driver_root: str, age
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-#: this worker process's unpacked bundles, by digest (a Ray worker process runs many attempts)
+#: this worker process's unpacked bundles by their tar's digest (a Ray worker process runs
+#: many attempts); removed when the process exits normally
 _UNPACKED: dict[str, Bundle] = {}
 _UNPACK_LOCK = threading.Lock()
 
@@ -338,7 +342,11 @@ def _unpacked_bundle(digest: str, tar: Any) -> Bundle:
     with _UNPACK_LOCK:
         if digest not in _UNPACKED or not _UNPACKED[digest].root.is_dir():
             data = ray.get(tar)
+            if hashlib.sha256(data).hexdigest() != digest:
+                raise TrialRefused("the task bundle's tar from the object store does not match "
+                                   "its digest")
             where = Path(tempfile.mkdtemp(prefix=BUNDLE_PREFIX))
+            atexit.register(shutil.rmtree, where, True)
             unpack_into(data, where / "x")
             _UNPACKED[digest] = load_bundle(where / "x" / "bundle")
         return _UNPACKED[digest]
