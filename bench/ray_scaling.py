@@ -1,6 +1,7 @@
 """What ``--executor ray`` costs over a local run: the same 24-trial experiment both ways.
 
     .venv/bin/python bench/ray_scaling.py [--trials 24] [--jobs 4] [--sleep 2]
+        [--ray-transfer shared_fs|object_store|both]
 
 The experiment is ``bench/runner_scaling.py``'s (one tiny bundle, one arm whose agent sleeps
 ``--sleep`` seconds then fixes the bug; real sandbox, real verifier), run once with the local
@@ -10,8 +11,9 @@ ports; ended by its process group when the script ends, never by ``ray stop``). 
 wall times, the runner's own overhead per trial inside each attempt (``runner_scaling``'s
 measure: stage seconds less the sleep and the verifier's commands), the Ray overhead per trial
 (the extra wall time, spread over the trials: ``(wall_ray - wall_local) * jobs / trials``) and
-the ratio of the walls. Needs ``pip install 'assay[ray]'``. Exit 1 when a trial was not
-accepted in either run.
+the ratio of the walls; ``--ray-transfer both`` runs the Ray side once per transfer (the
+bundle and the attempts' files through the object store, ``docs/scaling.md``). Needs
+``pip install 'assay[ray]'``. Exit 1 when a trial was not accepted in any run.
 """
 
 from __future__ import annotations
@@ -108,6 +110,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--trials", type=int, default=24)
     ap.add_argument("--jobs", type=int, default=4)
     ap.add_argument("--sleep", type=float, default=2.0)
+    ap.add_argument("--ray-transfer", choices=["shared_fs", "object_store", "both"],
+                    default="shared_fs")
     args = ap.parse_args(argv)
     try:
         import ray  # noqa: F401
@@ -119,24 +123,33 @@ def main(argv: list[str] | None = None) -> int:
         local = _run(root, "local", args.trials, args.jobs, args.sleep)
         ray_tmp = Path(tempfile.mkdtemp(prefix="abr", dir="/tmp"))  # short: Ray's sockets
         head, address = _start_head(ray_tmp, args.jobs)
+        transfers = (["shared_fs", "object_store"] if args.ray_transfer == "both"
+                     else [args.ray_transfer])
+        remotes: dict[str, tuple[float, float, int, str]] = {}
         try:
-            remote = _run(root, "ray", args.trials, args.jobs, args.sleep, executor="ray",
-                          ray_address=address)
+            for transfer in transfers:
+                name = "ray" if transfer == "shared_fs" else "ray-objstore"
+                remotes[name] = _run(root, name.replace("-", ""), args.trials, args.jobs,
+                                     args.sleep, executor="ray", ray_address=address,
+                                     ray_transfer=transfer)
         finally:
             _stop(head)
             for pid in _ours(str(ray_tmp)):  # this cluster's processes only, by its temp dir
                 os.kill(pid, signal.SIGKILL)
             shutil.rmtree(ray_tmp, ignore_errors=True)
-    per_trial = (remote[0] - local[0]) * args.jobs / args.trials
     print(f"{args.trials} trials, -j {args.jobs}, agent sleep {args.sleep:g} s, "
           f"ideal {args.trials * args.sleep / args.jobs:.1f} s")
-    print(f"{'executor':<9} {'wall s':>7} {'in-attempt overhead/trial s (median)':>37} "
+    print(f"{'executor':<12} {'wall s':>7} {'in-attempt overhead/trial s (median)':>37} "
           f"{'accepted':>9}  status")
-    for name, (wall, over, acc, status) in (("local", local), ("ray", remote)):
-        print(f"{name:<9} {wall:>7.1f} {over:>37.3f} {acc:>5}/{args.trials}  {status}")
-    print(f"Ray overhead per trial: {per_trial:+.2f} s; wall ratio ray/local: "
-          f"{remote[0] / local[0]:.2f}")
-    return 0 if local[2] == remote[2] == args.trials else 1
+    for name, (wall, over, acc, status) in (("local", local), *remotes.items()):
+        print(f"{name:<12} {wall:>7.1f} {over:>37.3f} {acc:>5}/{args.trials}  {status}")
+    for name, remote in remotes.items():
+        per_trial = (remote[0] - local[0]) * args.jobs / args.trials
+        label = "Ray" if name == "ray" else "Ray (object_store)"
+        print(f"{label} overhead per trial: {per_trial:+.2f} s; wall ratio {name}/local: "
+              f"{remote[0] / local[0]:.2f}")
+    ok = all(r[2] == args.trials for r in remotes.values())
+    return 0 if local[2] == args.trials and ok else 1
 
 
 if __name__ == "__main__":

@@ -56,6 +56,11 @@ RAY = Path(sys.executable).parent / "ray"
 needs_ray = pytest.mark.skipif(not RAY.is_file(), reason="ray is not installed in this venv "
                                "(make setup-test installs assay[ray])")
 FULL = os.environ.get("CI") == "true" or os.environ.get("ASSAY_RAY_FULL") == "1"
+#: the transfers a lost-node scenario runs with: shared_fs in the reduced form, object_store too
+#: in the full form (a lost worker sent nothing back; a frozen artifact came before verifying)
+TRANSFERS = [pytest.param("shared_fs"), pytest.param("object_store", marks=[
+    pytest.mark.ray_full, pytest.mark.skipif(not FULL, reason="the object_store variant runs "
+                                             "in the full form (CI=true or ASSAY_RAY_FULL=1)")])]
 
 # Asks the model through the gateway it was given, sleeps (so a node can die under it), fixes.
 AGENT = r"""
@@ -363,6 +368,13 @@ def test_an_unknown_executor_or_a_stray_ray_address_is_refused(tmp_path: Path) -
     res = run_cli(["exp", "run", str(exp), "--out", str(tmp_path / "run"),
                    "--ray-address", "auto"])
     assert res.code == 2 and "--ray-address is for --executor ray" in res.stderr
+    res = run_cli(["exp", "run", str(exp), "--out", str(tmp_path / "run"),
+                   "--ray-transfer", "object_store"])
+    assert res.code == 2 and "--ray-transfer is for --executor ray" in res.stderr
+    res = run_cli(["exp", "run", str(exp), "--out", str(tmp_path / "run"),
+                   "--executor", "ray", "--ray-transfer", "nfs"])
+    assert res.code == 2
+    assert "'nfs' is not one of shared_fs, object_store, auto" in " ".join(res.stderr.split())
     assert not (tmp_path / "run").exists()
 
 
@@ -371,12 +383,14 @@ def test_an_unknown_executor_or_a_stray_ray_address_is_refused(tmp_path: Path) -
 
 @needs_bwrap
 @needs_ray
+@pytest.mark.parametrize("transfer", TRANSFERS)
 def test_a_node_lost_mid_run_costs_attempts_not_grades(tmp_path: Path, cluster: Cluster,
-                                                       upstream: ScriptedServer) -> None:
+                                                       upstream: ScriptedServer,
+                                                       transfer: str) -> None:
     exp = _experiment(tmp_path, reps=3, sleep=3, jobs=3)
     out = tmp_path / "run"
     proc = subprocess.Popen(_cli("exp", "run", str(exp), "--out", str(out), "--executor", "ray",
-                                 "--ray-address", cluster.address),
+                                 "--ray-address", cluster.address, "--ray-transfer", transfer),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         lost = _wait_running_on(out, cluster.node_ids["b"], 2, proc)
@@ -397,7 +411,9 @@ def test_a_node_lost_mid_run_costs_attempts_not_grades(tmp_path: Path, cluster: 
     assert {p["node_id"] for p in placements.values()} == set(cluster.node_ids.values())
     for d in lost:
         assert placements[d]["lost_error"] and placements[d]["lost_at"]
-    assert {p["transfer"] for p in placements.values()} == {"shared_fs"}
+        if transfer == "object_store":  # nothing came back from the lost worker
+            assert not (out / d / "trial.json").exists()
+    assert {p["transfer"] for p in placements.values()} == {transfer}
     # 3 grades from 3 + 2 attempts at least; no trial was graded twice (checked above)
     assert len(attempts) >= 5
     # every attempt that got as far as its agent asked the model through the one gateway,
@@ -408,7 +424,8 @@ def test_a_node_lost_mid_run_costs_attempts_not_grades(tmp_path: Path, cluster: 
     assert upstream.requests and SECRET not in _all_text(out)
     session = json.loads((out / "manifest.json").read_text())["sessions"][-1]
     ex = session["executor"]
-    assert ex["kind"] == "ray" and ex["transfer"] == "shared_fs" and ex["nodes_at_start"] == 2
+    assert ex["kind"] == "ray" and ex["transfer"] == transfer and ex["nodes_at_start"] == 2
+    assert ex["transfers_used"] == [transfer]
     assert ex["gateway_host"] == cluster.address.rsplit(":", 1)[0]
     assert ex["gateway"].startswith(ex["gateway_host"] + ":")
     assert "worker_lost" in stderr and "(will retry)" in stderr
@@ -496,16 +513,18 @@ def test_full_node_lost_then_driver_stopped_killed_and_resumed_locally(
 @pytest.mark.ray_full
 @pytest.mark.skipif(not FULL, reason="the full Ray scenario runs in CI (CI=true) or with "
                     "ASSAY_RAY_FULL=1; make test runs the reduced form")
+@pytest.mark.parametrize("transfer", ["shared_fs", "object_store"])
 def test_full_a_node_lost_while_verifying_is_verified_on_the_driver(
-        tmp_path: Path, cluster: Cluster, upstream: ScriptedServer) -> None:
+        tmp_path: Path, cluster: Cluster, upstream: ScriptedServer, transfer: str) -> None:
     """A frozen artifact is never run again: the driver grades it from the shared run
-    directory, and the trial keeps its one attempt."""
+    directory (object_store: from the copy the worker sent before it announced verifying),
+    and the trial keeps its one attempt."""
     slow = ("sleep 8; PYTHONPATH=src python3 -m pytest -q -p no:cacheprovider "
             "$ASSAY_TESTS/test_fix.py")
     exp = _experiment(tmp_path, reps=3, sleep=1, jobs=3, behavior_cmd=slow)
     out = tmp_path / "run"
     proc = subprocess.Popen(_cli("exp", "run", str(exp), "--out", str(out), "--executor", "ray",
-                                 "--ray-address", cluster.address),
+                                 "--ray-address", cluster.address, "--ray-transfer", transfer),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         verifying = _wait_state_on(out, cluster.node_ids["b"], "verifying", 1, proc)
@@ -521,4 +540,75 @@ def test_full_a_node_lost_while_verifying_is_verified_on_the_driver(
     for d in verifying:
         assert d in graded  # the same attempt, graded on the driver, not run again
         assert _placements(out)[d]["lost_error"]
+        assert _placements(out)[d]["transfer"] == transfer
+        assert (out / d / "artifact.tar").is_file()
     assert "worker lost, verified here: accepted" in stderr
+
+
+# ------------------------------------------------------------------ object_store transfer
+
+
+def _hidden_driver(real: Path, view: Path, argv: list[str]) -> list[str]:
+    """``argv`` in a mount namespace where ``view`` is ``real``: the driver reads and writes
+    its experiment, bundles and run directory at ``view``; every Ray worker (started outside)
+    sees ``view`` as the empty directory it is, so it genuinely cannot use them."""
+    return ["bwrap", "--dev-bind", "/", "/", "--bind", str(real), str(view), *argv]
+
+
+@needs_bwrap
+@needs_ray
+def test_object_store_carries_the_attempts_when_workers_cannot_see_the_run(
+        tmp_path: Path, cluster: Cluster, upstream: ScriptedServer) -> None:
+    from assay.runner.executor_ray import ATTEMPT_PREFIX, BUNDLE_PREFIX
+
+    real, view = tmp_path / "driver", tmp_path / "d"
+    real.mkdir()
+    view.mkdir()  # empty outside the driver's namespace
+    exp = _experiment(real, reps=3, sleep=0.5, jobs=3)
+    (real / "nop.yaml").write_text("name: nop\ntasks: [tasks]\nrepetitions: 1\n"
+                                   "arms:\n  idle:\n    agent: nop\n")
+    run = _hidden_driver(real, view, _cli(
+        "exp", "run", str(view / exp.name), "--out", str(view / "run"), "--executor", "ray",
+        "--ray-address", cluster.address, "--ray-transfer", "object_store"))
+    res = subprocess.run(run, capture_output=True, text=True, timeout=240)
+    assert res.returncode == 0, res.stderr[-3000:]
+    out = real / "run"
+    _check_one_grade_each(out, 3)
+    done = [out / r[0] for r in _rows(out, "SELECT dir FROM attempts WHERE state='done'")]
+    assert len(done) == 3
+    for d in done:  # complete on the driver: the stage record, the artifact, the grade
+        trial = json.loads((d / "trial.json").read_text())
+        assert trial["status"] == "graded" and trial["grade"]["accepted"] is True
+        assert [s["status"] for s in trial["stages"]] == ["ok"] * 4
+        assert trial["task"]["path"] == str(view / "tasks" / "calc")  # the driver's bundle
+        assert (d / "artifact.tar").stat().st_size > 0 and (d / "artifact.json").is_file()
+        assert [g.name for g in (d / "grades").iterdir()] == [
+            trial["grade"]["revision"] + ".json"]
+        assert (d / "model_calls.jsonl").read_text().strip()  # the driver's gateway ledger
+    placements = _placements(out)
+    assert len(placements) == 3
+    assert {p["transfer"] for p in placements.values()} == {"object_store"}
+    ex = json.loads((out / "manifest.json").read_text())["sessions"][-1]["executor"]
+    assert ex["transfer"] == "object_store" and ex["transfers_used"] == ["object_store"]
+    text = _all_text(out)
+    assert SECRET not in text and upstream.requests
+    # no record names a worker's private directory; none was left behind on the workers
+    assert ATTEMPT_PREFIX not in text and BUNDLE_PREFIX not in text
+    assert not list(out.rglob("*.incoming-*"))
+    worker_tmp = cluster.temp_dir / "tmp"
+    assert not list(worker_tmp.glob(ATTEMPT_PREFIX + "*"))
+    # (the bundles came as tars: the workers could not read them at the driver's path, which
+    # the auto run below shows; their unpacked copies live as long as the worker processes)
+
+    # auto under the same hiding chooses object_store: the workers really could not see it
+    res = subprocess.run(_hidden_driver(real, view, _cli(
+        "exp", "run", str(view / "nop.yaml"), "--out", str(view / "run-nop"), "--executor",
+        "ray", "--ray-address", cluster.address, "--ray-transfer", "auto")),
+        capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr[-3000:]
+    (placed,) = _placements(real / "run-nop").values()
+    assert placed["transfer"] == "object_store"
+    ex = json.loads((real / "run-nop" / "manifest.json").read_text())["sessions"][-1]
+    assert ex["executor"]["transfer"] == "auto"
+    assert ex["executor"]["transfers_used"] == ["object_store"]
+    assert list((real / "run-nop").glob("trials/*/*/*/a*/grades/*.json"))

@@ -158,20 +158,22 @@ __all__ = ["check_suite", "check_tasks", "import_harbor", "load_bundles", "run_t
 def run_experiment(experiment: str | os.PathLike[str], out: str | os.PathLike[str], *,
                    jobs: int | None = None, grace_seconds: float = 10.0,
                    holdout_reuse: bool = False, executor: str = "local",
-                   ray_address: str | None = None, gateway_host: str | None = None) -> Any:
+                   ray_address: str | None = None, gateway_host: str | None = None,
+                   ray_transfer: str | None = None) -> Any:
     """Run (or resume: the same call) every trial of an experiment file into ``out``, then
     run the experiment's ``pairwise:`` check, if it has one, and write its report (the check's
     trouble is in the report's ``judge_preference.error``, never raised: the trials are done);
     returns the runner's result (status, trial counts, money spent).
     ``holdout_reuse`` lets a new run look at a holdout split past its allowance;
-    ``executor="ray"`` runs the attempts as Ray tasks on the cluster at ``ray_address``
-    (``docs/scaling.md``)."""
+    ``executor="ray"`` runs the attempts as Ray tasks on the cluster at ``ray_address``, their
+    files carried by ``ray_transfer`` (``shared_fs``, ``object_store``, ``auto``;
+    ``docs/scaling.md``)."""
     from assay.report.experiment import write_experiment_report
     from assay.runner.experiment import run_experiment as _run
 
     result = _run(Path(experiment), Path(out), jobs=jobs, grace_seconds=grace_seconds,
                   holdout_reuse=holdout_reuse, executor=executor, ray_address=ray_address,
-                  gateway_host=gateway_host)
+                  gateway_host=gateway_host, ray_transfer=ray_transfer)
     run_pairwise_check(Path(out), result.status)
     write_experiment_report(Path(out))
     return result

@@ -159,6 +159,11 @@ def exp_run(
         "--gateway-host", help="The address the model gateway listens at (default 127.0.0.1; "
         "with --executor ray the driver's node address, which the workers must reach).")]
     = None,
+    ray_transfer: Annotated[str | None, typer.Option(
+        "--ray-transfer", help="With --executor ray: how the workers' files reach the run "
+        "directory: shared_fs (written there over a shared file system, the default), "
+        "object_store (shipped through Ray) or auto (shared_fs where a worker sees the run "
+        "directory, else object_store).")] = None,
 ) -> None:
     """Run every trial of an experiment (resume: the same command), then its pairwise check if
     it has one. Exit 0 complete, 2 bad input, 3 finished with infra errors, stopped by the
@@ -182,7 +187,8 @@ def exp_run(
                                     out_dir, command="exp run")),
                                 total_cost_usd=total_cost_usd,
                                 holdout_reuse=holdout_reuse, executor=executor,
-                                ray_address=ray_address, gateway_host=gateway_host)
+                                ray_address=ray_address, gateway_host=gateway_host,
+                                ray_transfer=ray_transfer)
         # the experiment's pairwise check, if any: never raises for the judge's trouble; an
         # interrupt stops it like the trials (the same command resumes both)
         pairwise = run_pairwise_check(out_dir, result.status, jobs=jobs or 2)

@@ -1,7 +1,8 @@
 """Where an attempt ran when it did not run in the runner's own process (``--executor ray``).
 
 ``placement.json`` is written by the driver into the attempt's directory when the worker
-reports in, and rewritten once if the worker or its node is lost. It is evidence, not state:
+reports in (with ``object_store`` too: it is the driver's own file, beside the ones the worker
+sends back), and rewritten once if the worker or its node is lost. It is evidence, not state:
 the state database decides what the attempt is; this file says on which node it ran and, for a
 lost one, what Ray reported. Local attempts have none.
 """
@@ -30,7 +31,8 @@ class Placement(Record):
     """The executor that placed the attempt."""
     transfer: Literal["shared_fs", "object_store"]
     """How the attempt's files reached the run directory: written there by the worker over a
-    shared file system, or carried back through Ray's object store."""
+    shared file system, or carried back through Ray's object store and the executor channel
+    (``--ray-transfer``; with ``auto``, what the worker chose for this attempt)."""
     node_id: str
     """Ray's id of the node the attempt ran on."""
     node_ip: str

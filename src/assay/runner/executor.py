@@ -31,6 +31,8 @@ from assay.runner.trial import TrialHooks, TrialResult, run_trial
 from assay.suites.bundle import Bundle
 
 EXECUTORS = ("local", "ray")
+#: ``--ray-transfer``: how a Ray worker's files reach the run directory (executor_ray.py)
+RAY_TRANSFERS = ("shared_fs", "object_store", "auto")
 #: The status of a :class:`TrialResult` whose worker or node died under it.
 WORKER_LOST = "worker_lost"
 
@@ -43,8 +45,9 @@ class TrialJob:
     agent: str
     """The arm's agent spec (parsed where the attempt runs)."""
     trial_dir: Path
-    """The attempt's directory (absolute: on Ray a worker writes it over the shared file
-    system)."""
+    """The attempt's directory on the driver (absolute: with ``shared_fs`` a Ray worker
+    writes it over the shared file system; with ``object_store`` the driver unpacks what the
+    worker sends back into it)."""
     rep: int
     attempt: int
     trial_id: str
@@ -88,14 +91,22 @@ class LocalExecutor:
 
 
 def make_executor(kind: str, *, ray_address: str | None = None,
-                  gateway_host: str | None = None) -> Executor:
+                  gateway_host: str | None = None,
+                  ray_transfer: str | None = None) -> Executor:
     """The executor named ``kind``; ``ray`` connects to the cluster now, so a wrong address or
-    a missing install is an ``InputError`` before any state is written."""
+    a missing install is an ``InputError`` before any state is written. ``ray_transfer``
+    (``shared_fs``, the default, ``object_store`` or ``auto``) is how a worker's files reach
+    the run directory (``runner/executor_ray.py``)."""
     if kind == "local":
         if ray_address is not None:
             raise InputError("--ray-address is for --executor ray")
+        if ray_transfer is not None:
+            raise InputError("--ray-transfer is for --executor ray")
         return LocalExecutor()
     if kind == "ray":
+        if ray_transfer is not None and ray_transfer not in RAY_TRANSFERS:
+            raise InputError(f"--ray-transfer: {ray_transfer!r} is not one of "
+                             f"{', '.join(RAY_TRANSFERS)}")
         try:
             import ray  # noqa: F401 - only to say clearly what is missing
         except ImportError:
@@ -103,8 +114,10 @@ def make_executor(kind: str, *, ray_address: str | None = None,
                              "pip install 'assay[ray]'") from None
         from assay.runner.executor_ray import RayExecutor
 
-        return RayExecutor(address=ray_address or "auto", gateway_host=gateway_host)
+        return RayExecutor(address=ray_address or "auto", gateway_host=gateway_host,
+                           transfer=ray_transfer or "shared_fs")
     raise InputError(f"--executor: {kind!r} is not one of {', '.join(EXECUTORS)}")
 
 
-__all__ = ["EXECUTORS", "WORKER_LOST", "Executor", "LocalExecutor", "TrialJob", "make_executor"]
+__all__ = ["EXECUTORS", "RAY_TRANSFERS", "WORKER_LOST", "Executor", "LocalExecutor", "TrialJob",
+           "make_executor"]

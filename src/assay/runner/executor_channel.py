@@ -14,6 +14,13 @@ worker the driver has already written off (``worker_lost``) can never move, free
 that attempt afterwards. The secret is a Python value of the worker process: the sandboxed
 agent never sees it (its environment is built from the model variables alone).
 
+With ``transfer: object_store`` (no shared file system) one more call carries files: before
+it announces ``verifying``, the worker posts the attempt directory as it stands (the frozen
+artifact, ``trial.json``, the agent's logs) as a tar (``files``), and the driver unpacks it into
+the run directory (``runner/ray_transfer.py``) before it answers. The driver then holds the
+artifact the moment the attempt is ``verifying``: a node lost while verifying is graded on the
+driver, and the frozen artifact is never run again, exactly as with a shared file system.
+
 A plain ``http.server`` on a thread: a handful of small calls per attempt, minutes apart.
 """
 
@@ -21,24 +28,32 @@ from __future__ import annotations
 
 import json
 import secrets
+import tempfile
 import threading
 import urllib.error
 import urllib.request
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from pathlib import Path
+from typing import IO, Any
 
 from assay.errors import TransportError
+from assay.runner.ray_transfer import changed_since, files_of, pack
 from assay.runner.trial import TrialHooks
 
 _TIMEOUT_SECONDS = 120.0
 _MAX_BODY = 16 * 1024 * 1024
+#: a frozen artifact may be large; it is spooled to disk past 64 MiB, never held whole
+_MAX_FILES_BODY = 64 * 1024**3
+_SPOOL = 64 * 1024 * 1024
 
 
 class _Registered:
-    def __init__(self, hooks: TrialHooks, on_started: Callable[[dict[str, Any]], None]) -> None:
+    def __init__(self, hooks: TrialHooks, on_started: Callable[[dict[str, Any]], None],
+                 on_files: Callable[[IO[bytes]], None] | None) -> None:
         self.hooks = hooks
         self.on_started = on_started
+        self.on_files = on_files
 
 
 class ChannelServer:
@@ -67,11 +82,12 @@ class ChannelServer:
         host, port = self._httpd.server_address[:2]
         return f"http://{host}:{port}"
 
-    def register(self, hooks: TrialHooks,
-                 on_started: Callable[[dict[str, Any]], None]) -> str:
+    def register(self, hooks: TrialHooks, on_started: Callable[[dict[str, Any]], None],
+                 on_files: Callable[[IO[bytes]], None] | None = None) -> str:
+        """``on_files`` receives a tar the worker posts (object_store); None refuses one."""
         secret = secrets.token_urlsafe(32)
         with self._lock:
-            self._attempts[secret] = _Registered(hooks, on_started)
+            self._attempts[secret] = _Registered(hooks, on_started, on_files)
         return secret
 
     def unregister(self, secret: str) -> None:
@@ -88,6 +104,8 @@ class ChannelServer:
     def _handle(self, req: BaseHTTPRequestHandler) -> None:
         parts = req.path.strip("/").split("/")
         length = int(req.headers.get("Content-Length") or 0)
+        if len(parts) == 2 and parts[1] == "files" and length <= _MAX_FILES_BODY:
+            return self._files(req, parts[0], length)
         if len(parts) != 2 or length > _MAX_BODY:
             return _reply(req, 404, {"error": "no such call"})
         secret, op = parts
@@ -115,6 +133,30 @@ class ChannelServer:
                 return _reply(req, 409, {"error": f"{type(exc).__name__}: {exc}"[:1000]})
         return _reply(req, 404, {"error": f"no call {op!r}"})
 
+    def _files(self, req: BaseHTTPRequestHandler, secret: str, length: int) -> None:
+        with self._lock:  # a closed attempt's upload is refused before it is read
+            known = secret in self._attempts
+        if not known:
+            return _reply(req, 403, {"error": "this attempt is closed or unknown"})
+        with tempfile.SpooledTemporaryFile(max_size=_SPOOL) as body:
+            left = length
+            while left:
+                chunk = req.rfile.read(min(left, 1 << 20))
+                if not chunk:
+                    return _reply(req, 400, {"error": "the body ended early"})
+                body.write(chunk)
+                left -= len(chunk)
+            body.seek(0)
+            with self._lock:
+                reg = self._attempts.get(secret)
+                if reg is None or reg.on_files is None:
+                    return _reply(req, 403, {"error": "this attempt takes no files"})
+                try:
+                    reg.on_files(body)  # type: ignore[arg-type]
+                except Exception as exc:  # noqa: BLE001 - the worker learns why
+                    return _reply(req, 409, {"error": f"{type(exc).__name__}: {exc}"[:1000]})
+        return _reply(req, 200, {})
+
 
 def _reply(req: BaseHTTPRequestHandler, code: int, body: dict[str, Any]) -> None:
     data = json.dumps(body).encode()
@@ -125,11 +167,14 @@ def _reply(req: BaseHTTPRequestHandler, code: int, body: dict[str, Any]) -> None
     req.wfile.write(data)
 
 
-def call(url: str, secret: str, op: str, payload: dict[str, Any]) -> dict[str, Any]:
-    """The worker's end: one call, its answer, or ``TransportError`` saying why not."""
-    body = json.dumps(payload).encode()
+def call(url: str, secret: str, op: str, payload: dict[str, Any] | bytes) -> dict[str, Any]:
+    """The worker's end: one call, its answer, or ``TransportError`` saying why not; bytes
+    are posted as they are (a tar for ``files``)."""
+    raw = isinstance(payload, bytes)
+    body = payload if raw else json.dumps(payload).encode()
+    kind = "application/x-tar" if raw else "application/json"
     request = urllib.request.Request(f"{url}/{secret}/{op}", data=body, method="POST",
-                                     headers={"Content-Type": "application/json"})
+                                     headers={"Content-Type": kind})
     try:
         with urllib.request.urlopen(request, timeout=_TIMEOUT_SECONDS) as resp:
             return json.loads(resp.read() or b"{}")
@@ -148,16 +193,34 @@ class RemoteHooks(TrialHooks):
     """The worker's hooks: the driver's decisions, asked for at the same points."""
 
     def __init__(self, url: str, secret: str, *, model_env: dict[str, str], proxy: Any,
-                 grace_seconds: float, verifier_revision: str | None) -> None:
+                 grace_seconds: float, verifier_revision: str | None,
+                 ship_from: Path | None = None,
+                 before_ship: Callable[[], None] | None = None) -> None:
+        """``ship_from``: the worker's private attempt directory (object_store), posted to
+        the driver before ``verifying`` is announced; ``before_ship`` readies it (paths)."""
         super().__init__()
         self.url, self.secret = url, secret
         self.model_env = dict(model_env)
         self.proxy = proxy
         self.grace_seconds = grace_seconds
         self.verifier_revision = verifier_revision
+        self.ship_from, self.before_ship = ship_from, before_ship
+        #: what the ``files`` call carried (path: size, mtime), so the end sends only the rest
+        self.shipped: dict[str, tuple[int, int]] = {}
 
     def before(self, stage: str) -> None:
+        if stage == "verify" and self.ship_from is not None:
+            if self.before_ship is not None:
+                self.before_ship()
+            self.shipped = files_of(self.ship_from)
+            call(self.url, self.secret, "files", pack(self.ship_from, self.shipped))
         call(self.url, self.secret, "before", {"stage": stage})
+
+    def unshipped(self) -> list[str]:
+        """The attempt's files the driver does not have yet (new or changed since
+        ``files``; all of them when nothing was shipped)."""
+        assert self.ship_from is not None
+        return changed_since(self.ship_from, self.shipped)
 
     def after_agent(self, execution: dict[str, Any]) -> dict[str, Any]:
         return call(self.url, self.secret, "after_agent", {"execution": execution})["execution"]

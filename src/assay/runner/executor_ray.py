@@ -9,13 +9,25 @@ token and the driver's address. The worker's hooks call the driver back before e
 (``runner/executor_channel.py``), so the transitions are committed before their action as in a
 local run, and the gateway's usage is read at the same moment.
 
-Files: **shared_fs** is the transfer implemented. The worker writes the attempt directory
-itself, at the same absolute path, so the run directory must be on a file system every worker
-mounts at the driver's path (NFS, a cluster volume; on one machine, trivially). The worker
-checks that it sees the run's ``manifest.json`` with this experiment's identity before it does
-anything; where it does not, the attempt is an ``infra_error`` that says so. Carrying the
-attempt's files back through the object store (for clusters without a shared file system) is
-not implemented; the manifest's ``executor.transfer`` says which one a session used.
+Files (``--ray-transfer``, the manifest's ``executor.transfer`` and each ``placement.json``):
+
+- **shared_fs** (the default): the worker writes the attempt directory itself, at the same
+  absolute path, so the run directory must be on a file system every worker mounts at the
+  driver's path (NFS, a cluster volume; on one machine, trivially). The worker checks that it
+  sees the run's ``manifest.json`` with this experiment's identity before it does anything;
+  where it does not, the attempt is an ``infra_error`` that says so.
+- **object_store**: the worker is never given the run directory. The driver puts a tar of the
+  task bundle in Ray's object store once per bundle (Ray copies it to a node once); the worker
+  unpacks it (once per worker process and bundle), runs the attempt in a private temporary
+  directory and sends its files back (``runner/ray_transfer.py``): the frozen attempt over the
+  channel before ``verifying`` is announced, the rest (the grade, the final ``trial.json``) as
+  the task's return value; the driver unpacks both into the attempt's directory. What the
+  driver reads between callbacks (its own ``placement.json`` and gateway ledger, the artifact
+  after a lost node) is therefore on the driver when it reads it. A worker lost before
+  ``verifying`` sends nothing: its artifact, if it froze one, is gone, and the trial runs again.
+- **auto**: shared_fs where the worker sees the run directory (the check above), object_store
+  where it does not; each attempt's ``placement.json`` says which, and the manifest's
+  ``executor.transfers_used`` lists the ones the session used.
 
 Lost workers: each task is submitted with ``max_retries=0``, so Ray never re-runs an attempt
 behind the state database's back. When a task fails because its worker process or its node
@@ -30,25 +42,34 @@ Ray is imported only here, and this module only with ``--executor ray``.
 
 from __future__ import annotations
 
+import atexit
+import hashlib
 import json
 import os
+import shutil
 import signal
 import socket
+import tempfile
 import threading
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from assay.agents import parse_agent
-from assay.errors import InputError
+from assay.errors import InputError, TrialRefused
 from assay.records.io import atomic_write_json
 from assay.records.manifest import utc_now
 from assay.records.placement import PLACEMENT_JSON, Placement
-from assay.runner.executor import WORKER_LOST, TrialJob
+from assay.runner.executor import RAY_TRANSFERS, WORKER_LOST, TrialJob
 from assay.runner.executor_channel import ChannelServer, RemoteHooks, call
+from assay.runner.ray_transfer import pack, unpack_into
 from assay.runner.trial import TrialHooks, TrialResult, run_trial
-from assay.suites.bundle import Bundle
+from assay.suites.bundle import Bundle, load_bundle
 
 TRANSFER = "shared_fs"
+TRANSFERS = RAY_TRANSFERS
+#: the prefixes of the worker's private directories (object_store): no record on the driver
+#: may name them (tests/test_ray_executor.py looks)
+ATTEMPT_PREFIX, BUNDLE_PREFIX = "assay-ray-attempt-", "assay-ray-bundle-"
 
 
 def _lost_errors() -> tuple[type[BaseException], ...]:
@@ -67,10 +88,15 @@ class RayExecutor:
 
     kind = "ray"
 
-    def __init__(self, *, address: str, gateway_host: str | None = None) -> None:
+    def __init__(self, *, address: str, gateway_host: str | None = None,
+                 transfer: str = TRANSFER) -> None:
         import ray
 
-        self.address = address
+        if transfer not in TRANSFERS:
+            raise InputError(f"--ray-transfer: {transfer!r} is not one of "
+                             f"{', '.join(TRANSFERS)}")
+        self.address, self.transfer = address, transfer
+        self._used: list[str] = []  # the live ``transfers_used`` of describe()
         # Ray's core worker installs its own SIGTERM handler (it logs and exits); the runner's
         # (SIGTERM as an interrupt: tasks cancelled, exit 130, resumable) is put back after it.
         handlers = _python_handlers()
@@ -96,6 +122,7 @@ class RayExecutor:
                              f"{exc}") from None
         self._remote = ray.remote(_remote_attempt)
         self._bundles: dict[str, Any] = {}
+        self._bundle_tars: dict[tuple[str, str], Any] = {}
         self._lock = threading.Lock()
         self._lost = _lost_errors()
         self._inflight: set[Any] = set()
@@ -103,10 +130,30 @@ class RayExecutor:
         self.nodes_at_start = sum(1 for n in ray.nodes() if n.get("Alive"))
 
     def describe(self) -> dict[str, Any]:
+        """The session's entry; ``transfers_used`` is this executor's own list, filled in as
+        attempts report in, so the entry written when the session ends says what was used."""
         return {"kind": "ray", "address": self.address, "ray_version": self.ray_version,
-                "transfer": TRANSFER, "driver_ip": self.driver_ip,
-                "gateway_host": self.gateway_host, "nodes_at_start": self.nodes_at_start,
-                "channel": self.channel.url}
+                "transfer": self.transfer, "transfers_used": self._used,
+                "driver_ip": self.driver_ip, "gateway_host": self.gateway_host,
+                "nodes_at_start": self.nodes_at_start, "channel": self.channel.url}
+
+    def _bundle_tar_ref(self, bundle: Bundle) -> Any:
+        """``[ref, sha256]``: the bundle as a tar in the object store, put once per bundle
+        (spec digest and place) whatever the number of attempts, and its digest (the
+        workers' cache key); Ray copies it to each node that asks, once."""
+        import ray
+
+        key = (bundle.spec_sha256, str(bundle.root.resolve()))
+        with self._lock:
+            if key not in self._bundle_tars:
+                repo = (bundle.root / bundle.spec.initial_state.repository).resolve()
+                if not repo.is_relative_to(bundle.root.resolve()):
+                    raise TrialRefused(f"{bundle.root}: its starting tree {repo} is outside the "
+                                       "bundle; --ray-transfer object_store ships the bundle "
+                                       "directory alone")
+                data = pack(bundle.root, arcname="bundle")
+                self._bundle_tars[key] = [ray.put(data), hashlib.sha256(data).hexdigest()]
+            return self._bundle_tars[key]
 
     def _bundle_ref(self, bundle: Bundle) -> Any:
         import ray
@@ -125,8 +172,15 @@ class RayExecutor:
         def on_started(info: dict[str, Any]) -> None:
             placed.update(_placement(info))
             _save(job.trial_dir, placed)
+            with self._lock:
+                if placed["transfer"] not in self._used:
+                    self._used.append(placed["transfer"])
+                    self._used.sort()
 
-        secret = self.channel.register(hooks, on_started)
+        def on_files(body: IO[bytes]) -> None:
+            unpack_into(body, job.trial_dir)
+
+        secret = self.channel.register(hooks, on_started, on_files)
         try:
             res = job.bundle.spec.resources
             options = {"num_cpus": res.cpu_cores, "memory": res.memory_limit_mib * 2**20,
@@ -136,10 +190,14 @@ class RayExecutor:
                    "grace_seconds": hooks.grace_seconds,
                    "verifier_revision": hooks.verifier_revision}
             run_dir = job.trial_dir.parents[4]  # trials/<task>/<arm>/<rep>/<attempt>
+            # object_store: the worker is never told where the run directory is; the bundle's
+            # tar goes in a list so that Ray fetches it only where the worker asks for it
+            see = None if self.transfer == "object_store" else str(run_dir)
+            tar = self._bundle_tar_ref(job.bundle) if self.transfer != "shared_fs" else None
             ref = self._remote.options(**options).remote(
-                self._bundle_ref(job.bundle), job.agent, str(job.trial_dir), job.rep,
-                job.attempt, job.trial_id, str(run_dir), _identity_of(run_dir),
-                self.channel.url, secret, cfg)
+                self._bundle_ref(job.bundle), tar, str(job.bundle.root.resolve()), job.agent,
+                str(job.trial_dir), job.rep, job.attempt, job.trial_id, see,
+                _identity_of(run_dir), self.channel.url, secret, cfg)
             with self._lock:
                 self._inflight.add(ref)
             try:
@@ -156,6 +214,8 @@ class RayExecutor:
             finally:
                 with self._lock:
                     self._inflight.discard(ref)
+            if out.get("files") is not None:  # object_store: what the driver lacks, now
+                unpack_into(out["files"], job.trial_dir)
         finally:
             self.channel.unregister(secret)
         return TrialResult(job.trial_dir, out["status"], out["grade"], out["record"])
@@ -210,7 +270,8 @@ def _identity_of(run_dir: Path) -> str | None:
 
 
 def _placement(info: dict[str, Any]) -> dict[str, Any]:
-    return {"schema": Placement.schema_id(), "executor": "ray", "transfer": TRANSFER,
+    return {"schema": Placement.schema_id(), "executor": "ray",
+            "transfer": str(info.get("transfer") or TRANSFER),
             "node_id": str(info.get("node_id")), "node_ip": str(info.get("node_ip")),
             "hostname": str(info.get("hostname")), "worker_pid": int(info.get("pid") or 0),
             "started_at": str(info.get("started_at"))}
@@ -222,26 +283,85 @@ def _save(trial_dir: Path, data: dict[str, Any]) -> None:
     atomic_write_json(path, Placement.read(data, path).model_dump(mode="json", by_alias=True))
 
 
-def _remote_attempt(bundle: Bundle, agent: str, trial_dir: str, rep: int, attempt: int,
-                    trial_id: str, run_dir: str, identity: str | None, url: str, secret: str,
+def _remote_attempt(bundle: Bundle, tar: list[Any] | None, driver_root: str, agent: str,
+                    trial_dir: str, rep: int, attempt: int, trial_id: str, run_dir: str | None,
+                    identity: str | None, url: str, secret: str,
                     cfg: dict[str, Any]) -> dict[str, Any]:
-    """The Ray task: report in, check the run directory is shared, run the trial's stages."""
+    """The Ray task: choose the transfer (``run_dir`` None: object_store, never looked at;
+    no ``tar``: shared_fs), report in, run the trial's stages."""
     import ray
 
-    seen = _identity_of(Path(run_dir))
+    seen = _identity_of(Path(run_dir)) if run_dir is not None else None
+    shared = run_dir is not None and identity is not None and seen == identity
+    transfer = "shared_fs" if shared or tar is None else "object_store"
     node = ray.get_runtime_context().get_node_id()
     call(url, secret, "started", {"node_id": node, "node_ip": ray.util.get_node_ip_address(),
                                   "hostname": socket.gethostname(), "pid": os.getpid(),
-                                  "started_at": utc_now()})
-    if identity is None or seen != identity:
+                                  "started_at": utc_now(), "transfer": transfer})
+    if transfer == "shared_fs" and not shared:
         return {"status": "infra_error", "grade": None, "record": {
             "error": f"the run directory {run_dir} is not visible on node {node[:12]} "
-                     f"({socket.gethostname()}): --executor ray writes each attempt over a "
-                     "shared file system mounted at the driver's path (transfer shared_fs)"}}
-    hooks = RemoteHooks(url, secret, **cfg)
-    res = run_trial(bundle, parse_agent(agent), Path(trial_dir), rep=rep, attempt=attempt,
-                    hooks=hooks, trial_id=trial_id)
-    return {"status": res.status, "grade": res.grade, "record": res.record}
+                     f"({socket.gethostname()}): --ray-transfer shared_fs writes each attempt "
+                     "over a shared file system mounted at the driver's path (use "
+                     "--ray-transfer object_store or auto where there is none)"}}
+    if transfer == "shared_fs":
+        hooks = RemoteHooks(url, secret, **cfg)
+        res = run_trial(bundle, parse_agent(agent), Path(trial_dir), rep=rep, attempt=attempt,
+                        hooks=hooks, trial_id=trial_id)
+        return {"status": res.status, "grade": res.grade, "record": res.record}
+    assert tar is not None
+    local_bundle = _unpacked_bundle(tar[1], tar[0])
+    scratch = Path(tempfile.mkdtemp(prefix=ATTEMPT_PREFIX))
+    try:
+        private = scratch / "attempt"
+
+        def driver_paths() -> None:
+            _rewrite_task_path(private, driver_root)
+
+        hooks = RemoteHooks(url, secret, **cfg, ship_from=private, before_ship=driver_paths)
+        res = run_trial(local_bundle, parse_agent(agent), private, rep=rep, attempt=attempt,
+                        hooks=hooks, trial_id=trial_id)
+        driver_paths()
+        record = dict(res.record)
+        record["task"] = {**record.get("task", {}), "path": driver_root}
+        return {"status": res.status, "grade": res.grade, "record": record,
+                "files": pack(private, hooks.unshipped())}
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
-__all__ = ["TRANSFER", "RayExecutor"]
+#: this worker process's unpacked bundles by their tar's digest (a Ray worker process runs
+#: many attempts); removed when the process exits normally
+_UNPACKED: dict[str, Bundle] = {}
+_UNPACK_LOCK = threading.Lock()
+
+
+def _unpacked_bundle(digest: str, tar: Any) -> Bundle:
+    import ray
+
+    with _UNPACK_LOCK:
+        if digest not in _UNPACKED or not _UNPACKED[digest].root.is_dir():
+            data = ray.get(tar)
+            if hashlib.sha256(data).hexdigest() != digest:
+                raise TrialRefused("the task bundle's tar from the object store does not match "
+                                   "its digest")
+            where = Path(tempfile.mkdtemp(prefix=BUNDLE_PREFIX))
+            atexit.register(shutil.rmtree, where, True)
+            unpack_into(data, where / "x")
+            _UNPACKED[digest] = load_bundle(where / "x" / "bundle")
+        return _UNPACKED[digest]
+
+
+def _rewrite_task_path(trial_dir: Path, driver_root: str) -> None:
+    """``trial.json`` names the bundle it ran: the driver's copy, not the worker's."""
+    path = trial_dir / "trial.json"
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return
+    if isinstance(record.get("task"), dict):
+        record["task"]["path"] = driver_root
+        atomic_write_json(path, record)
+
+
+__all__ = ["ATTEMPT_PREFIX", "BUNDLE_PREFIX", "TRANSFER", "TRANSFERS", "RayExecutor"]

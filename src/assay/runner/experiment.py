@@ -266,9 +266,10 @@ class ExperimentRunner:
                  progress: ExperimentProgress | None = None,
                  total_cost_usd: float | None = None, holdout_reuse: bool = False,
                  executor: str = "local", ray_address: str | None = None,
-                 gateway_host: str | None = None) -> None:
+                 gateway_host: str | None = None, ray_transfer: str | None = None) -> None:
         self.exp, self.out = exp, out
         self.executor_kind, self.ray_address = executor, ray_address
+        self.ray_transfer = ray_transfer
         self.gateway_host = gateway_host
         self.holdout_reuse = holdout_reuse
         self.total_cost_usd = total_cost_usd
@@ -295,7 +296,8 @@ class ExperimentRunner:
         then run every trial not yet done."""
         self.executor: Executor = make_executor(self.executor_kind,
                                                 ray_address=self.ray_address,
-                                                gateway_host=self.gateway_host)
+                                                gateway_host=self.gateway_host,
+                                                ray_transfer=self.ray_transfer)
         try:
             return self._run()
         finally:
@@ -524,18 +526,21 @@ def run_experiment(path: Path, out: Path, *, jobs: int | None = None,
                    total_cost_usd: float | None = None,
                    holdout_reuse: bool = False, executor: str = "local",
                    ray_address: str | None = None,
-                   gateway_host: str | None = None) -> ExperimentResult:
+                   gateway_host: str | None = None,
+                   ray_transfer: str | None = None) -> ExperimentResult:
     """Run (or resume) the experiment in ``path`` into ``out``. ``total_cost_usd`` overrides
     the file's whole-run cap (to finish a run it stopped, without changing the file);
     ``holdout_reuse`` lets a new run look at a holdout past its allowance
     (``runner/holdout.py``). ``executor`` is where attempts run (``local``, or ``ray`` on the
     cluster at ``ray_address``, ``runner/executor.py``); ``gateway_host`` is the address the
-    gateway listens at for agents on other machines."""
+    gateway listens at for agents on other machines; ``ray_transfer`` how a Ray worker's files
+    reach ``out`` (``shared_fs``, ``object_store``, ``auto``)."""
     exp = load_experiment(Path(path))
     return ExperimentRunner(exp, Path(out), jobs=jobs, grace_seconds=grace_seconds,
                             progress=progress, total_cost_usd=total_cost_usd,
                             holdout_reuse=holdout_reuse, executor=executor,
-                            ray_address=ray_address, gateway_host=gateway_host).run()
+                            ray_address=ray_address, gateway_host=gateway_host,
+                            ray_transfer=ray_transfer).run()
 
 
 __all__ = ["ExperimentResult", "ExperimentRunner", "read_grade", "run_experiment"]
