@@ -2,7 +2,7 @@
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup setup-test demo rehearsal test lint bench
+.PHONY: setup setup-test demo rehearsal test test-ray-full lint bench
 
 setup:
 	@bash scripts/bootstrap.sh
@@ -25,6 +25,10 @@ rehearsal: setup
 
 test: setup-test
 	$(BIN)/python -m pytest -q
+
+# The full Ray cluster scenario (tests/test_ray_executor.py, marker ray_full): about two minutes.
+test-ray-full: setup-test
+	ASSAY_RAY_FULL=1 $(BIN)/python -m pytest -q -m ray_full tests/test_ray_executor.py
 
 lint: setup
 	$(BIN)/ruff check src tests bench
