@@ -41,7 +41,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -248,6 +248,24 @@ def _experiment(root: Path, *, reps: int, sleep: float, jobs: int, arms: int = 1
     return exp
 
 
+def _run_losing_b(exp: Path, out: Path, cluster: Cluster, transfer: str,
+                  wait: Callable[[subprocess.Popen[str]], list[str]]) -> tuple[list[str], str]:
+    """``exp run`` on Ray, node b's raylet killed once ``wait(proc)`` names its attempts; the
+    run must still finish (exit 0). Returns those attempts and the run's stderr."""
+    proc = subprocess.Popen(_cli("exp", "run", str(exp), "--out", str(out), "--executor", "ray",
+                                 "--ray-address", cluster.address, "--ray-transfer", transfer),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        hit = wait(proc)
+        cluster.kill_raylet("b")
+        _, stderr = proc.communicate(timeout=150)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, stderr[-3000:]
+    return hit, stderr
+
+
 def _cli(*args: str) -> list[str]:
     return [sys.executable, "-m", "assay", *args]
 
@@ -390,17 +408,9 @@ def test_a_node_lost_mid_run_costs_attempts_not_grades(tmp_path: Path, cluster: 
                                                        transfer: str) -> None:
     exp = _experiment(tmp_path, reps=3, sleep=3, jobs=3)
     out = tmp_path / "run"
-    proc = subprocess.Popen(_cli("exp", "run", str(exp), "--out", str(out), "--executor", "ray",
-                                 "--ray-address", cluster.address, "--ray-transfer", transfer),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        lost = _wait_running_on(out, cluster.node_ids["b"], 2, proc)
-        cluster.kill_raylet("b")
-        stdout, stderr = proc.communicate(timeout=150)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 0, stderr[-3000:]
+    lost, stderr = _run_losing_b(exp, out, cluster, transfer,
+                                 lambda proc: _wait_running_on(out, cluster.node_ids["b"], 2,
+                                                               proc))
     _check_one_grade_each(out, 3)
     # the lost attempts are kept, as infrastructure errors with Ray's evidence
     attempts = dict(_rows(out, "SELECT dir, state || ' ' || coalesce(reason, '') "
@@ -532,17 +542,9 @@ def test_full_a_node_lost_while_verifying_is_verified_on_the_driver(
             "$ASSAY_TESTS/test_fix.py")
     exp = _experiment(tmp_path, reps=3, sleep=1, jobs=3, behavior_cmd=slow)
     out = tmp_path / "run"
-    proc = subprocess.Popen(_cli("exp", "run", str(exp), "--out", str(out), "--executor", "ray",
-                                 "--ray-address", cluster.address, "--ray-transfer", transfer),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        verifying = _wait_state_on(out, cluster.node_ids["b"], "verifying", 1, proc)
-        cluster.kill_raylet("b")
-        _, stderr = proc.communicate(timeout=150)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 0, stderr[-3000:]
+    verifying, stderr = _run_losing_b(
+        exp, out, cluster, transfer,
+        lambda proc: _wait_state_on(out, cluster.node_ids["b"], "verifying", 1, proc))
     _check_one_grade_each(out, 3)
     graded = dict(_rows(out, "SELECT a.dir, g.revision FROM grades g JOIN attempts a "
                              "ON a.id = g.attempt"))
