@@ -102,7 +102,7 @@ def _run(root: Path, name: str, trials: int, jobs: int, sleep: float,
     wall = time.perf_counter() - t0
     accepted = sum(1 for g in out.glob("trials/*/*/*/a*/grades/v1.json")
                    if json.loads(g.read_text())["accepted"])
-    return wall, statistics.median(_overhead(out, sleep)), accepted, res.status
+    return wall, statistics.median(_overhead(out, sleep)[0]), accepted, res.status
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -119,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit("needs Ray: pip install 'assay[ray]'") from None
     with tempfile.TemporaryDirectory(prefix="assay-bench-ray-") as tmp:
         root = Path(tmp)
-        _bundle(root / "tasks" / "calc")
+        _bundle(root / "tasks" / "calc", "pytest")
         local = _run(root, "local", args.trials, args.jobs, args.sleep)
         ray_tmp = Path(tempfile.mkdtemp(prefix="abr", dir="/tmp"))  # short: Ray's sockets
         head, address = _start_head(ray_tmp, args.jobs)

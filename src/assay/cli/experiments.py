@@ -164,6 +164,10 @@ def exp_run(
         "directory: shared_fs (written there over a shared file system, the default), "
         "object_store (shipped through Ray) or auto (shared_fs where a worker sees the run "
         "directory, else object_store).")] = None,
+    verify_jobs: Annotated[int | None, typer.Option(
+        "--verify-jobs", min=1, help="Local attempts verifying at once (default: the usable "
+        "cores, at most -j). An attempt frees its -j slot once its artifact is frozen.")]
+    = None,
 ) -> None:
     """Run every trial of an experiment (resume: the same command), then its pairwise check if
     it has one. Exit 0 complete, 2 bad input, 3 finished with infra errors, stopped by the
@@ -188,7 +192,7 @@ def exp_run(
                                 total_cost_usd=total_cost_usd,
                                 holdout_reuse=holdout_reuse, executor=executor,
                                 ray_address=ray_address, gateway_host=gateway_host,
-                                ray_transfer=ray_transfer)
+                                ray_transfer=ray_transfer, verify_jobs=verify_jobs)
         # the experiment's pairwise check, if any: never raises for the judge's trouble; an
         # interrupt stops it like the trials (the same command resumes both)
         pairwise = run_pairwise_check(out_dir, result.status, jobs=jobs or 2)

@@ -55,6 +55,9 @@ class Stage(Record):
     """``running`` until it ends; ``failed`` when it raised."""
     seconds: float | None = None
     """Wall time of the stage, so a slow environment never reads as a slow agent."""
+    queued_seconds: float | None = None
+    """``verify`` only: how long the frozen artifact waited for a verification slot before
+    the stage started (not part of ``seconds``; ``runner/slots.py``)."""
     detail: str | None = None
     """Why a failed stage failed."""
 

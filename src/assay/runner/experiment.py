@@ -30,12 +30,13 @@ and reads best in one place; the parts with a life of their own are beside it (`
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import tempfile
 import threading
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -58,6 +59,7 @@ from assay.runner.executor import WORKER_LOST, Executor, TrialJob, make_executor
 from assay.runner.fork import ForkPrefixes, check_fork, fork_manifest, fork_totals
 from assay.runner.holdout import MANIFEST_KEY as HOLDOUT_KEY
 from assay.runner.holdout import holdout_gate
+from assay.runner.slots import AttemptSlots, Ticket, usable_cores
 from assay.runner.state import StateDB
 from assay.runner.trial import TrialHooks, TrialResult
 from assay.sandbox import ProxyTarget
@@ -222,9 +224,10 @@ class _AttemptHooks(TrialHooks):
 
     def __init__(self, state: StateDB, attempt: Any, gateway: Gateway | None,
                  token: str | None, access: _ArmAccess, proxy: ProxyTarget | None,
-                 grace: float, revision: str) -> None:
+                 grace: float, revision: str, ticket: Ticket) -> None:
         super().__init__()
         self.state, self.attempt, self.gateway, self.token = state, attempt, gateway, token
+        self.ticket = ticket
         self.grace_seconds = grace
         self.verifier_revision = revision
         self.proxy = proxy if token else None
@@ -242,6 +245,9 @@ class _AttemptHooks(TrialHooks):
     def before(self, stage: str) -> None:
         nxt = {"agent": "running", "freeze": "freezing", "verify": "verifying"}[stage]
         self.attempt = self.state.move(self.attempt, nxt)
+
+    def verify_gate(self) -> contextlib.AbstractContextManager[None]:
+        return self.ticket.verifying()
 
     def after_agent(self, execution: dict[str, Any]) -> dict[str, Any]:
         if self.gateway is None or self.token is None:
@@ -266,7 +272,8 @@ class ExperimentRunner:
                  progress: ExperimentProgress | None = None,
                  total_cost_usd: float | None = None, holdout_reuse: bool = False,
                  executor: str = "local", ray_address: str | None = None,
-                 gateway_host: str | None = None, ray_transfer: str | None = None) -> None:
+                 gateway_host: str | None = None, ray_transfer: str | None = None,
+                 verify_jobs: int | None = None) -> None:
         self.exp, self.out = exp, out
         self.executor_kind, self.ray_address = executor, ray_address
         self.ray_transfer = ray_transfer
@@ -274,6 +281,12 @@ class ExperimentRunner:
         self.holdout_reuse = holdout_reuse
         self.total_cost_usd = total_cost_usd
         self.jobs = jobs or exp.spec.concurrency
+        if verify_jobs is not None and verify_jobs < 1:
+            raise InputError("--verify-jobs must be at least 1")
+        if verify_jobs is not None and executor != "local":
+            raise InputError("--verify-jobs is for --executor local (a Ray attempt verifies on "
+                             "its worker, within the resources its task asked for)")
+        self.verify_jobs_asked = verify_jobs
         self.grace = grace_seconds
         self.progress = progress or _Silent()
         self.access = _arm_access(exp)
@@ -308,7 +321,12 @@ class ExperimentRunner:
         holdout = holdout_gate(self.exp, self.out, reuse=self.holdout_reuse,
                                note=self.progress.note)  # a refused look creates nothing
         manifest = _open_run_dir(self.out, self.exp, self.access, self.jobs, self.grace)
+        # local attempts verify here, behind the verify gate; Ray's on their worker, within
+        # the resources their task asked for (runner/slots.py)
+        self.verify_jobs = (None if self.executor.kind != "local"
+                            else self.verify_jobs_asked or min(self.jobs, usable_cores()))
         session = {"started_at": utc_now(), "pid": os.getpid(), "jobs": self.jobs,
+                   "verify_jobs": self.verify_jobs,
                    "watchdog_grace_seconds": self.grace, "assay": tool_identity(),
                    "holdout_reuse": self.holdout_reuse,
                    "executor": self.executor.describe()}
@@ -373,36 +391,41 @@ class ExperimentRunner:
 
     def _schedule(self, state: StateDB) -> None:
         running: dict[Future[str], TrialKey] = {}
-        with ThreadPoolExecutor(max_workers=self.jobs, thread_name_prefix="assay-trial") as pool:
+        slots = AttemptSlots(self.jobs, self.verify_jobs)
+        with ThreadPoolExecutor(max_workers=slots.max_alive,
+                                thread_name_prefix="assay-trial") as pool:
             try:
-                self._schedule_loop(state, pool, running)
+                self._schedule_loop(state, pool, running, slots)
             except BaseException:  # Ray: end the remote attempts now (local: nothing to do)
                 self.executor.interrupt()
                 raise
 
     def _schedule_loop(self, state: StateDB, pool: ThreadPoolExecutor,
-                       running: dict[Future[str], TrialKey]) -> None:
+                       running: dict[Future[str], TrialKey], slots: AttemptSlots) -> None:
         while True:
             if self.gateway.total_exhausted:
                 self.stop_new.set()
-            if not self.stop_new.is_set():
+            if not self.stop_new.is_set() and slots.can_start():
                 busy = set(running.values())
-                for key in state.pending(limit=self.jobs * 2 + len(busy)):
-                    if len(running) >= self.jobs:
+                for key in state.pending(limit=slots.max_alive * 2 + len(busy)):
+                    if not slots.can_start():
                         break
                     if key in busy:
                         continue
                     attempt = state.begin_attempt(key)
-                    running[pool.submit(self._attempt, state, attempt)] = key
+                    ticket = slots.ticket()
+                    fut = pool.submit(self._attempt, state, attempt, ticket)
+                    fut.add_done_callback(ticket.end)
+                    running[fut] = key
                     busy.add(key)
             if not running:
                 return
-            finished, _ = wait(list(running), return_when=FIRST_COMPLETED)
-            for fut in finished:
+            slots.wait()
+            for fut in [f for f in running if f.done()]:
                 key = running.pop(fut)
                 self.progress.trial_done(key, fut.result())
 
-    def _attempt(self, state: StateDB, attempt: Any) -> str:
+    def _attempt(self, state: StateDB, attempt: Any, ticket: Ticket) -> str:
         key: TrialKey = attempt.trial
         bundle = self.exp.bundles[key.task]
         arm = self.exp.spec.arms[key.arm]
@@ -429,7 +452,7 @@ class ExperimentRunner:
                                      reason=f"gateway: {type(exc).__name__}: {exc}"[:500])
                 return "infra_error"
         hooks = _AttemptHooks(state, attempt, self.gateway, token, access, self.proxy,
-                              self.grace, bundle.spec.acceptance.verifier_revision)
+                              self.grace, bundle.spec.acceptance.verifier_revision, ticket)
         if self.forks is not None:  # start from the shared frozen state, not the pristine tree
             hooks.start_state = self.forks.start_state(key, hooks.model_env, self.gateway,
                                                        self.proxy)
@@ -527,20 +550,23 @@ def run_experiment(path: Path, out: Path, *, jobs: int | None = None,
                    holdout_reuse: bool = False, executor: str = "local",
                    ray_address: str | None = None,
                    gateway_host: str | None = None,
-                   ray_transfer: str | None = None) -> ExperimentResult:
+                   ray_transfer: str | None = None,
+                   verify_jobs: int | None = None) -> ExperimentResult:
     """Run (or resume) the experiment in ``path`` into ``out``. ``total_cost_usd`` overrides
     the file's whole-run cap (to finish a run it stopped, without changing the file);
     ``holdout_reuse`` lets a new run look at a holdout past its allowance
     (``runner/holdout.py``). ``executor`` is where attempts run (``local``, or ``ray`` on the
     cluster at ``ray_address``, ``runner/executor.py``); ``gateway_host`` is the address the
     gateway listens at for agents on other machines; ``ray_transfer`` how a Ray worker's files
-    reach ``out`` (``shared_fs``, ``object_store``, ``auto``)."""
+    reach ``out`` (``shared_fs``, ``object_store``, ``auto``); ``verify_jobs`` how many
+    local attempts verify at once (default: the usable cores, at most ``jobs``;
+    ``runner/slots.py``)."""
     exp = load_experiment(Path(path))
     return ExperimentRunner(exp, Path(out), jobs=jobs, grace_seconds=grace_seconds,
                             progress=progress, total_cost_usd=total_cost_usd,
                             holdout_reuse=holdout_reuse, executor=executor,
                             ray_address=ray_address, gateway_host=gateway_host,
-                            ray_transfer=ray_transfer).run()
+                            ray_transfer=ray_transfer, verify_jobs=verify_jobs).run()
 
 
 __all__ = ["ExperimentResult", "ExperimentRunner", "read_grade", "run_experiment"]

@@ -8,6 +8,7 @@ the frozen artifact.
 
 from __future__ import annotations
 
+import contextlib
 import tempfile
 import threading
 import time
@@ -97,8 +98,9 @@ class _Stages:
         path = self.trial_dir / TRIAL_JSON
         atomic_write_json(path, trial_json(self.record, path))
 
-    def run(self, name: str, fn: Any) -> Any:
-        stage: dict[str, Any] = {"name": name, "started_at": utc_now(), "status": "running"}
+    def run(self, name: str, fn: Any, **extra: Any) -> Any:
+        stage: dict[str, Any] = {"name": name, "started_at": utc_now(), "status": "running",
+                                 **extra}
         self.record["stages"].append(stage)
         self.save()
         t0 = time.perf_counter()
@@ -139,6 +141,12 @@ class TrialHooks:
         """The agent's execution record once it ended; may add to it or change its status
         (budget exhausted, upstream unreachable)."""
         return execution
+
+    def verify_gate(self) -> contextlib.AbstractContextManager[None]:
+        """Entered after ``before("verify")`` and held through the verify stage: the experiment
+        runner frees the attempt's agent slot here and waits for a verification slot
+        (``runner/slots.py``). The time spent entering it is the stage's ``queued_seconds``."""
+        return contextlib.nullcontext()
 
 
 def run_trial(bundle: Bundle, agent: Agent, trial_dir: Path, *, rep: int = 0,
@@ -226,9 +234,11 @@ def run_trial(bundle: Bundle, agent: Agent, trial_dir: Path, *, rep: int = 0,
             clear_tree(workspace)
     revision = hooks.verifier_revision or spec.acceptance.verifier_revision
     hooks.before("verify")
-    grade = stages.run("verify", lambda: verify(
-        bundle, trial_dir, revision=revision, trial_id=trial_id,
-        execution=record["execution"]))
+    queued = time.perf_counter()
+    with hooks.verify_gate():
+        grade = stages.run("verify", lambda: verify(
+            bundle, trial_dir, revision=revision, trial_id=trial_id,
+            execution=record["execution"]), queued_seconds=round(time.perf_counter() - queued, 3))
     record.update(status="graded", ended_at=utc_now(),
                   grade={"revision": revision,
                          "accepted": grade["accepted"], "failure_code": grade["failure_code"]})
