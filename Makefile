@@ -27,6 +27,7 @@ test: setup-test
 	$(BIN)/python -m pytest -q
 
 # The full Ray cluster scenario (tests/test_ray_executor.py, marker ray_full): about two minutes.
+# CI runs it as part of make test (.ci/run sets ASSAY_RAY_FULL=1).
 test-ray-full: setup-test
 	ASSAY_RAY_FULL=1 $(BIN)/python -m pytest -q -m ray_full tests/test_ray_executor.py
 

@@ -13,17 +13,20 @@ their own model-proxy-only forwarder), then sleeps and fixes the bug. The head o
 and the second node two, so two attempts land on the second node; its raylet is killed with
 SIGKILL while they run. Every trial still ends with exactly one grade, the lost attempts stay
 ``infra_error`` with reason ``worker_lost`` and Ray's evidence in their ``placement.json``.
+The head lives for the module (``ray_head``); node b is started again for the next test that
+needs two nodes once a test killed it, so the tests on a healthy cluster come first and share
+one start of each node.
 
-Full form (marker ``ray_full``; runs with ``ASSAY_RAY_FULL=1``, ``make test-ray-full``; it adds
-about two minutes, which would take CI's ``make test`` too near its 15-minute budget, so CI runs
-the reduced form): twelve trials over two arms, the second node killed mid-run; then the
-driver stopped with SIGTERM (it cancels its Ray tasks and exits 130 at once), resumed on Ray,
-killed with SIGKILL while attempts run on the head, and resumed with ``--executor local``: the
-attempts each driver was running become ``interrupted`` (``runner_restart``) and run again,
-and still every trial has exactly one grade; and a node lost while its attempt verifies: the
-frozen artifact is graded on the driver, never run again.
-Run it alone with ``ASSAY_RAY_FULL=1 .venv/bin/python -m pytest -q -m ray_full
-tests/test_ray_executor.py``.
+Full form (marker ``ray_full``; runs with ``ASSAY_RAY_FULL=1``, which ``.ci/run`` sets before
+its ``make test``, or alone with ``make test-ray-full``; about two minutes more, the Ray tests
+together about three on this machine): the lost-node test with ``object_store`` too; twelve
+trials over two arms, the second node killed mid-run; then the driver stopped with SIGTERM (it
+cancels its Ray tasks and exits 130 at once), resumed on Ray, killed with SIGKILL while
+attempts run on the head, and resumed with ``--executor local``: the attempts each driver was
+running become ``interrupted`` (``runner_restart``) and run again, and still every trial has
+exactly one grade; and a node lost while its attempt verifies: the frozen artifact is graded
+on the driver, never run again. Run it alone with ``ASSAY_RAY_FULL=1 .venv/bin/python -m
+pytest -q -m ray_full tests/test_ray_executor.py``.
 
 Over 400 lines because the cluster harness (start two nodes, learn their ids, kill one raylet,
 end only this test's processes) is used by no other file and reads best beside its scenarios.
@@ -93,9 +96,12 @@ class Cluster:
     address: str = ""
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     node_ids: dict[str, str] = field(default_factory=dict)
+    #: how many times node b was started (each start has its own log and TMPDIR)
+    b_starts: int = 0
 
     def start_node(self, name: str, cpus: int, *, head: bool) -> None:
-        log = open(self.temp_dir / f"{name}.log", "wb")  # noqa: SIM115 - kept for the node's life
+        run = name if head else f"{name}{self.b_starts}"
+        log = open(self.temp_dir / f"{run}.log", "wb")  # noqa: SIM115 - kept for the node's life
         args = [str(RAY), "start", "--block", f"--num-cpus={cpus}", "--disable-usage-stats",
                 f"--resources={json.dumps({'assay_test_' + name: 1})}",
                 f"--dashboard-agent-listen-port={_free_port()}"]
@@ -109,10 +115,44 @@ class Cluster:
         env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
         # the workers' temporary files (a killed worker's workspace, its relay's socket
         # directory) go under the cluster's directory, removed with it
-        env["TMPDIR"] = str(self.temp_dir / "tmp")
-        (self.temp_dir / "tmp").mkdir(exist_ok=True)
+        env["TMPDIR"] = str(self.temp_dir / f"tmp-{run}")
+        (self.temp_dir / f"tmp-{run}").mkdir()
         self.procs[name] = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env,
                                             start_new_session=True)
+
+    def worker_tmp(self) -> list[Path]:
+        """Every TMPDIR the nodes' workers had (the head's, and each start of b's)."""
+        return sorted(self.temp_dir.glob("tmp-*"))
+
+    def b_alive(self) -> bool:
+        proc = self.procs.get("b")
+        return proc is not None and proc.poll() is None and any(
+            _comm(pid) == "raylet" for pid in _children(proc.pid))
+
+    def ensure_b(self) -> None:
+        """Node b alive beside the head: started anew when an earlier test killed its raylet
+        (the head and its GCS live for the whole module: one start instead of one per test)."""
+        if not self.b_alive():
+            if "b" in self.procs:
+                self.stop_node("b")
+            self.b_starts += 1
+            self.start_node("b", 2, head=False)
+        self.wait_nodes(2)
+
+    def stop_node(self, name: str) -> None:
+        """End one node: its ``ray start --block`` (which ends the node's processes), then
+        whatever of its process group is left."""
+        proc = self.procs.pop(name)
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            pass
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
 
     def wait_gcs(self, timeout: float = 60) -> None:
         host, port = self.address.rsplit(":", 1)
@@ -151,7 +191,7 @@ class Cluster:
         """SIGKILL the raylet of node ``name`` (a child of its ``ray start --block``)."""
         parent = self.procs[name].pid
         for pid in _children(parent):
-            if Path(f"/proc/{pid}/comm").read_text().strip() == "raylet":
+            if _comm(pid) == "raylet":
                 os.kill(pid, signal.SIGKILL)
                 return pid
         raise AssertionError(f"no raylet under {name}'s ray start ({parent})")
@@ -178,9 +218,19 @@ class Cluster:
 
 def _children(pid: int) -> list[int]:
     out = []
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        out += [int(x) for x in (task / "children").read_text().split()]
+    try:
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            out += [int(x) for x in (task / "children").read_text().split()]
+    except OSError:  # it ended meanwhile
+        pass
     return out
+
+
+def _comm(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
 
 
 def _ours(marker: str) -> list[int]:
@@ -202,21 +252,30 @@ def _node_ip() -> str:
     return get_node_ip_address()
 
 
-@pytest.fixture
-def cluster() -> Iterator[Cluster]:
+@pytest.fixture(scope="module")
+def ray_head() -> Iterator[Cluster]:
+    """The head node, for every Ray test of this file: starting a node costs seconds, and
+    what a test may do to a cluster (kill a raylet, stop or kill the driver) leaves the head
+    as it was. Its end is checked: nothing of the cluster outlives the module."""
     tmp = Path(tempfile.mkdtemp(prefix="ar", dir="/tmp"))  # short: Ray's socket paths
     c = Cluster(tmp)
     try:
         c.start_node("head", 1, head=True)
         c.wait_gcs()  # a TCP poll: cheaper than a probe process per try
-        c.start_node("b", 2, head=False)
-        c.wait_nodes(2)
         yield c
     finally:
         c.stop()
         left = _ours(str(tmp))
         shutil.rmtree(tmp, ignore_errors=True)
         assert not left, "processes of the test's Ray cluster outlived it"
+
+
+@pytest.fixture
+def cluster(ray_head: Cluster) -> Cluster:
+    """Two nodes at the start of the test: the module's head, and b (started again when an
+    earlier test killed it)."""
+    ray_head.ensure_b()
+    return ray_head
 
 
 @pytest.fixture
@@ -397,7 +456,101 @@ def test_an_unknown_executor_or_a_stray_ray_address_is_refused(tmp_path: Path) -
     assert not (tmp_path / "run").exists()
 
 
-# ------------------------------------------------------------------------------------ ray
+# ------------------------------------------------- ray, a healthy cluster (these come first)
+
+@needs_bwrap
+@needs_ray
+def test_from_python_a_callers_ray_connection_is_used_and_kept(tmp_path: Path,
+                                                               cluster: Cluster) -> None:
+    """A test of its own (not a tail of the lost-node test, where it once failed after an
+    object_store run on a cluster with a dead node; cause not found, see the closing note of
+    2026-12-01): ``assay.run_experiment(executor='ray')`` inside a caller's ``ray.init``."""
+    _experiment(tmp_path, reps=1, sleep=0, jobs=1)  # the bundle under tmp_path/tasks
+    (tmp_path / "nop.yaml").write_text("name: nop\ntasks: [tasks]\nrepetitions: 1\n"
+                                       "arms:\n  idle:\n    agent: nop\n")
+    code = ("import ray, sys\nfrom assay import run_experiment\n"
+            "ray.init(address=sys.argv[1], log_to_driver=False)\n"
+            "res = run_experiment(sys.argv[2], sys.argv[3], executor='ray')\n"
+            "print(res.status, ray.is_initialized())\n")
+    res = subprocess.run([sys.executable, "-c", code, cluster.address,
+                          str(tmp_path / "nop.yaml"), str(tmp_path / "run-nop")],
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert res.stdout.split()[-2:] == ["complete", "True"]
+    assert len(_placements(tmp_path / "run-nop")) == 1
+
+
+# ------------------------------------------------------------------ object_store transfer
+
+
+def _hidden_driver(real: Path, view: Path, argv: list[str]) -> list[str]:
+    """``argv`` in a mount namespace where ``view`` is ``real``: the driver reads and writes
+    its experiment, bundles and run directory at ``view``; every Ray worker (started outside)
+    sees ``view`` as the empty directory it is, so it genuinely cannot use them."""
+    return ["bwrap", "--dev-bind", "/", "/", "--bind", str(real), str(view), *argv]
+
+
+@needs_bwrap
+@needs_ray
+def test_object_store_carries_the_attempts_when_workers_cannot_see_the_run(
+        tmp_path: Path, cluster: Cluster, upstream: ScriptedServer) -> None:
+    from assay.runner.executor_ray import ATTEMPT_PREFIX, BUNDLE_PREFIX
+
+    left_before = {p for d in cluster.worker_tmp() for p in d.glob(ATTEMPT_PREFIX + "*")}
+    real, view = tmp_path / "driver", tmp_path / "d"
+    real.mkdir()
+    view.mkdir()  # empty outside the driver's namespace
+    exp = _experiment(real, reps=3, sleep=0.5, jobs=3)
+    (real / "nop.yaml").write_text("name: nop\ntasks: [tasks]\nrepetitions: 1\n"
+                                   "arms:\n  idle:\n    agent: nop\n")
+    run = _hidden_driver(real, view, _cli(
+        "exp", "run", str(view / exp.name), "--out", str(view / "run"), "--executor", "ray",
+        "--ray-address", cluster.address, "--ray-transfer", "object_store"))
+    res = subprocess.run(run, capture_output=True, text=True, timeout=240)
+    assert res.returncode == 0, res.stderr[-3000:]
+    out = real / "run"
+    _check_one_grade_each(out, 3)
+    done = [out / r[0] for r in _rows(out, "SELECT dir FROM attempts WHERE state='done'")]
+    assert len(done) == 3
+    for d in done:  # complete on the driver: the stage record, the artifact, the grade
+        trial = json.loads((d / "trial.json").read_text())
+        assert trial["status"] == "graded" and trial["grade"]["accepted"] is True
+        assert [s["status"] for s in trial["stages"]] == ["ok"] * 4
+        assert trial["task"]["path"] == str(view / "tasks" / "calc")  # the driver's bundle
+        assert (d / "artifact.tar").stat().st_size > 0 and (d / "artifact.json").is_file()
+        assert [g.name for g in (d / "grades").iterdir()] == [
+            trial["grade"]["revision"] + ".json"]
+        assert (d / "model_calls.jsonl").read_text().strip()  # the driver's gateway ledger
+    placements = _placements(out)
+    assert len(placements) == 3
+    assert {p["transfer"] for p in placements.values()} == {"object_store"}
+    ex = json.loads((out / "manifest.json").read_text())["sessions"][-1]["executor"]
+    assert ex["transfer"] == "object_store" and ex["transfers_used"] == ["object_store"]
+    text = _all_text(out)
+    assert SECRET not in text and upstream.requests
+    # no record names a worker's private directory; none was left behind on the workers
+    assert ATTEMPT_PREFIX not in text and BUNDLE_PREFIX not in text
+    assert not list(out.rglob("*.incoming-*"))
+    assert not [p for d in cluster.worker_tmp() for p in d.glob(ATTEMPT_PREFIX + "*")
+                if p not in left_before]
+    # (the bundles came as tars: the workers could not read them at the driver's path, which
+    # the auto run below shows; their unpacked copies live as long as the worker processes)
+
+    # auto under the same hiding chooses object_store: the workers really could not see it
+    res = subprocess.run(_hidden_driver(real, view, _cli(
+        "exp", "run", str(view / "nop.yaml"), "--out", str(view / "run-nop"), "--executor",
+        "ray", "--ray-address", cluster.address, "--ray-transfer", "auto")),
+        capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr[-3000:]
+    (placed,) = _placements(real / "run-nop").values()
+    assert placed["transfer"] == "object_store"
+    ex = json.loads((real / "run-nop" / "manifest.json").read_text())["sessions"][-1]
+    assert ex["executor"]["transfer"] == "auto"
+    assert ex["executor"]["transfers_used"] == ["object_store"]
+    assert list((real / "run-nop").glob("trials/*/*/*/a*/grades/*.json"))
+
+
+# ------------------------------------------------------------- ray, a node lost mid-run
 
 
 @needs_bwrap
@@ -444,31 +597,9 @@ def test_a_node_lost_mid_run_costs_attempts_not_grades(tmp_path: Path, cluster: 
 
 @needs_bwrap
 @needs_ray
-def test_from_python_a_callers_ray_connection_is_used_and_kept(tmp_path: Path,
-                                                               cluster: Cluster) -> None:
-    """A test of its own (not a tail of the lost-node test, where it once failed after an
-    object_store run on a cluster with a dead node; cause not found, see the closing note of
-    2026-12-01): ``assay.run_experiment(executor='ray')`` inside a caller's ``ray.init``."""
-    _experiment(tmp_path, reps=1, sleep=0, jobs=1)  # the bundle under tmp_path/tasks
-    (tmp_path / "nop.yaml").write_text("name: nop\ntasks: [tasks]\nrepetitions: 1\n"
-                                       "arms:\n  idle:\n    agent: nop\n")
-    code = ("import ray, sys\nfrom assay import run_experiment\n"
-            "ray.init(address=sys.argv[1], log_to_driver=False)\n"
-            "res = run_experiment(sys.argv[2], sys.argv[3], executor='ray')\n"
-            "print(res.status, ray.is_initialized())\n")
-    res = subprocess.run([sys.executable, "-c", code, cluster.address,
-                          str(tmp_path / "nop.yaml"), str(tmp_path / "run-nop")],
-                         capture_output=True, text=True, timeout=120)
-    assert res.returncode == 0, res.stderr[-3000:]
-    assert res.stdout.split()[-2:] == ["complete", "True"]
-    assert len(_placements(tmp_path / "run-nop")) == 1
-
-
-@needs_bwrap
-@needs_ray
 @pytest.mark.ray_full
 @pytest.mark.skipif(not FULL, reason="the full Ray scenario runs with ASSAY_RAY_FULL=1 "
-                    "(make test-ray-full); make test runs the reduced form")
+                    "(CI's .ci/run, make test-ray-full); make test runs the reduced form")
 def test_full_node_lost_then_driver_stopped_killed_and_resumed_locally(
         tmp_path: Path, cluster: Cluster, upstream: ScriptedServer) -> None:
     exp = _experiment(tmp_path, reps=6, sleep=4, jobs=3, arms=2)
@@ -531,7 +662,7 @@ def test_full_node_lost_then_driver_stopped_killed_and_resumed_locally(
 @needs_ray
 @pytest.mark.ray_full
 @pytest.mark.skipif(not FULL, reason="the full Ray scenario runs with ASSAY_RAY_FULL=1 "
-                    "(make test-ray-full); make test runs the reduced form")
+                    "(CI's .ci/run, make test-ray-full); make test runs the reduced form")
 @pytest.mark.parametrize("transfer", ["shared_fs", "object_store"])
 def test_full_a_node_lost_while_verifying_is_verified_on_the_driver(
         tmp_path: Path, cluster: Cluster, upstream: ScriptedServer, transfer: str) -> None:
@@ -554,72 +685,3 @@ def test_full_a_node_lost_while_verifying_is_verified_on_the_driver(
         assert _placements(out)[d]["transfer"] == transfer
         assert (out / d / "artifact.tar").is_file()
     assert "worker lost, verified here: accepted" in stderr
-
-
-# ------------------------------------------------------------------ object_store transfer
-
-
-def _hidden_driver(real: Path, view: Path, argv: list[str]) -> list[str]:
-    """``argv`` in a mount namespace where ``view`` is ``real``: the driver reads and writes
-    its experiment, bundles and run directory at ``view``; every Ray worker (started outside)
-    sees ``view`` as the empty directory it is, so it genuinely cannot use them."""
-    return ["bwrap", "--dev-bind", "/", "/", "--bind", str(real), str(view), *argv]
-
-
-@needs_bwrap
-@needs_ray
-def test_object_store_carries_the_attempts_when_workers_cannot_see_the_run(
-        tmp_path: Path, cluster: Cluster, upstream: ScriptedServer) -> None:
-    from assay.runner.executor_ray import ATTEMPT_PREFIX, BUNDLE_PREFIX
-
-    real, view = tmp_path / "driver", tmp_path / "d"
-    real.mkdir()
-    view.mkdir()  # empty outside the driver's namespace
-    exp = _experiment(real, reps=3, sleep=0.5, jobs=3)
-    (real / "nop.yaml").write_text("name: nop\ntasks: [tasks]\nrepetitions: 1\n"
-                                   "arms:\n  idle:\n    agent: nop\n")
-    run = _hidden_driver(real, view, _cli(
-        "exp", "run", str(view / exp.name), "--out", str(view / "run"), "--executor", "ray",
-        "--ray-address", cluster.address, "--ray-transfer", "object_store"))
-    res = subprocess.run(run, capture_output=True, text=True, timeout=240)
-    assert res.returncode == 0, res.stderr[-3000:]
-    out = real / "run"
-    _check_one_grade_each(out, 3)
-    done = [out / r[0] for r in _rows(out, "SELECT dir FROM attempts WHERE state='done'")]
-    assert len(done) == 3
-    for d in done:  # complete on the driver: the stage record, the artifact, the grade
-        trial = json.loads((d / "trial.json").read_text())
-        assert trial["status"] == "graded" and trial["grade"]["accepted"] is True
-        assert [s["status"] for s in trial["stages"]] == ["ok"] * 4
-        assert trial["task"]["path"] == str(view / "tasks" / "calc")  # the driver's bundle
-        assert (d / "artifact.tar").stat().st_size > 0 and (d / "artifact.json").is_file()
-        assert [g.name for g in (d / "grades").iterdir()] == [
-            trial["grade"]["revision"] + ".json"]
-        assert (d / "model_calls.jsonl").read_text().strip()  # the driver's gateway ledger
-    placements = _placements(out)
-    assert len(placements) == 3
-    assert {p["transfer"] for p in placements.values()} == {"object_store"}
-    ex = json.loads((out / "manifest.json").read_text())["sessions"][-1]["executor"]
-    assert ex["transfer"] == "object_store" and ex["transfers_used"] == ["object_store"]
-    text = _all_text(out)
-    assert SECRET not in text and upstream.requests
-    # no record names a worker's private directory; none was left behind on the workers
-    assert ATTEMPT_PREFIX not in text and BUNDLE_PREFIX not in text
-    assert not list(out.rglob("*.incoming-*"))
-    worker_tmp = cluster.temp_dir / "tmp"
-    assert not list(worker_tmp.glob(ATTEMPT_PREFIX + "*"))
-    # (the bundles came as tars: the workers could not read them at the driver's path, which
-    # the auto run below shows; their unpacked copies live as long as the worker processes)
-
-    # auto under the same hiding chooses object_store: the workers really could not see it
-    res = subprocess.run(_hidden_driver(real, view, _cli(
-        "exp", "run", str(view / "nop.yaml"), "--out", str(view / "run-nop"), "--executor",
-        "ray", "--ray-address", cluster.address, "--ray-transfer", "auto")),
-        capture_output=True, text=True, timeout=120)
-    assert res.returncode == 0, res.stderr[-3000:]
-    (placed,) = _placements(real / "run-nop").values()
-    assert placed["transfer"] == "object_store"
-    ex = json.loads((real / "run-nop" / "manifest.json").read_text())["sessions"][-1]
-    assert ex["executor"]["transfer"] == "auto"
-    assert ex["executor"]["transfers_used"] == ["object_store"]
-    assert list((real / "run-nop").glob("trials/*/*/*/a*/grades/*.json"))
