@@ -8,9 +8,12 @@ run by a real ``/bin/sh``. ``test_sandbox.py`` checks the same end to end throug
 
 from __future__ import annotations
 
+import json
 import os
 import resource
 import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -259,3 +262,91 @@ def test_open_cgroups_configures_and_removes(tmp_path: Path) -> None:
         for cg in got.cgroups:
             assert remove_cgroup(cg) is None
     assert not any(cg.path.exists() for cg in got.cgroups)
+
+
+# The owner: a process that makes an execution's cgroup, starts a child in it through the real
+# wrapper (as the sandbox does before exec-ing bubblewrap) and then waits to be killed.
+_OWNER = r"""
+import json, subprocess, sys, time
+from assay.sandbox.cgroups import open_cgroups
+from assay.sandbox.wrapper import wrapper_argv
+got = open_cgroups({"pids": 32})
+if "pids" not in got.mechanism:
+    print(json.dumps({"skip": got.why_not.get("pids")}), flush=True)
+    sys.exit(0)
+[cg] = got.cgroups
+child = subprocess.Popen(wrapper_argv([str(cg.path / "cgroup.procs")], []) + ["sleep", "300"],
+                         start_new_session=True)
+while child.pid not in cg.procs():
+    time.sleep(0.01)
+print(json.dumps({"cgroup": str(cg.path), "child": child.pid}), flush=True)
+time.sleep(300)
+"""
+
+
+def _owner() -> tuple[subprocess.Popen[str], dict[str, object]]:
+    proc = subprocess.Popen([sys.executable, "-c", _OWNER], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    info = json.loads(proc.stdout.readline())
+    if "skip" in info:
+        proc.wait(10)
+        pytest.skip(f"no writable pids cgroup here: {info['skip']}")
+    return proc, info
+
+
+def _ended(pid: int, timeout: float = 10) -> bool:
+    """Gone, or a zombie waiting for init to reap it."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if "State:\tZ" in Path(f"/proc/{pid}/status").read_text():
+                return True
+        except OSError:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_a_killed_owners_cgroup_is_swept_and_what_runs_in_it_ended() -> None:
+    """A runner killed with SIGKILL leaves its executions' cgroups, and whatever its sandbox
+    could not take down with it; the next assay process removes both. A live owner's cgroup
+    is left alone."""
+    from assay.sandbox.cgroups import sweep_orphans
+
+    dead, dead_info = _owner()
+    live, live_info = _owner()
+    try:
+        dead.kill()
+        dead.wait(10)
+        orphan_pid = int(dead_info["child"])  # type: ignore[call-overload]
+        os.kill(orphan_pid, 0)  # outlived its owner: the case the sweep is for
+        swept = {o.cgroup: o for o in sweep_orphans()}
+        assert dead_info["cgroup"] in swept and live_info["cgroup"] not in swept
+        assert swept[str(dead_info["cgroup"])].killed == (orphan_pid,)
+        assert swept[str(dead_info["cgroup"])].problem is None
+        assert not Path(str(dead_info["cgroup"])).exists()
+        assert _ended(orphan_pid)
+        assert Path(str(live_info["cgroup"])).is_dir()  # its owner still runs
+        os.kill(int(live_info["child"]), 0)  # type: ignore[call-overload]
+    finally:
+        live.kill()
+        live.wait(10)
+        for o in sweep_orphans():  # the live owner's, now that it is dead too
+            assert o.problem is None
+    assert not Path(str(live_info["cgroup"])).exists()
+
+
+def test_a_pid_reused_after_the_cgroup_was_made_is_not_its_owner(tmp_path: Path) -> None:
+    """The owner test reads the cgroup's time against the process's start: this process
+    started before a directory made now, and after one made an hour ago."""
+    from assay.sandbox.cgroups import _owner_alive
+
+    made = tmp_path / f"assay-{os.getpid()}-0123456789ab"
+    made.mkdir()
+    assert _owner_alive(os.getpid(), made)
+    hour_ago = time.time() - 3600
+    os.utime(made, (hour_ago, hour_ago))
+    assert not _owner_alive(os.getpid(), made)  # this pid's process is younger: reused
+    child = subprocess.Popen(["true"])
+    child.wait()
+    assert not _owner_alive(child.pid, made)  # no such process at all

@@ -62,7 +62,7 @@ from assay.runner.holdout import holdout_gate
 from assay.runner.slots import AttemptSlots, Ticket, usable_cores
 from assay.runner.state import StateDB
 from assay.runner.trial import TrialHooks, TrialResult
-from assay.sandbox import ProxyTarget
+from assay.sandbox import ProxyTarget, sweep_orphans_once
 from assay.suites.experiment import (
     Experiment,
     TrialKey,
@@ -325,8 +325,14 @@ class ExperimentRunner:
         # the resources their task asked for (runner/slots.py)
         self.verify_jobs = (None if self.executor.kind != "local"
                             else self.verify_jobs_asked or min(self.jobs, usable_cores()))
+        orphans = sweep_orphans_once()  # an earlier runner's, killed with SIGKILL
+        ended = sum(len(o.killed) for o in orphans)
+        if ended:
+            self.progress.note(f"ended {ended} processes an earlier, killed runner left in "
+                               f"{sum(1 for o in orphans if o.killed)} sandbox cgroups")
         session = {"started_at": utc_now(), "pid": os.getpid(), "jobs": self.jobs,
                    "verify_jobs": self.verify_jobs,
+                   "orphans_swept": {"cgroups": len(orphans), "processes_ended": ended},
                    "watchdog_grace_seconds": self.grace, "assay": tool_identity(),
                    "holdout_reuse": self.holdout_reuse,
                    "executor": self.executor.describe()}

@@ -28,6 +28,7 @@ from assay.sandbox.bwrap import (
     bwrap_available,
     check_bwrap,
 )
+from assay.sandbox.cgroups import sweep_orphans_once
 from assay.sandbox.execute import KILL_GRACE_SECONDS
 from assay.sandbox.limits import NOT_APPLIED, AppliedLimit, Limits
 from assay.sandbox.netproxy import DEFAULT_PROXY_PORT, SANDBOX_PROXY_SOCKET, ProxyTarget
@@ -57,4 +58,5 @@ __all__ = [
     "bwrap_available",
     "check_bwrap",
     "run_sandboxed",
+    "sweep_orphans_once",
 ]

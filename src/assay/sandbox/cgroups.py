@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import signal
+import threading
 import time
 import uuid
 from collections.abc import Mapping
@@ -104,6 +106,10 @@ def _write(path: Path, value: str) -> None:
 
 def _new_name() -> str:
     return f"assay-{os.getpid()}-{uuid.uuid4().hex[:12]}"
+
+
+#: an execution's cgroup: ``assay-<pid of the process that made it>-<12 hex>``
+_NAME = re.compile(r"assay-(\d+)-[0-9a-f]{12}")
 
 
 @dataclass
@@ -200,6 +206,109 @@ def remove_cgroup(cg: Cgroup) -> str | None:
             time.sleep(0.005)
 
 
+def _started_at(pid: int) -> float | None:
+    """When process ``pid`` started (seconds since the epoch), None when there is none."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        boot = next(int(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines()
+                    if line.startswith("btime "))
+    except (OSError, StopIteration, ValueError):
+        return None
+    ticks = int(stat.rsplit(")", 1)[1].split()[19])  # field 22, after the command's ")"
+    return boot + ticks / os.sysconf("SC_CLK_TCK")
+
+
+def _owner_alive(pid: int, cgroup: Path) -> bool:
+    """Whether the process that made ``cgroup`` still runs: a process with its pid that
+    started after the cgroup was made is another one (the pid was reused)."""
+    started = _started_at(pid)
+    if started is None:
+        return not Path("/proc").is_dir() and _exists(pid)  # no procfs: ask the kernel
+    try:
+        made = cgroup.stat().st_mtime
+    except OSError:
+        return True  # gone meanwhile: nothing to do
+    return started <= made + 1.0
+
+
+def _exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process
+        return True
+    return True
+
+
+def _parent_dirs() -> list[tuple[int, Path]]:
+    """Where this process creates its executions' cgroups: its own cgroup's directory in each
+    mounted hierarchy (v2, and every v1 one)."""
+    own = _own_cgroups()
+    found: list[tuple[int, Path]] = []
+    for h in _mounted_hierarchies():
+        path = own.get("0::") if h.version == 2 else next(
+            (own[c] for c in sorted(h.controllers) if c in own), None)
+        if path is None:
+            continue
+        parent = _dir_for(h, path)
+        if parent is not None and parent.is_dir() and (h.version, parent) not in found:
+            found.append((h.version, parent))
+    return found
+
+
+@dataclass(frozen=True)
+class Orphan:
+    """One execution cgroup of an ended process, removed by :func:`sweep_orphans`."""
+
+    cgroup: str
+    killed: tuple[int, ...]
+    """What still ran in it, ended with SIGKILL."""
+    problem: str | None = None
+    """Why the directory could not be removed, if it could not."""
+
+
+def sweep_orphans() -> list[Orphan]:
+    """Remove the execution cgroups left by an assay process that no longer exists, ending
+    what still runs in them.
+
+    A runner killed with SIGKILL never removes its executions' cgroups; bubblewrap's
+    ``--die-with-parent`` ends their processes, except one that was killed in the instant
+    between creating its namespace and arming that (its namespace's init then waits forever).
+    The wrapper joins the cgroup before bubblewrap starts, so whatever is left is in it. Only
+    cgroups named for a process that has ended are touched (a live one is left alone; a pid
+    reused by a process that started after the cgroup was made does not count as its owner).
+    Returns one entry per cgroup removed or not removable."""
+    swept: list[Orphan] = []
+    for version, parent in _parent_dirs():
+        try:
+            children = list(parent.iterdir())
+        except OSError:
+            continue
+        for child in children:
+            m = _NAME.fullmatch(child.name)
+            if m is None or not child.is_dir() or _owner_alive(int(m.group(1)), child):
+                continue
+            cg = Cgroup(version, child, ())
+            procs = tuple(sorted(cg.procs()))
+            swept.append(Orphan(str(child), procs, remove_cgroup(cg)))
+    return swept
+
+
+_sweep_lock = threading.Lock()
+_swept: list[Orphan] | None = None
+
+
+def sweep_orphans_once() -> list[Orphan]:
+    """:func:`sweep_orphans` the first time this process asks (before its first execution's
+    cgroups are made); later calls return that first result."""
+    global _swept
+    with _sweep_lock:
+        if _swept is None:
+            _swept = sweep_orphans()
+        return list(_swept)
+
+
 def _configure(cg: Cgroup, controller: str, value: int) -> None:
     """Write one controller's limit (already in the kernel's unit) into a cgroup just created
     for it: bytes for ``memory``, ``pids.max`` for ``pids``, the quota in µs per
@@ -247,6 +356,7 @@ def open_cgroups(want: Mapping[str, int]) -> CgroupSet:
     A cgroup whose writes failed is removed again; its controllers are reported in ``why_not``
     (each reason says what v2 and then v1 answered). On any exception every cgroup created so
     far is removed before it propagates."""
+    sweep_orphans_once()
     got = CgroupSet()
     try:
         cg2, reason2 = _try_cgroup_v2(set(want))
