@@ -103,7 +103,7 @@ class Cluster:
         run = name if head else f"{name}{self.b_starts}"
         log = open(self.temp_dir / f"{run}.log", "wb")  # noqa: SIM115 - kept for the node's life
         args = [str(RAY), "start", "--block", f"--num-cpus={cpus}", "--disable-usage-stats",
-                f"--resources={json.dumps({'assay_test_' + name: 1})}",
+                f"--resources={json.dumps({'assay_test_' + run: 1})}",
                 f"--dashboard-agent-listen-port={_free_port()}"]
         if head:
             port = _free_port()
@@ -113,6 +113,9 @@ class Cluster:
         else:
             args += [f"--address={self.address}"]
         env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+        if head:  # the GCS notices a killed raylet within seconds (defaults: ~15 s), so the
+            # next test's wait for two live nodes does not still count the dead b
+            env.update(RAY_health_check_period_ms="1000", RAY_health_check_failure_threshold="3")
         # the workers' temporary files (a killed worker's workspace, its relay's socket
         # directory) go under the cluster's directory, removed with it
         env["TMPDIR"] = str(self.temp_dir / f"tmp-{run}")
@@ -137,7 +140,7 @@ class Cluster:
                 self.stop_node("b")
             self.b_starts += 1
             self.start_node("b", 2, head=False)
-        self.wait_nodes(2)
+        self.wait_nodes({"head": "head", "b": f"b{self.b_starts}"})
 
     def stop_node(self, name: str) -> None:
         """End one node: its ``ray start --block`` (which ends the node's processes), then
@@ -165,26 +168,32 @@ class Cluster:
                 time.sleep(0.2)
         raise AssertionError(f"the Ray head's GCS at {self.address} did not come up")
 
-    def wait_nodes(self, n: int, timeout: float = 90) -> None:
-        """Until ``n`` nodes are alive; learns which node id is which (by its resource)."""
+    def wait_nodes(self, expect: dict[str, str], timeout: float = 90) -> None:
+        """Until the live nodes are exactly ``expect``'s (name -> the start's resource, e.g.
+        ``{"head": "head", "b": "b2"}``: an earlier, killed b the GCS still counts as alive
+        is waited out); learns which node id is which."""
+        want = sorted(expect.values())
         probe = ("import json, ray, sys, time\n"
                  "ray.init(address=sys.argv[1], log_to_driver=False)\n"
+                 "def live():\n"
+                 "    return {k[len('assay_test_'):]: x['NodeID'] for x in ray.nodes() "
+                 "if x['Alive'] for k in x['Resources'] if k.startswith('assay_test_')}\n"
                  "for _ in range(300):\n"
-                 "    alive = [x for x in ray.nodes() if x['Alive']]\n"
-                 f"    if len(alive) >= {n}: break\n"
+                 "    if sorted(live()) == sys.argv[2].split(','): break\n"
                  "    time.sleep(0.2)\n"
-                 "print(json.dumps({k[len('assay_test_'):]: x['NodeID'] for x in alive "
-                 "for k in x['Resources'] if k.startswith('assay_test_')}))\n")
+                 "print(json.dumps(live()))\n")
         deadline = time.monotonic() + timeout
         while True:
-            res = subprocess.run([sys.executable, "-c", probe, self.address], text=True,
-                                 capture_output=True, timeout=timeout)
+            res = subprocess.run([sys.executable, "-c", probe, self.address, ",".join(want)],
+                                 text=True, capture_output=True, timeout=timeout)
             if res.returncode == 0:
-                self.node_ids = json.loads(res.stdout.strip().splitlines()[-1])
-                if len(self.node_ids) >= n:
+                live = json.loads(res.stdout.strip().splitlines()[-1])
+                if sorted(live) == want:
+                    self.node_ids = {name: live[run] for name, run in expect.items()}
                     return
             if time.monotonic() > deadline:
-                raise AssertionError(f"the Ray cluster did not come up: {res.stderr[-2000:]}")
+                raise AssertionError(f"the Ray cluster did not come to {want}: "
+                                     f"{res.stdout[-500:]} {res.stderr[-2000:]}")
             time.sleep(1)
 
     def kill_raylet(self, name: str) -> int:
