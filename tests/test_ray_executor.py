@@ -206,18 +206,8 @@ class Cluster:
         raise AssertionError(f"no raylet under {name}'s ray start ({parent})")
 
     def stop(self) -> None:
-        for proc in self.procs.values():
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)  # ray start --block ends its node's processes
-        for proc in self.procs.values():
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                pass
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)  # whatever of its group is left
-            except ProcessLookupError:
-                pass
+        for name in sorted(self.procs, key=lambda n: n == "head"):  # the head's GCS last
+            self.stop_node(name)
         for pid in _ours(str(self.temp_dir)):
             try:
                 os.kill(pid, signal.SIGKILL)
