@@ -149,11 +149,11 @@ def test_a_new_agent_starts_while_earlier_attempts_wait_to_verify(tmp_path: Path
 
 
 @needs_bwrap
-def test_verify_jobs_is_refused_with_ray_and_below_one(tmp_path: Path) -> None:
+def test_verify_jobs_is_refused_with_ray_and_below_zero(tmp_path: Path) -> None:
     make_bundle(tmp_path / "tasks" / "calc")
     exp = tmp_path / "e.yaml"
     exp.write_text("name: r\ntasks: [tasks]\nrepetitions: 1\narms:\n  idle:\n    agent: nop\n")
-    res = run_cli(["exp", "run", str(exp), "--out", str(tmp_path / "run"), "--verify-jobs", "0"])
+    res = run_cli(["exp", "run", str(exp), "--out", str(tmp_path / "run"), "--verify-jobs", "-1"])
     assert res.code == 2
     from assay.errors import InputError
     from assay.runner.experiment import ExperimentRunner
@@ -162,3 +162,28 @@ def test_verify_jobs_is_refused_with_ray_and_below_one(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="--verify-jobs is for --executor local"):
         ExperimentRunner(load_experiment(exp), tmp_path / "run", executor="ray", verify_jobs=2)
     assert not (tmp_path / "run").exists()
+
+
+@needs_bwrap
+def test_verify_jobs_0_keeps_each_slot_until_graded(tmp_path: Path) -> None:
+    """No gate: -j 1 runs one attempt at a time from start to grade, so no agent starts while
+    another attempt verifies (the behaviour before the gate, and how Ray attempts run)."""
+    slow = ("sleep 0.5; PYTHONPATH=src python3 -m pytest -q -p no:cacheprovider "
+            "$ASSAY_TESTS/test_fix.py")
+    make_bundle(tmp_path / "tasks" / "calc", behavior_cmd=slow)
+    exp = tmp_path / "e.yaml"
+    exp.write_text("name: nogate\ntasks: [tasks]\nrepetitions: 2\nconcurrency: 1\narms:\n"
+                   "  fixer:\n    agent: \"command:sed -i 's/return a - b/return a + b/' "
+                   "src/calc/__init__.py\"\n")
+    out = tmp_path / "run"
+    res = run_cli(["exp", "run", str(exp), "--out", str(out), "--verify-jobs", "0"])
+    assert res.code == 0, res.stderr
+    spans = []
+    for p in out.glob("trials/*/*/*/a*/trial.json"):
+        st = {s["name"]: s for s in json.loads(p.read_text())["stages"]}
+        v = st["verify"]
+        spans.append((_ts(st["agent"]["started_at"]), _ts(v["started_at"]) + v["seconds"]))
+    (a0, end0), (a1, _) = sorted(spans)
+    assert a1 >= end0 - 0.05  # the second agent started after the first was graded
+    session = json.loads((out / "manifest.json").read_text())["sessions"][-1]
+    assert session["verify_jobs"] is None

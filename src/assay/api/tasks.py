@@ -168,7 +168,7 @@ def run_experiment(experiment: str | os.PathLike[str], out: str | os.PathLike[st
     ``executor="ray"`` runs the attempts as Ray tasks on the cluster at ``ray_address``, their
     files carried by ``ray_transfer`` (``shared_fs``, ``object_store``, ``auto``;
     ``docs/scaling.md``); ``verify_jobs`` how many local attempts verify at once (default:
-    the usable cores, at most ``jobs``)."""
+    the usable cores, at most ``jobs``; 0: no gate)."""
     from assay.report.experiment import write_experiment_report
     from assay.runner.experiment import run_experiment as _run
 

@@ -165,8 +165,9 @@ def exp_run(
         "object_store (shipped through Ray) or auto (shared_fs where a worker sees the run "
         "directory, else object_store).")] = None,
     verify_jobs: Annotated[int | None, typer.Option(
-        "--verify-jobs", min=1, help="Local attempts verifying at once (default: the usable "
-        "cores, at most -j). An attempt frees its -j slot once its artifact is frozen.")]
+        "--verify-jobs", min=0, help="Local attempts verifying at once (default: the usable "
+        "cores, at most -j). An attempt frees its -j slot once its artifact is frozen; 0: no "
+        "gate, an attempt keeps its slot until it is graded.")]
     = None,
 ) -> None:
     """Run every trial of an experiment (resume: the same command), then its pairwise check if

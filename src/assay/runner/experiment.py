@@ -281,8 +281,8 @@ class ExperimentRunner:
         self.holdout_reuse = holdout_reuse
         self.total_cost_usd = total_cost_usd
         self.jobs = jobs or exp.spec.concurrency
-        if verify_jobs is not None and verify_jobs < 1:
-            raise InputError("--verify-jobs must be at least 1")
+        if verify_jobs is not None and verify_jobs < 0:
+            raise InputError("--verify-jobs must be 0 (no gate) or more")
         if verify_jobs is not None and executor != "local":
             raise InputError("--verify-jobs is for --executor local (a Ray attempt verifies on "
                              "its worker, within the resources its task asked for)")
@@ -323,8 +323,9 @@ class ExperimentRunner:
         manifest = _open_run_dir(self.out, self.exp, self.access, self.jobs, self.grace)
         # local attempts verify here, behind the verify gate; Ray's on their worker, within
         # the resources their task asked for (runner/slots.py)
-        self.verify_jobs = (None if self.executor.kind != "local"
-                            else self.verify_jobs_asked or min(self.jobs, usable_cores()))
+        asked = self.verify_jobs_asked
+        self.verify_jobs = (None if self.executor.kind != "local" or asked == 0
+                            else asked or min(self.jobs, usable_cores()))
         orphans = sweep_orphans_once()  # an earlier runner's, killed with SIGKILL
         ended = sum(len(o.killed) for o in orphans)
         if ended:
@@ -565,8 +566,8 @@ def run_experiment(path: Path, out: Path, *, jobs: int | None = None,
     cluster at ``ray_address``, ``runner/executor.py``); ``gateway_host`` is the address the
     gateway listens at for agents on other machines; ``ray_transfer`` how a Ray worker's files
     reach ``out`` (``shared_fs``, ``object_store``, ``auto``); ``verify_jobs`` how many
-    local attempts verify at once (default: the usable cores, at most ``jobs``;
-    ``runner/slots.py``)."""
+    local attempts verify at once (default: the usable cores, at most ``jobs``; 0: no gate,
+    an attempt keeps its slot until it is graded; ``runner/slots.py``)."""
     exp = load_experiment(Path(path))
     return ExperimentRunner(exp, Path(out), jobs=jobs, grace_seconds=grace_seconds,
                             progress=progress, total_cost_usd=total_cost_usd,
