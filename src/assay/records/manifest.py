@@ -7,7 +7,6 @@ become known, each time by an atomic rewrite.
 
 from __future__ import annotations
 
-import datetime as dt
 import functools
 import os
 import platform
@@ -19,13 +18,10 @@ from pydantic import ConfigDict, Field
 
 from assay.errors import RecordError
 from assay.records.base import Record
+from assay.records.clock import utc_now
 from assay.records.io import atomic_write_json, read_json_file
 from assay.records.layout import MANIFEST
 from assay.version import __version__
-
-
-def utc_now() -> str:
-    return dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 @functools.cache

@@ -44,8 +44,8 @@ from typing import Any
 
 from assay.errors import NeverOverwrite, RecordError, RunConflict
 from assay.records.artifact import ARTIFACT_JSON
-from assay.records.manifest import utc_now
-from assay.suites.experiment import TrialKey, identity_sha256
+from assay.records.clock import utc_now
+from assay.suites.trial_key import TrialKey, identity_sha256
 
 DB_FILE = "state.sqlite"
 LOCK_FILE = "state.lock"

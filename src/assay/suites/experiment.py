@@ -26,13 +26,12 @@ identity it yields are one contract, read together when any of them changes.
 from __future__ import annotations
 
 import hashlib
-import json
 import random
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -50,6 +49,7 @@ from assay.suites.experiment_pairwise import (
     check_pairwise,
     resolve_arms,
 )
+from assay.suites.trial_key import TrialKey, identity_sha256
 from assay.suites.yamlfile import key_lines, line_of, load_mapping, validation_error
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
@@ -225,14 +225,6 @@ class ExperimentSpec(_Strict):
     """After the trials, a judge's per-task preference between two arms."""
 
 
-class TrialKey(NamedTuple):
-    """One trial: an arm at a task, repetition ``rep`` (from 0)."""
-
-    task: str
-    arm: str
-    rep: int
-
-
 @dataclass(frozen=True)
 class Experiment:
     path: Path
@@ -245,12 +237,6 @@ class Experiment:
     @property
     def identity_sha256(self) -> str:
         return identity_sha256(self.identity)
-
-
-def identity_sha256(identity: dict[str, Any]) -> str:
-    """sha256 of the canonical JSON of an identity (sorted keys, no spaces)."""
-    blob = json.dumps(identity, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(blob.encode()).hexdigest()
 
 
 def load_experiment(path: Path) -> Experiment:
