@@ -404,3 +404,29 @@ def test_a_trusted_collection_that_times_out_gives_no_grade(tmp_path: Path) -> N
     assert g is not None and g["accepted"] is False
     assert g["validity"]["status"] == "invalid" and g["failure_code"] == "verifier_error"
     assert "trusted tree ended in timeout" in g["details"]["behavior"]["tamper_evident"]["why"]
+
+
+
+@needs_bwrap
+def test_a_command_without_a_report_runs_on_the_trusted_tree_once_per_process(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A check that is not a runner assay reads (a plain script here) runs in full on the
+    trusted tree to learn that; a process asks once per bundle and command, not once per
+    trial. A command that failed there is asked again; neither reaches the disk cache."""
+    from assay.grading.expected_tests import cache_dir, expected_tests
+    from assay.suites.bundle import check_starting_tree
+
+    monkeypatch.setenv("ASSAY_CACHE_DIR", str(tmp_path / "cache"))
+    bundle = load_bundle(make_bundle(tmp_path / "b"))
+    pristine = tmp_path / "pristine"
+    bundle.export_starting_tree(pristine)
+    digest = check_starting_tree(bundle, pristine).digest
+    script = "python3 -c 'print(42)'"
+    first = expected_tests(bundle, script, pristine, digest)
+    again = expected_tests(bundle, script, pristine, digest)
+    assert (first["report"], first["cache"]) == (False, "miss")
+    assert (again["report"], again["cache"]) == (False, "hit (this process)")
+    failing = [expected_tests(bundle, "false", pristine, digest)["cache"] for _ in range(2)]
+    assert failing == ["miss", "miss"]
+    assert cache_dir().is_relative_to(tmp_path / "cache")
+    assert list((tmp_path / "cache").rglob("*.json")) == []  # nothing of either on disk

@@ -106,10 +106,20 @@ def collect(bundle: Bundle, command: str, pristine: Path) -> dict[str, Any]:
             "exit_code": run.result.exit_code, "reason": run.result.reason}
 
 
+#: Commands that ran cleanly on the trusted tree without writing a structured report (not a
+#: runner assay reads: unittest, a script), per process. Such a command runs in full there, so
+#: asking again for every trial doubled each check's cost. Kept in memory only: a later
+#: process must see a changed environment (pytest installed since, say), which the disk
+#: cache's key does not cover.
+_NO_REPORT: dict[str, dict[str, Any]] = {}
+
+
 def expected_tests(bundle: Bundle, command: str, pristine: Path,
                    fixture_digest: str) -> dict[str, Any]:
     """The trusted collection for ``command``, from the cache when it is there."""
     key = cache_key(bundle, command, fixture_digest)
+    if key in _NO_REPORT:
+        return {**_NO_REPORT[key], "cache": "hit (this process)"}
     path = cache_dir() / f"{key}.json"
     try:
         cached = json.loads(path.read_text(encoding="utf-8"))
@@ -119,6 +129,8 @@ def expected_tests(bundle: Bundle, command: str, pristine: Path,
         pass
     found = collect(bundle, command, pristine)
     found["key"] = key
+    if not found["report"] and found["reason"] == "ok" and found["exit_code"] == 0:
+        _NO_REPORT[key] = found
     if found["report"] and found["reason"] not in ("timeout", "sandbox_error"):
         try:
             atomic_write_json(path, found)
