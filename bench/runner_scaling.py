@@ -6,7 +6,9 @@
 Each row runs a fresh experiment (one tiny bundle, one arm, ``--trials`` repetitions) through
 the real runner, sandbox and verifier. Printed per row: the wall time next to the ideal
 (trials x sleep / j), a floor no schedule can beat (the ideal, or the machine's busy CPU
-seconds spread over its cores, whichever is larger), the CPU seconds per trial, and the
+seconds spread over its cores, whichever is larger), the CPU seconds per trial (the whole
+machine's, from /proc/stat: sandboxes run in cgroups of their own, out of reach of this
+process's rusage; other work on the machine counts too, so read them on a quiet one), and the
 runner's own overhead per trial: everything an attempt took except the agent's sleep and the
 verifier's test commands (the stages' seconds from each trial.json, less the sleep and less
 every check's wall_seconds from its grade). Targets: overhead under 0.5 s per trial; -j 8
@@ -17,8 +19,8 @@ hidden tests and the repo's own, unittest-style files either runner runs):
 
 - ``unittest`` (every -j, and the one the targets are judged on): ``python3 -m unittest``,
   about 0.09 CPU-s a run in the sandbox. Its checks are decided by exit code and unittest's
-  summary (no structured report: not tamper-evident, and the verifier asks the trusted tree
-  each time, which the overhead column includes).
+  summary (no structured report: not tamper-evident; the verifier learns that on the trusted
+  tree once per process).
 - ``pytest`` (at the largest -j, for reference): the tamper-evident pytest checks, about
   0.32 CPU-s a session, two per trial. On two cores their CPU alone puts the floor near 1.5x
   of the ideal at -j 8, and the first wave's sleep cannot overlap any verification, so no
