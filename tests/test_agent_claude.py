@@ -22,6 +22,14 @@ from typing import Any
 
 import pytest
 from conftest import SECRET, run_cli
+from support.agent_cli import (
+    assert_no_secret,
+    attempt_dir,
+    install_cli,
+    ledger,
+    needs_bwrap,
+    proxy_bundle,
+)
 from support.bundles import make_bundle
 from support.protocol_server import ProtocolServer, Turn
 from support.scripted_server import RecordedRequest, Status
@@ -29,28 +37,17 @@ from support.scripted_server import RecordedRequest, Status
 from assay.agents import parse_agent
 from assay.agents.claude import ClaudeCode, time_limit
 from assay.agents.claude_stream import ANOMALIES, read_stream, usage_check
-from assay.records.io import iter_rows
-from assay.records.ledger import ModelCall
-from assay.sandbox import bwrap_available
 
 ROOT = Path(__file__).resolve().parents[1]
 INSTALL = ROOT / "scripts" / "agents" / "claude.sh"
 PINNED = "2.1.332"
-needs_bwrap = pytest.mark.skipif(not bwrap_available(), reason="bubblewrap cannot run here")
 
 
 @pytest.fixture(scope="module")
 def claude_bin() -> Path:
     """The pinned CLI, installed through the project's script (cached after the first run)."""
-    try:
-        proc = subprocess.run(["bash", str(INSTALL)], capture_output=True, text=True,
-                              timeout=900, stdin=subprocess.DEVNULL)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        pytest.skip(f"claude-code install did not finish: {exc}")
-    if proc.returncode != 0:
-        pytest.skip(f"claude-code install failed (registry unreachable?): {proc.stderr[-800:]}")
-    path = Path(proc.stdout.strip().splitlines()[-1])
-    assert path.is_file(), proc.stdout
+    path = install_cli(INSTALL.name, "claude-code")
+    assert path.is_file(), path
     return path
 
 
@@ -128,31 +125,13 @@ FIX = f"""turns:
 
 
 def _tasks(root: Path, **kw: Any) -> None:
-    bundle = make_bundle(root / "tasks" / "calc", **kw)
-    y = bundle / "task.yaml"
-    y.write_text(y.read_text().replace("network_policy: none", "network_policy: model-proxy-only"))
+    proxy_bundle(root / "tasks" / "calc", **kw)
     (root / "scripts").mkdir()
     (root / "scripts" / "calc-001.yaml").write_text(FIX)
 
 
-def _attempt(out: Path, arm: str) -> Path:
-    [a] = sorted(out.glob(f"trials/calc-001/{arm}/*/a1"))
-    return a
-
-
 def _execution(attempt: Path) -> dict[str, Any]:
     return json.loads((attempt / "trial.json").read_text())["execution"]
-
-
-def _ledger(attempt: Path) -> list[ModelCall]:
-    path = attempt / "model_calls.jsonl"
-    return [ModelCall.read(r, path) for r in iter_rows(path)]
-
-
-def _no_secret(out: Path) -> None:
-    for path in out.rglob("*"):
-        if path.is_file():
-            assert SECRET.encode() not in path.read_bytes(), path
 
 
 def _outcomes(out: Path) -> dict[str, dict[str, Any]]:
@@ -179,7 +158,7 @@ prices:
     assert res.code == 0, res.stdout + res.stderr
     rep = json.loads((out / "report.json").read_text())
     assert rep["arms"]["claude"]["accepted"] == 1, rep["arms"]["claude"]
-    attempt = _attempt(out, "claude")
+    attempt = attempt_dir(out, "claude")
     ex = _execution(attempt)
     report = ex["agent_report"]
     assert ex["status"] == "succeeded" and ex["anomalies"] == {} and ex["evidence_gap"] is False
@@ -192,7 +171,7 @@ prices:
     assert "--max-turns" in report["argv"] and report["max_turns"] == 10
     assert report["argv"][-2:] == ["--", "<instruction.md>"]
     # the ledger is the calls the agent made: two assistant steps, as the CLI counts its turns
-    rows = _ledger(attempt)
+    rows = ledger(attempt)
     assert [(r.protocol, r.status, r.stream, r.assistant_step) for r in rows] == [
         ("anthropic", 200, True, True)] * 2
     assert ex["agent_usage"]["num_turns"] == len(rows) == ex["model_usage"]["calls"]
@@ -208,7 +187,7 @@ prices:
     assert json.loads(stream.splitlines()[-1])["type"] == "result"  # kept as received
     config = json.loads((attempt / "agent" / "claude-config.json").read_text())
     assert json.loads(config[".claude/settings.json"])["env"]["DISABLE_AUTOUPDATER"] == "1"
-    _no_secret(out)
+    assert_no_secret(out)
 
 
 def _errors(req: RecordedRequest, n: int) -> Status | Turn:
@@ -255,25 +234,25 @@ arms:
                 for c in (400, 401)}
     assert res.code in (0, 3), res.stdout + res.stderr
     outcomes = _outcomes(out)
-    e400 = _execution(_attempt(out, "e400"))
+    e400 = _execution(attempt_dir(out, "e400"))
     assert e400["status"] == "exited_nonzero" and "API error 400" in e400["detail"]
     assert e400["agent_report"]["is_error"] is True
     assert outcomes["e400"]["failure_code"] == "no_change", outcomes["e400"]
-    e401 = _execution(_attempt(out, "e401"))
+    e401 = _execution(attempt_dir(out, "e401"))
     assert e401["status"] == "infra_error" and "auth/config" in e401["detail"]
     assert {r["error_status"] for r in e401["agent_report"]["stream"]["api_retries"]} == {401}
-    steps = _execution(_attempt(out, "steps"))
+    steps = _execution(attempt_dir(out, "steps"))
     assert steps["status"] == "budget_exhausted", steps
     assert steps["agent_report"]["max_turns"] == 1
     assert steps["agent_report"]["agent_status"] == "error_max_turns"
     assert outcomes["steps"]["failure_code"] == "budget_exhausted", outcomes["steps"]
     # every call the CLI made went through the gateway and is in the ledger, as sent upstream
     for code, arm in ((400, "e400"), (401, "e401")):
-        rows = _ledger(_attempt(out, arm))
+        rows = ledger(attempt_dir(out, arm))
         assert len(rows) == len(sent[code]) >= 1
         assert {r.status for r in rows} == {code}
         assert all("beta=true" in r.path for r in sent[code])
-    _no_secret(out)
+    assert_no_secret(out)
 
 
 @needs_bwrap
@@ -293,10 +272,10 @@ limits: {{tokens: 3000}}
     out = tmp_path / "run"
     res = run_cli(["exp", "run", str(exp), "--out", str(out)])
     assert res.code in (0, 3), res.stdout + res.stderr
-    attempt = _attempt(out, "claude")
+    attempt = attempt_dir(out, "claude")
     ex = _execution(attempt)
     assert ex["status"] == "budget_exhausted" and ex["model_usage"]["exhausted"], ex["detail"]
     assert [c["name"] for c in ex["agent_report"]["stream"]["tool_calls"]] == ["Bash"]
-    rows = _ledger(attempt)
+    rows = ledger(attempt)
     assert [r.status for r in rows][:1] == [200] and rows[-1].status == 403
     assert _outcomes(out)["claude"]["failure_code"] == "budget_exhausted"
