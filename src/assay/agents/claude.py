@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from assay.agents import cli_collect
+from assay.agents import cli_collect, cli_common
 from assay.agents.base import AGENT_HOME, AgentContext, AgentRun, run_in_agent_sandbox
 from assay.agents.claude_stream import ClaudeStream, read_stream, usage_check
 from assay.agents.cli_common import sha256_file, tail, timeout_seconds
@@ -85,13 +85,8 @@ class ClaudeCode:
 
     @classmethod
     def from_spec(cls, spec: str) -> ClaudeCode:
-        given = spec.split(":", 1)[1].strip() if ":" in spec else ""
-        raw = given or os.environ.get(BIN_ENV, "")
-        path = Path(raw).expanduser() if raw else default_bin()
-        if not path.is_file() or not os.access(path, os.X_OK):
-            how = "" if raw else (" (install it with scripts/agents/claude.sh, give "
-                                  f"claude:<path> or set {BIN_ENV})")
-            raise ValueError(f"claude: {path} is not an executable file{how}")
+        hint = f"install it with scripts/agents/claude.sh, give claude:<path> or set {BIN_ENV}"
+        path = cli_common.find_cli("claude", spec, BIN_ENV, default_bin, hint)
         return cls(path.absolute(), name=spec)
 
     def version(self) -> str | None:
@@ -155,8 +150,8 @@ class ClaudeCode:
 
     def reconcile(self, execution: dict[str, Any]) -> dict[str, Any]:
         """The result line's usage claim against the gateway's ledger (``model_usage``)."""
-        return cli_collect.reconcile_usage(execution, usage_check,
-                                           (execution.get("agent_usage") or {}).get("usage"))
+        claim = cli_collect.claimed_usage(execution)
+        return cli_collect.reconcile_usage(execution, usage_check, claim)
 
 
 def _collect(run: AgentRun, stdout: Path, report: dict[str, Any]) -> AgentRun:

@@ -71,4 +71,11 @@ def reconcile_usage(execution: dict[str, Any], usage_check: Callable[..., dict[s
     return with_usage_check(execution, usage_check(*claim, execution.get("model_usage")))
 
 
-__all__ = ["SANDBOX_DECIDED", "ended_by_sandbox", "kept_stream", "reconcile_usage", "settle"]
+def claimed_usage(execution: dict[str, Any]) -> Any:
+    """The agent's own usage claim where the adapters that report more than it keep it
+    (``agent_usage.usage``); None when it made none."""
+    return (execution.get("agent_usage") or {}).get("usage")
+
+
+__all__ = ["SANDBOX_DECIDED", "claimed_usage", "ended_by_sandbox", "kept_stream",
+           "reconcile_usage", "settle"]

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from assay.agents import cli_collect
+from assay.agents import cli_collect, cli_common
 from assay.agents.base import AGENT_HOME, AgentContext, AgentRun, run_in_agent_sandbox
 from assay.agents.cli_common import sha256_file, tail, timeout_seconds
 from assay.agents.codex_stream import read_codex_stream, usage_check
@@ -111,14 +111,9 @@ class Codex:
 
     @classmethod
     def from_spec(cls, spec: str) -> Codex:
-        given = spec.split(":", 1)[1].strip() if ":" in spec else ""
-        raw = given or os.environ.get(BIN_ENV, "")
-        path = Path(raw).expanduser() if raw else default_bin()
-        if not path.is_file() or not os.access(path, os.X_OK):
-            how = "" if raw else (" (the pinned install is missing: run "
-                                  "scripts/agents/codex.sh, give codex:<path> or set "
-                                  f"{BIN_ENV})")
-            raise ValueError(f"codex: {path} is not an executable file{how}")
+        hint = ("the pinned install is missing: run scripts/agents/codex.sh, give codex:<path> "
+                f"or set {BIN_ENV}")
+        path = cli_common.find_cli("codex", spec, BIN_ENV, default_bin, hint)
         return cls(path.absolute(), name=spec)
 
     def _sandbox_bin(self) -> tuple[str, list[Mount]]:
@@ -150,11 +145,9 @@ class Codex:
                 "config_template_sha256": hashlib.sha256(template.encode()).hexdigest()}
 
     def run(self, ctx: AgentContext) -> AgentRun:
-        base, model = ctx.model_env.get("OPENAI_BASE_URL"), ctx.model_env.get("ASSAY_MODEL")
-        if not base or not model or "OPENAI_API_KEY" not in ctx.model_env:
-            return AgentRun(status="infra_error",
-                            detail="codex needs a model: run it in an experiment arm with a "
-                                   "model, whose gateway gives it one")
+        if (found := cli_common.gateway_model(ctx.model_env)) is None:
+            return cli_common.needs_model("codex")
+        base, model = found
         protocol = ctx.model_env.get("ASSAY_MODEL_PROTOCOL", "chat")
         if protocol != "responses":
             return AgentRun(status="infra_error",
@@ -188,8 +181,8 @@ class Codex:
 
     def reconcile(self, execution: dict[str, Any]) -> dict[str, Any]:
         """The agent's usage claim against the gateway's ledger (``model_usage``)."""
-        return cli_collect.reconcile_usage(execution, usage_check,
-                                           (execution.get("agent_usage") or {}).get("usage"))
+        claim = cli_collect.claimed_usage(execution)
+        return cli_collect.reconcile_usage(execution, usage_check, claim)
 
 
 def _collect(run: AgentRun, stdout: Path, report: dict[str, Any]) -> AgentRun:

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from assay.agents import cli_collect
+from assay.agents import cli_collect, cli_common
 from assay.agents.base import AGENT_HOME, AgentContext, AgentRun, run_in_agent_sandbox
 from assay.agents.cli_common import sha256_file, tail, timeout_seconds
 from assay.agents.mcode_stream import EXIT_CODES, expected_exit_code, read_stream, usage_check
@@ -95,11 +95,9 @@ class MCode:
                 "config_template_sha256": hashlib.sha256(template.encode()).hexdigest()}
 
     def run(self, ctx: AgentContext) -> AgentRun:
-        base, model = ctx.model_env.get("OPENAI_BASE_URL"), ctx.model_env.get("ASSAY_MODEL")
-        if not base or not model or "OPENAI_API_KEY" not in ctx.model_env:
-            return AgentRun(status="infra_error",
-                            detail="mcode needs a model: run it in an experiment arm with a "
-                                   "model, whose gateway gives it one")
+        if (found := cli_common.gateway_model(ctx.model_env)) is None:
+            return cli_common.needs_model("mcode")
+        base, model = found
         config = json.dumps(provider_config(model, base), indent=2, sort_keys=True) + "\n"
         cfg_path = ctx.home / CONFIG_REL
         cfg_path.parent.mkdir(parents=True, exist_ok=True)

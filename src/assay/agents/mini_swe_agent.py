@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from assay.agents import cli_collect
+from assay.agents import cli_collect, cli_common
 from assay.agents.base import AGENT_HOME, AgentContext, AgentRun, run_in_agent_sandbox
 from assay.agents.cli_common import sha256_file, tail, timeout_seconds
 from assay.agents.mini_swe_agent_traj import (
@@ -107,14 +107,8 @@ class MiniSweAgent:
 
     @classmethod
     def from_spec(cls, spec: str) -> MiniSweAgent:
-        given = spec.split(":", 1)[1].strip() if ":" in spec else ""
-        raw = given or os.environ.get(BIN_ENV, "")
-        path = Path(raw).expanduser() if raw else default_bin()
-        if not path.is_file() or not os.access(path, os.X_OK):
-            how = "" if raw else (f" (install it with scripts/agents/{NAME}.sh, or give "
-                                  f"{NAME}:<path> or set {BIN_ENV})")
-            raise ValueError(f"{NAME}: {path} is not an executable file{how}")
-        path = path.absolute()
+        hint = f"install it with scripts/agents/{NAME}.sh, or give {NAME}:<path> or set {BIN_ENV}"
+        path = cli_common.find_cli(NAME, spec, BIN_ENV, default_bin, hint).absolute()
         prefix = _prefix_of(path)
         for inner in (SANDBOX_WORKDIR, AGENT_HOME, "/assay"):
             if (prefix or path).is_relative_to(inner):
@@ -148,11 +142,9 @@ class MiniSweAgent:
                 "config_template_sha256": hashlib.sha256(template.encode()).hexdigest()}
 
     def run(self, ctx: AgentContext) -> AgentRun:
-        base, model = ctx.model_env.get("OPENAI_BASE_URL"), ctx.model_env.get("ASSAY_MODEL")
-        if not base or not model or "OPENAI_API_KEY" not in ctx.model_env:
-            return AgentRun(status="infra_error",
-                            detail=f"{NAME} needs a model: run it in an experiment arm with a "
-                                   "model, whose gateway gives it one")
+        if (found := cli_common.gateway_model(ctx.model_env)) is None:
+            return cli_common.needs_model(NAME)
+        base, model = found
         spec = ctx.bundle.spec
         wall_limit = int(timeout_seconds(spec.budget.agent_wall_seconds))
         config = json.dumps(override_config(base, spec.budget.assistant_steps, wall_limit),

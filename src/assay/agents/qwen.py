@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from assay.agents import cli_collect
+from assay.agents import cli_collect, cli_common
 from assay.agents.base import AgentContext, AgentRun, run_in_agent_sandbox
 from assay.agents.cli_common import sha256_file, tail, timeout_seconds
 from assay.agents.qwen_stream import EXIT_CODES, read_stream, usage_check
@@ -139,13 +139,8 @@ class Qwen:
 
     @classmethod
     def from_spec(cls, spec: str) -> Qwen:
-        given = spec.split(":", 1)[1].strip() if ":" in spec else ""
-        raw = given or os.environ.get(BIN_ENV, "")
-        path = Path(raw).expanduser() if raw else default_bin()
-        if not path.is_file() or not os.access(path, os.X_OK):
-            how = "" if raw else (f" (install it with scripts/agents/qwen.sh, give qwen:<path> "
-                                  f"or set {BIN_ENV})")
-            raise ValueError(f"qwen: {path} is not an executable file{how}")
+        hint = f"install it with scripts/agents/qwen.sh, give qwen:<path> or set {BIN_ENV}"
+        path = cli_common.find_cli("qwen", spec, BIN_ENV, default_bin, hint)
         node = node22_dir()
         if not (node / "bin" / "node").is_file():
             raise ValueError(f"qwen: no Node 22 at {node}/bin/node (scripts/agents/qwen.sh "
@@ -184,11 +179,9 @@ class Qwen:
         return argv, wall
 
     def run(self, ctx: AgentContext) -> AgentRun:
-        base, model = ctx.model_env.get("OPENAI_BASE_URL"), ctx.model_env.get("ASSAY_MODEL")
-        if not base or not model or "OPENAI_API_KEY" not in ctx.model_env:
-            return AgentRun(status="infra_error",
-                            detail="qwen needs a model: run it in an experiment arm with a "
-                                   "model, whose gateway gives it one")
+        if (found := cli_common.gateway_model(ctx.model_env)) is None:
+            return cli_common.needs_model("qwen")
+        base, model = found
         protocol = ctx.model_env.get("ASSAY_MODEL_PROTOCOL", "chat")
         if protocol not in AUTH_TYPES:
             return AgentRun(status="infra_error",
