@@ -19,14 +19,7 @@ from typing import Any
 
 import pytest
 from conftest import SECRET, run_cli
-from support.agent_cli import (
-    assert_no_secret,
-    install_cli,
-    ledger,
-    needs_bwrap,
-    proxy_bundle,
-    trial_of,
-)
+from support import agent_cli
 from support.bundles import make_bundle
 from support.scripted_server import Answer, RecordedRequest, ScriptedServer, Status
 
@@ -35,15 +28,10 @@ from assay.agents.qwen import Qwen
 from assay.agents.qwen_stream import ANOMALIES, usage_check
 from assay.records.ledger import ModelCall
 
-ROOT = Path(__file__).resolve().parent.parent
-INSTALL = ROOT / "scripts" / "agents" / "qwen.sh"
+INSTALL = agent_cli.SCRIPTS / "qwen.sh"
 VERSION = "0.24.4"
-
-
-@pytest.fixture(scope="module")
-def qwen_bin() -> Path:
-    """The pinned CLI, installed through the project's script (or skipped with the reason)."""
-    return install_cli(INSTALL.name, "qwen-code")
+#: the pinned CLI, installed through the project's script (or skipped with the reason)
+qwen_bin = agent_cli.install_fixture(INSTALL, "qwen-code")
 
 
 def _node22_bin() -> Path:
@@ -85,7 +73,7 @@ INSTRUCTION_HEAD = "- fix calc.add, -y --version\n"
 
 
 def _bundle(root: Path) -> Path:
-    bundle = proxy_bundle(root / "tasks" / "calc")
+    bundle = agent_cli.proxy_bundle(root / "tasks" / "calc")
     # an instruction that starts like a flag (a markdown list) reaches the model as text
     md = bundle / "instruction.md"
     md.write_text(INSTRUCTION_HEAD + md.read_text())
@@ -106,14 +94,14 @@ def _experiment(root: Path, name: str, arms: dict[str, str], script: dict[str, A
 
 
 def _ledger(adir: Path) -> list[ModelCall]:
-    return ledger(adir) if (adir / "model_calls.jsonl").exists() else []
+    return agent_cli.ledger(adir) if (adir / "model_calls.jsonl").exists() else []
 
 
 def _refuse(req: RecordedRequest, n: int) -> Status:
     return Status(400, body='{"error": {"message": "scripted refusal", "type": "invalid"}}')
 
 
-@needs_bwrap
+@agent_cli.needs_bwrap
 def test_a_scripted_fix_is_accepted_and_a_refusing_upstream_fails(
         tmp_path: Path, qwen_bin: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     with ScriptedServer(_refuse) as srv:
@@ -130,7 +118,7 @@ def test_a_scripted_fix_is_accepted_and_a_refusing_upstream_fails(
         assert res.code == 0, res.stdout + res.stderr
         refused_requests = srv.chat_requests()
 
-    adir, trial = trial_of(out, "fix")
+    adir, trial = agent_cli.trial_of(out, "fix")
     ex = trial["execution"]
     assert trial["grade"]["accepted"] is True, (trial["grade"], ex)
     assert ex["status"] == "succeeded" and ex["ended_by"] == "agent", ex
@@ -160,14 +148,14 @@ def test_a_scripted_fix_is_accepted_and_a_refusing_upstream_fails(
     assert manifest["arms"]["fix"]["agent_identity"]["bin_sha256"] == ident["bin_sha256"]
 
     # the Responses API arm: --auth-type openai-responses, the same fix, accepted
-    adir, trial = trial_of(out, "fix_responses")
+    adir, trial = agent_cli.trial_of(out, "fix_responses")
     ex = trial["execution"]
     assert trial["grade"]["accepted"] is True and ex["status"] == "succeeded", ex
     assert "openai-responses" in ex["agent_report"]["argv"]
     assert [(r.protocol, r.status) for r in _ledger(adir)] == [("responses", 200)] * 2
     assert ex["usage_check"]["agrees"] is True, ex["usage_check"]
 
-    adir, trial = trial_of(out, "refused")
+    adir, trial = agent_cli.trial_of(out, "refused")
     ex = trial["execution"]
     assert ex["status"] == "exited_nonzero", ex
     assert trial["grade"]["accepted"] is False
@@ -180,10 +168,10 @@ def test_a_scripted_fix_is_accepted_and_a_refusing_upstream_fails(
     assert any(INSTRUCTION_HEAD.strip() in text for text in said), said
     # the real key went upstream, and no file of the run holds it
     assert {r.headers.get("authorization") for r in refused_requests} == {f"Bearer {SECRET}"}
-    assert_no_secret(out)
+    agent_cli.assert_no_secret(out)
 
 
-@needs_bwrap
+@agent_cli.needs_bwrap
 def test_a_token_budget_spent_mid_task_ends_as_budget_exhausted(tmp_path: Path,
                                                                  qwen_bin: Path) -> None:
     exp = _experiment(tmp_path, "qwen-budget", {
@@ -193,7 +181,7 @@ def test_a_token_budget_spent_mid_task_ends_as_budget_exhausted(tmp_path: Path,
     out = tmp_path / "run"
     res = run_cli(["exp", "run", str(exp), "--out", str(out)])
     assert res.code == 0, res.stdout + res.stderr
-    adir, trial = trial_of(out, "tight")
+    adir, trial = agent_cli.trial_of(out, "tight")
     ex = trial["execution"]
     assert ex["status"] == "budget_exhausted", ex
     assert trial["grade"]["failure_code"] == "budget_exhausted", trial["grade"]
@@ -213,7 +201,7 @@ def _loop(req: RecordedRequest, n: int) -> Answer:
         "function": {"name": "run_shell_command", "arguments": '{"command": "true"}'}}])
 
 
-@needs_bwrap
+@agent_cli.needs_bwrap
 def test_the_task_budgets_are_the_cli_limits(tmp_path: Path, qwen_bin: Path) -> None:
     """``assistant_steps`` becomes ``--max-session-turns`` and ``agent_wall_seconds`` (less a
     margin) ``--max-wall-time``: with no gateway in the way (the sandbox's network leads

@@ -10,6 +10,7 @@ One place, so that the five agent test files cannot drift apart on what "the ins
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -23,22 +24,36 @@ from assay.sandbox import bwrap_available
 from support.bundles import make_bundle
 
 ROOT = Path(__file__).resolve().parents[2]
+#: where the install scripts are (``scripts/agents/<agent>.sh``)
+SCRIPTS = ROOT / "scripts" / "agents"
 needs_bwrap = pytest.mark.skipif(not bwrap_available(), reason="bubblewrap cannot run here")
 
 
-def install_cli(script: str, what: str) -> Path:
-    """Run ``scripts/agents/<script>`` (a subprocess, as CI does) and return the executable its
-    last line names; skip, with the reason, when the install cannot finish."""
+def install_cli(script: Path, what: str) -> Path:
+    """Run an install script (a subprocess, as CI does) and return the executable its last line
+    names; skip, with the reason, when the install cannot finish."""
     try:
-        proc = subprocess.run(["bash", str(ROOT / "scripts" / "agents" / script)],
-                              capture_output=True, text=True, timeout=900,
-                              stdin=subprocess.DEVNULL)
+        proc = subprocess.run(["bash", str(script)], capture_output=True, text=True,
+                              timeout=900, stdin=subprocess.DEVNULL)
     except (OSError, subprocess.TimeoutExpired) as exc:
         pytest.skip(f"{what} install did not finish (registry unreachable?): {exc}")
     if proc.returncode != 0:
         pytest.skip(f"{what} install failed (registry unreachable?): "
                     f"{proc.stderr.strip()[-800:]}")
     return Path(proc.stdout.strip().splitlines()[-1])
+
+
+def install_fixture(script: Path, what: str) -> Any:
+    """A module-scoped fixture (assign it to the name the tests ask for): the pinned CLI,
+    installed once per module through its script, an executable file or the tests skip."""
+
+    @pytest.fixture(scope="module")
+    def installed() -> Path:
+        path = install_cli(script, what)
+        assert path.is_file() and os.access(path, os.X_OK), path
+        return path
+
+    return installed
 
 
 def proxy_bundle(root: Path, *, steps: int | None = None, **kw: Any) -> Path:
@@ -78,5 +93,5 @@ def assert_no_secret(out: Path) -> None:
             assert SECRET.encode() not in path.read_bytes(), path
 
 
-__all__ = ["assert_no_secret", "attempt_dir", "install_cli", "ledger", "needs_bwrap",
-           "proxy_bundle", "trial_of"]
+__all__ = ["SCRIPTS", "assert_no_secret", "attempt_dir", "install_cli", "install_fixture",
+           "ledger", "needs_bwrap", "proxy_bundle", "trial_of"]

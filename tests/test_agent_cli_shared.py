@@ -1,6 +1,8 @@
-"""The collect steps every real agent CLI adapter shares (``assay.agents.cli_collect``), on
-their own: the adapters' tests drive them through real CLIs, these pin what each step
-promises, so that a change to one step shows here before it shows as a record that differs."""
+"""What every real agent CLI adapter shares (``assay.agents.cli_common``: finding the CLI, the
+model it is given, noting anomalies, when a usage claim is not comparable; and
+``assay.agents.cli_collect``: the collect steps), on their own: the adapters' tests drive them
+through real CLIs, these pin what each step promises, so that a change to one shows here
+before it shows as a record or a message that differs."""
 
 from __future__ import annotations
 
@@ -9,7 +11,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from assay.agents import cli_collect
+import pytest
+
+from assay.agents import cli_collect, cli_common
 from assay.agents.base import AgentRun
 from assay.agents.cli_common import parse_jsonl
 
@@ -98,3 +102,65 @@ def test_reconcile_gives_the_ledger_last_and_flags_a_disagreeing_claim() -> None
     assert bad["anomalies"] == {"x": 1, "usage_disagrees_with_gateway": 1}
     assert bad["evidence_gap"] is True
     assert execution["anomalies"] == {"x": 1}  # the execution it was given is not changed
+
+
+def test_the_cli_is_the_specs_path_else_the_envs_else_the_pinned_install(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    exe = tmp_path / "bin" / "tool"
+    exe.parent.mkdir()
+    exe.write_text("#!/bin/sh\n")
+    exe.chmod(0o755)
+    plain = tmp_path / "plain"
+    plain.write_text("not executable")
+    pinned = tmp_path / "pinned"
+    monkeypatch.delenv("ASSAY_TOOL_BIN", raising=False)
+
+    def find(spec: str) -> Path:
+        return cli_common.find_cli("tool", spec, "ASSAY_TOOL_BIN", lambda: pinned, "get it")
+
+    # the pinned install is missing: the hint says how to get one
+    with pytest.raises(ValueError, match=r"^tool: .*pinned is not an executable file \(get it\)$"):
+        find("tool")
+    monkeypatch.setenv("ASSAY_TOOL_BIN", str(plain))
+    # a path the user gave is named, without the hint
+    with pytest.raises(ValueError, match=r"plain is not an executable file$"):
+        find("tool")
+    assert find(f"tool: {exe} ") == exe  # the spec's path outranks the environment's
+    monkeypatch.setenv("ASSAY_TOOL_BIN", str(exe))
+    assert find("tool") == exe and find("tool:") == exe
+    with pytest.raises(ValueError, match=r"none is not an executable file$"):
+        find(f"tool:{tmp_path / 'none'}")
+
+
+def test_an_arm_without_a_gateway_model_is_refused_before_the_cli_starts() -> None:
+    full = {"OPENAI_BASE_URL": "http://gw/v1", "ASSAY_MODEL": "m", "OPENAI_API_KEY": "t"}
+    assert cli_common.gateway_model(full) == ("http://gw/v1", "m")
+    for missing in ("OPENAI_BASE_URL", "ASSAY_MODEL", "OPENAI_API_KEY"):
+        env = {k: v for k, v in full.items() if k != missing}
+        assert cli_common.gateway_model(env) is None, missing
+    assert cli_common.gateway_model({**full, "ASSAY_MODEL": ""}) is None
+    refused = cli_common.needs_model("tool")
+    assert refused.status == "infra_error"
+    assert refused.detail == ("tool needs a model: run it in an experiment arm with a model, "
+                              "whose gateway gives it one")
+
+
+def test_anomalies_are_counted_by_known_name_and_their_notes_capped() -> None:
+    anomalies: dict[str, int] = {}
+    notes: list[str] = []
+    for i in range(25):
+        cli_common.note_anomaly(anomalies, notes, ("gap",), "gap", f"line {i}")
+    assert anomalies == {"gap": 25} and notes == [f"line {i}" for i in range(20)]
+    with pytest.raises(AssertionError):  # a misspelt name is a bug of the reader
+        cli_common.note_anomaly(anomalies, notes, ("gap",), "gaps", "x")
+
+
+def test_a_usage_claim_without_a_claim_or_a_full_ledger_is_not_comparable() -> None:
+    ledger = {"input": 3, "output": 4, "calls": 1}
+    assert cli_common.not_comparable({"input_tokens": 3}, ledger) is None
+    assert cli_common.not_comparable(None, ledger) == {"comparable": False,
+                                                       "reason": "no usage claim"}
+    assert cli_common.not_comparable({"input_tokens": 3}, None) == {
+        "comparable": False, "reason": "no gateway ledger for this attempt"}
+    assert cli_common.not_comparable({}, {**ledger, "usage_missing_calls": 1}) == {
+        "comparable": False, "reason": "the gateway saw calls without usage"}
