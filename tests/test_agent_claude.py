@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 from conftest import SECRET, run_cli
+from support import agent_cli
 from support.bundles import make_bundle
 from support.protocol_server import ProtocolServer, Turn
 from support.scripted_server import RecordedRequest, Status
@@ -29,29 +30,11 @@ from support.scripted_server import RecordedRequest, Status
 from assay.agents import parse_agent
 from assay.agents.claude import ClaudeCode, time_limit
 from assay.agents.claude_stream import ANOMALIES, read_stream, usage_check
-from assay.records.io import iter_rows
-from assay.records.ledger import ModelCall
-from assay.sandbox import bwrap_available
 
-ROOT = Path(__file__).resolve().parents[1]
-INSTALL = ROOT / "scripts" / "agents" / "claude.sh"
+INSTALL = agent_cli.SCRIPTS / "claude.sh"
 PINNED = "2.1.332"
-needs_bwrap = pytest.mark.skipif(not bwrap_available(), reason="bubblewrap cannot run here")
-
-
-@pytest.fixture(scope="module")
-def claude_bin() -> Path:
-    """The pinned CLI, installed through the project's script (cached after the first run)."""
-    try:
-        proc = subprocess.run(["bash", str(INSTALL)], capture_output=True, text=True,
-                              timeout=900, stdin=subprocess.DEVNULL)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        pytest.skip(f"claude-code install did not finish: {exc}")
-    if proc.returncode != 0:
-        pytest.skip(f"claude-code install failed (registry unreachable?): {proc.stderr[-800:]}")
-    path = Path(proc.stdout.strip().splitlines()[-1])
-    assert path.is_file(), proc.stdout
-    return path
+#: the pinned CLI, installed through the project's script (cached after the first run)
+claude_bin = agent_cli.install_fixture(INSTALL, "claude-code")
 
 
 def test_the_install_script_gives_the_pinned_cli(claude_bin: Path) -> None:
@@ -128,31 +111,13 @@ FIX = f"""turns:
 
 
 def _tasks(root: Path, **kw: Any) -> None:
-    bundle = make_bundle(root / "tasks" / "calc", **kw)
-    y = bundle / "task.yaml"
-    y.write_text(y.read_text().replace("network_policy: none", "network_policy: model-proxy-only"))
+    agent_cli.proxy_bundle(root / "tasks" / "calc", **kw)
     (root / "scripts").mkdir()
     (root / "scripts" / "calc-001.yaml").write_text(FIX)
 
 
-def _attempt(out: Path, arm: str) -> Path:
-    [a] = sorted(out.glob(f"trials/calc-001/{arm}/*/a1"))
-    return a
-
-
 def _execution(attempt: Path) -> dict[str, Any]:
     return json.loads((attempt / "trial.json").read_text())["execution"]
-
-
-def _ledger(attempt: Path) -> list[ModelCall]:
-    path = attempt / "model_calls.jsonl"
-    return [ModelCall.read(r, path) for r in iter_rows(path)]
-
-
-def _no_secret(out: Path) -> None:
-    for path in out.rglob("*"):
-        if path.is_file():
-            assert SECRET.encode() not in path.read_bytes(), path
 
 
 def _outcomes(out: Path) -> dict[str, dict[str, Any]]:
@@ -160,7 +125,7 @@ def _outcomes(out: Path) -> dict[str, dict[str, Any]]:
     return {r["arm"]: r for r in rows}
 
 
-@needs_bwrap
+@agent_cli.needs_bwrap
 def test_the_real_cli_fixes_the_task_through_the_gateway(tmp_path: Path, claude_bin: Path) -> None:
     _tasks(tmp_path)
     exp = tmp_path / "experiment.yaml"
@@ -179,7 +144,7 @@ prices:
     assert res.code == 0, res.stdout + res.stderr
     rep = json.loads((out / "report.json").read_text())
     assert rep["arms"]["claude"]["accepted"] == 1, rep["arms"]["claude"]
-    attempt = _attempt(out, "claude")
+    attempt = agent_cli.attempt_dir(out, "claude")
     ex = _execution(attempt)
     report = ex["agent_report"]
     assert ex["status"] == "succeeded" and ex["anomalies"] == {} and ex["evidence_gap"] is False
@@ -192,7 +157,7 @@ prices:
     assert "--max-turns" in report["argv"] and report["max_turns"] == 10
     assert report["argv"][-2:] == ["--", "<instruction.md>"]
     # the ledger is the calls the agent made: two assistant steps, as the CLI counts its turns
-    rows = _ledger(attempt)
+    rows = agent_cli.ledger(attempt)
     assert [(r.protocol, r.status, r.stream, r.assistant_step) for r in rows] == [
         ("anthropic", 200, True, True)] * 2
     assert ex["agent_usage"]["num_turns"] == len(rows) == ex["model_usage"]["calls"]
@@ -208,7 +173,7 @@ prices:
     assert json.loads(stream.splitlines()[-1])["type"] == "result"  # kept as received
     config = json.loads((attempt / "agent" / "claude-config.json").read_text())
     assert json.loads(config[".claude/settings.json"])["env"]["DISABLE_AUTOUPDATER"] == "1"
-    _no_secret(out)
+    agent_cli.assert_no_secret(out)
 
 
 def _errors(req: RecordedRequest, n: int) -> Status | Turn:
@@ -219,7 +184,7 @@ def _errors(req: RecordedRequest, n: int) -> Status | Turn:
         "type": kind, "message": f"scripted {code}"}}))
 
 
-@needs_bwrap
+@agent_cli.needs_bwrap
 def test_errors_and_a_turn_budget_end_with_the_right_failure(tmp_path: Path, claude_bin: Path,
                                                              monkeypatch: pytest.MonkeyPatch
                                                              ) -> None:
@@ -255,28 +220,28 @@ arms:
                 for c in (400, 401)}
     assert res.code in (0, 3), res.stdout + res.stderr
     outcomes = _outcomes(out)
-    e400 = _execution(_attempt(out, "e400"))
+    e400 = _execution(agent_cli.attempt_dir(out, "e400"))
     assert e400["status"] == "exited_nonzero" and "API error 400" in e400["detail"]
     assert e400["agent_report"]["is_error"] is True
     assert outcomes["e400"]["failure_code"] == "no_change", outcomes["e400"]
-    e401 = _execution(_attempt(out, "e401"))
+    e401 = _execution(agent_cli.attempt_dir(out, "e401"))
     assert e401["status"] == "infra_error" and "auth/config" in e401["detail"]
     assert {r["error_status"] for r in e401["agent_report"]["stream"]["api_retries"]} == {401}
-    steps = _execution(_attempt(out, "steps"))
+    steps = _execution(agent_cli.attempt_dir(out, "steps"))
     assert steps["status"] == "budget_exhausted", steps
     assert steps["agent_report"]["max_turns"] == 1
     assert steps["agent_report"]["agent_status"] == "error_max_turns"
     assert outcomes["steps"]["failure_code"] == "budget_exhausted", outcomes["steps"]
     # every call the CLI made went through the gateway and is in the ledger, as sent upstream
     for code, arm in ((400, "e400"), (401, "e401")):
-        rows = _ledger(_attempt(out, arm))
+        rows = agent_cli.ledger(agent_cli.attempt_dir(out, arm))
         assert len(rows) == len(sent[code]) >= 1
         assert {r.status for r in rows} == {code}
         assert all("beta=true" in r.path for r in sent[code])
-    _no_secret(out)
+    agent_cli.assert_no_secret(out)
 
 
-@needs_bwrap
+@agent_cli.needs_bwrap
 def test_a_token_budget_that_runs_out_mid_task(tmp_path: Path, claude_bin: Path) -> None:
     """The first call (~3.7k tokens of Claude Code's system prompt) spends the 3000 tokens:
     the fix is applied, the next call is refused by the gateway, the trial fails."""
@@ -293,10 +258,10 @@ limits: {{tokens: 3000}}
     out = tmp_path / "run"
     res = run_cli(["exp", "run", str(exp), "--out", str(out)])
     assert res.code in (0, 3), res.stdout + res.stderr
-    attempt = _attempt(out, "claude")
+    attempt = agent_cli.attempt_dir(out, "claude")
     ex = _execution(attempt)
     assert ex["status"] == "budget_exhausted" and ex["model_usage"]["exhausted"], ex["detail"]
     assert [c["name"] for c in ex["agent_report"]["stream"]["tool_calls"]] == ["Bash"]
-    rows = _ledger(attempt)
+    rows = agent_cli.ledger(attempt)
     assert [r.status for r in rows][:1] == [200] and rows[-1].status == 403
     assert _outcomes(out)["claude"]["failure_code"] == "budget_exhausted"

@@ -14,37 +14,20 @@ import hashlib
 import json
 import subprocess
 from pathlib import Path
-from typing import Any
 
 import pytest
 from conftest import SECRET, run_cli
+from support import agent_cli
 from support.bundles import make_bundle
 from support.codex_upstream import ErrorUpstream
 
 from assay.agents import parse_agent
-from assay.records.io import iter_rows
-from assay.records.ledger import ModelCall
-from assay.sandbox import bwrap_available
 
-ROOT = Path(__file__).resolve().parents[1]
-INSTALL = ROOT / "scripts" / "agents" / "codex.sh"
+ROOT = agent_cli.ROOT
+INSTALL = agent_cli.SCRIPTS / "codex.sh"
 VERSION = "0.171.0"
-needs_bwrap = pytest.mark.skipif(not bwrap_available(), reason="bubblewrap cannot run here")
-
-
-@pytest.fixture(scope="module")
-def codex_bin() -> Path:
-    """The pinned CLI, installed through the project's script exactly as CI would."""
-    try:
-        proc = subprocess.run(["bash", str(INSTALL)], capture_output=True, text=True,
-                              timeout=900, stdin=subprocess.DEVNULL)
-    except subprocess.TimeoutExpired:
-        pytest.skip("codex install took over 15 minutes (registry unreachable?)")
-    if proc.returncode != 0:
-        pytest.skip(f"codex install failed (registry unreachable?): {proc.stderr[-800:]}")
-    path = Path(proc.stdout.strip().splitlines()[-1])
-    assert path.is_file(), proc.stdout
-    return path
+#: the pinned CLI, installed through the project's script exactly as CI would
+codex_bin = agent_cli.install_fixture(INSTALL, "codex")
 
 
 def test_install_script_gives_the_pinned_cli(codex_bin: Path) -> None:
@@ -77,36 +60,12 @@ SLOW_FIX = """turns:
 """
 
 
-def _bundle(root: Path, steps: int = 10) -> Path:
-    bundle = make_bundle(root)
-    y = bundle / "task.yaml"
-    y.write_text(y.read_text().replace("network_policy: none", "network_policy: model-proxy-only")
-                 .replace("assistant_steps: 10", f"assistant_steps: {steps}"))
-    return bundle
-
-
-def _trial(out: Path, arm: str) -> tuple[Path, dict[str, Any]]:
-    [adir] = sorted(out.glob(f"trials/calc-001/{arm}/*/a1"))
-    return adir, json.loads((adir / "trial.json").read_text())
-
-
-def _ledger(adir: Path) -> list[ModelCall]:
-    path = adir / "model_calls.jsonl"
-    return [ModelCall.read(r, path) for r in iter_rows(path)]
-
-
-def _no_secret(out: Path) -> None:
-    for p in out.rglob("*"):
-        if p.is_file():
-            assert SECRET.encode() not in p.read_bytes(), p
-
-
-@needs_bwrap
+@agent_cli.needs_bwrap
 def test_codex_fixes_the_task_through_gateway_and_sandbox(tmp_path: Path, codex_bin: Path,
                                                           monkeypatch: pytest.MonkeyPatch
                                                           ) -> None:
     """Accepted on replay; a 400 from the upstream ends as exited_nonzero and no_change."""
-    _bundle(tmp_path / "tasks" / "calc")
+    agent_cli.proxy_bundle(tmp_path / "tasks" / "calc")
     (tmp_path / "scripts").mkdir()
     (tmp_path / "scripts" / "calc-001.yaml").write_text(FIX)
     exp = tmp_path / "experiment.yaml"
@@ -128,7 +87,7 @@ arms:
         res = run_cli(["exp", "run", str(exp), "--out", str(out)])
     assert res.code == 0, res.stdout + res.stderr
 
-    adir, trial = _trial(out, "replay")
+    adir, trial = agent_cli.trial_of(out, "replay")
     ex = trial["execution"]
     assert trial["grade"]["accepted"] is True, (trial["grade"], ex)
     assert ex["status"] == "succeeded" and ex["ended_by"] == "agent", ex
@@ -150,7 +109,7 @@ arms:
     assert "plugins = false" in cfg and 'web_search = "disabled"' in cfg
     assert hashlib.sha256(cfg.encode()).hexdigest() == report["config_sha256"]
     # the ledger holds the calls codex made: one per assistant answer, over the Responses API
-    rows = _ledger(adir)
+    rows = agent_cli.ledger(adir)
     assert [(r.protocol, r.status, r.stream) for r in rows] == [("responses", 200, True)] * 2
     assert ex["model_usage"]["calls"] == 2
     claim = ex["agent_usage"]["usage"]
@@ -162,23 +121,23 @@ arms:
     assert ident["adapter"] == "assay.codex/1" and ident["cli_version"] == f"codex-cli {VERSION}"
     assert len(ident["bin_sha256"]) == 64 and "--json" in ident["flags"]
 
-    adir, trial = _trial(out, "refused")
+    adir, trial = agent_cli.trial_of(out, "refused")
     ex = trial["execution"]
     assert ex["status"] == "exited_nonzero", ex
     assert ex["agent_report"]["agent_status"] == "turn.failed"
     assert "scripted refusal 400" in ex["agent_report"]["stream"]["failure"]
     assert trial["grade"]["failure_code"] == "no_change", trial["grade"]
     assert ex["agent_usage"] is None  # no claim, never a zero
-    rows = _ledger(adir)
+    rows = agent_cli.ledger(adir)
     assert rows and {r.status for r in rows} == {400}
     assert len(rows) == len(upstream.requests)  # the ledger saw every call that went out
     assert {r.headers.get("authorization") for r in upstream.requests} == {f"Bearer {SECRET}"}
-    _no_secret(out)
+    agent_cli.assert_no_secret(out)
 
 
-@needs_bwrap
+@agent_cli.needs_bwrap
 def test_codex_out_of_steps_is_budget_exhausted(tmp_path: Path, codex_bin: Path) -> None:
-    _bundle(tmp_path / "tasks" / "calc", steps=1)
+    agent_cli.proxy_bundle(tmp_path / "tasks" / "calc", steps=1)
     (tmp_path / "scripts").mkdir()
     (tmp_path / "scripts" / "calc-001.yaml").write_text(SLOW_FIX)
     exp = tmp_path / "experiment.yaml"
@@ -192,13 +151,13 @@ arms:
     out = tmp_path / "run"
     res = run_cli(["exp", "run", str(exp), "--out", str(out)])
     assert res.code == 0, res.stdout + res.stderr
-    adir, trial = _trial(out, "replay")
+    adir, trial = agent_cli.trial_of(out, "replay")
     ex = trial["execution"]
     assert ex["status"] == "budget_exhausted", ex
     assert ex["agent_report"]["agent_status"] == "turn.failed"
     assert "budget" in ex["agent_report"]["stream"]["failure"]
     assert trial["grade"]["failure_code"] == "budget_exhausted", trial["grade"]
-    rows = _ledger(adir)
+    rows = agent_cli.ledger(adir)
     # one step, then the gateway's refusal, which codex retries (5 reconnects) before it stops
     assert rows[0].status == 200 and {r.status for r in rows[1:]} == {403}
     reconnects = ex["agent_report"]["stream"]["reconnects"]
@@ -222,7 +181,7 @@ arms:
     assert res.code == 2 and "not an executable file" in res.stdout + res.stderr
 
 
-@needs_bwrap
+@agent_cli.needs_bwrap
 def test_auth_failure_and_the_agents_own_time_limit(tmp_path: Path, codex_bin: Path) -> None:
     """Straight at an upstream (no gateway, so nothing but codex decides): a 401 before any work
     is infrastructure; an upstream slower than the budget ends by codex's own time limit,
@@ -231,7 +190,7 @@ def test_auth_failure_and_the_agents_own_time_limit(tmp_path: Path, codex_bin: P
     from assay.sandbox import ProxyTarget
     from assay.suites.bundle import load_bundle
 
-    quick = load_bundle(_bundle(tmp_path / "quick"))
+    quick = load_bundle(agent_cli.proxy_bundle(tmp_path / "quick"))
     slow = load_bundle(make_bundle(tmp_path / "slow", agent_seconds=6))
     agent = parse_agent(f"codex:{codex_bin}")
     want = {"status-401": (quick, "infra_error"), "slow-30": (slow, "agent_timeout")}

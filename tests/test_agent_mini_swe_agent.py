@@ -12,37 +12,24 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import subprocess
 from pathlib import Path
 
 import pytest
+from support import agent_cli
 from support.scripted_server import RecordedRequest, ScriptedServer, Status
 
 from assay.records.io import iter_rows
 from assay.records.ledger import ModelCall
-from assay.sandbox import bwrap_available
 
-ROOT = Path(__file__).resolve().parents[1]
-INSTALL = ROOT / "scripts" / "agents" / "mini-swe-agent.sh"
+INSTALL = agent_cli.SCRIPTS / "mini-swe-agent.sh"
 PIN = "2.4.6"
-needs_bwrap = pytest.mark.skipif(not bwrap_available(), reason="bubblewrap cannot run here")
-
-
-@pytest.fixture(scope="module")
-def mini_bin() -> Path:
-    """The pinned CLI, installed through the project's script (a subprocess, as CI does)."""
-    proc = subprocess.run(["bash", str(INSTALL)], capture_output=True, text=True, timeout=900,
-                          stdin=subprocess.DEVNULL)
-    if proc.returncode != 0:
-        pytest.skip(f"mini-swe-agent {PIN} could not be installed (registry unreachable?): "
-                    f"{proc.stderr.strip()[-800:]}")
-    path = Path(proc.stdout.strip().splitlines()[-1])
-    assert path.name == "mini" and os.access(path, os.X_OK), proc.stdout
-    return path
+#: the pinned CLI, installed through the project's script (a subprocess, as CI does)
+mini_bin = agent_cli.install_fixture(INSTALL, f"mini-swe-agent {PIN}")
 
 
 def test_the_script_installs_the_pin_once_and_mini_runs(mini_bin: Path, tmp_path: Path) -> None:
+    assert mini_bin.name == "mini", mini_bin
     prefix = mini_bin.parents[1]
     assert prefix.name == f"mini-swe-agent-{PIN}" and (prefix / ".complete").is_file()
     # the venv is of the system interpreter, which the sandbox sees under /usr
@@ -79,29 +66,10 @@ FIX_SCRIPT = f"""turns:
 
 
 def _bundle(root: Path, *, agent_seconds: float = 60, steps: int = 10) -> Path:
-    from support.bundles import make_bundle
-
-    bundle = make_bundle(root / "tasks" / "calc", agent_seconds=agent_seconds)
-    y = bundle / "task.yaml"
-    text = y.read_text().replace("network_policy: none", "network_policy: model-proxy-only")
-    y.write_text(text.replace("assistant_steps: 10", f"assistant_steps: {steps}"))
-    return bundle
+    return agent_cli.proxy_bundle(root / "tasks" / "calc", steps=steps, agent_seconds=agent_seconds)
 
 
-def _attempt(out: Path, arm: str) -> Path:
-    [a] = sorted(out.glob(f"trials/calc-001/{arm}/*/a1"))
-    return a
-
-
-def _no_secret(out: Path) -> None:
-    from conftest import SECRET
-
-    for p in out.rglob("*"):
-        if p.is_file():
-            assert SECRET.encode() not in p.read_bytes(), p
-
-
-@needs_bwrap
+@agent_cli.needs_bwrap
 def test_mini_fixes_the_task_through_gateway_and_sandbox(mini_bin: Path, tmp_path: Path,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     from conftest import run_cli
@@ -123,7 +91,7 @@ prices:
     out = tmp_path / "run"
     res = run_cli(["exp", "run", str(exp), "--out", str(out)])
     assert res.code == 0, res.stdout + res.stderr
-    adir = _attempt(out, "mini")
+    adir = agent_cli.attempt_dir(out, "mini")
     trial = json.loads((adir / "trial.json").read_text())
     ex = trial["execution"]
     assert trial["grade"]["accepted"] is True, (trial["grade"], ex)
@@ -144,8 +112,7 @@ prices:
     assert hashlib.sha256(raw).hexdigest() == report["trajectory_sha256"]
     assert json.loads(raw)["info"]["exit_status"] == "Submitted"
     # the ledger holds exactly the calls mini made, and their usage is what mini was told
-    rows = [ModelCall.read(r, adir / "model_calls.jsonl")
-            for r in iter_rows(adir / "model_calls.jsonl")]
+    rows = agent_cli.ledger(adir)
     assert [(r.protocol, r.status) for r in rows] == [("chat", 200)] * 2
     assert ex["agent_usage"]["api_calls"] == 2 == ex["model_usage"]["calls"]
     assert ex["usage_check"]["comparable"] and ex["usage_check"]["agrees"], ex["usage_check"]
@@ -155,7 +122,7 @@ prices:
     assert ident["bin_sha256"] == hashlib.sha256(mini_bin.read_bytes()).hexdigest()
     [record] = mini_bin.parents[1].glob("lib/python3*/site-packages/mini_swe_agent-*/RECORD")
     assert ident["dist_record_sha256"] == hashlib.sha256(record.read_bytes()).hexdigest()
-    _no_secret(out)
+    agent_cli.assert_no_secret(out)
 
 
 # --------------------------------------------------------------- failures onto the taxonomy
@@ -172,7 +139,7 @@ def _refusing(req: RecordedRequest, n: int) -> Status:
                             '"type": "invalid_request_error"}}')
 
 
-@needs_bwrap
+@agent_cli.needs_bwrap
 def test_an_upstream_that_refuses_ends_with_the_right_codes(
         mini_bin: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from conftest import SECRET, run_cli
@@ -194,13 +161,13 @@ def test_an_upstream_that_refuses_ends_with_the_right_codes(
     # a refused key before any command is ours to fix, not the agent's failure: retried as
     # infrastructure, and the run ends with exit 3
     assert res.code == 3 and "infra_error" in res.stderr, res.stdout + res.stderr
-    auth = json.loads((_attempt(out, "mini-401") / "trial.json").read_text())
+    auth = json.loads((agent_cli.attempt_dir(out, "mini-401") / "trial.json").read_text())
     ex = auth["execution"]
     assert ex["status"] == "infra_error" and ex["ended_by"] == "agent", ex
     assert ex["agent_report"]["agent_status"] == "AuthenticationError"
     assert ex["turns"] == 0 and ex["agent_report"]["trajectory"]["commands"] == []
     # a 400 mini retries: the runner's watchdog ends it, within the wall budget
-    retried = json.loads((_attempt(out, "mini-400") / "trial.json").read_text())
+    retried = json.loads((agent_cli.attempt_dir(out, "mini-400") / "trial.json").read_text())
     ex4 = retried["execution"]
     assert ex4["status"] == "agent_timeout" and ex4["ended_by"] == "watchdog", ex4
     assert retried["grade"]["failure_code"] == "agent_timeout"
@@ -215,10 +182,10 @@ def test_an_upstream_that_refuses_ends_with_the_right_codes(
     attempts_401 = len(list(out.glob("trials/calc-001/mini-401/*/a*/trial.json")))
     assert attempts_401 >= 2 and seen["mini-401"] == attempts_401
     assert seen["mini-400"] >= 2
-    _no_secret(out)
+    agent_cli.assert_no_secret(out)
 
 
-@needs_bwrap
+@agent_cli.needs_bwrap
 def test_budgets_that_run_out_mid_task_end_as_budget_exhausted(
         mini_bin: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The task's ``assistant_steps`` as mini's own ``step_limit`` (it stops itself), and an
@@ -247,7 +214,7 @@ prices:
 """)
         res = run_cli(["exp", "run", str(exp), "--out", str(root / "run")])
         assert res.code in (0, 1), res.stdout + res.stderr
-        runs[kind] = _attempt(root / "run", "mini")
+        runs[kind] = agent_cli.attempt_dir(root / "run", "mini")
     for kind, adir in runs.items():
         trial = json.loads((adir / "trial.json").read_text())
         ex = trial["execution"]
@@ -255,14 +222,13 @@ prices:
         assert trial["grade"]["failure_code"] == "budget_exhausted", kind
         # mid-task: the fix was applied, the submit never came
         assert ex["agent_report"]["trajectory"]["commands"] == [FIX_CMD], kind
-        rows = [ModelCall.read(r, adir / "model_calls.jsonl")
-                for r in iter_rows(adir / "model_calls.jsonl")]
+        rows = agent_cli.ledger(adir)
         if kind == "steps":
             assert [r.status for r in rows] == [200], rows
         else:
             assert rows[0].status == 200 and len(rows) >= 2, rows
             assert {(r.status, r.exhausted) for r in rows[1:]} == {(403, "tokens")}, rows
-        _no_secret(adir)
+        agent_cli.assert_no_secret(adir)
     steps = json.loads((runs["steps"] / "trial.json").read_text())["execution"]
     assert steps["agent_report"]["agent_status"] == "LimitsExceeded"
     # mini stopped itself at its step_limit: the gateway counted the step but refused nothing

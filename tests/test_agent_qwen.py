@@ -19,33 +19,19 @@ from typing import Any
 
 import pytest
 from conftest import SECRET, run_cli
+from support import agent_cli
 from support.bundles import make_bundle
 from support.scripted_server import Answer, RecordedRequest, ScriptedServer, Status
 
 from assay.agents import parse_agent
 from assay.agents.qwen import Qwen
 from assay.agents.qwen_stream import ANOMALIES, usage_check
-from assay.records.io import iter_rows
 from assay.records.ledger import ModelCall
-from assay.sandbox import bwrap_available
 
-ROOT = Path(__file__).resolve().parent.parent
-INSTALL = ROOT / "scripts" / "agents" / "qwen.sh"
+INSTALL = agent_cli.SCRIPTS / "qwen.sh"
 VERSION = "0.24.4"
-
-
-@pytest.fixture(scope="module")
-def qwen_bin() -> Path:
-    """The pinned CLI, installed through the project's script (or skipped with the reason)."""
-    try:
-        proc = subprocess.run(["bash", str(INSTALL)], capture_output=True, text=True,
-                              timeout=900, stdin=subprocess.DEVNULL)
-    except subprocess.TimeoutExpired:
-        pytest.skip("qwen-code install took over 15 minutes")
-    if proc.returncode != 0:
-        pytest.skip(f"qwen-code could not be installed (registry unreachable?): "
-                    f"{proc.stderr.strip()[-800:]}")
-    return Path(proc.stdout.strip().splitlines()[-1])
+#: the pinned CLI, installed through the project's script (or skipped with the reason)
+qwen_bin = agent_cli.install_fixture(INSTALL, "qwen-code")
 
 
 def _node22_bin() -> Path:
@@ -68,7 +54,6 @@ def test_the_install_script_gives_the_pinned_cli(qwen_bin: Path) -> None:
 
 # --------------------------------------------------------------- end to end through assay
 
-needs_bwrap = pytest.mark.skipif(not bwrap_available(), reason="bubblewrap cannot run here")
 FIX_CMD = ("python3 -c \"import pathlib; p = pathlib.Path('src/calc/__init__.py'); "
            "p.write_text(p.read_text().replace('a - b', 'a + b'))\"")
 # qwen refuses `sed -i` on a file it has not read with its own read_file tool, so the scripted
@@ -88,9 +73,7 @@ INSTRUCTION_HEAD = "- fix calc.add, -y --version\n"
 
 
 def _bundle(root: Path) -> Path:
-    bundle = make_bundle(root / "tasks" / "calc")
-    y = bundle / "task.yaml"
-    y.write_text(y.read_text().replace("network_policy: none", "network_policy: model-proxy-only"))
+    bundle = agent_cli.proxy_bundle(root / "tasks" / "calc")
     # an instruction that starts like a flag (a markdown list) reaches the model as text
     md = bundle / "instruction.md"
     md.write_text(INSTRUCTION_HEAD + md.read_text())
@@ -110,21 +93,15 @@ def _experiment(root: Path, name: str, arms: dict[str, str], script: dict[str, A
     return exp
 
 
-def _trial(out: Path, arm: str) -> tuple[Path, dict[str, Any]]:
-    [adir] = sorted(out.glob(f"trials/calc-001/{arm}/*/a1"))
-    return adir, json.loads((adir / "trial.json").read_text())
-
-
 def _ledger(adir: Path) -> list[ModelCall]:
-    path = adir / "model_calls.jsonl"
-    return [ModelCall.read(r, path) for r in iter_rows(path)] if path.exists() else []
+    return agent_cli.ledger(adir) if (adir / "model_calls.jsonl").exists() else []
 
 
 def _refuse(req: RecordedRequest, n: int) -> Status:
     return Status(400, body='{"error": {"message": "scripted refusal", "type": "invalid"}}')
 
 
-@needs_bwrap
+@agent_cli.needs_bwrap
 def test_a_scripted_fix_is_accepted_and_a_refusing_upstream_fails(
         tmp_path: Path, qwen_bin: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     with ScriptedServer(_refuse) as srv:
@@ -141,7 +118,7 @@ def test_a_scripted_fix_is_accepted_and_a_refusing_upstream_fails(
         assert res.code == 0, res.stdout + res.stderr
         refused_requests = srv.chat_requests()
 
-    adir, trial = _trial(out, "fix")
+    adir, trial = agent_cli.trial_of(out, "fix")
     ex = trial["execution"]
     assert trial["grade"]["accepted"] is True, (trial["grade"], ex)
     assert ex["status"] == "succeeded" and ex["ended_by"] == "agent", ex
@@ -171,14 +148,14 @@ def test_a_scripted_fix_is_accepted_and_a_refusing_upstream_fails(
     assert manifest["arms"]["fix"]["agent_identity"]["bin_sha256"] == ident["bin_sha256"]
 
     # the Responses API arm: --auth-type openai-responses, the same fix, accepted
-    adir, trial = _trial(out, "fix_responses")
+    adir, trial = agent_cli.trial_of(out, "fix_responses")
     ex = trial["execution"]
     assert trial["grade"]["accepted"] is True and ex["status"] == "succeeded", ex
     assert "openai-responses" in ex["agent_report"]["argv"]
     assert [(r.protocol, r.status) for r in _ledger(adir)] == [("responses", 200)] * 2
     assert ex["usage_check"]["agrees"] is True, ex["usage_check"]
 
-    adir, trial = _trial(out, "refused")
+    adir, trial = agent_cli.trial_of(out, "refused")
     ex = trial["execution"]
     assert ex["status"] == "exited_nonzero", ex
     assert trial["grade"]["accepted"] is False
@@ -191,12 +168,10 @@ def test_a_scripted_fix_is_accepted_and_a_refusing_upstream_fails(
     assert any(INSTRUCTION_HEAD.strip() in text for text in said), said
     # the real key went upstream, and no file of the run holds it
     assert {r.headers.get("authorization") for r in refused_requests} == {f"Bearer {SECRET}"}
-    for p in out.rglob("*"):
-        if p.is_file():
-            assert SECRET.encode() not in p.read_bytes(), p
+    agent_cli.assert_no_secret(out)
 
 
-@needs_bwrap
+@agent_cli.needs_bwrap
 def test_a_token_budget_spent_mid_task_ends_as_budget_exhausted(tmp_path: Path,
                                                                  qwen_bin: Path) -> None:
     exp = _experiment(tmp_path, "qwen-budget", {
@@ -206,7 +181,7 @@ def test_a_token_budget_spent_mid_task_ends_as_budget_exhausted(tmp_path: Path,
     out = tmp_path / "run"
     res = run_cli(["exp", "run", str(exp), "--out", str(out)])
     assert res.code == 0, res.stdout + res.stderr
-    adir, trial = _trial(out, "tight")
+    adir, trial = agent_cli.trial_of(out, "tight")
     ex = trial["execution"]
     assert ex["status"] == "budget_exhausted", ex
     assert trial["grade"]["failure_code"] == "budget_exhausted", trial["grade"]
@@ -226,7 +201,7 @@ def _loop(req: RecordedRequest, n: int) -> Answer:
         "function": {"name": "run_shell_command", "arguments": '{"command": "true"}'}}])
 
 
-@needs_bwrap
+@agent_cli.needs_bwrap
 def test_the_task_budgets_are_the_cli_limits(tmp_path: Path, qwen_bin: Path) -> None:
     """``assistant_steps`` becomes ``--max-session-turns`` and ``agent_wall_seconds`` (less a
     margin) ``--max-wall-time``: with no gateway in the way (the sandbox's network leads

@@ -24,15 +24,14 @@ from typing import Any
 
 import pytest
 from conftest import SECRET, run_cli
+from support.agent_cli import assert_no_secret, attempt_dir, needs_bwrap
 from support.bundles import make_bundle
 from support.scripted_server import Answer, RecordedRequest, ScriptedServer, Status
 
 from assay.agents import MCode, parse_agent
 from assay.agents.mcode_stream import ANOMALIES, read_stream, usage_check
 from assay.report.outcomes import load_run_outcomes, stream_has_event
-from assay.sandbox import bwrap_available
 
-needs_bwrap = pytest.mark.skipif(not bwrap_available(), reason="bubblewrap cannot run here")
 FIXTURE = Path(__file__).parent / "support" / "mcode_fixture.py"
 FIX_CMD = "sed -i 's/return a - b/return a + b/' src/calc/__init__.py"
 
@@ -193,18 +192,13 @@ def _experiment(root: Path) -> Path:
     return exp
 
 
-def _attempt(out: Path, arm: str) -> Path:
-    [a] = sorted(out.glob(f"trials/calc-001/{arm}/*/a1"))
-    return a
-
-
 @needs_bwrap
 def test_every_stream_through_sandbox_and_gateway(tmp_path: Path, upstream) -> None:
     out = tmp_path / "run"
     res = run_cli(["exp", "run", str(_experiment(tmp_path)), "--out", str(out)])
     assert res.code == 0, res.stdout + res.stderr
     for variant, (anomaly, status, failure) in VARIANTS.items():
-        adir = _attempt(out, variant)
+        adir = attempt_dir(out, variant)
         trial: dict[str, Any] = json.loads((adir / "trial.json").read_text())
         ex = trial["execution"]
         assert ex["status"] == status, (variant, ex)
@@ -233,7 +227,7 @@ def test_every_stream_through_sandbox_and_gateway(tmp_path: Path, upstream) -> N
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["arms"]["normal"]["agent_identity"]["bin_sha256"] == \
         hashlib.sha256(FIXTURE.read_bytes()).hexdigest()
-    normal = json.loads((_attempt(out, "normal") / "trial.json").read_text())["execution"]
+    normal = json.loads((attempt_dir(out, "normal") / "trial.json").read_text())["execution"]
     # usage claimed by the agent beside the gateway's ledger, and they agree
     assert normal["agent_usage"]["usageSource"] == "completed_responses"
     assert normal["agent_usage"]["usageIncomplete"] is False
@@ -241,28 +235,26 @@ def test_every_stream_through_sandbox_and_gateway(tmp_path: Path, upstream) -> N
     assert normal["usage_check"]["comparable"] and normal["usage_check"]["agrees"]
     assert normal["agent_report"]["agent_status"] == "succeeded"
     assert normal["agent_report"]["stream"]["items"]["tool_calls"][0]["name"] == "shell"
-    bad = json.loads((_attempt(out, "usage_disagrees") / "trial.json").read_text())
+    bad = json.loads((attempt_dir(out, "usage_disagrees") / "trial.json").read_text())
     assert bad["execution"]["usage_check"]["agrees"] is False
-    crash = json.loads((_attempt(out, "missing_exec_completed") / "trial.json").read_text())
+    crash = json.loads((attempt_dir(out, "missing_exec_completed") / "trial.json").read_text())
     assert crash["execution"]["exit_code"] == 70
     assert "fixture crash" in crash["execution"]["agent_report"]["stderr_tail"]
     assert crash["execution"]["agent_usage"] is None  # no claim, not a zero
-    schema = json.loads((_attempt(out, "wrong_schema_version") / "trial.json").read_text())
+    schema = json.loads((attempt_dir(out, "wrong_schema_version") / "trial.json").read_text())
     assert schema["execution"]["agent_report"]["stream"]["interpreted"] is False
     # compaction counted, usage marked incomplete, and visible to trigger_event: compaction
-    comp = json.loads((_attempt(out, "compaction") / "trial.json").read_text())["execution"]
+    comp = json.loads((attempt_dir(out, "compaction") / "trial.json").read_text())["execution"]
     assert comp["compaction_events"] == 1 and comp["agent_usage"]["usageIncomplete"] is True
-    assert stream_has_event(_attempt(out, "compaction"), "compaction") is True
-    assert stream_has_event(_attempt(out, "normal"), "compaction") is False
+    assert stream_has_event(attempt_dir(out, "compaction"), "compaction") is True
+    assert stream_has_event(attempt_dir(out, "normal"), "compaction") is False
     outcomes = {t.outcome.arm: t.outcome for t in load_run_outcomes(out).trials}
     assert outcomes["compaction"].triggered is True and outcomes["normal"].triggered is None
     # every call went upstream with the real key, and none of the run's files holds it
     assert len(upstream.chat_requests()) == 2 * len(VARIANTS) - 1
     assert {r.headers.get("authorization") for r in upstream.chat_requests()} == {
         f"Bearer {SECRET}"}
-    for p in out.rglob("*"):
-        if p.is_file():
-            assert SECRET.encode() not in p.read_bytes(), p
+    assert_no_secret(out)
 
 
 # --------------------------------------------------------------- failures onto the taxonomy

@@ -28,9 +28,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from assay.agents import cli_collect, cli_common
 from assay.agents.base import AGENT_HOME, AgentContext, AgentRun, run_in_agent_sandbox
 from assay.agents.claude_stream import ClaudeStream, read_stream, usage_check
-from assay.agents.cli_common import sha256_file, tail, timeout_seconds, with_usage_check
+from assay.agents.cli_common import sha256_file, tail, timeout_seconds
 from assay.sandbox import Mount
 
 ADAPTER = "assay.claude/1"
@@ -84,13 +85,8 @@ class ClaudeCode:
 
     @classmethod
     def from_spec(cls, spec: str) -> ClaudeCode:
-        given = spec.split(":", 1)[1].strip() if ":" in spec else ""
-        raw = given or os.environ.get(BIN_ENV, "")
-        path = Path(raw).expanduser() if raw else default_bin()
-        if not path.is_file() or not os.access(path, os.X_OK):
-            how = "" if raw else (" (install it with scripts/agents/claude.sh, give "
-                                  f"claude:<path> or set {BIN_ENV})")
-            raise ValueError(f"claude: {path} is not an executable file{how}")
+        hint = f"install it with scripts/agents/claude.sh, give claude:<path> or set {BIN_ENV}"
+        path = cli_common.find_cli("claude", spec, BIN_ENV, default_bin, hint)
         return cls(path.absolute(), name=spec)
 
     def version(self) -> str | None:
@@ -154,22 +150,15 @@ class ClaudeCode:
 
     def reconcile(self, execution: dict[str, Any]) -> dict[str, Any]:
         """The result line's usage claim against the gateway's ledger (``model_usage``)."""
-        claim = (execution.get("agent_usage") or {}).get("usage")
-        check = usage_check(claim, execution.get("model_usage"))
-        return with_usage_check(execution, check)
+        claim = cli_collect.claimed_usage(execution)
+        return cli_collect.reconcile_usage(execution, usage_check, claim)
 
 
 def _collect(run: AgentRun, stdout: Path, report: dict[str, Any]) -> AgentRun:
-    """Read the kept stream and decide the execution's status from it, the exit code and what
-    the sandbox saw (a watchdog kill or a resource limit outranks anything the stream says)."""
-    try:
-        raw = stdout.read_bytes()
-    except OSError:
-        raw = b""
-    reading = read_stream(raw)
+    """The ``result`` line fills the report and the usage claim; claude alone also names why
+    its status stands when the sandbox gave no detail (``judged``, and the detail itself)."""
+    reading = cli_collect.kept_stream(stdout, report, read_stream)
     result = reading.result
-    report["stream"] = reading.to_record()
-    report["stream_sha256"] = hashlib.sha256(raw).hexdigest()
     if result is not None:
         report.update(agent_status=result.get("subtype"), is_error=result.get("is_error"),
                       num_turns=result.get("num_turns"), duration_ms=result.get("duration_ms"),
@@ -177,17 +166,15 @@ def _collect(run: AgentRun, stdout: Path, report: dict[str, Any]) -> AgentRun:
                       result_text=str(result.get("result") or "")[:2000] or None,
                       permission_denials=result.get("permission_denials"))
     status, why = _status(run, reading)
-    anomalies = dict(reading.anomalies)
-    run.extra = {
-        "agent_report": report, "anomalies": anomalies, "evidence_gap": bool(anomalies),
-        # the agent's own claims, as reported; None when it made none (never a zero)
-        "agent_usage": {"usage": result.get("usage"), "total_cost_usd":
-                        result.get("total_cost_usd"), "model_usage": result.get("modelUsage"),
-                        "num_turns": result.get("num_turns")} if result else None}
     report["judged"] = why
-    if status != run.status or run.detail is None:
-        run.detail = f"{why}; {run.detail}" if run.detail else why
-        run.status = status
+    cli_collect.settle(
+        run, report, dict(reading.anomalies), status, why,
+        # the agent's own claims, as reported; None when it made none (never a zero)
+        agent_usage={"usage": result.get("usage"), "total_cost_usd": result.get("total_cost_usd"),
+                     "model_usage": result.get("modelUsage"),
+                     "num_turns": result.get("num_turns")} if result else None)
+    if run.detail is None:  # an unchanged status still says why (the sandbox gave no detail)
+        run.detail = why
     return run
 
 
@@ -210,8 +197,8 @@ def _status(run: AgentRun, reading: ClaudeStream) -> tuple[str, str]:
     """The result line (or, without one, the exit code) onto the taxonomy: the turn limit is
     the step budget, an auth or config refusal before any tool ran is ours (infrastructure),
     any other failure leaves the verdict to the verifier."""
-    if run.reason not in ("ok", "nonzero_exit"):
-        return run.status, "the sandbox decided"
+    if cli_collect.ended_by_sandbox(run):
+        return run.status, cli_collect.SANDBOX_DECIDED
     result = reading.result
     retried = {r.get("error_status") for r in reading.api_retries}
     if result is None and not reading.tool_calls and retried and \

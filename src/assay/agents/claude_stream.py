@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from assay.agents.cli_common import parse_jsonl
+from assay.agents.cli_common import not_comparable, note_anomaly, parse_jsonl
 
 KNOWN_TYPES = ("system", "assistant", "user", "result", "stream_event", "rate_limit_event")
 
@@ -54,10 +54,7 @@ class ClaudeStream:
     result: dict[str, Any] | None = None
 
     def flag(self, name: str, note: str) -> None:
-        assert name in ANOMALIES, name
-        self.anomalies[name] = self.anomalies.get(name, 0) + 1
-        if len(self.notes) < 20:
-            self.notes.append(note)
+        note_anomaly(self.anomalies, self.notes, ANOMALIES, name, note)
 
     def to_record(self) -> dict[str, Any]:
         init = self.init or {}
@@ -143,11 +140,8 @@ def usage_check(claim: dict[str, Any] | None, gateway: dict[str, Any] | None) ->
     cache writes beside ``input_tokens``, so the claim's input is compared both with and without
     them. Calls the CLI made that it does not count (a retried call that failed, a side call)
     make its claim a lower bound: it disagrees only by claiming more than the gateway saw."""
-    if not isinstance(claim, dict) or gateway is None:
-        return {"comparable": False, "reason": "no usage claim" if gateway is not None
-                else "no gateway ledger for this attempt"}
-    if gateway.get("usage_missing_calls"):
-        return {"comparable": False, "reason": "the gateway saw calls without usage"}
+    if (unknown := not_comparable(claim, gateway)) is not None:
+        return unknown
     cin, cout = claim.get("input_tokens"), claim.get("output_tokens")
     if not isinstance(cin, int | float) or not isinstance(cout, int | float):
         return {"comparable": False, "reason": "the claim has no input/output tokens"}

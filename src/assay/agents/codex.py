@@ -32,8 +32,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from assay.agents import cli_collect, cli_common
 from assay.agents.base import AGENT_HOME, AgentContext, AgentRun, run_in_agent_sandbox
-from assay.agents.cli_common import sha256_file, tail, timeout_seconds, with_usage_check
+from assay.agents.cli_common import sha256_file, tail, timeout_seconds
 from assay.agents.codex_stream import read_codex_stream, usage_check
 from assay.sandbox import SANDBOX_WORKDIR, Mount
 
@@ -110,14 +111,9 @@ class Codex:
 
     @classmethod
     def from_spec(cls, spec: str) -> Codex:
-        given = spec.split(":", 1)[1].strip() if ":" in spec else ""
-        raw = given or os.environ.get(BIN_ENV, "")
-        path = Path(raw).expanduser() if raw else default_bin()
-        if not path.is_file() or not os.access(path, os.X_OK):
-            how = "" if raw else (" (the pinned install is missing: run "
-                                  "scripts/agents/codex.sh, give codex:<path> or set "
-                                  f"{BIN_ENV})")
-            raise ValueError(f"codex: {path} is not an executable file{how}")
+        hint = ("the pinned install is missing: run scripts/agents/codex.sh, give codex:<path> "
+                f"or set {BIN_ENV}")
+        path = cli_common.find_cli("codex", spec, BIN_ENV, default_bin, hint)
         return cls(path.absolute(), name=spec)
 
     def _sandbox_bin(self) -> tuple[str, list[Mount]]:
@@ -149,11 +145,9 @@ class Codex:
                 "config_template_sha256": hashlib.sha256(template.encode()).hexdigest()}
 
     def run(self, ctx: AgentContext) -> AgentRun:
-        base, model = ctx.model_env.get("OPENAI_BASE_URL"), ctx.model_env.get("ASSAY_MODEL")
-        if not base or not model or "OPENAI_API_KEY" not in ctx.model_env:
-            return AgentRun(status="infra_error",
-                            detail="codex needs a model: run it in an experiment arm with a "
-                                   "model, whose gateway gives it one")
+        if (found := cli_common.gateway_model(ctx.model_env)) is None:
+            return cli_common.needs_model("codex")
+        base, model = found
         protocol = ctx.model_env.get("ASSAY_MODEL_PROTOCOL", "chat")
         if protocol != "responses":
             return AgentRun(status="infra_error",
@@ -187,42 +181,31 @@ class Codex:
 
     def reconcile(self, execution: dict[str, Any]) -> dict[str, Any]:
         """The agent's usage claim against the gateway's ledger (``model_usage``)."""
-        claim = (execution.get("agent_usage") or {}).get("usage")
-        check = usage_check(claim, execution.get("model_usage"))
-        return with_usage_check(execution, check)
+        claim = cli_collect.claimed_usage(execution)
+        return cli_collect.reconcile_usage(execution, usage_check, claim)
 
 
 def _collect(run: AgentRun, stdout: Path, report: dict[str, Any]) -> AgentRun:
-    """Read the kept stream and decide the execution's status from it, the exit code and what
-    the sandbox saw (a watchdog kill or a resource limit outranks anything the stream says)."""
-    try:
-        raw = stdout.read_bytes()
-    except OSError:
-        raw = b""
-    reading = read_codex_stream(raw)
-    record = reading.to_record()
-    report["stream"] = record
-    report["stream_sha256"] = hashlib.sha256(raw).hexdigest()
+    """The last turn event is the agent's status; codex's own timeout (exit 124) expects no
+    terminal event, so its absence is no anomaly then."""
+    reading = cli_collect.kept_stream(stdout, report, read_codex_stream)
+    record = report["stream"]
     report["agent_status"] = record["terminal"]
     status, why = _status(run, reading)
     anomalies = dict(reading.anomalies)
     if run.exit_code == TIMEOUT_EXIT:  # our timeout ended it: no terminal event is expected
         anomalies.pop("missing_terminal_event", None)
-    run.extra = {
-        "agent_report": report, "anomalies": anomalies, "evidence_gap": bool(anomalies),
-        "turns": record["turns"], "tool_calls": len(record["items"]["tool_calls"]),
+    return cli_collect.settle(
+        run, report, anomalies, status, why,
+        turns=record["turns"], tool_calls=len(record["items"]["tool_calls"]),
         # the agent's own claim, as reported; None when it made none (never a zero)
-        "agent_usage": {"usage": reading.usage, "cost_usd": None} if reading.usage else None}
-    if status != run.status:
-        run.detail = f"{why}; {run.detail}" if run.detail else why
-        run.status = status
-    return run
+        agent_usage={"usage": reading.usage, "cost_usd": None} if reading.usage else None)
 
 
 def _status(run: AgentRun, reading: Any) -> tuple[str, str]:
     """The stream's end onto the failure taxonomy; see the module docstring."""
-    if run.reason not in ("ok", "nonzero_exit"):
-        return run.status, "the sandbox decided"
+    if cli_collect.ended_by_sandbox(run):
+        return run.status, cli_collect.SANDBOX_DECIDED
     if run.exit_code == TIMEOUT_EXIT:
         return "agent_timeout", "codex: ended by its time limit (timeout exited 124)"
     if reading.terminal is not None and reading.terminal.get("type") == "turn.completed":

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from assay.agents.cli_common import parse_jsonl
+from assay.agents.cli_common import not_comparable, note_anomaly, parse_jsonl
 
 ITEM_EVENTS = ("item.started", "item.updated", "item.completed")
 TERMINAL = ("turn.completed", "turn.failed")
@@ -56,10 +56,7 @@ class CodexReading:
     errors: list[str] = field(default_factory=list)
 
     def flag(self, name: str, note: str) -> None:
-        assert name in ANOMALIES, name
-        self.anomalies[name] = self.anomalies.get(name, 0) + 1
-        if len(self.notes) < 20:
-            self.notes.append(note)
+        note_anomaly(self.anomalies, self.notes, ANOMALIES, name, note)
 
     @property
     def usage(self) -> dict[str, Any] | None:
@@ -151,11 +148,8 @@ def usage_check(claim: dict[str, Any] | None, gateway: dict[str, Any] | None) ->
     same calls: output tokens must be equal, input tokens equal whether or not the agent counts
     cache reads inside ``input_tokens``. No claim, or a gateway with calls lacking usage, is not
     comparable (unknown stays unknown)."""
-    if not isinstance(claim, dict) or gateway is None:
-        return {"comparable": False, "reason": "no usage claim" if gateway is not None
-                else "no gateway ledger for this attempt"}
-    if gateway.get("usage_missing_calls"):
-        return {"comparable": False, "reason": "the gateway saw calls without usage"}
+    if (unknown := not_comparable(claim, gateway)) is not None:
+        return unknown
     cin, cout = claim.get("input_tokens"), claim.get("output_tokens")
     cache = claim.get("cached_input_tokens") or 0
     if not isinstance(cin, int | float) or not isinstance(cout, int | float):

@@ -30,8 +30,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from assay.agents import cli_collect, cli_common
 from assay.agents.base import AGENT_HOME, AgentContext, AgentRun, run_in_agent_sandbox
-from assay.agents.cli_common import sha256_file, tail, timeout_seconds, with_usage_check
+from assay.agents.cli_common import sha256_file, tail, timeout_seconds
 from assay.agents.mcode_stream import EXIT_CODES, expected_exit_code, read_stream, usage_check
 from assay.sandbox import SANDBOX_WORKDIR, Mount
 
@@ -94,11 +95,9 @@ class MCode:
                 "config_template_sha256": hashlib.sha256(template.encode()).hexdigest()}
 
     def run(self, ctx: AgentContext) -> AgentRun:
-        base, model = ctx.model_env.get("OPENAI_BASE_URL"), ctx.model_env.get("ASSAY_MODEL")
-        if not base or not model or "OPENAI_API_KEY" not in ctx.model_env:
-            return AgentRun(status="infra_error",
-                            detail="mcode needs a model: run it in an experiment arm with a "
-                                   "model, whose gateway gives it one")
+        if (found := cli_common.gateway_model(ctx.model_env)) is None:
+            return cli_common.needs_model("mcode")
+        base, model = found
         config = json.dumps(provider_config(model, base), indent=2, sort_keys=True) + "\n"
         cfg_path = ctx.home / CONFIG_REL
         cfg_path.parent.mkdir(parents=True, exist_ok=True)
@@ -130,42 +129,31 @@ class MCode:
     def reconcile(self, execution: dict[str, Any]) -> dict[str, Any]:
         """The agent's usage claim against the gateway's ledger (``model_usage``)."""
         claim = execution.get("agent_usage") or {}
-        check = usage_check(claim.get("usage"), claim.get("usageIncomplete"),
-                            execution.get("model_usage"))
-        return with_usage_check(execution, check)
+        return cli_collect.reconcile_usage(execution, usage_check, claim.get("usage"),
+                                           claim.get("usageIncomplete"))
 
 
 def _collect(run: AgentRun, stdout: Path, report: dict[str, Any]) -> AgentRun:
-    """Read the kept stream and decide the execution's status from it, the exit code and what
-    the sandbox saw (a watchdog kill or a resource limit outranks anything the stream says)."""
-    try:
-        raw = stdout.read_bytes()
-    except OSError:
-        raw = b""
-    reading = read_stream(raw)
+    """``exec.completed`` fills the report and the usage claim and must agree with the exit
+    code (else ``exit_code_mismatch``); the stream's own anomaly list gives way to the
+    execution's."""
+    reading = cli_collect.kept_stream(stdout, report, read_stream)
     result = reading.result if reading.interpreted else None
-    report["stream"] = reading.to_record()
-    report["stream_sha256"] = hashlib.sha256(raw).hexdigest()
     if result is not None:
         report.update(agent_status=result.get("status"), error=result.get("error"),
                       model=result.get("model"), duration_ms=result.get("durationMs"))
         want = expected_exit_code(result)
-        if run.reason in ("ok", "nonzero_exit") and want is not None and want != run.exit_code:
+        if not cli_collect.ended_by_sandbox(run) and want is not None and want != run.exit_code:
             reading.flag("exit_code_mismatch", f"result {result.get('status')!r} wants exit "
                                                f"{want}, got {run.exit_code}")
     status, why = _status(run, result)
     anomalies = dict(reading.anomalies)
-    run.extra = {
-        "agent_report": report, "anomalies": anomalies, "evidence_gap": bool(anomalies),
-        "compaction_events": reading.compaction_events,
-        # the agent's own claim, as reported; None when it made none (never a zero)
-        "agent_usage": {"usage": result.get("usage"), "usageSource": result.get("usageSource"),
-                        "usageIncomplete": result.get("usageIncomplete")} if result else None}
     del report["stream"]["anomalies"]  # one list: the execution's (reconcile adds to it)
-    if status != run.status:
-        run.detail = f"{why}; {run.detail}" if run.detail else why
-        run.status = status
-    return run
+    return cli_collect.settle(
+        run, report, anomalies, status, why, compaction_events=reading.compaction_events,
+        # the agent's own claim, as reported; None when it made none (never a zero)
+        agent_usage={"usage": result.get("usage"), "usageSource": result.get("usageSource"),
+                     "usageIncomplete": result.get("usageIncomplete")} if result else None)
 
 
 def _status(run: AgentRun, result: dict[str, Any] | None) -> tuple[str, str]:
@@ -173,8 +161,8 @@ def _status(run: AgentRun, result: dict[str, Any] | None) -> tuple[str, str]:
     ``timeout`` is the agent's timeout, ``limit_exceeded`` its step budget, a ``config`` error
     or an invocation error is ours (infrastructure: retried), a runtime or internal failure
     leaves the verdict to the verifier."""
-    if run.reason not in ("ok", "nonzero_exit"):
-        return run.status, "the sandbox decided"
+    if cli_collect.ended_by_sandbox(run):
+        return run.status, cli_collect.SANDBOX_DECIDED
     if result is not None:
         status = result.get("status")
         category = (result.get("error") or {}).get("category") if isinstance(

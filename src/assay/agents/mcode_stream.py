@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from assay.agents.cli_common import parse_jsonl
+from assay.agents.cli_common import not_comparable, note_anomaly, parse_jsonl
 
 SCHEMA_VERSION = 1
 BASE_FIELDS = ("schemaVersion", "sequence", "timestampMs", "runId", "sessionId", "turnId",
@@ -93,10 +93,7 @@ class StreamReading:
     interpreted: bool = True
 
     def flag(self, name: str, note: str) -> None:
-        assert name in ANOMALIES, name
-        self.anomalies[name] = self.anomalies.get(name, 0) + 1
-        if len(self.notes) < 20:
-            self.notes.append(note)
+        note_anomaly(self.anomalies, self.notes, ANOMALIES, name, note)
 
     def to_record(self) -> dict[str, Any]:
         items = list(self.items.values())
@@ -253,11 +250,8 @@ def usage_check(claim: dict[str, Any] | None, incomplete: Any,
     ``inputTokens`` excludes cache reads is unconfirmed, so either convention agrees. A claim
     marked ``usageIncomplete`` is a lower bound: it disagrees only by claiming more than the
     gateway saw. A gateway with calls lacking usage, or no claim, is not comparable."""
-    if not isinstance(claim, dict) or gateway is None:
-        return {"comparable": False, "reason": "no usage claim" if gateway is not None
-                else "no gateway ledger for this attempt"}
-    if gateway.get("usage_missing_calls"):
-        return {"comparable": False, "reason": "the gateway saw calls without usage"}
+    if (unknown := not_comparable(claim, gateway)) is not None:
+        return unknown
     gin, gout = gateway.get("input"), gateway.get("output")
     cin, cout = claim.get("inputTokens"), claim.get("outputTokens")
     cache = claim.get("cacheReadTokens") or 0

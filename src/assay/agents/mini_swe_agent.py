@@ -32,8 +32,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from assay.agents import cli_collect, cli_common
 from assay.agents.base import AGENT_HOME, AgentContext, AgentRun, run_in_agent_sandbox
-from assay.agents.cli_common import sha256_file, tail, timeout_seconds, with_usage_check
+from assay.agents.cli_common import sha256_file, tail, timeout_seconds
 from assay.agents.mini_swe_agent_traj import (
     CONFIG_ERRORS,
     Trajectory,
@@ -106,14 +107,8 @@ class MiniSweAgent:
 
     @classmethod
     def from_spec(cls, spec: str) -> MiniSweAgent:
-        given = spec.split(":", 1)[1].strip() if ":" in spec else ""
-        raw = given or os.environ.get(BIN_ENV, "")
-        path = Path(raw).expanduser() if raw else default_bin()
-        if not path.is_file() or not os.access(path, os.X_OK):
-            how = "" if raw else (f" (install it with scripts/agents/{NAME}.sh, or give "
-                                  f"{NAME}:<path> or set {BIN_ENV})")
-            raise ValueError(f"{NAME}: {path} is not an executable file{how}")
-        path = path.absolute()
+        hint = f"install it with scripts/agents/{NAME}.sh, or give {NAME}:<path> or set {BIN_ENV}"
+        path = cli_common.find_cli(NAME, spec, BIN_ENV, default_bin, hint).absolute()
         prefix = _prefix_of(path)
         for inner in (SANDBOX_WORKDIR, AGENT_HOME, "/assay"):
             if (prefix or path).is_relative_to(inner):
@@ -147,11 +142,9 @@ class MiniSweAgent:
                 "config_template_sha256": hashlib.sha256(template.encode()).hexdigest()}
 
     def run(self, ctx: AgentContext) -> AgentRun:
-        base, model = ctx.model_env.get("OPENAI_BASE_URL"), ctx.model_env.get("ASSAY_MODEL")
-        if not base or not model or "OPENAI_API_KEY" not in ctx.model_env:
-            return AgentRun(status="infra_error",
-                            detail=f"{NAME} needs a model: run it in an experiment arm with a "
-                                   "model, whose gateway gives it one")
+        if (found := cli_common.gateway_model(ctx.model_env)) is None:
+            return cli_common.needs_model(NAME)
+        base, model = found
         spec = ctx.bundle.spec
         wall_limit = int(timeout_seconds(spec.budget.agent_wall_seconds))
         config = json.dumps(override_config(base, spec.budget.assistant_steps, wall_limit),
@@ -183,9 +176,8 @@ class MiniSweAgent:
     def reconcile(self, execution: dict[str, Any]) -> dict[str, Any]:
         """The usage the responses reported to mini against the gateway's ledger."""
         claim = execution.get("agent_usage") or {}
-        check = usage_check(claim.get("usage"), claim.get("usage_missing_turns") or 0,
-                            execution.get("model_usage"))
-        return with_usage_check(execution, check)
+        return cli_collect.reconcile_usage(execution, usage_check, claim.get("usage"),
+                                           claim.get("usage_missing_turns") or 0)
 
 
 def _collect(run: AgentRun, raw: bytes | None, report: dict[str, Any]) -> AgentRun:
@@ -195,27 +187,22 @@ def _collect(run: AgentRun, raw: bytes | None, report: dict[str, Any]) -> AgentR
     report["trajectory"] = traj.to_record()
     report["agent_status"] = traj.exit_status
     status, why = _status(run, traj)
-    anomalies = dict(traj.anomalies)
-    run.extra = {
-        "agent_report": report, "anomalies": anomalies, "evidence_gap": bool(anomalies),
-        "turns": traj.turns if traj.readable else None,
-        "tool_calls": traj.tool_calls if traj.readable else None,
+    return cli_collect.settle(
+        run, report, dict(traj.anomalies), status, why,
+        turns=traj.turns if traj.readable else None,
+        tool_calls=traj.tool_calls if traj.readable else None,
         # the agent's own claims, as reported; None when it made none (never a zero)
-        "agent_usage": {"usage": traj.usage, "usage_missing_turns": traj.usage_missing_turns,
-                        "cost_usd": traj.claimed_cost_usd,
-                        # ignore_errors: an unpriced model's cost is recorded by mini as 0
-                        "cost_usd_meaning": "litellm's price map, 0 for an unpriced model",
-                        "api_calls": traj.claimed_api_calls} if traj.readable else None}
-    if status != run.status:
-        run.detail = f"{why}; {run.detail}" if run.detail else why
-        run.status = status
-    return run
+        agent_usage={"usage": traj.usage, "usage_missing_turns": traj.usage_missing_turns,
+                     "cost_usd": traj.claimed_cost_usd,
+                     # ignore_errors: an unpriced model's cost is recorded by mini as 0
+                     "cost_usd_meaning": "litellm's price map, 0 for an unpriced model",
+                     "api_calls": traj.claimed_api_calls} if traj.readable else None)
 
 
 def _status(run: AgentRun, traj: Trajectory) -> tuple[str, str]:
     """The trajectory's exit status onto the failure taxonomy."""
-    if run.reason not in ("ok", "nonzero_exit"):
-        return run.status, "the sandbox decided"
+    if cli_collect.ended_by_sandbox(run):
+        return run.status, cli_collect.SANDBOX_DECIDED
     end = traj.exit_status
     if end == "Submitted":
         return ("succeeded" if run.exit_code == 0 else "exited_nonzero"), "mini submitted"

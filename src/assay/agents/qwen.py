@@ -33,8 +33,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from assay.agents import cli_collect, cli_common
 from assay.agents.base import AgentContext, AgentRun, run_in_agent_sandbox
-from assay.agents.cli_common import sha256_file, tail, timeout_seconds, with_usage_check
+from assay.agents.cli_common import sha256_file, tail, timeout_seconds
 from assay.agents.qwen_stream import EXIT_CODES, read_stream, usage_check
 from assay.sandbox import DEFAULT_PATH, Mount
 
@@ -138,13 +139,8 @@ class Qwen:
 
     @classmethod
     def from_spec(cls, spec: str) -> Qwen:
-        given = spec.split(":", 1)[1].strip() if ":" in spec else ""
-        raw = given or os.environ.get(BIN_ENV, "")
-        path = Path(raw).expanduser() if raw else default_bin()
-        if not path.is_file() or not os.access(path, os.X_OK):
-            how = "" if raw else (f" (install it with scripts/agents/qwen.sh, give qwen:<path> "
-                                  f"or set {BIN_ENV})")
-            raise ValueError(f"qwen: {path} is not an executable file{how}")
+        hint = f"install it with scripts/agents/qwen.sh, give qwen:<path> or set {BIN_ENV}"
+        path = cli_common.find_cli("qwen", spec, BIN_ENV, default_bin, hint)
         node = node22_dir()
         if not (node / "bin" / "node").is_file():
             raise ValueError(f"qwen: no Node 22 at {node}/bin/node (scripts/agents/qwen.sh "
@@ -183,11 +179,9 @@ class Qwen:
         return argv, wall
 
     def run(self, ctx: AgentContext) -> AgentRun:
-        base, model = ctx.model_env.get("OPENAI_BASE_URL"), ctx.model_env.get("ASSAY_MODEL")
-        if not base or not model or "OPENAI_API_KEY" not in ctx.model_env:
-            return AgentRun(status="infra_error",
-                            detail="qwen needs a model: run it in an experiment arm with a "
-                                   "model, whose gateway gives it one")
+        if (found := cli_common.gateway_model(ctx.model_env)) is None:
+            return cli_common.needs_model("qwen")
+        base, model = found
         protocol = ctx.model_env.get("ASSAY_MODEL_PROTOCOL", "chat")
         if protocol not in AUTH_TYPES:
             return AgentRun(status="infra_error",
@@ -216,34 +210,23 @@ class Qwen:
 
     def reconcile(self, execution: dict[str, Any]) -> dict[str, Any]:
         """The CLI's usage claim against the gateway's ledger (``model_usage``)."""
-        check = usage_check(execution.get("agent_usage"), execution.get("model_usage"))
-        return with_usage_check(execution, check)
+        return cli_collect.reconcile_usage(execution, usage_check, execution.get("agent_usage"))
 
 
 def collect(run: AgentRun, stdout: Path, report: dict[str, Any]) -> AgentRun:
-    """Read the kept stream and decide the execution's status from it, the exit code and what
-    the sandbox saw (a watchdog kill or a resource limit outranks anything the stream says)."""
-    try:
-        raw = stdout.read_bytes()
-    except OSError:
-        raw = b""
-    reading = read_stream(raw)
+    """The ``result`` message fills the report and is the usage claim; the stderr tail joins the
+    status rules (which limit exit 55 means, auth complaints)."""
+    reading = cli_collect.kept_stream(stdout, report, read_stream)
     result = reading.result
-    report["stream"] = reading.to_record()
-    report["stream_sha256"] = hashlib.sha256(raw).hexdigest()
     if result is not None:
         report.update(agent_status=result.get("subtype"), is_error=result.get("is_error"),
                       num_turns=result.get("num_turns"), duration_ms=result.get("duration_ms"),
                       error=result.get("error"), result_text=str(result.get("result", ""))[:500])
     status, why = _status(run, result, reading.assistant_messages, report.get("stderr_tail", ""))
-    run.extra = {"agent_report": report, "anomalies": dict(reading.anomalies),
-                 "evidence_gap": bool(reading.anomalies),
-                 # the CLI's own claim, as reported; None when it made none (never a zero)
-                 "agent_usage": result.get("usage") if result else None}
-    if status != run.status:
-        run.detail = f"{why}; {run.detail}" if run.detail else why
-        run.status = status
-    return run
+    return cli_collect.settle(
+        run, report, dict(reading.anomalies), status, why,
+        # the CLI's own claim, as reported; None when it made none (never a zero)
+        agent_usage=result.get("usage") if result else None)
 
 
 def _status(run: AgentRun, result: dict[str, Any] | None, assistant_messages: int,
@@ -252,8 +235,8 @@ def _status(run: AgentRun, result: dict[str, Any] | None, assistant_messages: in
     55 the wall-time limit (or the tool-call limit, which we never set), a failure before any
     assistant message with an auth or config complaint is ours (infrastructure: retried);
     anything else leaves the verdict to the verifier."""
-    if run.reason not in ("ok", "nonzero_exit"):
-        return run.status, "the sandbox decided"
+    if cli_collect.ended_by_sandbox(run):
+        return run.status, cli_collect.SANDBOX_DECIDED
     code = run.exit_code
     if code == 53:
         return "budget_exhausted", "qwen: max session turns reached (--max-session-turns)"
