@@ -110,21 +110,29 @@ def _ts(text: str) -> float:
     return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
 
 
+def _slow_verifier_run(root: Path, *, sleep: float, reps: int, jobs: int,
+                       verify_jobs: str) -> Path:
+    """An experiment whose agent fixes at once and whose behaviour check first sleeps, run
+    with ``--verify-jobs``; returns the run directory."""
+    slow = (f"sleep {sleep:g}; PYTHONPATH=src python3 -m pytest -q -p no:cacheprovider "
+            "$ASSAY_TESTS/test_fix.py")
+    make_bundle(root / "tasks" / "calc", behavior_cmd=slow)
+    exp = root / "e.yaml"
+    exp.write_text(f"name: slots\ntasks: [tasks]\nrepetitions: {reps}\nconcurrency: {jobs}\n"
+                   "arms:\n  fixer:\n    agent: \"command:sed -i 's/return a - b/return a + b/' "
+                   "src/calc/__init__.py\"\n")
+    out = root / "run"
+    res = run_cli(["exp", "run", str(exp), "--out", str(out), "--verify-jobs", verify_jobs])
+    assert res.code == 0, res.stderr
+    return out
+
+
 @needs_bwrap
 def test_a_new_agent_starts_while_earlier_attempts_wait_to_verify(tmp_path: Path) -> None:
     """-j 2 with one verify slot and a verifier that takes a second: the second wave's agents
     start while the first wave verifies, verifications never overlap, and the wait is recorded
     apart from the verification's own time."""
-    slow = ("sleep 1; PYTHONPATH=src python3 -m pytest -q -p no:cacheprovider "
-            "$ASSAY_TESTS/test_fix.py")
-    make_bundle(tmp_path / "tasks" / "calc", behavior_cmd=slow)
-    exp = tmp_path / "e.yaml"
-    exp.write_text("name: slots\ntasks: [tasks]\nrepetitions: 4\nconcurrency: 2\narms:\n"
-                   "  fixer:\n    agent: \"command:sed -i 's/return a - b/return a + b/' "
-                   "src/calc/__init__.py\"\n")
-    out = tmp_path / "run"
-    res = run_cli(["exp", "run", str(exp), "--out", str(out), "--verify-jobs", "1"])
-    assert res.code == 0, res.stderr
+    out = _slow_verifier_run(tmp_path, sleep=1, reps=4, jobs=2, verify_jobs="1")
     trials = [json.loads(p.read_text()) for p in out.glob("trials/*/*/*/a*/trial.json")]
     assert len(trials) == 4 and all(t["grade"]["accepted"] for t in trials)
     spans = {}
@@ -168,16 +176,7 @@ def test_verify_jobs_is_refused_with_ray_and_below_zero(tmp_path: Path) -> None:
 def test_verify_jobs_0_keeps_each_slot_until_graded(tmp_path: Path) -> None:
     """No gate: -j 1 runs one attempt at a time from start to grade, so no agent starts while
     another attempt verifies (the behaviour before the gate, and how Ray attempts run)."""
-    slow = ("sleep 0.5; PYTHONPATH=src python3 -m pytest -q -p no:cacheprovider "
-            "$ASSAY_TESTS/test_fix.py")
-    make_bundle(tmp_path / "tasks" / "calc", behavior_cmd=slow)
-    exp = tmp_path / "e.yaml"
-    exp.write_text("name: nogate\ntasks: [tasks]\nrepetitions: 2\nconcurrency: 1\narms:\n"
-                   "  fixer:\n    agent: \"command:sed -i 's/return a - b/return a + b/' "
-                   "src/calc/__init__.py\"\n")
-    out = tmp_path / "run"
-    res = run_cli(["exp", "run", str(exp), "--out", str(out), "--verify-jobs", "0"])
-    assert res.code == 0, res.stderr
+    out = _slow_verifier_run(tmp_path, sleep=0.5, reps=2, jobs=1, verify_jobs="0")
     spans = []
     for p in out.glob("trials/*/*/*/a*/trial.json"):
         st = {s["name"]: s for s in json.loads(p.read_text())["stages"]}
