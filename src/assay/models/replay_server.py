@@ -22,6 +22,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from assay.models import replay_wire as wire
+from assay.models.json_reply import send_json
 from assay.models.replay_script import REPLAY_MODEL, ReplayBook, Script
 
 _ROUTES = {"/chat/completions": "chat", "/responses": "responses", "/messages": "anthropic",
@@ -39,12 +40,7 @@ class _Handler(BaseHTTPRequestHandler):
         pass
 
     def _json(self, status: int, payload: dict[str, Any]) -> None:
-        body = json.dumps(payload).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+        send_json(self, status, payload)
 
     def _route(self) -> tuple[Script | None, str]:
         path = self.path.split("?", 1)[0].rstrip("/")

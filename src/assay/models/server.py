@@ -18,6 +18,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from assay.models.builtin import BuiltinModel
+from assay.models.json_reply import send_json
 
 
 def _words(text: str) -> int:
@@ -35,12 +36,7 @@ class _Handler(BaseHTTPRequestHandler):
         pass  # a server per run must not scribble over the progress bar
 
     def _send(self, status: int, payload: dict[str, Any]) -> None:
-        body = json.dumps(payload).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+        send_json(self, status, payload)
 
     def do_GET(self) -> None:  # noqa: N802 - stdlib naming
         if self.path.rstrip("/") in ("/v1/models", "/models"):

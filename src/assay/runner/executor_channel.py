@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from assay.errors import TransportError
+from assay.models.json_reply import send_json
 from assay.runner.ray_transfer import changed_since, files_of, pack
 from assay.runner.trial import TrialHooks
 
@@ -107,64 +108,55 @@ class ChannelServer:
         if len(parts) == 2 and parts[1] == "files" and length <= _MAX_FILES_BODY:
             return self._files(req, parts[0], length)
         if len(parts) != 2 or length > _MAX_BODY:
-            return _reply(req, 404, {"error": "no such call"})
+            return send_json(req, 404, {"error": "no such call"})
         secret, op = parts
         try:
             payload = json.loads(req.rfile.read(length) or b"{}")
         except ValueError:
-            return _reply(req, 400, {"error": "the body is not JSON"})
+            return send_json(req, 400, {"error": "the body is not JSON"})
         # The lock is held through the hook: unregister() then waits for a transition in
         # progress, and none can start after it.
         with self._lock:
             reg = self._attempts.get(secret)
             if reg is None:
-                return _reply(req, 403, {"error": "this attempt is closed or unknown"})
+                return send_json(req, 403, {"error": "this attempt is closed or unknown"})
             try:
                 if op == "started":
                     reg.on_started(payload)
-                    return _reply(req, 200, {})
+                    return send_json(req, 200, {})
                 if op == "before":
                     reg.hooks.before(str(payload["stage"]))
-                    return _reply(req, 200, {})
+                    return send_json(req, 200, {})
                 if op == "after_agent":
-                    return _reply(req, 200, {"execution": reg.hooks.after_agent(
+                    return send_json(req, 200, {"execution": reg.hooks.after_agent(
                         payload["execution"])})
             except Exception as exc:  # noqa: BLE001 - the worker learns why, the run goes on
-                return _reply(req, 409, {"error": f"{type(exc).__name__}: {exc}"[:1000]})
-        return _reply(req, 404, {"error": f"no call {op!r}"})
+                return send_json(req, 409, {"error": f"{type(exc).__name__}: {exc}"[:1000]})
+        return send_json(req, 404, {"error": f"no call {op!r}"})
 
     def _files(self, req: BaseHTTPRequestHandler, secret: str, length: int) -> None:
         with self._lock:  # a closed attempt's upload is refused before it is read
             known = secret in self._attempts
         if not known:
-            return _reply(req, 403, {"error": "this attempt is closed or unknown"})
+            return send_json(req, 403, {"error": "this attempt is closed or unknown"})
         with tempfile.SpooledTemporaryFile(max_size=_SPOOL) as body:
             left = length
             while left:
                 chunk = req.rfile.read(min(left, 1 << 20))
                 if not chunk:
-                    return _reply(req, 400, {"error": "the body ended early"})
+                    return send_json(req, 400, {"error": "the body ended early"})
                 body.write(chunk)
                 left -= len(chunk)
             body.seek(0)
             with self._lock:
                 reg = self._attempts.get(secret)
                 if reg is None or reg.on_files is None:
-                    return _reply(req, 403, {"error": "this attempt takes no files"})
+                    return send_json(req, 403, {"error": "this attempt takes no files"})
                 try:
                     reg.on_files(body)  # type: ignore[arg-type]
                 except Exception as exc:  # noqa: BLE001 - the worker learns why
-                    return _reply(req, 409, {"error": f"{type(exc).__name__}: {exc}"[:1000]})
-        return _reply(req, 200, {})
-
-
-def _reply(req: BaseHTTPRequestHandler, code: int, body: dict[str, Any]) -> None:
-    data = json.dumps(body).encode()
-    req.send_response(code)
-    req.send_header("Content-Type", "application/json")
-    req.send_header("Content-Length", str(len(data)))
-    req.end_headers()
-    req.wfile.write(data)
+                    return send_json(req, 409, {"error": f"{type(exc).__name__}: {exc}"[:1000]})
+        return send_json(req, 200, {})
 
 
 def call(url: str, secret: str, op: str, payload: dict[str, Any] | bytes) -> dict[str, Any]:
