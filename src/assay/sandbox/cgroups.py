@@ -222,23 +222,13 @@ def _owner_alive(pid: int, cgroup: Path) -> bool:
     """Whether the process that made ``cgroup`` still runs: a process with its pid that
     started after the cgroup was made is another one (the pid was reused)."""
     started = _started_at(pid)
-    if started is None:
-        return not Path("/proc").is_dir() and _exists(pid)  # no procfs: ask the kernel
+    if started is None:  # no such process (without procfs no cgroup is found to sweep)
+        return False
     try:
         made = cgroup.stat().st_mtime
     except OSError:
         return True  # gone meanwhile: nothing to do
     return started <= made + 1.0
-
-
-def _exists(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # someone else's process
-        return True
-    return True
 
 
 def _parent_dirs() -> list[tuple[int, Path]]:
