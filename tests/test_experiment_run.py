@@ -22,22 +22,14 @@ import pytest
 from conftest import SECRET, run_cli
 from support.bundles import make_bundle
 from support.procscan import own_processes
-from support.scripted_server import Answer, ScriptedServer
+from support.scripted_server import ASK_THROUGH_GATEWAY, Answer, ScriptedServer
 
 from assay.sandbox import bwrap_available
 
 needs_bwrap = pytest.mark.skipif(not bwrap_available(), reason="bubblewrap cannot run here")
 
 # The agent asks the model (through the gateway it was given) what to do, then applies the fix.
-AGENT = r"""
-import json, os, subprocess, sys, urllib.request
-req = urllib.request.Request(os.environ["OPENAI_BASE_URL"] + "/chat/completions",
-    data=json.dumps({"model": os.environ["ASSAY_MODEL"],
-                     "messages": [{"role": "user", "content": "fix add"}]}).encode(),
-    headers={"Authorization": "Bearer " + os.environ["OPENAI_API_KEY"],
-             "Content-Type": "application/json"})
-answer = json.load(urllib.request.urlopen(req, timeout=30))
-text = answer["choices"][0]["message"]["content"]
+AGENT = ASK_THROUGH_GATEWAY + r"""
 if "then wait" in text:
     __import__("time").sleep(25)
 if "plus" in text:

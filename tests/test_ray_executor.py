@@ -51,7 +51,7 @@ from pathlib import Path
 import pytest
 from conftest import SECRET, run_cli
 from support.bundles import make_bundle
-from support.scripted_server import Answer, ScriptedServer
+from support.scripted_server import ASK_THROUGH_GATEWAY, Answer, ScriptedServer
 
 from assay.sandbox import bwrap_available
 
@@ -67,14 +67,7 @@ TRANSFERS = [pytest.param("shared_fs"), pytest.param("object_store", marks=[
                                              "in the full form (ASSAY_RAY_FULL=1)")])]
 
 # Asks the model through the gateway it was given, sleeps (so a node can die under it), fixes.
-AGENT = r"""
-import json, os, subprocess, time, urllib.request
-req = urllib.request.Request(os.environ["OPENAI_BASE_URL"] + "/chat/completions",
-    data=json.dumps({"model": os.environ["ASSAY_MODEL"],
-                     "messages": [{"role": "user", "content": "fix add"}]}).encode(),
-    headers={"Authorization": "Bearer " + os.environ["OPENAI_API_KEY"],
-             "Content-Type": "application/json"})
-text = json.load(urllib.request.urlopen(req, timeout=30))["choices"][0]["message"]["content"]
+AGENT = ASK_THROUGH_GATEWAY + r"""
 time.sleep(SLEEP)
 if "plus" in text:
     subprocess.run(["sed", "-i", "s/return a - b/return a + b/", "src/calc/__init__.py"])

@@ -33,6 +33,7 @@ from http import HTTPStatus
 from typing import Any, Literal, TypeAlias
 
 __all__ = [
+    "ASK_THROUGH_GATEWAY",
     "Answer",
     "Drop",
     "Garbage",
@@ -46,6 +47,19 @@ __all__ = [
 ]
 
 DEFAULT_MODEL = "scripted-model"
+
+#: The start of a test agent (a ``command:`` agent's Python script) that asks the model once
+#: through the gateway it was given, the way agents are told to (``OPENAI_BASE_URL``,
+#: ``OPENAI_API_KEY``, ``ASSAY_MODEL``); the reply's text is left in ``text``.
+ASK_THROUGH_GATEWAY = r"""
+import json, os, subprocess, sys, time, urllib.request
+req = urllib.request.Request(os.environ["OPENAI_BASE_URL"] + "/chat/completions",
+    data=json.dumps({"model": os.environ["ASSAY_MODEL"],
+                     "messages": [{"role": "user", "content": "fix add"}]}).encode(),
+    headers={"Authorization": "Bearer " + os.environ["OPENAI_API_KEY"],
+             "Content-Type": "application/json"})
+text = json.load(urllib.request.urlopen(req, timeout=30))["choices"][0]["message"]["content"]
+"""
 
 
 # --------------------------------------------------------------------------- replies
