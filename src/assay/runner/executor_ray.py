@@ -59,14 +59,13 @@ from assay.errors import InputError, TrialRefused
 from assay.records.io import atomic_write_json
 from assay.records.manifest import utc_now
 from assay.records.placement import PLACEMENT_JSON, Placement
-from assay.runner.executor import RAY_TRANSFERS, WORKER_LOST, TrialJob
+from assay.runner.executor import WORKER_LOST, TrialJob
 from assay.runner.executor_channel import ChannelServer, RemoteHooks, call
 from assay.runner.ray_transfer import pack, unpack_into
 from assay.runner.trial import TrialHooks, TrialResult, run_trial
 from assay.suites.bundle import Bundle, load_bundle
 
 TRANSFER = "shared_fs"
-TRANSFERS = RAY_TRANSFERS
 #: the prefixes of the worker's private directories (object_store): no record on the driver
 #: may name them (tests/test_ray_executor.py looks)
 ATTEMPT_PREFIX, BUNDLE_PREFIX = "assay-ray-attempt-", "assay-ray-bundle-"
@@ -84,7 +83,8 @@ def _lost_errors() -> tuple[type[BaseException], ...]:
 class RayExecutor:
     """Attempts as Ray tasks on a running cluster (``address``: ``auto``, ``HOST:PORT`` or
     ``ray://HOST:PORT``); ``gateway_host`` is the address the workers reach the driver at
-    (default: the driver's node address as Ray sees it)."""
+    (default: the driver's node address as Ray sees it); ``transfer`` was checked by
+    ``make_executor``, before Ray was imported."""
 
     kind = "ray"
 
@@ -92,9 +92,6 @@ class RayExecutor:
                  transfer: str = TRANSFER) -> None:
         import ray
 
-        if transfer not in TRANSFERS:
-            raise InputError(f"--ray-transfer: {transfer!r} is not one of "
-                             f"{', '.join(TRANSFERS)}")
         self.address, self.transfer = address, transfer
         self._used: list[str] = []  # the live ``transfers_used`` of describe()
         # Ray's core worker installs its own SIGTERM handler (it logs and exits); the runner's
@@ -364,4 +361,4 @@ def _rewrite_task_path(trial_dir: Path, driver_root: str) -> None:
         atomic_write_json(path, record)
 
 
-__all__ = ["ATTEMPT_PREFIX", "BUNDLE_PREFIX", "TRANSFER", "TRANSFERS", "RayExecutor"]
+__all__ = ["ATTEMPT_PREFIX", "BUNDLE_PREFIX", "TRANSFER", "RayExecutor"]
