@@ -149,6 +149,22 @@ def test_subgroup_warns_about_selection_bias(tmp_path: Path) -> None:
     assert not any("selection bias" in n for n in full["notes"])
 
 
+def test_a_comparison_never_blends_splits(tmp_path: Path) -> None:
+    """Another harness's outcomes with dev and holdout rows in one file: refused, naming the
+    splits; one split's rows compare."""
+    rows = [{"task": f"t{i}", "arm": arm, "rep": 0, "passed": arm == "B" or i == 0,
+             "split": "holdout" if i >= 3 else "dev"} for i in range(5) for arm in "AB"]
+    path = tmp_path / "o.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    res = run_cli(["exp", "compare", str(path), "--a", "A", "--b", "B"])
+    err = " ".join(res.stderr.split())
+    assert res.code == 2 and "span several splits: dev (3 task(s)), holdout (2 task(s))" in err
+    assert "never blends splits" in err
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows if r["split"] == "dev"))
+    c = _compare(str(path), "--a", "A", "--b", "B")
+    assert c["n_tasks"] == 3 and c["delta"] == pytest.approx(2 / 3)
+
+
 def test_bad_outcomes_are_refused_with_line_and_field(tmp_path: Path) -> None:
     path = tmp_path / "o.jsonl"
     path.write_text('{"task": "t1", "arm": "A", "rep": 0, "passed": true}\n'

@@ -60,6 +60,10 @@ def compare_experiment(source: PathLike, *, a: str | None = None, b: str | None 
         found = judge_preference(Path(data.source), arm_a, arm_b)
         if found is not None:
             out["judge_preference"] = found
+    if data.kind == "run":  # a comparison on a reused holdout says so (report/holdout.py)
+        from assay.report.holdout import holdout_summary
+
+        out["holdout"] = holdout_summary(Path(data.source))
     record_results_shown(data, command="exp compare")
     return out
 

@@ -21,6 +21,14 @@ Cluster = Annotated[str, typer.Option("--cluster", help="Resample by task (defau
                                       "or any field of the outcomes rows (e.g. repo).")]
 
 
+def _first_line(banner: str | None) -> None:
+    """A reused holdout is said before anything else, as plain text (a terminal renderer
+    could wrap or restyle it; a skimming reader and a CI log grep both read line one)."""
+    if banner:
+        typer.echo(banner)
+        typer.echo("")
+
+
 @exp_app.command("compare")
 def exp_compare(
     source: Annotated[Path, typer.Argument(metavar="SOURCE", help="An experiment run "
@@ -63,7 +71,9 @@ def exp_compare(
 
     from assay.cli.app import out
     from assay.report.experiment import comparison_markdown
+    from assay.report.holdout import reused_banner
 
+    _first_line(reused_banner(cmp.get("holdout")))
     lines = comparison_markdown(cmp)
     if "judge_preference" in cmp:
         from assay.report.abcompare import preference_markdown
@@ -141,8 +151,12 @@ def exp_verdict(
     from assay.cli.experiments import _ci_outputs
 
     _ci_outputs(rep, None)
+    from assay.report.holdout import reused_banner
+
+    banner = reused_banner(rep.get("holdout"))
     if as_json:
-        typer.echo(json.dumps({"verdict": v, "bar": rep["bar"], "comparison": {
+        typer.echo(json.dumps({**({"holdout_reused": banner} if banner else {}),
+                               "verdict": v, "bar": rep["bar"], "comparison": {
             k: rep["comparison"][k] for k in ("a", "b", "delta", "ci", "method", "n_tasks",
                                               "n_clusters", "coverage")}}, indent=2))
     else:
@@ -150,6 +164,7 @@ def exp_verdict(
 
         from assay.cli.app import out
 
+        _first_line(banner)
         out.print(Markdown("\n".join(verdict_markdown(rep))))
     raise typer.Exit(v["exit_code"])
 

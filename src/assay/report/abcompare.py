@@ -160,6 +160,26 @@ def _subgroup(trials: list[TrialOutcome], plan: list[str], want: bool,
     return [t for t in kept if t.outcome.task in tasks], [t for t in plan if t in tasks]
 
 
+def _one_split(data: OutcomeSet, tasks: set[str]) -> None:
+    """A comparison never blends splits: a Δ over dev and holdout tasks is neither's, and
+    spends the holdout as if it were dev. Splits come from the run's manifest (``task_meta``)
+    or an outcomes file's ``split`` field; a source that names none is taken as one split."""
+    meta = (data.manifest or {}).get("task_meta") or {}
+    splits: dict[str, set[str]] = {}
+    for t in data.trials:
+        if t.outcome.task not in tasks:
+            continue
+        split = (meta.get(t.outcome.task) or {}).get("split") or t.outcome.extra_field("split")
+        if split is not None:
+            splits.setdefault(str(split), set()).add(t.outcome.task)
+    if len(splits) > 1:
+        named = ", ".join(f"{k} ({len(v)} task(s))" for k, v in sorted(splits.items()))
+        raise NotComparable(
+            f"{data.source}: the tasks span several splits: {named}; a comparison never blends "
+            "splits. Run each split as its own experiment (select: {split: dev}), or compare "
+            "an outcomes file holding one split's rows")
+
+
 def build_comparison(data: OutcomeSet, *, a: str, b: str, cluster: str = "task",
                      method: str = "cluster_t", seed: int = 0, level: float = 0.95,
                      subgroup: str | None = None) -> dict[str, Any]:
@@ -175,6 +195,7 @@ def build_comparison(data: OutcomeSet, *, a: str, b: str, cluster: str = "task",
     clusters = data.cluster_map(cluster)
     notes = list(data.notes)
     trials = [t for t in data.trials if t.outcome.arm in (a, b)]
+    _one_split(data, {t.outcome.task for t in trials})
     plan = data.tasks
     if subgroup is not None:
         trials, plan = _subgroup(trials, plan, subgroup == "triggered", (a, b))

@@ -30,7 +30,7 @@ from assay.report.abcompare import (
 )
 from assay.report.ci_outputs import md
 from assay.report.experiment_html import pts, write_experiment_html
-from assay.report.holdout import holdout_line, holdout_summary
+from assay.report.holdout import holdout_line, holdout_summary, reused_banner
 from assay.report.outcomes import OutcomeSet, TrialOutcome, load_run_outcomes
 from assay.report.render_narrow import NA, pct
 from assay.report.verdict import decide
@@ -281,7 +281,9 @@ def comparison_markdown(c: dict[str, Any]) -> list[str]:
 
 
 def experiment_markdown(rep: dict[str, Any]) -> str:
-    out = [f"# assay experiment report: {md(rep['name'])}", "",
+    banner = reused_banner(rep.get("holdout"))
+    out = [*([f"**{banner}**", ""] if banner else []),
+           f"# assay experiment report: {md(rep['name'])}", "",
            *([holdout_line(rep["holdout"]), ""] if rep.get("holdout") else [])]
     out += verdict_markdown(rep)
     if rep.get("comparison"):

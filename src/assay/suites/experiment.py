@@ -361,12 +361,37 @@ def _select(spec: ExperimentSpec, found: dict[str, Bundle], problem: ProblemAt,
               and (sel.ids is None or b.id in sel.ids)]
     if found and not chosen:
         problems.append(problem(("select",), f"selects none of the {len(found)} tasks found"))
+    if sel.split is None and chosen:  # at select: when it is written, else at tasks:
+        at = ("select",) if "select" in spec.model_fields_set else ("tasks",)
+        problems += _unnamed_split(chosen, lambda msg: problem(at, msg))
     for b in chosen:  # no trial of it could run: refused here, not retried as infra errors
         why = b.spec.initial_state.environment.unsupported
         if why is not None:
             problems.append(problem(("tasks",), f"task {b.id!r} ({b.root}): unsupported "
                                     f"environment: {why}"))
     return chosen
+
+
+def _unnamed_split(chosen: list[Bundle], problem: Callable[[str], Problem]) -> list[Problem]:
+    """Without ``select.split`` only dev tasks run: a comparison never blends splits (a Δ
+    over dev and holdout tasks is neither's), and a holdout (or validation) look is taken only
+    on purpose, by naming its split, never because ``select:`` was left out."""
+    splits: dict[str, list[str]] = {}
+    for b in chosen:
+        splits.setdefault(b.spec.split, []).append(b.id)
+    if set(splits) == {"dev"}:
+        return []
+    counts = ", ".join(f"{name} ({len(ids)}: {', '.join(sorted(ids)[:3])}"
+                       f"{', …' if len(ids) > 3 else ''})" for name, ids in sorted(splits.items()))
+    if len(splits) > 1:
+        return [problem(f"the tasks span several splits: {counts}; a "
+                        "comparison never blends splits. Name one: select: {split: dev} to "
+                        "develop on (validation or holdout only on purpose, in a run of its "
+                        "own)")]
+    (name,) = splits
+    return [problem(f"every task is in the {name} split ({counts}) and "
+                    f"select names no split: a {name} look is taken only on purpose. Write "
+                    f"select: {{split: {name}}} to take it")]
 
 
 def _check_prices(spec: ExperimentSpec, problem: ProblemAt) -> list[Problem]:
