@@ -117,6 +117,7 @@ def exp_plan(
     except AssayError as exc:
         raise fail(str(exc)) from None
     k = result["reps"]
+    nf = result.get("noise_floor")
     if delta is not None:
         n = result["tasks_needed"]
         line = (f"to detect Δ = {100 * delta:+.1f} pts at 80% power with {k} repetition(s): "
@@ -127,6 +128,8 @@ def exp_plan(
                 "improvement at 80% power = " + (f"{100 * mde:+.1f} pts" if mde is not None
                                                    else "none (too few tasks for any effect "
                                                    "to show that often)"))
+    if nf is not None:
+        line += f" ({nf['says']})"
     if as_json:
         typer.echo(json.dumps(result, indent=2))
     else:
@@ -158,7 +161,9 @@ def exp_verdict(
         typer.echo(json.dumps({**({"holdout_reused": banner} if banner else {}),
                                "verdict": v, "bar": rep["bar"], "comparison": {
             k: rep["comparison"][k] for k in ("a", "b", "delta", "ci", "method", "n_tasks",
-                                              "n_clusters", "coverage")}}, indent=2))
+                                              "n_clusters", "coverage")},
+                               **({"noise_floor": rep["noise_floor"]}
+                                  if rep.get("noise_floor") else {})}, indent=2))
     else:
         from rich.markdown import Markdown
 

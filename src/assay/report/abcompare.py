@@ -25,6 +25,7 @@ from assay.errors import InputError, NotComparable
 from assay.report.outcomes import OutcomeSet, TrialOutcome
 from assay.stats.abtest import METHODS, cluster_t_interval, compare_arms
 from assay.stats.describe import nearest_rank
+from assay.suites.experiment import is_aa_arm
 
 SUBGROUPS = ("triggered", "not_triggered")
 SELECTION_BIAS = ("subgroup view: only trials where the mechanism {what}, in both arms by the "
@@ -309,11 +310,13 @@ def preference_markdown(section: dict[str, Any]) -> list[str]:
 
 def default_arms(data: OutcomeSet, bar: dict[str, Any] | None = None) -> tuple[str, str] | None:
     """The baseline and the candidate when the command line does not name them: the bar's
-    ``baseline``/``candidate`` if set, else the two arms in the experiment file's order."""
+    ``baseline``/``candidate`` if set, else the two arms in the experiment file's order (a
+    noise floor's A/A copy left out)."""
     if bar and bar.get("baseline") and bar.get("candidate"):
         return str(bar["baseline"]), str(bar["candidate"])
-    if len(data.arms) == 2:
-        return data.arms[0], data.arms[1]
+    arms = [a for a in data.arms if not is_aa_arm(a)]  # a noise floor's copy is not compared
+    if len(arms) == 2:
+        return arms[0], arms[1]
     return None
 
 

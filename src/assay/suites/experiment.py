@@ -192,6 +192,28 @@ class Fork(_Strict):
         return value
 
 
+class NoiseFloor(_Strict):
+    """Measure the setup's own noise: a second, interleaved copy of one arm (an A/A pair)."""
+
+    arm: str = Field(min_length=1)
+    """The arm to run twice (usually the baseline); its copy is named ``<arm>~aa``."""
+
+
+#: The A/A copy of a noise-floor arm is named ``<arm>`` + this (``~`` is never in an arm name
+#: the file may use, so it cannot collide with one).
+AA_SUFFIX = "~aa"
+
+
+def aa_arm(arm: str) -> str:
+    """The name of the A/A copy of ``arm``."""
+    return arm + AA_SUFFIX
+
+
+def is_aa_arm(name: str) -> bool:
+    """Whether ``name`` is an A/A copy (never an arm of a comparison by default)."""
+    return name.endswith(AA_SUFFIX)
+
+
 class ExperimentSpec(_Strict):
     """``experiment.yaml``, as written."""
 
@@ -223,6 +245,9 @@ class ExperimentSpec(_Strict):
     """Run a prefix once per (task, repetition) and start every arm from its frozen state."""
     pairwise: Pairwise | None = None
     """After the trials, a judge's per-task preference between two arms."""
+    noise_floor: NoiseFloor | None = None
+    """Run a second, interleaved copy of one arm and report the A/A difference: the noise
+    floor of this setup (``exp verdict`` refuses to accept while it is not stable)."""
 
 
 @dataclass(frozen=True)
@@ -275,8 +300,12 @@ def load_experiment(path: Path) -> Experiment:
                 problems.append(problem(("weights", task), f"no task {task!r} in tasks"))
             elif weight <= 0:
                 problems.append(problem(("weights", task), "a weight must be above 0"))
+    if spec.noise_floor is not None and spec.noise_floor.arm not in spec.arms:
+        problems.append(problem(("noise_floor", "arm"), f"no arm {spec.noise_floor.arm!r} in "
+                                f"arms (arms: {', '.join(spec.arms)})"))
     if problems:
         raise SuiteError(problems)
+    spec = with_aa_copy(spec)
     bundles = {b.id: b for b in sorted(selected, key=lambda b: b.id)}
     sha = hashlib.sha256(raw).hexdigest()
     settings = _settings(spec)
@@ -290,12 +319,25 @@ def load_experiment(path: Path) -> Experiment:
                       identity=identity)
 
 
+def with_aa_copy(spec: ExperimentSpec) -> ExperimentSpec:
+    """The spec with the noise floor's A/A copy among its arms (after every check of the file
+    as written): the copy is an arm like any other from here on, so it is scheduled
+    interleaved with the others (``plan``), gets its own trials, and is fingerprinted in the
+    identity and the manifest. Without ``noise_floor`` the spec is returned unchanged."""
+    if spec.noise_floor is None:
+        return spec
+    arm = spec.noise_floor.arm
+    arms = dict(spec.arms)
+    arms.setdefault(aa_arm(arm), spec.arms[arm].model_copy(deep=True))
+    return spec.model_copy(update={"arms": arms})
+
+
 def _settings(spec: ExperimentSpec) -> dict[str, Any]:
     """The file's settings as frozen in the identity. Fields added after the first experiment
     format are left out while unset (absent, not null), so a run begun before they existed
     still resumes with the same identity."""
     settings = spec.model_dump(mode="json")
-    for key in ("fork", "pairwise"):
+    for key in ("fork", "pairwise", "noise_floor"):
         if settings.get(key) is None:
             settings.pop(key, None)
     for arm in settings["arms"].values():
@@ -442,7 +484,8 @@ def pairwise_arms(spec: ExperimentSpec) -> tuple[str, str] | None:
         return None
     bar = spec.bar
     return resolve_arms(spec.pairwise, bar.baseline if bar else None,
-                        bar.candidate if bar else None, list(spec.arms))
+                        bar.candidate if bar else None,
+                        [a for a in spec.arms if not is_aa_arm(a)])
 
 
 def bar_sha256(bar: dict[str, Any] | None) -> str | None:
