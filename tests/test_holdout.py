@@ -129,6 +129,8 @@ def test_holdout_ledger_across_three_runs(tmp_path: Path) -> None:
     assert (run2 / "report.md").read_text().splitlines()[0] == f"**{first}" + (
         "; earlier results on it may have steered which candidate is measured here, so it is "
         "not an unbiased estimate**")
+    html = (run2 / "report.html").read_text()
+    assert first in html and html.index(first) < html.index("<header>")
     res = run_cli(["exp", "compare", str(run2)])
     assert res.code == 0 and res.stdout.splitlines()[0].startswith(first), res.stderr
     res = run_cli(["exp", "report", str(run2)])  # rendered Markdown: it may wrap

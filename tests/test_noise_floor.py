@@ -164,6 +164,8 @@ def test_a_stable_setup_lets_the_verdict_accept(tmp_path: Path) -> None:
     assert v["comparison"]["n_tasks"] == 4 and v["comparison"]["delta"] == 1.0
     rep = json.loads((out / "report.json").read_text())
     assert rep["noise_floor"]["stable"] is True and "base~aa" in rep["arms"]
+    html = (out / "report.html").read_text()
+    assert "Noise floor (A/A: base against its interleaved copy base~aa)" in html
 
 
 def _seed_copy_first(root: Path, tasks: list[str]) -> int:
