@@ -133,10 +133,11 @@ def plan_experiment(pilot: PathLike | None = None, *, arm: str | None = None,
             if mde is not None:
                 mde = max(mde, measured)
             noise["says"] = (f"measured noise floor (A/A on {noise['n_tasks']} tasks): "
-                             f"{100 * measured:.1f} pts at {n} tasks; simulation: "
-                             + ("none" if noise["mde_simulated"] is None
-                                else f"{100 * noise['mde_simulated']:.1f} pts")
-                             + "; the larger is used")
+                             f"{100 * measured:.1f} pts at {n} tasks; "
+                             + ("the simulation finds no effect detectable at this size"
+                                if noise["mde_simulated"] is None
+                                else f"simulation: {100 * noise['mde_simulated']:.1f} pts; "
+                                     "the larger is used"))
         out["noise_floor"] = noise
     out.update(n_tasks=n, mde=mde)
     return out

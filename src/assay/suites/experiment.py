@@ -19,6 +19,12 @@ there the refusal names the field. The judge file itself (its model, prompt, rub
 the identity: a judge grades, it does not run, so editing it never invalidates trials; the
 plan in ``<run>/pairwise/`` pins the judge's revision and refuses to mix two judges there.
 
+Splits are never mixed by accident: without ``select.split`` only dev tasks may run (tasks
+spanning splits are refused, naming them, and so are tasks all in validation or holdout: such a
+look is taken on purpose, by naming the split). ``noise_floor: {arm: A}`` adds an A/A copy of
+arm ``A`` named ``A~aa`` after every check of the file as written (``with_aa_copy``): from then
+on it is an arm like the others, interleaved by ``plan`` and fingerprinted in the identity.
+
 The module runs past 400 lines because the file's schema, its cross-field checks and the
 identity it yields are one contract, read together when any of them changes.
 """
