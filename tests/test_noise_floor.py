@@ -164,6 +164,10 @@ def test_a_stable_setup_lets_the_verdict_accept(tmp_path: Path) -> None:
     assert v["comparison"]["n_tasks"] == 4 and v["comparison"]["delta"] == 1.0
     rep = json.loads((out / "report.json").read_text())
     assert rep["noise_floor"]["stable"] is True and "base~aa" in rep["arms"]
+    c = json.loads(run_cli(["exp", "compare", str(out), "--json"]).stdout)
+    assert c["a"] == "base" and c["b"] == "cand" and c["noise_floor"]["stable"] is True
+    res = run_cli(["exp", "compare", str(out)])
+    assert res.code == 0 and "Noise floor (A/A" in res.stdout
     html = (out / "report.html").read_text()
     assert "Noise floor (A/A: base against its interleaved copy base~aa)" in html
 

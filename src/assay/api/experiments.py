@@ -62,8 +62,12 @@ def compare_experiment(source: PathLike, *, a: str | None = None, b: str | None 
             out["judge_preference"] = found
     if data.kind == "run":  # a comparison on a reused holdout says so (report/holdout.py)
         from assay.report.holdout import holdout_summary
+        from assay.report.noise_floor import measure_noise_floor, noise_floor_arm
 
         out["holdout"] = holdout_summary(Path(data.source))
+        nf_arm = noise_floor_arm(data.manifest)
+        if nf_arm is not None and subgroup is None:  # the setup's own noise, beside Δ
+            out["noise_floor"] = measure_noise_floor(data, nf_arm, seed=seed)
     record_results_shown(data, command="exp compare")
     return out
 

@@ -75,6 +75,10 @@ def exp_compare(
 
     _first_line(reused_banner(cmp.get("holdout")))
     lines = comparison_markdown(cmp)
+    if cmp.get("noise_floor"):
+        from assay.report.noise_floor import noise_floor_markdown
+
+        lines[4:4] = noise_floor_markdown(cmp["noise_floor"])  # after the heading and Δ
     if "judge_preference" in cmp:
         from assay.report.abcompare import preference_markdown
 
