@@ -82,7 +82,9 @@ def test_junit_carries_hostile_names_as_text() -> None:
 def test_step_summary_content() -> None:
     text = step_summary_markdown(experiment_report())
     lines = text.splitlines()
-    assert lines[0] == "## assay experiment: retry-prompt vs baseline"
+    # the holdout was reused: said on the first line, before anything else
+    assert lines[0].startswith("**HOLDOUT REUSED: this rests on a holdout looked at 2 times")
+    assert lines[2] == "## assay experiment: retry-prompt vs baseline"
     assert "**Verdict: INCONCLUSIVE**" in lines
     assert "- no violation observed in this batch is not proof there are none" in lines
     head = lines.index("| arm | pass rate | 95% CI | cost per completed task | coverage |")

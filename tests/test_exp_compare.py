@@ -149,6 +149,22 @@ def test_subgroup_warns_about_selection_bias(tmp_path: Path) -> None:
     assert not any("selection bias" in n for n in full["notes"])
 
 
+def test_a_comparison_never_blends_splits(tmp_path: Path) -> None:
+    """Another harness's outcomes with dev and holdout rows in one file: refused, naming the
+    splits; one split's rows compare."""
+    rows = [{"task": f"t{i}", "arm": arm, "rep": 0, "passed": arm == "B" or i == 0,
+             "split": "holdout" if i >= 3 else "dev"} for i in range(5) for arm in "AB"]
+    path = tmp_path / "o.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    res = run_cli(["exp", "compare", str(path), "--a", "A", "--b", "B"])
+    err = " ".join(res.stderr.split())
+    assert res.code == 2 and "span several splits: dev (3 task(s)), holdout (2 task(s))" in err
+    assert "never blends splits" in err
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows if r["split"] == "dev"))
+    c = _compare(str(path), "--a", "A", "--b", "B")
+    assert c["n_tasks"] == 3 and c["delta"] == pytest.approx(2 / 3)
+
+
 def test_bad_outcomes_are_refused_with_line_and_field(tmp_path: Path) -> None:
     path = tmp_path / "o.jsonl"
     path.write_text('{"task": "t1", "arm": "A", "rep": 0, "passed": true}\n'
@@ -348,11 +364,61 @@ def test_trials_that_never_trigger_the_mechanism_stay_and_are_marked(tmp_path: P
     c = rep["comparison"]
     assert c["n_tasks"] == 2  # the end-to-end comparison keeps the untriggered trial
     assert c["triggered"]["cand"] == {"triggered": 1, "not_triggered": 1, "unknown": 0}
-    sub = _compare(str(tmp_path / "run"), "--subgroup", "triggered")
-    assert any("selection bias" in n for n in sub["notes"])
-    assert [r["task"] for r in sub["per_task"]] == ["t0"] and sub["coverage"]["planned"] == 1
+    # base cannot tell whether it fired: its trials cannot be filtered by the same rule, and
+    # keeping them all would make the "subgroup" the full comparison on one side: refused
+    for flag in ("triggered", "not_triggered"):
+        res = run_cli(["exp", "compare", str(tmp_path / "run"), "--subgroup", flag])
+        err = " ".join(res.stderr.split())
+        assert res.code == 2 and "arm 'base' does not record whether the mechanism fired" in err
+        assert "selection bias" in err and "trigger_event on both arms" in err
     res = run_cli(["exp", "compare", str(tmp_path / "run"), "--a", "base", "--b", "base2"])
     assert res.code == 2
+
+
+# An agent whose mechanism fires on the tasks it is told to (a compaction event in its stream)
+# and that fixes the bug on the tasks it is told to; it lives in each task's starting tree.
+FIRE_AND_FIX = """import json, os, subprocess, sys
+task = os.environ["ASSAY_TASK_ID"]
+fire, fix = (set(a.split("=", 1)[1].split(",")) for a in sys.argv[1:3])
+if task in fire:
+    print(json.dumps({"type": "compaction"}))
+if task in fix:
+    subprocess.run(["sed", "-i", "s/return a - b/return a + b/", "src/calc/__init__.py"])
+"""
+
+
+@needs_bwrap
+def test_subgroup_filters_both_arms_by_the_same_rule(tmp_path: Path) -> None:
+    """Both arms say whether they fired. base fires on t0, t1 and fixes t0; cand fires on t0,
+    t1, t2 and fixes everything. Full: d = 0, 1, 1, 1, Δ = .75. Triggered in both arms: t0,
+    t1 (d = 0, 1; base's rate there .5, not its full .25). Not triggered in both: t3 only
+    (base did not fire on t2, t3; cand on t3)."""
+    from assay.suites.bundle import set_fixture_digest, tree_digest
+
+    exp = _exp(tmp_path, "command:python3 agent.py fire=t0,t1 fix=t0",
+               "command:python3 agent.py fire=t0,t1,t2 fix=t0,t1,t2,t3", n_tasks=4, bar="")
+    for i in range(4):
+        bundle = tmp_path / "tasks" / f"t{i}"
+        (bundle / "repo" / "agent.py").write_text(FIRE_AND_FIX)
+        set_fixture_digest(bundle, tree_digest(bundle / "repo"))
+    text = exp.read_text()
+    for arm in ("base", "cand"):
+        text = text.replace(f"  {arm}:\n", f"  {arm}:\n    trigger_event: compaction\n")
+    exp.write_text(text)
+    _run(exp, tmp_path / "run")
+    full = _compare(str(tmp_path / "run"))
+    assert full["delta"] == pytest.approx(0.75) and full["n_tasks"] == 4
+    assert full["triggered"]["base"] == {"triggered": 2, "not_triggered": 2, "unknown": 0}
+    sub = _compare(str(tmp_path / "run"), "--subgroup", "triggered")
+    assert [r["task"] for r in sub["per_task"]] == ["t0", "t1"]
+    assert sub["delta"] == pytest.approx(0.5) and sub["pass_rate"]["base"]["pass_rate"] == 0.5
+    assert sub["triggered"]["base"] == {"triggered": 2, "not_triggered": 0, "unknown": 0}
+    assert any("selection bias" in n and "same rule" in n for n in sub["notes"])
+    sub = _compare(str(tmp_path / "run"), "--subgroup", "not_triggered")
+    assert [r["task"] for r in sub["per_task"]] == ["t3"] and sub["delta"] == 1.0
+    assert sub["triggered"]["cand"] == {"triggered": 0, "not_triggered": 1, "unknown": 0}
+    res = run_cli(["exp", "compare", str(tmp_path / "run"), "--subgroup", "not_triggered"])
+    assert res.code == 0 and "selection bias" in " ".join(res.stdout.split())
 
 
 def test_library_calls_match_the_cli(hand: Path) -> None:

@@ -9,6 +9,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from conftest import run_cli
 from support.bundles import make_bundle
 
 from assay.errors import SuiteError
@@ -195,13 +196,35 @@ def test_duplicate_tasks_empty_selection_unknown_ids_and_weights(exp_dir: Path) 
 
 
 def test_select_by_family_and_ids(exp_dir: Path) -> None:
-    text = GOOD.replace("select: {split: dev}", "select: {families: [arith], ids: [calc-h]}")
+    text = GOOD.replace("select: {split: dev}",
+                        "select: {split: holdout, families: [arith], ids: [calc-h]}")
     assert list(load_experiment(write(exp_dir, text)).bundles) == ["calc-h"]
     text = GOOD.replace("select: {split: dev}", "select: {families: [strings]}")
     with pytest.raises(SuiteError, match="selects none"):
         load_experiment(write(exp_dir, text))
+
+
+def test_without_a_split_only_dev_tasks_run(exp_dir: Path) -> None:
+    """Leaving out ``select`` never blends dev and holdout into one Δ, nor spends a holdout
+    look by accident: tasks spanning splits are refused with the splits named and how to
+    choose; a holdout task picked by id needs its split named too."""
     text = GOOD.replace("select: {split: dev}\n", "")
-    assert list(load_experiment(write(exp_dir, text)).bundles) == ["calc-a", "calc-b", "calc-h"]
+    with pytest.raises(SuiteError) as info:
+        load_experiment(write(exp_dir, text))
+    [p] = info.value.problems
+    assert p.field == "tasks" and p.line == line_of(text, "tasks:")
+    assert "span several splits: dev (2: calc-a, calc-b), holdout (1: calc-h)" in p.message
+    assert "select: {split: dev}" in p.message
+    text = GOOD.replace("select: {split: dev}", "select: {ids: [calc-h]}")
+    with pytest.raises(SuiteError, match=r"every task is in the holdout split .* only on "
+                                         r"purpose. Write select: \{split: holdout\}"):
+        load_experiment(write(exp_dir, text))
+    text = GOOD.replace("select: {split: dev}", "select: {ids: [calc-a, calc-b]}")
+    assert list(load_experiment(write(exp_dir, text)).bundles) == ["calc-a", "calc-b"]
+    res = run_cli(["exp", "run", str(write(exp_dir, GOOD.replace("select: {split: dev}\n", ""))),
+                   "--out", str(exp_dir / "run")])
+    assert res.code == 2 and "span several splits" in " ".join(res.stderr.split())
+    assert not (exp_dir / "run").exists()
 
 
 def test_unpriced_model_refused_only_when_a_cost_limit_is_set(exp_dir: Path) -> None:

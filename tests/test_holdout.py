@@ -35,17 +35,19 @@ def _holdout_tasks(root: Path, ids: tuple[str, ...] = ("calc-001",)) -> Path:
     return folder
 
 
-def _experiment(root: Path, name: str, candidate_params: dict[str, int] | None = None) -> Path:
+def _experiment(root: Path, name: str, candidate_params: dict[str, int] | None = None,
+                split: str = "holdout", bar: bool = False) -> Path:
     path = root / f"{name}.yaml"
     params = f"\n    params: {json.dumps(candidate_params)}" if candidate_params else ""
     path.write_text(f"""name: {name}
 tasks: [tasks]
+select: {{split: {split}}}
 arms:
   base:
     agent: nop
   cand:
     agent: oracle{params}
-""")
+""" + ("bar: {hoped_improvement: 0.2, max_regression: 0.05}\n" if bar else ""))
     return path
 
 
@@ -96,7 +98,7 @@ def test_holdout_ledger_across_three_runs(tmp_path: Path) -> None:
     assert _report(run1)["holdout"]["looks"] == 1
 
     # run 2, a different candidate: refused through the real entry point, naming look 1
-    exp2 = _experiment(tmp_path, "second", {"version": 2})
+    exp2 = _experiment(tmp_path, "second", {"version": 2}, bar=True)
     env = {**os.environ, "PYTHONPATH": str(REPO_SRC)}
     proc = subprocess.run([sys.executable, "-m", "assay", "exp", "run", str(exp2), "--out",
                            str(run2)], capture_output=True, text=True, env=env, timeout=120)
@@ -122,6 +124,24 @@ def test_holdout_ledger_across_three_runs(tmp_path: Path) -> None:
     m2 = json.loads((run2 / "manifest.json").read_text())
     assert m2["sessions"][-1]["holdout_reuse"] is True
     assert read_looks(ledger)[-2].holdout_reuse is True
+    # every verdict, comparison and report resting on it says so on its first line
+    first = "HOLDOUT REUSED: this rests on a holdout looked at 2 times (allowance 1)"
+    assert (run2 / "report.md").read_text().splitlines()[0] == f"**{first}" + (
+        "; earlier results on it may have steered which candidate is measured here, so it is "
+        "not an unbiased estimate**")
+    html = (run2 / "report.html").read_text()
+    assert first in html and html.index(first) < html.index("<header>")
+    res = run_cli(["exp", "compare", str(run2)])
+    assert res.code == 0 and res.stdout.splitlines()[0].startswith(first), res.stderr
+    res = run_cli(["exp", "report", str(run2)])  # rendered Markdown: it may wrap
+    assert res.code == 0 and first in _norm(" ".join(res.stdout.strip().splitlines()[:3]))
+    res = run_cli(["exp", "verdict", str(run2)])
+    assert res.code in (0, 1, 4), res.stderr
+    assert res.stdout.splitlines()[0].startswith(first)
+    res = run_cli(["exp", "verdict", str(run2), "--json"])
+    assert json.loads(res.stdout)["holdout_reused"].startswith(first)
+    v = run_cli(["exp", "compare", str(run2), "--json"])
+    assert json.loads(v.stdout)["holdout"]["reused"] is True
 
     # run 1's report, rebuilt from disk, now counts the second look too; showing it is recorded
     res = run_cli(["exp", "report", str(run1)])
@@ -240,7 +260,7 @@ def test_two_runs_racing_for_the_last_look_cannot_both_take_it(tmp_path: Path) -
 
 def test_a_run_without_holdout_tasks_keeps_no_ledger(tmp_path: Path) -> None:
     make_bundle(tmp_path / "tasks" / "calc-001")  # split: dev
-    exp = load_experiment(_experiment(tmp_path, "dev-only"))
+    exp = load_experiment(_experiment(tmp_path, "dev-only", split="dev"))
     assert holdout_gate(exp, tmp_path / "run") is None
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "manifest.json").write_text(json.dumps({"name": "dev-only"}))
@@ -256,7 +276,8 @@ def test_holdout_folders_each_keep_a_ledger(tmp_path: Path) -> None:
     make_bundle(tmp_path / "a" / "t-a", task_id="t-a", split="holdout")
     make_bundle(tmp_path / "b" / "t-b", task_id="t-b", split="holdout")
     path = tmp_path / "exp.yaml"
-    path.write_text("name: two\ntasks: [a, b]\narms:\n  base: {agent: nop}\n")
+    path.write_text("name: two\ntasks: [a, b]\nselect: {split: holdout}\narms:\n"
+                    "  base: {agent: nop}\n")
     exp = load_experiment(path)
     entry = holdout_gate(exp, tmp_path / "run").record()  # type: ignore[union-attr]
     assert entry["tasks"] == ["t-a", "t-b"]

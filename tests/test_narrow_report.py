@@ -105,7 +105,8 @@ def test_compare_by_hand(tmp_path: Path, server: ScriptedServer,
     res = run_cli(["compare", str(ra), str(rb), "--json", str(tmp_path / "c.json")])
     assert res.code == 0, res.stderr
     c = json.loads((tmp_path / "c.json").read_text())
-    assert c["table"] == {"both_right": 2, "only_a": 6, "only_b": 0, "both_wrong": 2}
+    assert c["table"] == {"both_right": 2, "only_a": 6, "only_b": 0, "both_wrong": 2,
+                          "same_partial": 0}
     # exact McNemar, b=6, c=0: 2 * P(X <= 0 | n=6) = 2/64
     assert c["mcnemar_p"] == pytest.approx(0.03125)
     assert c["accuracy_diff_b_minus_a"] == pytest.approx(0.2 - 0.8)

@@ -254,9 +254,88 @@ def test_repeats_and_agreement(tmp_path: Path, server: ScriptedServer,
         (c, r) for c in ("c1", "c2", "c3", "c4") for r in (0, 1)]
     rep = json.loads((run / "report.json").read_text())
     assert rep["n"] == 8 and rep["correct"] == 7
-    assert rep["agreement"] == {"cases_with_all_repeats": 4, "consistent_cases": 3,
-                                "rate": 0.75, "unstable_cases": ["c3"]}
+    assert rep["agreement"] == {"cases_with_all_repeats": 4, "cases_compared": 4,
+                                "consistent_cases": 3, "rate": 0.75, "unstable_cases": ["c3"],
+                                "answers": 8, "invalid_answers": 0}
     assert all(req.body["temperature"] == 0.7 for req in server.chat_requests())
+
+
+def test_agreement_counts_valid_answers_only(tmp_path: Path, server: ScriptedServer,
+                                             endpoint_env: dict[str, str]) -> None:
+    """A small local model that never answers in the format: every answer invalid, each with
+    its own text (and the format retry invalid too). The repeats agree on nothing: the figure
+    is "n/a" with the 12 invalid answers said, never 100%. Then one case answers validly and
+    consistently beside the invalid ones: it alone is compared."""
+    calls = {"n": 0}
+
+    def rambling(req: RecordedRequest, n: int) -> Answer:
+        calls["n"] += 1
+        return Answer(f"Hmm, maybe it is about {req.case_input[:12]}? (thought {calls['n']})")
+
+    server.handler = rambling
+    suite = write_suite(tmp_path / "suite", CASES)
+    run = tmp_path / "run"
+    res = run_cli(["run", str(suite), "--out", str(run), "--repeats", "3", "-j", "1"])
+    assert res.code == 0, res.stderr
+    rep = json.loads((run / "report.json").read_text())
+    assert rep["n"] == 12 and rep["invalid_remaining"] == 12
+    ag = rep["agreement"]
+    assert ag["rate"] is None and ag["cases_compared"] == 0 and ag["consistent_cases"] == 0
+    assert ag["answers"] == 12 and ag["invalid_answers"] == 12
+    md = (run / "report.md").read_text()
+    assert "no case has two valid answers; 12 of 12 answers invalid" in md
+    assert "100" not in next(line for line in md.splitlines() if "agreement across" in line)
+    assert "no case has two valid answers" in (run / "report.html").read_text()
+
+    def mostly_rambling(req: RecordedRequest, n: int) -> Answer:
+        if req.case_input == CASES[0][1]:
+            return j("bug")
+        return rambling(req, n)
+
+    server.handler = mostly_rambling
+    run2 = tmp_path / "run2"
+    assert run_cli(["run", str(suite), "--out", str(run2), "--repeats", "3", "-j", "1"]).code == 0
+    ag = json.loads((run2 / "report.json").read_text())["agreement"]
+    assert ag["cases_compared"] == 1 and ag["consistent_cases"] == 1 and ag["rate"] == 1.0
+    assert ag["invalid_answers"] == 9 and ag["answers"] == 12
+    assert "1 of 1 cases with two or more valid answers identical; 9 of 12 answers invalid" in (
+        run2 / "report.md").read_text()
+
+
+def test_compare_runs_with_different_repeats_uses_every_answer(
+        tmp_path: Path, server: ScriptedServer, endpoint_env: dict[str, str]) -> None:
+    """A 1-repeat run against a 3-repeat run: four cases paired, each on its rate (B's c3 is
+    right once in three), no answer "answered in only one run"."""
+    server.handler = echo_label(labels_by_input=TRUTH)
+    suite = write_suite(tmp_path / "suite", CASES)
+    run_a, run_b = tmp_path / "a", tmp_path / "b"
+    assert run_cli(["run", str(suite), "--out", str(run_a)]).code == 0
+    seen = {"n": 0}
+
+    def c3_unsure(req: RecordedRequest, n: int) -> Answer:
+        if req.case_input == CASES[2][1]:
+            seen["n"] += 1
+            return j("question" if seen["n"] == 1 else "bug")
+        return j(TRUTH[req.case_input])
+
+    server.handler = c3_unsure
+    assert run_cli(["run", str(suite), "--out", str(run_b), "--repeats", "3", "-j", "1"]).code == 0
+    out = tmp_path / "c.json"
+    res = run_cli(["compare", str(run_a), str(run_b), "--json", str(out)])
+    assert res.code == 0, res.stderr
+    c = json.loads(out.read_text())
+    assert c["paired"] == 4 and c["only_in_one_run"] == 0
+    assert c["repeats"] == {"a": 1, "b": 3} and c["answers"] == {"a": 4, "b": 12}
+    assert c["run_a"]["accuracy"] == 1.0
+    assert c["run_b"]["accuracy"] == pytest.approx((3 + 1 / 3) / 4)
+    assert c["accuracy_diff_b_minus_a"] == pytest.approx(-(2 / 3) / 4)
+    assert c["table"] == {"both_right": 3, "only_a": 1, "only_b": 0, "both_wrong": 0,
+                          "same_partial": 0}
+    assert c["a_right_b_wrong"] == ["c3"]
+    assert any("repetitions differ (1 in A, 3 in B)" in w for w in c["warnings"])
+    md = run_cli(["compare", str(run_a), str(run_b)])
+    assert md.code == 0 and "answered in only one run: 0" in md.stdout
+    assert "answers used A 4, B 12" in md.stdout
 
 
 def test_builtin_oracle_scores_everything(tmp_path: Path) -> None:

@@ -155,7 +155,9 @@ def test_narrow_report_validates_and_round_trips(narrow_runs: tuple[Path, Path])
     assert rep.expected_rows == 10 and rep.n == 8 and rep.infra_errors == 2
     assert rep.infra_error_ids == ["c5"]
     assert rep.agreement is not None and rep.agreement.unstable_cases == ["c2"]
-    assert rep.agreement.cases_with_all_repeats == 4 and rep.agreement.rate == 0.75
+    # c4's two answers were invalid: left out of the agreement, and said
+    assert rep.agreement.cases_with_all_repeats == 4 and rep.agreement.cases_compared == 3
+    assert rep.agreement.rate == pytest.approx(2 / 3) and rep.agreement.invalid_answers == 2
     # c3 once and c4 twice needed the format retry; c4 stayed invalid both times
     assert rep.retried == 3 and rep.invalid_first_try == 3 and rep.invalid_remaining == 2
     assert rep.correct == 5 and rep.accuracy == 5 / 8 and rep.accuracy_ci95 is not None
@@ -195,12 +197,14 @@ def test_narrow_comparison_validates_and_round_trips(narrow_runs: tuple[Path, Pa
     data = json.loads(out.read_text())
     c = NarrowComparison.load(data, out)
     assert c.to_json() == data and list(c.to_json()) == list(data)
-    assert c.paired == 8 and c.only_in_one_run == 2 and c.run_b.accuracy == 1.0
-    assert c.to_json()["table"] == {"both_right": 5, "only_a": 0, "only_b": 3, "both_wrong": 0}
+    # cases are the unit (their repeats are one rate): c1-c4 paired, c5 lost to infra errors
+    assert c.paired == 4 and c.only_in_one_run == 1 and c.run_b.accuracy == 1.0
+    assert c.to_json()["table"] == {"both_right": 2, "only_a": 0, "only_b": 2, "both_wrong": 0,
+                                    "same_partial": 0}
     assert c.bootstrap.seed == 0 and c.a_right_b_wrong == []
-    # one repeat of c2 answered wrong (which one depends on the order asked), and c4 twice
-    assert len(c.b_right_a_wrong) == 3 and c.b_right_a_wrong[0].startswith("c2#")
-    assert c.b_right_a_wrong[1:] == ["c4#0", "c4#1"]
+    assert c.repeats == {"a": 2, "b": 2} and c.answers == {"a": 8, "b": 8}
+    # one repeat of c2 answered wrong, and c4 twice: B is right more often on both
+    assert c.b_right_a_wrong == ["c2", "c4"]
     with pytest.raises(RecordError, match="field 'table.only_b'"):
         NarrowComparison.checked({**data, "table": {**data["table"], "only_b": "3"}}, out)
 

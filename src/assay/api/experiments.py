@@ -60,6 +60,14 @@ def compare_experiment(source: PathLike, *, a: str | None = None, b: str | None 
         found = judge_preference(Path(data.source), arm_a, arm_b)
         if found is not None:
             out["judge_preference"] = found
+    if data.kind == "run":  # a comparison on a reused holdout says so (report/holdout.py)
+        from assay.report.holdout import holdout_summary
+        from assay.report.noise_floor import measure_noise_floor, noise_floor_arm
+
+        out["holdout"] = holdout_summary(Path(data.source))
+        nf_arm = noise_floor_arm(data.manifest)
+        if nf_arm is not None and subgroup is None:  # the setup's own noise, beside Δ
+            out["noise_floor"] = measure_noise_floor(data, nf_arm, seed=seed)
     record_results_shown(data, command="exp compare")
     return out
 
@@ -73,8 +81,10 @@ def plan_experiment(pilot: PathLike | None = None, *, arm: str | None = None,
     from assay.stats.power import minimum_detectable_effect, tasks_needed
 
     info = None
+    noise: dict[str, Any] | None = None
     if pilot is not None:
         rates, info = _pilot_rates(Path(pilot), arm)
+        noise = _pilot_noise_floor(Path(pilot), seed)
     elif p_a is not None:
         rates = [float(p_a)] if isinstance(p_a, int | float) else [float(x) for x in p_a]
         if not rates or not all(0.0 <= r <= 1.0 for r in rates):
@@ -93,17 +103,62 @@ def plan_experiment(pilot: PathLike | None = None, *, arm: str | None = None,
     if delta is not None:
         if delta == 0 or not -1 < delta < 1:
             raise InputError("delta: an effect in (-1, 1), not 0")
-        out.update(delta=delta, tasks_needed=tasks_needed(delta, reps=k, p_a=rates,
-                                                          seed=seed))
+        needed = tasks_needed(delta, reps=k, p_a=rates, seed=seed)
+        if noise is not None:
+            from assay.report.noise_floor import tasks_for
+
+            measured = tasks_for(noise, delta)
+            noise.update(tasks_needed_simulated=needed, tasks_needed_measured=measured)
+            if noise["mde"] is None:
+                noise["says"] = f"measured noise floor not usable: {noise['why_unknown']}"
+            else:
+                needed = None if needed is None or measured is None else max(needed, measured)
+                noise["says"] = ("the measured noise floor asks for "
+                                 + (f"{measured} tasks" if measured else "more than 5000 tasks")
+                                 + f", the simulation for {_n(noise['tasks_needed_simulated'])}:"
+                                 " the larger is used")
+            out["noise_floor"] = noise
+        out.update(delta=delta, tasks_needed=needed)
         return out
     n = tasks or (info["tasks"] if info else None)
     if n is None:
         raise InputError("tasks: the number of tasks is needed without a pilot (--tasks N)")
     if n < 2:
         raise InputError("tasks: a comparison needs at least 2 tasks")
-    out.update(n_tasks=n, mde=minimum_detectable_effect(n_tasks=n, reps=k, p_a=rates,
-                                                        seed=seed))
+    mde = minimum_detectable_effect(n_tasks=n, reps=k, p_a=rates, seed=seed)
+    if noise is not None:  # a measured floor beats an assumed Bernoulli model when it is higher
+        from assay.report.noise_floor import scaled_mde
+
+        measured = scaled_mde(noise, n)
+        noise.update(mde_simulated=mde, mde_measured=measured)
+        if measured is None:
+            noise["says"] = f"measured noise floor not usable: {noise['why_unknown']}"
+        else:
+            if mde is not None:
+                mde = max(mde, measured)
+            noise["says"] = (f"measured noise floor (A/A on {noise['n_tasks']} tasks): "
+                             f"{100 * measured:.1f} pts at {n} tasks; "
+                             + ("the simulation finds no effect detectable at this size"
+                                if noise["mde_simulated"] is None
+                                else f"simulation: {100 * noise['mde_simulated']:.1f} pts; "
+                                     "the larger is used"))
+        out["noise_floor"] = noise
+    out.update(n_tasks=n, mde=mde)
     return out
+
+
+def _n(x: int | None) -> str:
+    return "more than 5000 tasks" if x is None else f"{x} tasks"
+
+
+def _pilot_noise_floor(source: Path, seed: int) -> dict[str, Any] | None:
+    """A pilot run's measured noise floor (its A/A pair), when it ran one."""
+    from assay.report.noise_floor import measure_noise_floor, noise_floor_arm
+    from assay.report.outcomes import load_outcomes
+
+    data = load_outcomes(source)
+    arm = noise_floor_arm(data.manifest) if data.kind == "run" else None
+    return None if arm is None else measure_noise_floor(data, arm, seed=seed)
 
 
 def _pilot_rates(source: Path, arm: str | None) -> tuple[list[float], dict[str, Any]]:

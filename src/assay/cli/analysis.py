@@ -21,6 +21,14 @@ Cluster = Annotated[str, typer.Option("--cluster", help="Resample by task (defau
                                       "or any field of the outcomes rows (e.g. repo).")]
 
 
+def _first_line(banner: str | None) -> None:
+    """A reused holdout is said before anything else, as plain text (a terminal renderer
+    could wrap or restyle it; a skimming reader and a CI log grep both read line one)."""
+    if banner:
+        typer.echo(banner)
+        typer.echo("")
+
+
 @exp_app.command("compare")
 def exp_compare(
     source: Annotated[Path, typer.Argument(metavar="SOURCE", help="An experiment run "
@@ -63,8 +71,14 @@ def exp_compare(
 
     from assay.cli.app import out
     from assay.report.experiment import comparison_markdown
+    from assay.report.holdout import reused_banner
 
+    _first_line(reused_banner(cmp.get("holdout")))
     lines = comparison_markdown(cmp)
+    if cmp.get("noise_floor"):
+        from assay.report.noise_floor import noise_floor_markdown
+
+        lines[4:4] = noise_floor_markdown(cmp["noise_floor"])  # after the heading and Δ
     if "judge_preference" in cmp:
         from assay.report.abcompare import preference_markdown
 
@@ -107,6 +121,7 @@ def exp_plan(
     except AssayError as exc:
         raise fail(str(exc)) from None
     k = result["reps"]
+    nf = result.get("noise_floor")
     if delta is not None:
         n = result["tasks_needed"]
         line = (f"to detect Δ = {100 * delta:+.1f} pts at 80% power with {k} repetition(s): "
@@ -117,6 +132,8 @@ def exp_plan(
                 "improvement at 80% power = " + (f"{100 * mde:+.1f} pts" if mde is not None
                                                    else "none (too few tasks for any effect "
                                                    "to show that often)"))
+    if nf is not None:
+        line += f" ({nf['says']})"
     if as_json:
         typer.echo(json.dumps(result, indent=2))
     else:
@@ -141,15 +158,22 @@ def exp_verdict(
     from assay.cli.experiments import _ci_outputs
 
     _ci_outputs(rep, None)
+    from assay.report.holdout import reused_banner
+
+    banner = reused_banner(rep.get("holdout"))
     if as_json:
-        typer.echo(json.dumps({"verdict": v, "bar": rep["bar"], "comparison": {
+        typer.echo(json.dumps({**({"holdout_reused": banner} if banner else {}),
+                               "verdict": v, "bar": rep["bar"], "comparison": {
             k: rep["comparison"][k] for k in ("a", "b", "delta", "ci", "method", "n_tasks",
-                                              "n_clusters", "coverage")}}, indent=2))
+                                              "n_clusters", "coverage")},
+                               **({"noise_floor": rep["noise_floor"]}
+                                  if rep.get("noise_floor") else {})}, indent=2))
     else:
         from rich.markdown import Markdown
 
         from assay.cli.app import out
 
+        _first_line(banner)
         out.print(Markdown("\n".join(verdict_markdown(rep))))
     raise typer.Exit(v["exit_code"])
 

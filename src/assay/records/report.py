@@ -112,16 +112,25 @@ class LabelFigures(ReportPart):
 
 
 class Agreement(ReportPart):
-    """How often the repeats of a case give the same label."""
+    """How often the repeats of a case give the same answer, over their valid answers."""
 
     cases_with_all_repeats: int
-    """Cases with every repeat answered: only these count."""
+    """Cases with every repeat answered (no infra error)."""
     consistent_cases: int
-    """Of those, cases whose repeats all gave the same label."""
+    """Of the compared cases, those whose valid answers are all the same."""
     rate: float | None
-    """``consistent_cases / cases_with_all_repeats``; null when no case has every repeat."""
+    """``consistent_cases / cases_compared``; null when no case has two valid answers (an
+    all-invalid run agrees on nothing)."""
     unstable_cases: list[str]
-    """Ids of the cases whose repeats disagree, sorted."""
+    """Ids of the compared cases whose valid answers differ, sorted."""
+    cases_compared: int | None = None
+    """Cases with every repeat answered and at least two valid answers: only these count;
+    null in reports written before invalid answers were left out (those counted them)."""
+    answers: int | None = None
+    """Answers of the cases with every repeat answered; null in older reports."""
+    invalid_answers: int | None = None
+    """Of those answers, the ones without a valid answer (left out of the agreement); null in
+    older reports."""
 
 
 class UsageTotals(ReportPart):
@@ -385,6 +394,9 @@ class PairedTable(ReportPart):
     """Pairs only run B got right."""
     both_wrong: int
     """Pairs both runs got wrong."""
+    same_partial: int = 0
+    """Repeated cases both runs got right at the same rate strictly between 0 and 1 (neither
+    better); always 0 when every case was asked once."""
 
 
 class BootstrapInfo(ReportPart):
@@ -406,7 +418,7 @@ class NarrowSide(ReportPart):
     model: str
     """The model as requested."""
     accuracy: float
-    """Accuracy over the paired cases only."""
+    """Accuracy over the paired cases only: the mean of their per-case rates."""
 
 
 class NarrowComparison(ReportRecord):
@@ -421,23 +433,32 @@ class NarrowComparison(ReportRecord):
     run_b: NarrowSide
     """Run B."""
     paired: int
-    """Case × repeat pairs answered in both runs: all figures are over these."""
+    """Cases answered (at least once) in both runs: all figures are over these. A case is the
+    unit whatever the repetitions: its repeats are one measurement, its rate."""
     only_in_one_run: int
-    """Pairs answered in one run only (left out)."""
+    """Cases answered in one run only (left out)."""
     table: PairedTable
-    """Both right, only A, only B, both wrong."""
+    """Per case: both right, only (or more often) A, only (or more often) B, both wrong; with
+    one repeat a side, the usual 2×2 table."""
     mcnemar_p: float
-    """Exact two-sided McNemar p-value from the discordant pairs."""
+    """Exact two-sided McNemar p-value from the discordant cases (with repeats: the exact sign
+    test of cases where A's rate is higher against cases where B's is)."""
     accuracy_diff_b_minus_a: float
-    """Accuracy of B minus accuracy of A over the paired cases."""
+    """Mean over the paired cases of B's per-case accuracy minus A's."""
     diff_ci95: Interval95
-    """95% paired bootstrap interval of the difference, resampling cases."""
+    """95% paired interval of the difference, resampling cases."""
     bootstrap: BootstrapInfo
     """How the interval was drawn."""
     a_right_b_wrong: list[str]
-    """Cases A got right and B wrong (``id#repeat`` when cases are repeated)."""
+    """Cases A got right more often than B (ids)."""
     b_right_a_wrong: list[str]
-    """Cases B got right and A wrong."""
+    """Cases B got right more often than A."""
+    repeats: dict[str, int] | None = None
+    """Repetitions per case of each run (``a``, ``b``): runs with different counts are
+    compared on per-case rates; null in comparisons written before this was recorded."""
+    answers: dict[str, int] | None = None
+    """Answers of the paired cases used from each run (``a``, ``b``); every repeat counts
+    toward its case's rate. Null in older comparisons."""
     warnings: list[str]
     """What makes the comparison weaker (different prompts or parameters)."""
 

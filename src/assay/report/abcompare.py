@@ -25,10 +25,12 @@ from assay.errors import InputError, NotComparable
 from assay.report.outcomes import OutcomeSet, TrialOutcome
 from assay.stats.abtest import METHODS, cluster_t_interval, compare_arms
 from assay.stats.describe import nearest_rank
+from assay.suites.experiment import is_aa_arm
 
 SUBGROUPS = ("triggered", "not_triggered")
-SELECTION_BIAS = ("subgroup view: only trials where the mechanism {what}. Whether it fires "
-                  "depends on what the arm did, so the two arms' subgroups are different "
+SELECTION_BIAS = ("subgroup view: only trials where the mechanism {what}, in both arms by the "
+                  "same rule. Whether it fires depends on what the arm did (the candidate "
+                  "may change who triggers), so the two arms' subgroups are different "
                   "populations and this Δ is not the effect of the change (selection bias); "
                   "the end-to-end comparison without --subgroup is the one to decide on")
 
@@ -124,18 +126,59 @@ def _triggered(trials: Sequence[TrialOutcome]) -> dict[str, int]:
             "unknown": sum(1 for o in graded if o.triggered is None)}
 
 
-def _subgroup(trials: list[TrialOutcome], plan: list[str],
-              want: bool) -> tuple[list[TrialOutcome], list[str]]:
-    """Trials where the mechanism fired (or did not), in the arms that can tell; an arm without
-    the mechanism (no ``trigger_event``) keeps its trials on the tasks selected that way."""
-    arms_that_tell = {t.outcome.arm for t in trials if t.outcome.triggered is not None}
-    if not arms_that_tell:
-        raise NotComparable("--subgroup: no trial says whether the mechanism fired (name the "
-                            "event with trigger_event on the arm)")
-    kept = [t for t in trials
-            if t.outcome.arm not in arms_that_tell or t.outcome.triggered is want]
-    tasks = {t.outcome.task for t in kept if t.outcome.arm in arms_that_tell}
+def _subgroup(trials: list[TrialOutcome], plan: list[str], want: bool,
+              arms: tuple[str, str]) -> tuple[list[TrialOutcome], list[str]]:
+    """Both arms' trials where the mechanism fired (or did not), by the same rule, on the
+    tasks where both arms have such a graded trial.
+
+    Refused when an arm does not say whether it fired: keeping all of its trials against the
+    other arm's filtered ones compares two different populations (and reproduces the full
+    comparison on one side). Even with both arms filtered the view is not the effect of the
+    change (the candidate may change who triggers): the caller adds that note."""
+    what = "fired" if want else "did not fire"
+    flag = "triggered" if want else "not_triggered"
+    blind = [arm for arm in arms
+             if not any(t.outcome.triggered is not None for t in trials if t.outcome.arm == arm)]
+    if blind:
+        raise NotComparable(
+            f"--subgroup {flag}: arm {' and '.join(repr(b) for b in blind)} does not record "
+            "whether the mechanism fired (no trigger_event on the arm), so its trials cannot "
+            "be filtered by the same rule as the other arm's; keeping all of them against "
+            f"the trials where it {what} would compare two different populations. Name the "
+            "event with trigger_event on both arms, or decide on the comparison without "
+            "--subgroup. Even then a subgroup is selection bias: the candidate may change "
+            "who triggers")
+    kept = [t for t in trials if t.outcome.triggered is want]
+    graded = {arm: {t.outcome.task for t in kept
+                    if t.outcome.arm == arm and t.outcome.passed is not None} for arm in arms}
+    tasks = graded[arms[0]] & graded[arms[1]]
+    if not tasks:
+        raise NotComparable(
+            f"--subgroup {flag}: no task has a graded trial where the mechanism {what} in both "
+            f"arms ({arms[0]}: {len(graded[arms[0]])} task(s), {arms[1]}: "
+            f"{len(graded[arms[1]])} task(s)); nothing to compare. The comparison without "
+            "--subgroup is the one to decide on")
     return [t for t in kept if t.outcome.task in tasks], [t for t in plan if t in tasks]
+
+
+def _one_split(data: OutcomeSet, tasks: set[str]) -> None:
+    """A comparison never blends splits: a Δ over dev and holdout tasks is neither's, and
+    spends the holdout as if it were dev. Splits come from the run's manifest (``task_meta``)
+    or an outcomes file's ``split`` field; a source that names none is taken as one split."""
+    meta = (data.manifest or {}).get("task_meta") or {}
+    splits: dict[str, set[str]] = {}
+    for t in data.trials:
+        if t.outcome.task not in tasks:
+            continue
+        split = (meta.get(t.outcome.task) or {}).get("split") or t.outcome.extra_field("split")
+        if split is not None:
+            splits.setdefault(str(split), set()).add(t.outcome.task)
+    if len(splits) > 1:
+        named = ", ".join(f"{k} ({len(v)} task(s))" for k, v in sorted(splits.items()))
+        raise NotComparable(
+            f"{data.source}: the tasks span several splits: {named}; a comparison never blends "
+            "splits. Run each split as its own experiment (select: {split: dev}), or compare "
+            "an outcomes file holding one split's rows")
 
 
 def build_comparison(data: OutcomeSet, *, a: str, b: str, cluster: str = "task",
@@ -153,9 +196,10 @@ def build_comparison(data: OutcomeSet, *, a: str, b: str, cluster: str = "task",
     clusters = data.cluster_map(cluster)
     notes = list(data.notes)
     trials = [t for t in data.trials if t.outcome.arm in (a, b)]
+    _one_split(data, {t.outcome.task for t in trials})
     plan = data.tasks
     if subgroup is not None:
-        trials, plan = _subgroup(trials, plan, subgroup == "triggered")
+        trials, plan = _subgroup(trials, plan, subgroup == "triggered", (a, b))
         notes.append(SELECTION_BIAS.format(what="fired" if subgroup == "triggered"
                                            else "did not fire"))
     res = compare_arms(((t.outcome.task, t.outcome.arm, t.outcome.rep, t.outcome.passed)
@@ -266,11 +310,13 @@ def preference_markdown(section: dict[str, Any]) -> list[str]:
 
 def default_arms(data: OutcomeSet, bar: dict[str, Any] | None = None) -> tuple[str, str] | None:
     """The baseline and the candidate when the command line does not name them: the bar's
-    ``baseline``/``candidate`` if set, else the two arms in the experiment file's order."""
+    ``baseline``/``candidate`` if set, else the two arms in the experiment file's order (a
+    noise floor's A/A copy left out)."""
     if bar and bar.get("baseline") and bar.get("candidate"):
         return str(bar["baseline"]), str(bar["candidate"])
-    if len(data.arms) == 2:
-        return data.arms[0], data.arms[1]
+    arms = [a for a in data.arms if not is_aa_arm(a)]  # a noise floor's copy is not compared
+    if len(arms) == 2:
+        return arms[0], arms[1]
     return None
 
 

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from assay.report.experiment_html import pts
+from assay.report.holdout import reused_banner
 from assay.report.render_narrow import NA, pct
 
 # Everything outside XML 1.0's Char production (control characters, lone surrogates, U+FFFE/F).
@@ -125,7 +126,9 @@ def _cost(cost: dict[str, Any] | None) -> str:
 
 def step_summary_markdown(report: dict[str, Any]) -> str:
     """The verdict, a headline table per arm and Δ with its interval and method."""
-    out = [f"## assay experiment: {md(report.get('name') or '(unnamed)')}", ""]
+    banner = reused_banner(report.get("holdout"))
+    out = [*([f"**{banner}**", ""] if banner else []),
+           f"## assay experiment: {md(report.get('name') or '(unnamed)')}", ""]
     v = report.get("verdict")
     if v is None:
         why = "no bar in the experiment file" if report.get("bar") is None else \

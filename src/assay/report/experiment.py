@@ -30,7 +30,8 @@ from assay.report.abcompare import (
 )
 from assay.report.ci_outputs import md
 from assay.report.experiment_html import pts, write_experiment_html
-from assay.report.holdout import holdout_line, holdout_summary
+from assay.report.holdout import holdout_line, holdout_summary, reused_banner
+from assay.report.noise_floor import measure_noise_floor, noise_floor_arm, noise_floor_markdown
 from assay.report.outcomes import OutcomeSet, TrialOutcome, load_run_outcomes
 from assay.report.render_narrow import NA, pct
 from assay.report.verdict import decide
@@ -179,12 +180,14 @@ def build_experiment_report(run_dir: Path, *, data: OutcomeSet | None = None,
             comparison = build_comparison(data, a=pair[0], b=pair[1], seed=seed)
         except NotComparable as exc:
             notes.append(f"no comparison yet: {exc}")
+    nf_arm = noise_floor_arm(manifest) if data.kind == "run" else None
+    noise = measure_noise_floor(data, nf_arm, seed=seed) if nf_arm else None
     if comparison is not None:
         for arm in pair or ():
             arms[arm]["pass_rate"] = comparison["pass_rate"][arm]["pass_rate"]
             arms[arm]["pass_rate_ci"] = comparison["pass_rate"][arm]["ci"]
         if bar is not None:
-            verdict = decide(bar, comparison, data, seed=seed)
+            verdict = decide(bar, comparison, data, seed=seed, noise_floor=noise)
     for arm in arms.values():
         arm.setdefault("pass_rate", None)
         arm.setdefault("pass_rate_ci", None)
@@ -201,6 +204,8 @@ def build_experiment_report(run_dir: Path, *, data: OutcomeSet | None = None,
             "arms": arms, "trials": [_trial_row(t) for t in data.trials],
             "comparison": comparison, "bar": bar, "verdict": verdict, "notes": notes,
             "holdout": holdout_summary(run_dir) if data.kind == "run" else None,
+            # the experiment's A/A pair (noise_floor: {arm: ...}), when it has one
+            **({"noise_floor": noise} if noise is not None else {}),
             # a fork experiment's prefixes: their cost is apart from every arm's
             **({"fork": fork_totals(run_dir)} if data.kind == "run" and (run_dir / FORKS).is_dir()
                else {}),
@@ -217,10 +222,17 @@ def _usd(x: float | None) -> str:
 
 def verdict_markdown(rep: dict[str, Any]) -> list[str]:
     v, bar = rep.get("verdict"), rep.get("bar")
+    noise = noise_floor_markdown(rep["noise_floor"]) if rep.get("noise_floor") else []
     if v is None:
         return ["**No verdict**: " + ("no bar in the experiment file." if bar is None else
-                                      "no comparison could be made yet."), ""]
+                                      "no comparison could be made yet."), "", *noise]
     out = [f"**Verdict: {v['decision'].upper()}**", ""]
+    cmp = rep.get("comparison")
+    if noise and cmp:  # beside Δ: the difference the setup makes on its own
+        ci = cmp["ci"]
+        ci_s = "no interval" if ci is None else f"[{pts(ci[0])}, {pts(ci[1])}]"
+        out += [f"Δ ({md(cmp['b'])} − {md(cmp['a'])}) = **{pts(cmp['delta'])}** {ci_s}", "",
+                *noise]
     out += [f"- {md(r)}" for r in v["reasons"]]
     out += ["", "| check | hard | want | observed | holds |", "|---|---|---|---|---|"]
     for c in v["checks"]:
@@ -281,7 +293,9 @@ def comparison_markdown(c: dict[str, Any]) -> list[str]:
 
 
 def experiment_markdown(rep: dict[str, Any]) -> str:
-    out = [f"# assay experiment report: {md(rep['name'])}", "",
+    banner = reused_banner(rep.get("holdout"))
+    out = [*([f"**{banner}**", ""] if banner else []),
+           f"# assay experiment report: {md(rep['name'])}", "",
            *([holdout_line(rep["holdout"]), ""] if rep.get("holdout") else [])]
     out += verdict_markdown(rep)
     if rep.get("comparison"):

@@ -31,6 +31,8 @@ from jinja2 import Environment, StrictUndefined, Template
 
 from assay.records.io import atomic_write_text
 from assay.report.experiment_plots import forest, short, strip
+from assay.report.holdout import reused_banner
+from assay.report.noise_floor import noise_floor_markdown
 from assay.report.render_narrow import NA, pct
 
 SCHEMA = "assay.experiment.report/2"
@@ -442,7 +444,11 @@ def render_experiment_html(report: dict[str, Any]) -> str:
     page = {"name": name, "title": short(name, 80), "run_dir": report.get("run_dir") or NA,
             "created": man.get("created_at") or NA, "assay": version(man.get("assay")),
             "identity": man.get("identity_sha256") or NA, "schema": schema,
-            "notes": [str(n) for n in report.get("notes") or []] + _preference_line(report)}
+            "notes": [str(n) for n in report.get("notes") or []] + _preference_line(report),
+            "reused": reused_banner(report.get("holdout")),
+            "noise": " ".join(noise_floor_markdown(report["noise_floor"])).replace("**", "")
+            .replace("`", "")
+            if report.get("noise_floor") else None}
     view = {"verdict": _verdict(report), "bar": _bar(report), "cmp": _comparison(report),
             "arms": _arms(report), "runtime": _runtimes(report), "holdout": _holdout(report),
             "tasks": _tasks(report)}

@@ -69,4 +69,16 @@ def holdout_line(summary: dict[str, Any]) -> str:
             f"(by {by}); {state}; ledger {summary['ledger']}")
 
 
-__all__ = ["holdout_line", "holdout_summary"]
+def reused_banner(summary: dict[str, Any] | None) -> str | None:
+    """The first line of every verdict, comparison and report that rests on a reused holdout
+    (None otherwise): said first, in words a skimming reader cannot miss, because such a
+    number is no longer an unbiased estimate."""
+    if not summary or not summary.get("reused"):
+        return None
+    n = summary["looks"]
+    return (f"HOLDOUT REUSED: this rests on a holdout looked at {n} time{'s' if n != 1 else ''} "
+            f"(allowance {summary['max_looks']}); earlier results on it may have steered which "
+            "candidate is measured here, so it is not an unbiased estimate")
+
+
+__all__ = ["holdout_line", "holdout_summary", "reused_banner"]

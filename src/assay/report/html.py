@@ -21,7 +21,15 @@ from jinja2 import Environment, StrictUndefined, Template
 
 from assay.report.html_cases import failures_view, latency_plot, wrong_view
 from assay.report.narrow import INVALID_COLUMN
-from assay.report.render_narrow import NA, by_label, ci, num, pct, scorer_words
+from assay.report.render_narrow import (
+    NA,
+    agreement_basis,
+    by_label,
+    ci,
+    num,
+    pct,
+    scorer_words,
+)
 
 Kind = Literal["narrow", "coding"]
 KINDS = ("narrow", "coding")
@@ -190,6 +198,7 @@ def _narrow_view(rep: dict[str, Any]) -> dict[str, Any]:
             "rate": pct(ag["rate"]),
             "bar": _interval_bar(ag["rate"]),
             "consistent": ag["consistent_cases"], "full": ag["cases_with_all_repeats"],
+            "words": agreement_basis(ag),
             "unstable": _capped(ag["unstable_cases"]),
         }
     tokens = {

@@ -68,20 +68,32 @@ def _answer_key(row: dict[str, Any]) -> str:
 
 
 def agreement(answered: list[dict[str, Any]], repeats: int) -> dict[str, Any] | None:
-    """How often repeats of a case agree: only cases with every repeat answered count."""
+    """How often repeats of a case agree, over their valid answers only.
+
+    Only cases with every repeat answered count, and within them only the valid answers: an
+    invalid answer carries no label to agree on, and two invalid answers with different texts
+    are not "the same answer" (nor is an invalid one a disagreement with a valid one). A case
+    needs two valid answers to be compared at all; how many answers were invalid is said beside
+    the rate, so a run whose every answer was invalid reads "no case compared", never 100%."""
     if repeats <= 1:
         return None
-    by_case: dict[str, list[str]] = defaultdict(list)
+    by_case: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for r in answered:
-        by_case[r["id"]].append(_answer_key(r))
-    full = {cid: labels for cid, labels in by_case.items() if len(labels) == repeats}
-    consistent = sorted(cid for cid, labels in full.items() if len(set(labels)) == 1)
-    unstable = sorted(cid for cid in full if cid not in set(consistent))
+        by_case[r["id"]].append(r)
+    full = {cid: rows for cid, rows in by_case.items() if len(rows) == repeats}
+    valid = {cid: [_answer_key(r) for r in rows if not r.get("invalid_reason")]
+             for cid, rows in full.items()}
+    compared = {cid: keys for cid, keys in valid.items() if len(keys) >= 2}
+    consistent = sorted(cid for cid, keys in compared.items() if len(set(keys)) == 1)
+    unstable = sorted(cid for cid in compared if cid not in set(consistent))
     return {
         "cases_with_all_repeats": len(full),
+        "cases_compared": len(compared),
         "consistent_cases": len(consistent),
-        "rate": _ratio(len(consistent), len(full)),
+        "rate": _ratio(len(consistent), len(compared)),
         "unstable_cases": unstable,
+        "answers": sum(len(rows) for rows in full.values()),
+        "invalid_answers": sum(len(rows) - len(valid[cid]) for cid, rows in full.items()),
     }
 
 

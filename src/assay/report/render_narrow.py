@@ -60,13 +60,31 @@ def headline_rows(rep: dict[str, Any]) -> list[tuple[str, str]]:
         rows.insert(1, ("not yet answered", f"{rep['missing_rows']} (resume with the same --out)"))
     if rep["agreement"]:
         ag = rep["agreement"]
-        rows.append(("agreement across repeats",
-                     f"{pct(ag['rate'])} ({ag['consistent_cases']} of "
-                     f"{ag['cases_with_all_repeats']} cases identical)"))
+        rows.append(("agreement across repeats", agreement_words(ag)))
     if rep["invalid_reasons"]:
         rows.append(("invalid reasons", ", ".join(f"{k}: {v}" for k, v in
                                                    sorted(rep["invalid_reasons"].items()))))
     return rows
+
+
+def agreement_basis(ag: dict[str, Any]) -> str:
+    """What the agreement rate rests on: the cases compared (two valid answers or more) and
+    how many answers were invalid, so that a rate over few valid answers, or none, cannot read
+    as stability."""
+    compared = ag.get("cases_compared")
+    if compared is None:  # a report from before invalid answers were left out
+        return (f"{ag['consistent_cases']} of {ag['cases_with_all_repeats']} cases identical, "
+                "invalid answers included")
+    invalid = f"{ag['invalid_answers']} of {ag['answers']} answers invalid, left out"
+    if not compared:
+        return f"no case has two valid answers; {invalid}"
+    return (f"{ag['consistent_cases']} of {compared} cases with two or more valid answers "
+            f"identical; {invalid}")
+
+
+def agreement_words(ag: dict[str, Any]) -> str:
+    """The agreement figure and what it rests on, in one cell."""
+    return f"{pct(ag['rate'])} ({agreement_basis(ag)})"
 
 
 def by_label(rep: dict[str, Any]) -> bool:

@@ -9,6 +9,10 @@ The rule, applied in this order (every check is listed in the output, whatever t
   ``1 + max_cost_increase`` times the baseline's.
 - **No regression**: the interval's lower bound above ``-max_regression``.
 - **Improvement**: Δ at least ``hoped_improvement``.
+- **Noise floor** (when the experiment measured one, ``noise_floor: {arm: ...}``): the A/A
+  interval of that arm against its interleaved copy includes 0. When it excludes 0 the setup
+  itself is unstable and the verdict says so; it is never an accept (the check is listed like
+  the others, and an unmeasured floor is ``ok: null``).
 
 **Reject** when a hard requirement fails, or when the interval's upper bound is below
 ``hoped_improvement`` (the hoped-for effect is ruled out). **Accept** when every check holds.
@@ -73,9 +77,23 @@ def _reps(data: OutcomeSet) -> int:
     return max(per.values(), default=1)
 
 
+def _noise_check(nf: dict[str, Any]) -> dict[str, Any]:
+    """The measured noise floor as a check: an A/A interval that excludes 0 (or none at all)
+    can never let a change be accepted."""
+    ci = nf.get("ci")
+    observed = ("not measured: " + str(nf.get("why_unknown")) if nf.get("delta") is None else
+                f"Δ A/A = {_fmt(nf['delta'])}" + ("" if ci is None else
+                                                   f" [{_fmt(ci[0])}, {_fmt(ci[1])}]")
+                + f", {len(nf['flipped'])} of {nf['n_tasks']} task(s) flipped")
+    return {"name": "noise_floor", "hard": False,
+            "want": f"the A/A interval ({nf['arm']} against {nf['copy']}) includes 0",
+            "observed": observed, "ok": nf.get("stable")}
+
+
 def decide(bar: dict[str, Any], cmp: dict[str, Any], data: OutcomeSet, *,
-           seed: int = 0) -> dict[str, Any]:
-    """The verdict object (see the module docstring for the rule)."""
+           seed: int = 0, noise_floor: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The verdict object (see the module docstring for the rule). ``noise_floor``: the
+    experiment's measured A/A figures (``report/noise_floor.py``), when it has them."""
     b = cmp["b"]
     checks: list[dict[str, Any]] = []
     allowed = int(bar.get("integrity_violations", 0))
@@ -104,7 +122,16 @@ def decide(bar: dict[str, Any], cmp: dict[str, Any], data: OutcomeSet, *,
                    "want": f"Δ at least {_fmt(hoped)}", "observed": f"Δ = {_fmt(cmp['delta'])}",
                    "ok": cmp["delta"] >= hoped})
 
+    if noise_floor is not None:
+        checks.append(_noise_check(noise_floor))
+
     reasons: list[str] = []
+    if noise_floor is not None and noise_floor.get("stable") is False:
+        reasons.append(f"the setup itself is unstable: two interleaved copies of "
+                       f"{noise_floor['arm']} differ by {_fmt(noise_floor['delta'])} and the "
+                       "A/A interval excludes 0, so a difference between arms cannot be told "
+                       "from the setup's own noise; find it (flaky tasks, shared caches or "
+                       "state, a drifting model) before deciding")
     failed_hard = [c for c in checks if c["hard"] and c["ok"] is False]
     for c in failed_hard:
         reasons.append(f"hard requirement {c['name']} failed: want {c['want']}, observed "

@@ -19,6 +19,12 @@ there the refusal names the field. The judge file itself (its model, prompt, rub
 the identity: a judge grades, it does not run, so editing it never invalidates trials; the
 plan in ``<run>/pairwise/`` pins the judge's revision and refuses to mix two judges there.
 
+Splits are never mixed by accident: without ``select.split`` only dev tasks may run (tasks
+spanning splits are refused, naming them, and so are tasks all in validation or holdout: such a
+look is taken on purpose, by naming the split). ``noise_floor: {arm: A}`` adds an A/A copy of
+arm ``A`` named ``A~aa`` after every check of the file as written (``with_aa_copy``): from then
+on it is an arm like the others, interleaved by ``plan`` and fingerprinted in the identity.
+
 The module runs past 400 lines because the file's schema, its cross-field checks and the
 identity it yields are one contract, read together when any of them changes.
 """
@@ -192,6 +198,28 @@ class Fork(_Strict):
         return value
 
 
+class NoiseFloor(_Strict):
+    """Measure the setup's own noise: a second, interleaved copy of one arm (an A/A pair)."""
+
+    arm: str = Field(min_length=1)
+    """The arm to run twice (usually the baseline); its copy is named ``<arm>~aa``."""
+
+
+#: The A/A copy of a noise-floor arm is named ``<arm>`` + this (``~`` is never in an arm name
+#: the file may use, so it cannot collide with one).
+AA_SUFFIX = "~aa"
+
+
+def aa_arm(arm: str) -> str:
+    """The name of the A/A copy of ``arm``."""
+    return arm + AA_SUFFIX
+
+
+def is_aa_arm(name: str) -> bool:
+    """Whether ``name`` is an A/A copy (never an arm of a comparison by default)."""
+    return name.endswith(AA_SUFFIX)
+
+
 class ExperimentSpec(_Strict):
     """``experiment.yaml``, as written."""
 
@@ -223,6 +251,9 @@ class ExperimentSpec(_Strict):
     """Run a prefix once per (task, repetition) and start every arm from its frozen state."""
     pairwise: Pairwise | None = None
     """After the trials, a judge's per-task preference between two arms."""
+    noise_floor: NoiseFloor | None = None
+    """Run a second, interleaved copy of one arm and report the A/A difference: the noise
+    floor of this setup (``exp verdict`` refuses to accept while it is not stable)."""
 
 
 @dataclass(frozen=True)
@@ -275,8 +306,12 @@ def load_experiment(path: Path) -> Experiment:
                 problems.append(problem(("weights", task), f"no task {task!r} in tasks"))
             elif weight <= 0:
                 problems.append(problem(("weights", task), "a weight must be above 0"))
+    if spec.noise_floor is not None and spec.noise_floor.arm not in spec.arms:
+        problems.append(problem(("noise_floor", "arm"), f"no arm {spec.noise_floor.arm!r} in "
+                                f"arms (arms: {', '.join(spec.arms)})"))
     if problems:
         raise SuiteError(problems)
+    spec = with_aa_copy(spec)
     bundles = {b.id: b for b in sorted(selected, key=lambda b: b.id)}
     sha = hashlib.sha256(raw).hexdigest()
     settings = _settings(spec)
@@ -290,12 +325,25 @@ def load_experiment(path: Path) -> Experiment:
                       identity=identity)
 
 
+def with_aa_copy(spec: ExperimentSpec) -> ExperimentSpec:
+    """The spec with the noise floor's A/A copy among its arms (after every check of the file
+    as written): the copy is an arm like any other from here on, so it is scheduled
+    interleaved with the others (``plan``), gets its own trials, and is fingerprinted in the
+    identity and the manifest. Without ``noise_floor`` the spec is returned unchanged."""
+    if spec.noise_floor is None:
+        return spec
+    arm = spec.noise_floor.arm
+    arms = dict(spec.arms)
+    arms.setdefault(aa_arm(arm), spec.arms[arm].model_copy(deep=True))
+    return spec.model_copy(update={"arms": arms})
+
+
 def _settings(spec: ExperimentSpec) -> dict[str, Any]:
     """The file's settings as frozen in the identity. Fields added after the first experiment
     format are left out while unset (absent, not null), so a run begun before they existed
     still resumes with the same identity."""
     settings = spec.model_dump(mode="json")
-    for key in ("fork", "pairwise"):
+    for key in ("fork", "pairwise", "noise_floor"):
         if settings.get(key) is None:
             settings.pop(key, None)
     for arm in settings["arms"].values():
@@ -361,12 +409,37 @@ def _select(spec: ExperimentSpec, found: dict[str, Bundle], problem: ProblemAt,
               and (sel.ids is None or b.id in sel.ids)]
     if found and not chosen:
         problems.append(problem(("select",), f"selects none of the {len(found)} tasks found"))
+    if sel.split is None and chosen:  # at select: when it is written, else at tasks:
+        at = ("select",) if "select" in spec.model_fields_set else ("tasks",)
+        problems += _unnamed_split(chosen, lambda msg: problem(at, msg))
     for b in chosen:  # no trial of it could run: refused here, not retried as infra errors
         why = b.spec.initial_state.environment.unsupported
         if why is not None:
             problems.append(problem(("tasks",), f"task {b.id!r} ({b.root}): unsupported "
                                     f"environment: {why}"))
     return chosen
+
+
+def _unnamed_split(chosen: list[Bundle], problem: Callable[[str], Problem]) -> list[Problem]:
+    """Without ``select.split`` only dev tasks run: a comparison never blends splits (a Δ
+    over dev and holdout tasks is neither's), and a holdout (or validation) look is taken only
+    on purpose, by naming its split, never because ``select:`` was left out."""
+    splits: dict[str, list[str]] = {}
+    for b in chosen:
+        splits.setdefault(b.spec.split, []).append(b.id)
+    if set(splits) == {"dev"}:
+        return []
+    counts = ", ".join(f"{name} ({len(ids)}: {', '.join(sorted(ids)[:3])}"
+                       f"{', …' if len(ids) > 3 else ''})" for name, ids in sorted(splits.items()))
+    if len(splits) > 1:
+        return [problem(f"the tasks span several splits: {counts}; a "
+                        "comparison never blends splits. Name one: select: {split: dev} to "
+                        "develop on (validation or holdout only on purpose, in a run of its "
+                        "own)")]
+    (name,) = splits
+    return [problem(f"every task is in the {name} split ({counts}) and "
+                    f"select names no split: a {name} look is taken only on purpose. Write "
+                    f"select: {{split: {name}}} to take it")]
 
 
 def _check_prices(spec: ExperimentSpec, problem: ProblemAt) -> list[Problem]:
@@ -417,7 +490,8 @@ def pairwise_arms(spec: ExperimentSpec) -> tuple[str, str] | None:
         return None
     bar = spec.bar
     return resolve_arms(spec.pairwise, bar.baseline if bar else None,
-                        bar.candidate if bar else None, list(spec.arms))
+                        bar.candidate if bar else None,
+                        [a for a in spec.arms if not is_aa_arm(a)])
 
 
 def bar_sha256(bar: dict[str, Any] | None) -> str | None:
