@@ -105,7 +105,8 @@ def test_missing_prompt(tmp_path: Path) -> None:
 def test_yaml_unknown_key_names_line(tmp_path: Path) -> None:
     [p] = problems(make_suite(tmp_path, [case("a")],
                               yaml_text="labels: [bug]\ntemprature: 0.5\n"))
-    assert "suite.yaml:2: field 'temprature': unknown setting" in p
+    assert ("suite.yaml:2: field 'temprature': unknown key 'temprature': did you mean "
+            "'temperature'?") in p
 
 
 def test_yaml_bad_value(tmp_path: Path) -> None:

@@ -151,7 +151,7 @@ def exp_run(
     = False,
     executor: Annotated[str, typer.Option(
         "--executor", help="Where attempts run: local (this machine, the default) or ray "
-        "(Ray tasks on a cluster; pip install 'assay[ray]'; docs/scaling.md).")] = "local",
+        "(Ray tasks on a cluster; pip install 'assay\\[ray]'; docs/scaling.md).")] = "local",
     ray_address: Annotated[str | None, typer.Option(
         "--ray-address", help="With --executor ray: the cluster to join (auto, HOST:PORT or "
         "ray://HOST:PORT; default auto).")] = None,

@@ -263,7 +263,7 @@ def load_bundle(root: Path) -> Bundle:
     try:
         spec = TaskSpec.model_validate(data)
     except ValidationError as exc:
-        raise validation_error(path, text, exc) from exc
+        raise validation_error(path, text, exc, model=TaskSpec) from exc
     problems = []
     acc = spec.acceptance
     for check in ("behavior", "regression"):

@@ -25,7 +25,7 @@ from assay.suites.scorer_config import (
     parse_scorer,
     problems_at,
 )
-from assay.suites.yamlfile import key_lines, line_of, parse_yaml
+from assay.suites.yamlfile import key_lines, line_of, parse_yaml, unknown_key_message
 
 CASES_FILE = Path("data/cases.jsonl")
 TRAIN_FILE = Path("data/train.jsonl")
@@ -146,7 +146,7 @@ def _load_config(root: Path) -> tuple[SuiteConfig, ScorerSpec]:
             field = ".".join(loc) if loc else None
             msg = err["msg"]
             if err["type"] == "extra_forbidden":
-                msg = "unknown setting (allowed: " + ", ".join(SuiteConfig.model_fields) + ")"
+                msg = unknown_key_message(SuiteConfig, tuple(loc)) or msg
             problems.append(Problem(path, line_of(lines, tuple(loc[:1])) if loc else None, field,
                                     msg))
         raise SuiteError(problems) from exc

@@ -285,7 +285,8 @@ def load_experiment(path: Path) -> Experiment:
     try:
         spec = ExperimentSpec.model_validate(data)
     except ValidationError as exc:
-        raise validation_error(path, text, exc, items=True) from exc
+        raise validation_error(path, text, exc, items=True,
+                               model=ExperimentSpec) from exc
     lines = key_lines(text, items=True)
 
     def problem(loc: tuple[str, ...], message: str) -> Problem:

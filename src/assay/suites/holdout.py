@@ -51,7 +51,7 @@ def load_policy(folder: Path) -> HoldoutPolicy:
     try:
         return HoldoutPolicy.model_validate(load_mapping(path, text))
     except ValidationError as exc:
-        raise validation_error(path, text, exc) from exc
+        raise validation_error(path, text, exc, model=HoldoutPolicy) from exc
 
 
 def holdout_folders(bundles: Iterable[Bundle]) -> dict[Path, list[str]]:

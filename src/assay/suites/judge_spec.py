@@ -222,7 +222,7 @@ def load_criteria(path: Path, text: str) -> tuple[Criterion, ...]:
     try:
         criteria = TypeAdapter(list[Criterion]).validate_python(data)
     except ValidationError as exc:
-        raise validation_error(path, text, exc, items=True) from exc
+        raise validation_error(path, text, exc, items=True, model=list[Criterion]) from exc
     lines = key_lines(text, items=True)
     seen: set[str] = set()
     problems = []
@@ -270,7 +270,7 @@ def load_judge(path: Path) -> LoadedJudge:
     try:
         spec = JudgeSpec.model_validate(data)
     except ValidationError as exc:
-        raise validation_error(path, text, exc) from exc
+        raise validation_error(path, text, exc, model=JudgeSpec) from exc
     lines = key_lines(text)
     if spec.base_url and spec.base_url_env:
         raise SuiteError.one(path, "give base_url or base_url_env, not both",

@@ -8,11 +8,14 @@ for every file type means a ``file:line: field 'x'`` message reads the same ever
 
 from __future__ import annotations
 
+import difflib
+import types
+import typing
 from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from assay.suites.errors import Problem, SuiteError
 
@@ -73,12 +76,67 @@ def load_mapping(path: Path, text: str) -> dict[str, Any]:
     return data
 
 
+def _model_at(model: Any, loc: tuple[str, ...]) -> type[BaseModel] | None:
+    """The pydantic model that validates the mapping at ``loc`` below ``model``, following
+    fields, list items and dict values; None where the path leaves the models."""
+    node: Any = model
+    parts = list(loc)
+    while True:
+        origin = typing.get_origin(node)
+        if origin in (typing.Union, types.UnionType, typing.Annotated):
+            inner = [a for a in typing.get_args(node) if a is not type(None)]
+            if origin is typing.Annotated:
+                inner = inner[:1]
+            models = [a for a in inner if _model_at(a, ()) is not None or
+                      typing.get_origin(a) in (list, dict)]
+            if len(models) != 1:
+                return None
+            node = models[0]
+            continue
+        if not parts:
+            return node if isinstance(node, type) and issubclass(node, BaseModel) else None
+        part = parts.pop(0)
+        if origin is list:
+            node = typing.get_args(node)[0]
+        elif origin is dict:
+            node = typing.get_args(node)[1]
+        elif isinstance(node, type) and issubclass(node, BaseModel):
+            fields = {(f.alias or n): f for n, f in node.model_fields.items()}
+            fields.update(node.model_fields)
+            if part not in fields:
+                return None
+            node = fields[part].annotation
+        else:
+            return None
+
+
+def unknown_key_message(model: Any, loc: tuple[str, ...]) -> str | None:
+    """"unknown key" with the nearest known key (a typo is the usual cause) or the keys that
+    are allowed there; None when the models do not say what is allowed at ``loc``."""
+    if not loc:
+        return None
+    parent = _model_at(model, loc[:-1])
+    if parent is None:
+        return None
+    known = sorted({f.alias or n for n, f in parent.model_fields.items()})
+    near = difflib.get_close_matches(loc[-1], known, n=1, cutoff=0.6)
+    if near:
+        return f"unknown key {loc[-1]!r}: did you mean {near[0]!r}?"
+    return f"unknown key {loc[-1]!r} (allowed here: {', '.join(known)})"
+
+
 def validation_error(path: Path, text: str, exc: ValidationError, *,
-                     items: bool = False) -> SuiteError:
-    """Every pydantic problem of ``exc`` as a ``Problem`` with its line and dotted field."""
+                     items: bool = False, model: Any = None) -> SuiteError:
+    """Every pydantic problem of ``exc`` as a ``Problem`` with its line and dotted field. Given
+    the ``model`` that was validated, an unknown key names the nearest known one."""
     lines = key_lines(text, items=items)
     problems = []
     for e in exc.errors():
         loc = tuple(str(x) for x in e["loc"])
-        problems.append(Problem(path, line_of(lines, loc), ".".join(loc) or None, e["msg"]))
+        msg = e["msg"]
+        if e["type"] == "extra_forbidden" and model is not None:
+            msg = unknown_key_message(model, loc) or msg
+        elif e["type"] == "missing":
+            msg = "required key missing"
+        problems.append(Problem(path, line_of(lines, loc), ".".join(loc) or None, msg))
     return SuiteError(problems)
