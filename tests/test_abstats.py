@@ -88,13 +88,13 @@ TINY = {
 
 
 def test_delta_and_t_interval_tasks_as_clusters() -> None:
-    res = compare_arms(_trials(TINY), a="A", b="B")
+    res = compare_arms(_trials(TINY), a="A", b="B", method="cluster_t")
     # diffs .5, .5, -.5: mean 1/6; sample variance 1/3, so SE = sqrt(1/3 / 3) = 1/3.
     assert res.delta == pytest.approx(1 / 6)
     assert res.se == pytest.approx(1 / 3)
     assert res.df == 2 and res.n_clusters == 3 and res.n_tasks == 3
-    half = 4.302653 * (1 / 3)
-    assert res.ci == pytest.approx((1 / 6 - half, 1 / 6 + half), abs=1e-6)
+    # 1/6 ± 4.302653/3 = [-1.27, +1.60] reaches outside [-1, 1]: clipped there.
+    assert res.ci == (-1.0, 1.0)
     assert res.method == "cluster_t"
     assert [r.diff for r in res.per_task] == [0.5, 0.5, -0.5]
     assert (res.per_task[0].n_a, res.per_task[0].passed_a, res.per_task[0].p_a) == (2, 1, 0.5)
@@ -107,12 +107,30 @@ def test_t_interval_on_families() -> None:
     # Family X = {t1, t2}: D = .5, W = 2; family Y = {t3}: D = -.5, W = 1.
     # Δ = (2*.5 - .5)/3 = 1/6 (unchanged by clustering).
     # Residuals W(D-Δ): 2/3 and -2/3; SE² = 2/1 * (8/9) / 3² = 16/81, SE = 4/9, df = 1.
-    res = compare_arms(_trials(TINY), a="A", b="B", clusters={"t1": "X", "t2": "X", "t3": "Y"})
+    res = compare_arms(_trials(TINY), a="A", b="B", clusters={"t1": "X", "t2": "X", "t3": "Y"},
+                       method="cluster_t")
     assert res.delta == pytest.approx(1 / 6)
     assert res.se == pytest.approx(4 / 9)
     assert res.df == 1 and res.n_clusters == 2
-    half = 12.706205 * 4 / 9
-    assert res.ci == pytest.approx((1 / 6 - half, 1 / 6 + half), abs=1e-5)
+    assert res.ci == (-1.0, 1.0)  # 1/6 ± 12.706 * 4/9, clipped
+
+
+def test_moderated_t_by_hand() -> None:
+    # 8 tasks, one trial each: A passes t0-t4, B t0-t6; diffs 0,0,0,0,0,+1,+1,0.
+    table = {f"t{i}": ([i < 5], [i < 7]) for i in range(8)}
+    res = compare_arms(_trials(table), a="A", b="B")
+    assert res.method == "moderated_t" and res.df == 7
+    # Δ = 2/8; CR1: 8/7 * Σ(d - Δ)² / 64 = 8/7 * (6 * 1/16 + 2 * 9/16) / 64 = 3/112.
+    # Prior: each task 1/4 + 1/4 = 1/2, so V_prior = 8 * 1/2 / 64 = 1/16.
+    # SE² = (2 * 1/16 + 7 * 3/112) / (2 + 7) = (1/8 + 3/16) / 9 = 5/144.
+    assert res.delta == pytest.approx(0.25)
+    assert res.se == pytest.approx(math.sqrt(5 / 144))
+    half = 2.364624 * math.sqrt(5 / 144)  # t_{7, 0.975}
+    assert res.ci == pytest.approx((0.25 - half, 0.25 + half), abs=1e-5)
+    # The plain cluster t is narrower here: the prior counts for two clusters of nine.
+    plain = compare_arms(_trials(table), a="A", b="B", method="cluster_t")
+    assert plain.se == pytest.approx(math.sqrt(3 / 112))
+    assert plain.ci[1] - plain.ci[0] < res.ci[1] - res.ci[0]
 
 
 def test_weights() -> None:
