@@ -26,8 +26,8 @@ pA,i), not the Δ of the grid: the estimand of a per-task paired comparison is h
 B does on *these* tasks, and near 0 or 1 clipping moves it away from the nominal Δ (at a
 baseline of 0.1 a Δ of -0.2 cannot be had). An interval "covers" when lo <= truth <= hi.
 
-The three intervals, each at 95%: assay's (``stats.moderated.moderated_t``, what ``exp
-compare`` shows and ``exp verdict`` decides on, with the same prior and clusters), the plain
+The three intervals, each at 95%: assay's (``stats.moderated.difference_interval``, what
+``exp compare`` shows and ``exp verdict`` decides on, with the same prior and clusters), the plain
 cluster t (Δ ± t_{G-1} SE, what assay used before) and the percentile bootstrap over clusters
 (``--boot`` resamples, the same for every table of a cell). Widths are means over the cell's
 tables; "zero" counts tables whose interval has zero width. Targets: coverage >= 0.93 in every
@@ -45,7 +45,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from assay.stats.moderated import difference_prior_var, moderated_t
+from assay.stats.moderated import difference_interval
 from assay.stats.tdist import t_ppf
 
 TASKS = (4, 6, 10, 20, 40, 100)
@@ -107,8 +107,9 @@ def simulate(cell: Cell, n: int, rng: np.random.Generator) -> Tables:
 def assay_interval(t: Tables) -> tuple[np.ndarray, np.ndarray]:
     """assay's interval on every table: the code ``compare_arms`` runs."""
     w = np.ones(t.codes.shape[0])
-    prior = np.broadcast_to(difference_prior_var(t.reps, t.reps), t.k_a.shape)
-    _, lo, hi, _ = moderated_t((t.k_b - t.k_a) / t.reps, w, t.codes, prior, level=LEVEL)
+    n = np.full(t.codes.shape[0], float(t.reps))
+    _, lo, hi, _ = difference_interval(t.k_a / t.reps, n, t.k_b / t.reps, n, w, t.codes,
+                                       level=LEVEL)
     return lo, hi
 
 

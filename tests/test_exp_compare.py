@@ -12,10 +12,13 @@ repetitions per arm, and t5 run by A only (B's trials never graded):
     t4    1 0    .5    0 0    0     -.5    (B rep 0 tampered with the test runner)
 
 Δ = (0 + .5 + .5 - .5) / 4 = .125. By task (G = 4): deviations -.125 .375 .375 -.625, squares
-sum .6875, SE² = 4/3 · .6875 / 16 = .0572917, SE = .2393570, t(3, .975) = 3.1824463, half-width
-.7617392, interval [-.6367392, .8867392]. By family (G = 2): D_F1 = .25, D_F2 = 0, SE² = 2/1 ·
-(.25² + .25²) / 16 = .015625, SE = .125, t(1, .975) = 12.7062047, interval [-1.4632756,
-1.7132756]. New failures: t4 (A passed once, B never), family F2. Cost counts every trial,
+sum .6875, cluster-robust SE² = 4/3 · .6875 / 16 = .0572917 (the plain cluster t: SE =
+.2393570, interval [-.6367392, .8867392]). The default moderated t adds the prior of two
+trials a task and arm at ½: ¼/2 + ¼/2 = .25 a task, V_prior = 4 · .25 / 16 = .0625; SE² = (2 ·
+.0625 + 3 · .0572917) / 5 = .059375, SE = .2436699, t(3, .975) = 3.1824463, half-width
+.7754662, interval [-.6504662, .9004662]. By family (G = 2): D_F1 = .25, D_F2 = 0, CR1 SE² =
+2/1 · (.25² + .25²) / 16 = .015625; moderated SE² = (2 · .0625 + .015625) / 3 = .046875, SE
+= .2165064, t(1, .975) = 12.7062047: [-2.63, 2.88] clipped to [-1, 1]. New failures: t4 (A passed once, B never), family F2. Cost counts every trial,
 t5's too: A 9 × $0.10 = $0.90 over 5 accepted = $0.18, a lower bound (one row incomplete); B
 9 × $0.20 = $1.80 (the ungraded t5 was paid for) over 5 accepted = $0.36, complete. B's
 runtimes 10..70 s and one timeout at 600 s: p50 (4th of 8) 40 s, p90 (8th) and max fall on the
@@ -80,9 +83,12 @@ def _compare(*args: str) -> dict:
 def test_compare_outcomes_file_by_task(hand: Path) -> None:
     c = _compare(str(hand), "--a", "A", "--b", "B")
     assert c["delta"] == pytest.approx(0.125)
-    assert c["method"] == "cluster_t" and c["n_clusters"] == 4 and c["n_tasks"] == 4
-    assert c["ci"] == pytest.approx([-0.6367392, 0.8867392], abs=1e-6)
-    assert c["se"] == pytest.approx(0.2393570, abs=1e-6) and c["df"] == 3
+    assert c["method"] == "moderated_t" and c["n_clusters"] == 4 and c["n_tasks"] == 4
+    assert c["ci"] == pytest.approx([-0.6504662, 0.9004662], abs=1e-6)
+    assert c["se"] == pytest.approx(0.2436699, abs=1e-6) and c["df"] == 3
+    plain = _compare(str(hand), "--a", "A", "--b", "B", "--method", "cluster_t")
+    assert plain["ci"] == pytest.approx([-0.6367392, 0.8867392], abs=1e-6)
+    assert plain["se"] == pytest.approx(0.2393570, abs=1e-6)
     per = {r["task"]: r for r in c["per_task"]}
     assert per["t2"]["p_a"] == 0.5 and per["t2"]["p_b"] == 1.0 and per["t4"]["diff"] == -0.5
     assert c["new_failures"] == {"t4": ["t4"]}  # clustered by task: the task is its cluster
@@ -109,7 +115,7 @@ def test_compare_outcomes_file_by_task(hand: Path) -> None:
 def test_compare_clusters_by_family_and_by_any_field(hand: Path) -> None:
     c = _compare(str(hand), "--a", "A", "--b", "B", "--cluster", "family")
     assert c["n_clusters"] == 2 and c["cluster_by"] == "family"
-    assert c["ci"] == pytest.approx([-1.4632756, 1.7132756], abs=1e-6)
+    assert c["ci"] == [-1.0, 1.0] and c["se"] == pytest.approx(0.2165064, abs=1e-6)
     assert c["new_failures"] == {"F2": ["t4"]}
     r = _compare(str(hand), "--a", "A", "--b", "B", "--cluster", "repo")
     assert r["n_clusters"] == 2 and r["ci"] == pytest.approx(c["ci"])  # same grouping

@@ -245,9 +245,10 @@ def test_paired_identical_configs_never_zero_width():
     rep = np.repeat(a, 5)
     cases = np.repeat(np.arange(a.size), 5)
     assert paired_bootstrap_diff(rep, rep, cases) == pytest.approx((0.0, lo, hi))
-    # Four pairs, all equal: wide, inside [-1, 1].
+    # Four pairs, all passing: about the width of 4 of 4's Wilson interval [.51, 1] on each
+    # side (the arms sit at 1, so their widths add as if independent), never zero.
     d4, lo4, hi4 = paired_diff_interval([1, 1, 1, 1], [1, 1, 1, 1])
-    assert d4 == 0.0 and -1.0 < lo4 < -0.5 and 0.5 < hi4 < 1.0
+    assert d4 == 0.0 and lo4 == pytest.approx(-0.4898908, abs=1e-6) and hi4 == -lo4
     # One cluster: nothing is known about another draw of cases.
     assert paired_diff_interval([1, 0, 1], [1, 1, 1], ["c", "c", "c"]) == (1 / 3, -1.0, 1.0)
 
@@ -274,17 +275,25 @@ def test_clustering_widens_interval_for_correlated_items():
 def test_unequal_clusters_use_ratio_estimator():
     # Cluster "x": 1 item, d = 1. Cluster "y": 3 items, d = 0.
     # Point estimate is the item mean: 1/4 = 0.25 (not the mean of cluster means, 0.5).
-    # Weights 1 and 3: CR1 = 2 * ((1 * .75)² + (3 * .25)²) / 16 = 9/64; prior one pair at ½
-    # per cluster: (1 + 9) * 0.5 / 16 = 5/16; SE² = (2 * 5/16 + 9/64) / 3 = 49/192.
     a = [0, 0, 0, 0]
     b = [1, 0, 0, 0]
     diff, lo, hi = paired_bootstrap_diff(a, b, ["x", "y", "y", "y"], n_boot=4000)
     assert diff == pytest.approx(0.25)
-    assert (lo, hi) == (-1.0, 1.0)  # two clusters, t_1: clipped to the range
-    # At 50% t_{1, .75} = 1: 0.25 ± sqrt(49/192).
-    _, lo50, hi50 = paired_bootstrap_diff(a, b, ["x", "y", "y", "y"], level=0.5)
-    half = (49 / 192) ** 0.5
-    assert lo50 == pytest.approx(0.25 - half) and hi50 == pytest.approx(0.25 + half)
+    assert -1.0 < lo < 0.0 < diff < hi <= 1.0
+
+
+def test_scores_outside_the_unit_range_get_the_moderated_t_on_their_range():
+    # Scores 0..2: span 2. Cluster "x": 1 item, d = 2; "y": 3 items, d = 0. Δ = 0.5.
+    # Weights 1 and 3: CR1 = 2 * ((1 * 1.5)² + (3 * .5)²) / 16 = 9/16; prior one pair at the
+    # middle of the range per cluster, .5 * 2² = 2: V_prior = (1 + 9) * 2 / 16 = 5/4;
+    # SE² = (2 * 5/4 + 9/16) / 3 = 49/48. At 95% t_1 reaches past ±2: clipped there.
+    a = [0, 0, 0, 0]
+    b = [2, 0, 0, 0]
+    assert paired_diff_interval(a, b, ["x", "y", "y", "y"]) == (0.5, -2.0, 2.0)
+    # At 50% t_{1, .75} = 1: 0.5 ± sqrt(49/48).
+    _, lo50, hi50 = paired_diff_interval(a, b, ["x", "y", "y", "y"], level=0.5)
+    half = (49 / 48) ** 0.5
+    assert lo50 == pytest.approx(0.5 - half) and hi50 == pytest.approx(0.5 + half)
 
 
 def test_paired_cluster_labels_any_hashable():

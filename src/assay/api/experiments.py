@@ -32,7 +32,7 @@ def _pair(data: Any, a: str | None, b: str | None) -> tuple[str, str]:
 
 
 def compare_experiment(source: PathLike, *, a: str | None = None, b: str | None = None,
-                       cluster: str = "task", method: str = "cluster_t", seed: int = 0,
+                       cluster: str = "task", method: str = "wilson_mover", seed: int = 0,
                        subgroup: str | None = None,
                        reward_threshold: float | None = None,
                        preference: PathLike | None = None) -> dict[str, Any]:

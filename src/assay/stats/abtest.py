@@ -10,12 +10,15 @@ are correlated), because tasks from one family share difficulty and a fix
 that helps one often helps its siblings; treating them as independent makes
 the interval too narrow (the simulation test shows by how much).
 
-The default interval is the moderated cluster t of ``stats.moderated``: the
-cluster t's variance pooled with a prior worth two clusters, so that four
-tasks that all pass in both arms give a wide interval, not a zero-width one,
-and clipped to [-1, 1]. The plain cluster t and the two bootstraps stay
-available for comparison (also clipped); a zero-width result from one of
-them is flagged in ``notes``.
+The default interval (``wilson_mover``, ``stats.moderated.difference_interval``)
+combines the two arms' clustered Wilson intervals with a correlation set by the
+cluster t's variance pooled with a prior worth two clusters: four tasks that
+all pass in both arms give a wide interval, not a zero-width one, three tasks
+fixed out of three give a lower bound above zero, and it never leaves
+[-1, 1]. ``moderated_t`` is the same variance in a symmetric t interval; the
+plain cluster t and the two bootstraps stay available for comparison (also
+clipped to [-1, 1]); a zero-width result from one of them is flagged in
+``notes``.
 
 This module is over the usual size because the three interval methods share
 one aggregation and must stay consistent with it; splitting them would
@@ -34,7 +37,7 @@ import numpy as np
 
 from assay.errors import NotComparable
 from assay.stats.intervals import _check_level
-from assay.stats.moderated import difference_prior_var, moderated_t_interval
+from assay.stats.moderated import difference_interval, difference_prior_var, moderated_t_interval
 from assay.stats.paired import _cluster_ratio_bootstrap, mcnemar_exact
 from assay.stats.tdist import t_ppf
 
@@ -48,8 +51,9 @@ __all__ = [
     "compare_arms",
 ]
 
-Method = Literal["moderated_t", "cluster_t", "bootstrap_percentile", "bootstrap_studentized"]
-METHODS: tuple[str, ...] = ("moderated_t", "cluster_t", "bootstrap_percentile",
+Method = Literal["wilson_mover", "moderated_t", "cluster_t", "bootstrap_percentile",
+                 "bootstrap_studentized"]
+METHODS: tuple[str, ...] = ("wilson_mover", "moderated_t", "cluster_t", "bootstrap_percentile",
                             "bootstrap_studentized")
 
 
@@ -96,8 +100,8 @@ class ABResult:
 
     ``ci`` is ``None`` when no interval exists (fewer than two clusters): an
     interval from one cluster would be invented, not estimated. ``se`` is the
-    moderated standard error for ``moderated_t`` and the cluster-robust one
-    otherwise, ``df`` is G - 1, so a reader can check the interval against
+    moderated standard error for ``wilson_mover`` and ``moderated_t`` and the
+    cluster-robust one otherwise, ``df`` is G - 1, so a reader can check the interval against
     Δ ± t·SE (before clipping to [-1, 1]);
     ``seed`` and ``n_boot`` are set only for the bootstrap methods.
     """
@@ -286,7 +290,7 @@ def compare_arms(
     clusters: Mapping[Hashable, Hashable] | None = None,
     weights: Mapping[Hashable, float] | None = None,
     tasks: Sequence[Hashable] | None = None,
-    method: Method = "moderated_t",
+    method: Method = "wilson_mover",
     level: float = 0.95,
     n_boot: int = 4000,
     seed: int = 0,
@@ -407,9 +411,15 @@ def compare_arms(
         s_g, w_g = _cluster_figures(diffs, w, codes)
         _, se = _cluster_se(s_g, w_g)
         df = n_clusters - 1
-        if method == "moderated_t":
-            prior = difference_prior_var(np.array([r.n_a for r in rows], dtype=float),
-                                         np.array([r.n_b for r in rows], dtype=float))
+        n_a = np.array([r.n_a for r in rows], dtype=float)
+        n_b = np.array([r.n_b for r in rows], dtype=float)
+        if method == "wilson_mover":
+            _, lo_a, hi_a, se_a = difference_interval(
+                np.array([r.p_a for r in rows]), n_a, np.array([r.p_b for r in rows]), n_b, w,
+                codes, level=level)
+            lo, hi, se = float(lo_a), float(hi_a), float(se_a)
+        elif method == "moderated_t":
+            prior = difference_prior_var(n_a, n_b)
             _, lo, hi, se, df = moderated_t_interval(diffs, w, codes, prior, level=level)
         elif method == "cluster_t":
             _, lo, hi, se, df = cluster_t_interval(diffs, w, codes, level=level)

@@ -9,7 +9,7 @@ from fractions import Fraction
 import numpy as np
 
 from assay.stats.intervals import _check_level
-from assay.stats.moderated import cluster_codes, moderated_t_interval
+from assay.stats.moderated import cluster_codes, difference_interval, moderated_t_interval
 
 __all__ = ["mcnemar_exact", "paired_bootstrap_diff", "paired_diff_interval"]
 
@@ -131,21 +131,22 @@ def paired_diff_interval(
 ) -> tuple[float, float, float]:
     """Difference of means between two configurations on the same items, clustered.
 
-    Returns ``(diff, lo, hi)`` with ``diff = mean(b) - mean(a)`` over items and the moderated
-    cluster t interval of ``stats.moderated`` at ``level``.
+    Returns ``(diff, lo, hi)`` with ``diff = mean(b) - mean(a)`` over items and the interval
+    of ``stats.moderated.difference_interval`` at ``level`` (each configuration's clustered
+    Wilson interval, combined with a moderated correlation; see that module for why).
 
     Paired because ``a[i]`` and ``b[i]`` are the same item scored under two configurations:
     item difficulty is shared, so the per-item differences carry the evidence. ``clusters[i]``
     names the independent unit (the case id when each case was answered several times; the
     task for a coding run); ``None`` makes every item its own. Each cluster enters with its
-    mean difference and its number of items as weight, so the estimate is the plain item mean
-    (the ratio form), and the cluster's prior variance is that of *one* pair at ½ whatever the
-    number of items in it: repeats of a case are not new evidence, so five repeats of the same
-    answers give the interval of one.
+    mean score per configuration and its number of items as weight, so the estimate is the
+    plain item mean (the ratio form), and the cluster's prior variance is that of *one* pair
+    at ½ whatever the number of items in it: repeats of a case are not new evidence, so five
+    repeats of the same answers give the interval of one, give or take the clustering.
 
-    The prior is scaled to the range of the scores (at least [0, 1], the range of a pass or a
-    correct answer) and the interval is clipped to ± that range. With one cluster nothing is
-    known about another draw of cases: the interval is the whole range.
+    Scores outside [0, 1] (not a pass rate) get the symmetric moderated t with the prior
+    scaled to the scores' range and the interval clipped to ± that range. With one cluster
+    nothing is known about another draw of cases: the interval is the whole range.
     """
     level = _check_level(level)
     a_arr = _as_finite_1d(a, "a")
@@ -177,6 +178,12 @@ def paired_diff_interval(
     g = sums.shape[0]
     if g < 2:
         return diff, -span, span
+    if span == 1.0:
+        a_g = np.bincount(codes, weights=a_arr) / sizes
+        b_g = np.bincount(codes, weights=b_arr) / sizes
+        _, lo, hi, _ = difference_interval(a_g, sizes, b_g, sizes, sizes, np.arange(g),
+                                           level=level, prior_var=np.full(g, 0.5))
+        return diff, float(lo), float(hi)
     # One pair's worth per cluster (both configurations at the middle of the range), however
     # many items the cluster holds.
     prior = np.full(g, 0.5 * span * span)
