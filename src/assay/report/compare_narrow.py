@@ -1,8 +1,9 @@
 """Comparing two narrow runs of the same suite, case by case.
 
-Accuracy of two runs on the same cases is a paired measurement: the McNemar test and a paired
-bootstrap use that pairing, where two independent intervals would throw it away and overstate
-the uncertainty. Only (case, repeat) pairs answered in both runs are compared, and only runs
+Accuracy of two runs on the same cases is a paired measurement: the McNemar test and the
+paired interval (``stats.paired_diff_interval``, clustered by case: a case's repeats count
+once) use that pairing, where two independent intervals would throw it away and overstate the
+uncertainty. Only (case, repeat) pairs answered in both runs are compared, and only runs
 scored by the same scorer with the same options (a run from before scorers was scored by
 ``label``).
 """
@@ -85,7 +86,7 @@ def compare_runs(run_a: Path, run_b: Path, *, seed: int = 0,
         "mcnemar_p": mcnemar_exact(only_a, only_b),
         "accuracy_diff_b_minus_a": diff,
         "diff_ci95": [lo, hi],
-        "bootstrap": {"n_boot": n_boot, "seed": seed, "clustered_by": "case id"},
+        "interval": {"method": "wilson_mover", "clustered_by": "case id"},
         "a_right_b_wrong": a_not_b,
         "b_right_a_wrong": b_not_a,
         "warnings": warnings,
@@ -105,7 +106,7 @@ def compare_markdown(c: dict[str, Any]) -> str:
         f"- paired cases: {c['paired']} (answered in only one run: {c['only_in_one_run']})",
         f"- accuracy A {100 * c['run_a']['accuracy']:.1f}%, B {100 * c['run_b']['accuracy']:.1f}%",
         f"- difference B − A: {100 * c['accuracy_diff_b_minus_a']:+.1f} points, 95% paired "
-        f"bootstrap CI [{100 * lo:+.1f}, {100 * hi:+.1f}] (seed {c['bootstrap']['seed']})",
+        f"CI by case [{100 * lo:+.1f}, {100 * hi:+.1f}] ({c['interval']['method']})",
         f"- exact McNemar p = {c['mcnemar_p']:.4g}", "",
         "## A right, B wrong", "",
         (", ".join(f"`{x}`" for x in c["a_right_b_wrong"]) or "none"), "",
