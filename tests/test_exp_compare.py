@@ -384,3 +384,29 @@ def test_library_calls_match_the_cli(hand: Path) -> None:
         assay.plan_experiment()
     with pytest.raises(InputError, match="outcomes file has no bar"):
         assay.verdict(hand)
+
+
+@needs_bwrap
+def test_four_tasks_both_oracle_is_not_accepted_on_a_zero_width_interval(tmp_path: Path) -> None:
+    # Both arms pass all four tasks: every per-task difference is 0. The plain cluster t had
+    # zero width ([+0, +0]) and ACCEPTed "no regression beyond 5 points" on four tasks. Four
+    # of four in each arm: Wilson [.5101, 1] each, an arm at 1 has no spread (r = 0), so the
+    # half-widths add as if independent: ±.4898908. The lower bound is below -5 points.
+    bar = "bar:\n  hoped_improvement: 0\n  max_regression: 0.05\n"
+    exp = _exp(tmp_path, "oracle", "oracle", n_tasks=4, bar=bar)
+    _run(exp, tmp_path / "run")
+    res = run_cli(["exp", "verdict", str(tmp_path / "run"), "--json"])
+    v = json.loads(res.stdout)
+    assert res.code == 4 and v["verdict"]["decision"] == "inconclusive", res.stdout
+    c = v["comparison"]
+    assert c["delta"] == 0.0 and c["method"] == "wilson_mover"
+    assert c["ci"] == pytest.approx([-0.4898908, 0.4898908], abs=1e-6)
+    assert any("no_regression not shown" in r for r in v["verdict"]["reasons"])
+    # the per-arm rates are 4 of 4 with Wilson's interval, not [100%, 100%]
+    full = _compare(str(tmp_path / "run"))
+    assert full["ci"] == c["ci"]  # compare shows the interval the verdict decided on
+    for arm in ("base", "cand"):
+        rate = full["pass_rate"][arm]
+        assert rate["pass_rate"] == 1.0 and rate["ci"] == pytest.approx([0.5101092, 1.0])
+    text = run_cli(["exp", "verdict", str(tmp_path / "run")])
+    assert text.code == 4 and "ACCEPT" not in text.stdout
