@@ -86,8 +86,8 @@ def plan_experiment(pilot: PathLike | None = None, *, arm: str | None = None,
     if k < 1:
         raise InputError("reps: at least 1")
     out: dict[str, Any] = {"power": 0.8, "alpha": 0.05,
-                           "method": "cluster_t (tasks as clusters, t with N-1 df), by "
-                                     "simulation", "seed": seed, "reps": k,
+                           "method": "wilson_mover (tasks as clusters, the interval exp "
+                                     "compare shows), by simulation", "seed": seed, "reps": k,
                            "baseline_rates": rates if len(rates) <= 50 else None,
                            "n_baseline_rates": len(rates), "pilot": info}
     if delta is not None:

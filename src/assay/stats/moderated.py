@@ -96,11 +96,20 @@ def _z(level: float) -> float:
     return NormalDist().inv_cdf(0.5 + level / 2.0)
 
 
-def _onehot(codes: np.ndarray) -> np.ndarray:
-    g = int(codes.max()) + 1 if codes.size else 0
-    m = np.zeros((codes.shape[0], g), dtype=float)
-    m[np.arange(codes.shape[0]), codes] = 1.0
-    return m
+class _Groups:
+    """Sums over clusters along the last axis; the identity (every unit its own cluster, the
+    common case) skips the indicator matrix, whose product would cost units² a table."""
+
+    def __init__(self, codes: np.ndarray) -> None:
+        self.g = int(codes.max()) + 1 if codes.size else 0
+        self.identity = bool(np.array_equal(codes, np.arange(codes.shape[0])))
+        self.onehot: np.ndarray | None = None
+        if not self.identity:
+            self.onehot = np.zeros((codes.shape[0], self.g), dtype=float)
+            self.onehot[np.arange(codes.shape[0]), codes] = 1.0
+
+    def sum(self, x: np.ndarray) -> np.ndarray:
+        return x if self.onehot is None else x @ self.onehot
 
 
 def difference_prior_var(n_a: np.ndarray | float, n_b: np.ndarray | float) -> np.ndarray:
@@ -109,13 +118,13 @@ def difference_prior_var(n_a: np.ndarray | float, n_b: np.ndarray | float) -> np
     return 0.25 / np.asarray(n_a, dtype=float) + 0.25 / np.asarray(n_b, dtype=float)
 
 
-def _moderated_var(d: np.ndarray, w: np.ndarray, onehot: np.ndarray, prior_var: np.ndarray,
+def _moderated_var(d: np.ndarray, w: np.ndarray, groups: _Groups, prior_var: np.ndarray,
                    nu: float) -> tuple[np.ndarray, np.ndarray]:
     """Δ and its moderated variance (see the module docstring); needs G >= 2."""
-    g = onehot.shape[1]
+    g = groups.g
     total = float(w.sum())
     delta = (d * w).sum(axis=-1) / total
-    resid = (d * w) @ onehot - (w @ onehot) * delta[..., None]
+    resid = groups.sum(d * w) - groups.sum(w) * delta[..., None]
     v_cr = g / (g - 1) * (resid * resid).sum(axis=-1) / (total * total)
     v_prior = (np.asarray(prior_var, dtype=float) * w * w).sum(axis=-1) / (total * total)
     return delta, (nu * v_prior + (g - 1) * v_cr) / (nu + g - 1)
@@ -130,12 +139,12 @@ def moderated_t(
     the interval clipped to ``bounds``. Needs two clusters or more."""
     level = _check_level(level)
     c = np.asarray(codes, dtype=np.intp)
-    onehot = _onehot(c)
-    g = onehot.shape[1]
+    groups = _Groups(c)
+    g = groups.g
     if g < 2:
         raise ValueError(f"moderated_t: need at least 2 clusters, got {g}")
     delta, var = _moderated_var(np.asarray(diffs, dtype=float), np.asarray(weights, float),
-                                onehot, np.asarray(prior_var, dtype=float), nu)
+                                groups, np.asarray(prior_var, dtype=float), nu)
     se = np.sqrt(var)
     half = t_ppf(0.5 + level / 2.0, g - 1) * se
     lo = np.clip(delta - half, bounds[0], bounds[1])
@@ -164,18 +173,18 @@ def _wilson(p: np.ndarray, n: np.ndarray, z: float) -> tuple[np.ndarray, np.ndar
     return np.clip(center - half, 0.0, 1.0), np.clip(center + half, 0.0, 1.0)
 
 
-def _arm(rates: np.ndarray, trials: np.ndarray, w: np.ndarray, onehot: np.ndarray,
+def _arm(rates: np.ndarray, trials: np.ndarray, w: np.ndarray, groups: _Groups,
          level: float, *, for_difference: bool = False) -> tuple[np.ndarray, ...]:
     """One arm's weighted rate, Wilson limits on the clustered n_eff, the cluster-robust
     variance of the rate (CR1; 0 with one cluster) and n_eff. Shapes (..., units) in, (...)
     out. ``for_difference``: the degrees-of-freedom factor applies whenever the spread was
     measured (the difference's variance rests on the estimated correlation of the arms), not
     only when a cluster holds several trials."""
-    g = onehot.shape[1]
+    g = groups.g
     total = float(w.sum())
     p = (rates * w).sum(axis=-1) / total
-    w_g = w @ onehot
-    resid = (rates * w) @ onehot - w_g * p[..., None]
+    w_g = groups.sum(w)
+    resid = groups.sum(rates * w) - w_g * p[..., None]
     v0 = (resid * resid).sum(axis=-1) / (total * total)
     n_trials = np.broadcast_to(trials, rates.shape).sum(axis=-1)
     kish = float(w_g.sum() ** 2 / (w_g * w_g).sum())
@@ -192,7 +201,7 @@ def _arm(rates: np.ndarray, trials: np.ndarray, w: np.ndarray, onehot: np.ndarra
         if for_difference:
             adjust = spread & (pq > _EPS)
         else:
-            adjust = (np.broadcast_to(trials, rates.shape) @ onehot > 1.0).any(axis=-1)
+            adjust = (groups.sum(np.broadcast_to(trials, rates.shape)) > 1.0).any(axis=-1)
             adjust = adjust & (pq > _EPS)
         factor = (z / t_ppf(0.5 + level / 2.0, g - 1)) ** 2
         n_eff = np.where(adjust, n_eff * factor, n_eff)
@@ -217,18 +226,18 @@ def difference_interval(
     na = np.asarray(n_a, dtype=float)
     nb = np.asarray(n_b, dtype=float)
     w = np.asarray(weights, dtype=float)
-    onehot = _onehot(np.asarray(codes, dtype=np.intp))
-    if onehot.shape[1] < 2:
-        raise ValueError(f"difference_interval: need at least 2 clusters, got {onehot.shape[1]}")
+    groups = _Groups(np.asarray(codes, dtype=np.intp))
+    if groups.g < 2:
+        raise ValueError(f"difference_interval: need at least 2 clusters, got {groups.g}")
     prior = difference_prior_var(na, nb) if prior_var is None else np.asarray(prior_var, float)
-    delta, var = _moderated_var(rb - ra, w, onehot, np.broadcast_to(prior, ra.shape), nu)
-    pa, la, ua, _, _ = _arm(ra, na, w, onehot, level, for_difference=True)
-    pb, lb, ub, _, _ = _arm(rb, nb, w, onehot, level, for_difference=True)
+    delta, var = _moderated_var(rb - ra, w, groups, np.broadcast_to(prior, ra.shape), nu)
+    pa, la, ua, _, _ = _arm(ra, na, w, groups, level, for_difference=True)
+    pb, lb, ub, _, _ = _arm(rb, nb, w, groups, level, for_difference=True)
     # The correlation that makes the combined half-width, sqrt(m_A² + m_B² - 2 r m_A m_B) with
     # m an arm's Wilson half-width, equal the moderated t's, t_{G-1} · SE; 0 when an arm sits
     # at 0 or 1 (no spread to correlate).
     m_a, m_b = (ua - la) / 2.0, (ub - lb) / 2.0
-    target = (t_ppf(0.5 + level / 2.0, onehot.shape[1] - 1)) ** 2 * var
+    target = (t_ppf(0.5 + level / 2.0, groups.g - 1)) ** 2 * var
     both = (pa * (1.0 - pa) > _EPS) & (pb * (1.0 - pb) > _EPS) & (m_a > 0.0) & (m_b > 0.0)
     with np.errstate(divide="ignore", invalid="ignore"):
         r = np.where(both, (m_a**2 + m_b**2 - target) / (2.0 * np.where(both, m_a * m_b, 1.0)),
@@ -259,5 +268,5 @@ def clustered_wilson(
         raise ValueError("clustered_wilson: rates must lie in [0, 1] and trials be >= 1")
     w = np.ones_like(r) if weights is None else np.asarray(weights, dtype=float)
     c = np.arange(r.size) if codes is None else np.asarray(codes, dtype=np.intp)
-    p, lo, hi, _, n_eff = _arm(r, n, w, _onehot(c), level)
+    p, lo, hi, _, n_eff = _arm(r, n, w, _Groups(c), level)
     return float(p), float(lo), float(hi), float(n_eff)
