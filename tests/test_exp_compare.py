@@ -294,9 +294,10 @@ def test_verdict_accept_and_reject_on_real_runs(tmp_path: Path) -> None:
 @needs_bwrap
 def test_verdict_inconclusive_names_the_tasks_that_would_settle_it(tmp_path: Path) -> None:
     # cand fixes t0 and t1, not t2: d = 1, 1, 0; Δ = 2/3. wilson_mover: base 0 of 3 sits at 0,
-    # n_eff = 3 tasks, Wilson [0, .5614970]; cand 2 of 3, n_eff = (2/9) / (6/81) = 3 times
+    # n_eff = 3 tasks, Wilson [0, .5614970] widened to the exact 1 - .025^(1/3) = .7075982 at
+    # the bound; cand 2 of 3, n_eff = (2/9) / (6/81) = 3 times
     # (z / t_2)² = .2075 -> .62, floored at 1: Wilson [.0941860, .9746638]; r = 0 (an arm at a
-    # bound): lo = 2/3 - sqrt((2/3 - .0941860)² + .5614970²) = -.1352143, hi = .9746638
+    # bound): lo = 2/3 - sqrt((2/3 - .0941860)² + .7075982²) = -.2435143, hi = .9746638
     # -> the lower bound is below -0.05: inconclusive.
     exp = _exp(tmp_path, "nop", FIX_SOME.format(ids="t0|t1"))
     _run(exp, tmp_path / "run")
@@ -304,7 +305,7 @@ def test_verdict_inconclusive_names_the_tasks_that_would_settle_it(tmp_path: Pat
     assert res.code == 4, res.stdout + res.stderr
     v = json.loads(res.stdout)
     assert v["comparison"]["delta"] == pytest.approx(2 / 3)
-    assert v["comparison"]["ci"] == pytest.approx([-0.1352143, 0.9746638], abs=1e-6)
+    assert v["comparison"]["ci"] == pytest.approx([-0.2435143, 0.9746638], abs=1e-6)
     assert v["verdict"]["decision"] == "inconclusive"
     assert v["verdict"]["tasks_to_settle"] is not None and v["verdict"]["tasks_to_settle"] > 3
     assert any("no_regression not shown" in r for r in v["verdict"]["reasons"])
@@ -390,8 +391,9 @@ def test_library_calls_match_the_cli(hand: Path) -> None:
 def test_four_tasks_both_oracle_is_not_accepted_on_a_zero_width_interval(tmp_path: Path) -> None:
     # Both arms pass all four tasks: every per-task difference is 0. The plain cluster t had
     # zero width ([+0, +0]) and ACCEPTed "no regression beyond 5 points" on four tasks. Four
-    # of four in each arm: Wilson [.5101, 1] each, an arm at 1 has no spread (r = 0), so the
-    # half-widths add as if independent: ±.4898908. The lower bound is below -5 points.
+    # of four in each arm: the exact bound .025^(1/4) = .3976354 (Wilson's .5101 overstates
+    # four tasks), an arm at 1 has no spread (r = 0), so the half-widths add as if
+    # independent: ±.6023646. The lower bound is below -5 points.
     bar = "bar:\n  hoped_improvement: 0\n  max_regression: 0.05\n"
     exp = _exp(tmp_path, "oracle", "oracle", n_tasks=4, bar=bar)
     _run(exp, tmp_path / "run")
@@ -400,13 +402,13 @@ def test_four_tasks_both_oracle_is_not_accepted_on_a_zero_width_interval(tmp_pat
     assert res.code == 4 and v["verdict"]["decision"] == "inconclusive", res.stdout
     c = v["comparison"]
     assert c["delta"] == 0.0 and c["method"] == "wilson_mover"
-    assert c["ci"] == pytest.approx([-0.4898908, 0.4898908], abs=1e-6)
+    assert c["ci"] == pytest.approx([-0.6023646, 0.6023646], abs=1e-6)
     assert any("no_regression not shown" in r for r in v["verdict"]["reasons"])
     # the per-arm rates are 4 of 4 with Wilson's interval, not [100%, 100%]
     full = _compare(str(tmp_path / "run"))
     assert full["ci"] == c["ci"]  # compare shows the interval the verdict decided on
     for arm in ("base", "cand"):
         rate = full["pass_rate"][arm]
-        assert rate["pass_rate"] == 1.0 and rate["ci"] == pytest.approx([0.5101092, 1.0])
+        assert rate["pass_rate"] == 1.0 and rate["ci"] == pytest.approx([0.3976354, 1.0])
     text = run_cli(["exp", "verdict", str(tmp_path / "run")])
     assert text.code == 4 and "ACCEPT" not in text.stdout

@@ -56,21 +56,29 @@ def test_all_pass_or_all_fail_in_both_arms_is_wide_not_zero(outcome: bool, reps:
     res = compare_arms(_trials(table, table), a="A", b="B")
     assert res.delta == 0.0 and res.ci is not None
     lo, hi = res.ci
-    # Four tasks at a bound: Wilson's 4 of 4 (or 0 of 4) on each side, [-.49, +.49].
-    assert lo == pytest.approx(-0.4898908, abs=1e-6) and hi == pytest.approx(-lo)
+    # Four tasks at a bound: the exact 4 of 4 (or 0 of 4) bound .025^(1/4) on each side,
+    # independent: ±(1 - .3976354), [-.60, +.60].
+    assert lo == pytest.approx(-0.6023646, abs=1e-6) and hi == pytest.approx(-lo)
     # More tasks narrow it; it never reaches zero width.
     many = {f"t{i}": [outcome] * reps for i in range(40)}
     res40 = compare_arms(_trials(many, many), a="A", b="B")
     assert 0.0 < _width(res40.ci) < _width(res.ci) and res40.ci[0] < 0.0 < res40.ci[1]
 
 
-def test_every_task_fixed_is_bounded_at_one_and_accepted_from_three_tasks() -> None:
-    a = {f"t{i}": [False] for i in range(3)}
-    b = {f"t{i}": [True] for i in range(3)}
-    res = compare_arms(_trials(a, b), a="A", b="B")
-    # 3 of 3 against 0 of 3: an exact test rejects Δ <= 0 (1/64), so the lower bound is above 0;
-    # the upper bound is 1, not 1 + something.
-    assert res.delta == 1.0 and res.ci[1] == 1.0 and 0.15 < res.ci[0] < 0.3
+def test_every_task_fixed_is_bounded_at_one_and_rules_out_a_regression_from_three() -> None:
+    # 3 of 3 against 0 of 3: however the tasks' rates lie, seeing this when B is 5 points
+    # worse has probability at most (.475 · .475)³ = .012 < .025, so a 95% interval must end
+    # above -5 points; with 2 tasks it is (.475²)² = .051, so it must not. The upper bound is
+    # 1, not 1 + something.
+    def fixed(n: int) -> tuple[float, float]:
+        a = {f"t{i}": [False] for i in range(n)}
+        b = {f"t{i}": [True] for i in range(n)}
+        res = compare_arms(_trials(a, b), a="A", b="B")
+        assert res.delta == 1.0 and res.ci is not None and res.ci[1] == 1.0
+        return res.ci
+    assert -0.05 < fixed(3)[0] < 0.05
+    assert fixed(2)[0] < -0.05
+    assert fixed(10)[0] > 0.5
 
 
 def test_one_task_and_one_cluster_give_no_difference_interval() -> None:
@@ -81,9 +89,9 @@ def test_one_task_and_one_cluster_give_no_difference_interval() -> None:
     fam = compare_arms(_trials(table_a, table_b), a="A", b="B",
                        clusters=dict.fromkeys(table_a, "F"))
     assert fam.ci is None and fam.n_clusters == 1
-    # A rate from one task is still a rate: 1 of 1 is Wilson's [.21, 1], not [1, 1].
+    # A rate from one task is still a rate: 1 of 1 is the exact [.025, 1], not [1, 1].
     rate, lo, hi, n_eff = clustered_wilson([1.0], [1])
-    assert (rate, hi, n_eff) == (1.0, 1.0, 1.0) and lo == pytest.approx(0.2065493, abs=1e-6)
+    assert (rate, hi, n_eff) == (1.0, 1.0, 1.0) and lo == pytest.approx(0.025)
     # Repeats of one task are one cluster: n_eff stays 1 however many samples agree.
     assert clustered_wilson([1.0], [20])[1] == pytest.approx(lo)
     # The paired interval with one cluster knows nothing about another draw: the whole range.

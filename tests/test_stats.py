@@ -245,10 +245,10 @@ def test_paired_identical_configs_never_zero_width():
     rep = np.repeat(a, 5)
     cases = np.repeat(np.arange(a.size), 5)
     assert paired_bootstrap_diff(rep, rep, cases) == pytest.approx((0.0, lo, hi))
-    # Four pairs, all passing: about the width of 4 of 4's Wilson interval [.51, 1] on each
-    # side (the arms sit at 1, so their widths add as if independent), never zero.
+    # Four pairs, all passing: the exact 4 of 4 bound .025^(1/4) = .398 on each side (the
+    # arms sit at 1, so their widths add as if independent), never zero.
     d4, lo4, hi4 = paired_diff_interval([1, 1, 1, 1], [1, 1, 1, 1])
-    assert d4 == 0.0 and lo4 == pytest.approx(-0.4898908, abs=1e-6) and hi4 == -lo4
+    assert d4 == 0.0 and lo4 == pytest.approx(-0.6023646, abs=1e-6) and hi4 == -lo4
     # One cluster: nothing is known about another draw of cases.
     assert paired_diff_interval([1, 0, 1], [1, 1, 1], ["c", "c", "c"]) == (1 / 3, -1.0, 1.0)
 
