@@ -11,8 +11,9 @@ A pair scores +1 when B is preferred, -1 when A is, 0 for a tie (the sign of Δ 
 compare``: B - A). A task's preference is the mean over its counted pairs, i.e. (B wins - A
 wins) / pairs, in [-1, 1]; the preference is the weighted mean over tasks (equal weights unless
 weights were fixed before the run), and its interval is the moderated cluster t of
-``stats.moderated`` on those per-task figures, the same one Δ gets, so the two numbers are read
-the same way: a t with G - 1 degrees of freedom over clusters (tasks, or families) whose
+``stats.moderated`` on those per-task figures, with the same moderated variance as Δ's
+interval (a preference is one score per pair, not a difference of two rates, so the symmetric
+form): a t with G - 1 degrees of freedom over clusters (tasks, or families) whose
 variance is pooled with a prior worth two clusters, of pairs scored like two fair coins (+1,
 -1 a quarter of the time each: variance ½ a pair), and clipped to [-1, 1], where a preference
 lies. A judge whose every pair flipped with the order has shown no preference, not a
