@@ -197,3 +197,16 @@ def test_forty_tasks_in_eight_correlated_families_keep_the_large_sample_behaviou
     ratio = float((hi - lo).mean() / (2 * half_t).mean())
     print(f"coverage {coverage:.3f}, width / t on family means {ratio:.3f}")
     assert coverage >= 0.92 and ratio <= 1.3
+
+
+def test_the_old_t_interval_name_never_collapses_unless_asked_for_the_plain_t() -> None:
+    from assay.stats.abtest import cluster_t_interval
+
+    # Four equal differences: the plain t is [0, 0]; under its old name, without trial
+    # counts, the moderated t with the largest prior (one trial per arm at ½): SE² = 2 · (4 ·
+    # .5 / 16) / 5 = .05, half 3.1824463 · .2236068 = .7116166.
+    delta, lo, hi, se, df = cluster_t_interval([0.0] * 4, [1.0] * 4, [0, 1, 2, 3])
+    assert (delta, df) == (0.0, 3) and (lo, hi) == pytest.approx((-0.7116166, 0.7116166))
+    assert cluster_t_interval([0.0] * 4, [1.0] * 4, [0, 1, 2, 3], plain=True)[1:3] == (0.0, 0.0)
+    # Clipped to [-1, 1] where the plain one is not.
+    assert cluster_t_interval([1.0, 1.0, 0.0], [1.0] * 3, [0, 1, 2])[2] == 1.0

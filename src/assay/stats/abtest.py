@@ -163,8 +163,16 @@ def cluster_t_interval(
     codes: Sequence[int],
     *,
     level: float = 0.95,
+    plain: bool = False,
 ) -> tuple[float, float, float, float, int]:
     """t interval on cluster-level differences with G - 1 degrees of freedom.
+
+    Unless ``plain``, this is the moderated t of ``stats.moderated`` with the prior of one
+    trial per arm and task at ½ (¼ + ¼ a task: the largest, since the trial counts are not
+    known here), clipped to [-1, 1]: a caller that has only the per-task differences still
+    never gets a zero width. A caller that has the per-task rates and trial counts should use
+    ``stats.moderated.difference_interval`` (``compare_arms``' default). ``plain=True`` is the
+    textbook interval described below (``--method cluster_t``), unclipped.
 
     Exactly: task i has difference d_i = p_B,i - p_A,i and weight w_i; cluster
     g has weight W_g = Σ_{i∈g} w_i and weighted mean difference
@@ -193,6 +201,8 @@ def cluster_t_interval(
     g = s_g.shape[0]
     if g < 2:
         raise ValueError(f"cluster_t_interval: need at least 2 clusters, got {g}")
+    if not plain:
+        return moderated_t_interval(d, w, c, np.full(d.shape[0], 0.5), level=level)
     delta, se = _cluster_se(s_g, w_g)
     half = t_ppf(0.5 + level / 2.0, g - 1) * se
     return delta, delta - half, delta + half, se, g - 1
@@ -422,7 +432,7 @@ def compare_arms(
             prior = difference_prior_var(n_a, n_b)
             _, lo, hi, se, df = moderated_t_interval(diffs, w, codes, prior, level=level)
         elif method == "cluster_t":
-            _, lo, hi, se, df = cluster_t_interval(diffs, w, codes, level=level)
+            _, lo, hi, se, df = cluster_t_interval(diffs, w, codes, level=level, plain=True)
         else:
             _, lo, hi = cluster_bootstrap_interval(
                 diffs,
