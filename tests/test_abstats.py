@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 
 from assay.errors import NotComparable
-from assay.stats import compare_arms, mcnemar_exact, paired_bootstrap_diff, t_cdf, t_ppf
+from assay.stats import compare_arms, mcnemar_exact, t_cdf, t_ppf
+from assay.stats.paired import _cluster_ratio_bootstrap
 from assay.stats.tdist import betainc
 
 # --- t distribution ----------------------------------------------------------
@@ -88,13 +89,13 @@ TINY = {
 
 
 def test_delta_and_t_interval_tasks_as_clusters() -> None:
-    res = compare_arms(_trials(TINY), a="A", b="B")
+    res = compare_arms(_trials(TINY), a="A", b="B", method="cluster_t")
     # diffs .5, .5, -.5: mean 1/6; sample variance 1/3, so SE = sqrt(1/3 / 3) = 1/3.
     assert res.delta == pytest.approx(1 / 6)
     assert res.se == pytest.approx(1 / 3)
     assert res.df == 2 and res.n_clusters == 3 and res.n_tasks == 3
-    half = 4.302653 * (1 / 3)
-    assert res.ci == pytest.approx((1 / 6 - half, 1 / 6 + half), abs=1e-6)
+    # 1/6 ± 4.302653/3 = [-1.27, +1.60] reaches outside [-1, 1]: clipped there.
+    assert res.ci == (-1.0, 1.0)
     assert res.method == "cluster_t"
     assert [r.diff for r in res.per_task] == [0.5, 0.5, -0.5]
     assert (res.per_task[0].n_a, res.per_task[0].passed_a, res.per_task[0].p_a) == (2, 1, 0.5)
@@ -107,12 +108,30 @@ def test_t_interval_on_families() -> None:
     # Family X = {t1, t2}: D = .5, W = 2; family Y = {t3}: D = -.5, W = 1.
     # Δ = (2*.5 - .5)/3 = 1/6 (unchanged by clustering).
     # Residuals W(D-Δ): 2/3 and -2/3; SE² = 2/1 * (8/9) / 3² = 16/81, SE = 4/9, df = 1.
-    res = compare_arms(_trials(TINY), a="A", b="B", clusters={"t1": "X", "t2": "X", "t3": "Y"})
+    res = compare_arms(_trials(TINY), a="A", b="B", clusters={"t1": "X", "t2": "X", "t3": "Y"},
+                       method="cluster_t")
     assert res.delta == pytest.approx(1 / 6)
     assert res.se == pytest.approx(4 / 9)
     assert res.df == 1 and res.n_clusters == 2
-    half = 12.706205 * 4 / 9
-    assert res.ci == pytest.approx((1 / 6 - half, 1 / 6 + half), abs=1e-5)
+    assert res.ci == (-1.0, 1.0)  # 1/6 ± 12.706 * 4/9, clipped
+
+
+def test_moderated_t_by_hand() -> None:
+    # 8 tasks, one trial each: A passes t0-t4, B t0-t6; diffs 0,0,0,0,0,+1,+1,0.
+    table = {f"t{i}": ([i < 5], [i < 7]) for i in range(8)}
+    res = compare_arms(_trials(table), a="A", b="B", method="moderated_t")
+    assert res.method == "moderated_t" and res.df == 7
+    # Δ = 2/8; CR1: 8/7 * Σ(d - Δ)² / 64 = 8/7 * (6 * 1/16 + 2 * 9/16) / 64 = 3/112.
+    # Prior: each task 1/4 + 1/4 = 1/2, so V_prior = 8 * 1/2 / 64 = 1/16.
+    # SE² = (2 * 1/16 + 7 * 3/112) / (2 + 7) = (1/8 + 3/16) / 9 = 5/144.
+    assert res.delta == pytest.approx(0.25)
+    assert res.se == pytest.approx(math.sqrt(5 / 144))
+    half = 2.364624 * math.sqrt(5 / 144)  # t_{7, 0.975}
+    assert res.ci == pytest.approx((0.25 - half, 0.25 + half), abs=1e-5)
+    # The plain cluster t is narrower here: the prior counts for two clusters of nine.
+    plain = compare_arms(_trials(table), a="A", b="B", method="cluster_t")
+    assert plain.se == pytest.approx(math.sqrt(3 / 112))
+    assert plain.ci[1] - plain.ci[0] < res.ci[1] - res.ci[0]
 
 
 def test_weights() -> None:
@@ -201,6 +220,21 @@ def test_new_failures_grouped_by_cluster_even_when_delta_is_positive() -> None:
     assert d["new_failures"] == {"fa": ["a1"], "fb": ["b1"]}
 
 
+def test_wilson_mover_by_hand() -> None:
+    # The default interval on the table above: p_A = 5/8, p_B = 7/8, Δ = 1/4, SE² = 5/144.
+    # Each arm: one trial per task, spread measured: n_eff = p(1-p) / V0 = 8 (V0 = Σ(x-p)²/64),
+    # times (z / t_7)² = (1.959964 / 2.364624)² = .6870240 -> 5.4961919. Wilson on 5.4961919:
+    # A [.2588296, .8883217], B [.4584363, .9830178]; half-widths m_A .3147460, m_B .2622907.
+    # r = (m_A² + m_B² - t_7² SE²) / (2 m_A m_B) = -.1592030. MOVER:
+    # lo = .25 - sqrt((.875 - .4584363)² + (.8883217 - .625)² - 2 r (...)(...)) = -.2770576
+    # hi = .25 + sqrt((.9830178 - .875)² + (.625 - .2588296)² - 2 r (...)(...)) = .6479227
+    table = {f"t{i}": ([i < 5], [i < 7]) for i in range(8)}
+    res = compare_arms(_trials(table), a="A", b="B")
+    assert res.method == "wilson_mover" and res.df == 7
+    assert res.se == pytest.approx(math.sqrt(5 / 144))
+    assert res.ci == pytest.approx((-0.2770576, 0.6479227), abs=1e-6)
+
+
 def test_percentile_bootstrap_reuses_paired_bootstrap() -> None:
     rng = np.random.default_rng(5)
     table = {}
@@ -212,10 +246,12 @@ def test_percentile_bootstrap_reuses_paired_bootstrap() -> None:
     res = compare_arms(
         trials, a="A", b="B", clusters=fam, method="bootstrap_percentile", n_boot=2000, seed=3
     )
-    pa = [r.p_a for r in res.per_task]
-    pb = [r.p_b for r in res.per_task]
-    ref = paired_bootstrap_diff(pa, pb, [r.cluster for r in res.per_task], n_boot=2000, seed=3)
-    assert (res.delta, *res.ci) == pytest.approx(ref, abs=1e-12)
+    # The same resampling as the ratio bootstrap of stats.paired, on the family sums.
+    fams = sorted({r.cluster for r in res.per_task})
+    sums = np.array([sum(r.diff for r in res.per_task if r.cluster == f) for f in fams])
+    sizes = np.array([sum(1 for r in res.per_task if r.cluster == f) for f in fams], float)
+    ref = _cluster_ratio_bootstrap(sums, sizes, n_boot=2000, seed=3, level=0.95)
+    assert res.ci == pytest.approx(ref, abs=1e-12)
     assert res.seed == 3 and res.n_boot == 2000
     again = compare_arms(
         trials, a="A", b="B", clusters=fam, method="bootstrap_percentile", n_boot=2000, seed=3

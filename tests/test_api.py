@@ -157,7 +157,8 @@ def test_builtin_models_compare_and_rebuild_report(tmp_path: Path) -> None:
     assert b.report["accuracy"] == 1.0 and a.report["accuracy"] < 1.0
     assert manifest_of(tmp_path / "a")["model"]["builtin"] is True
     c = assay.compare(tmp_path / "a", tmp_path / "b", seed=3)
-    assert c["schema"] == "assay.narrow.compare/1" and c["bootstrap"]["seed"] == 3
+    assert c["schema"] == "assay.narrow.compare/2"
+    assert c["interval"] == {"method": "wilson_mover", "clustered_by": "case id"}
     assert c["paired"] == a.report["n"] == 75
     assert c["accuracy_diff_b_minus_a"] == pytest.approx(1.0 - a.report["accuracy"])
     # the report is rebuilt from the rows alone
@@ -282,7 +283,7 @@ def test_a_coding_run_through_the_api(tmp_path: Path, server: ScriptedServer,
     assert wrong.report["pass_at_1"]["mean"] == 0.0
     assert manifest_of(tmp_path / "wrong")["parameters"]["samples"] == 1
     c = assay.compare(tmp_path / "wrong", tmp_path / "oracle")
-    assert c["schema"] == "assay.coding.compare/1" and c["pass_at_1_diff_b_minus_a"] == 1.0
+    assert c["schema"] == "assay.coding.compare/2" and c["pass_at_1_diff_b_minus_a"] == 1.0
     with pytest.raises(InputError, match="repeats"):  # a narrow option on a coding suite
         assay.prepare(tasks, "builtin/oracle", repeats=2)
     narrow = write_suite(tmp_path / "narrow", CASES)

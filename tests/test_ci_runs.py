@@ -94,3 +94,21 @@ def test_coding_run_gate_and_junit(tmp_path: Path) -> None:
     assert int(root.get("tests")) == len(rep["tasks"]) and root.get("failures") == "0"
     rubric = [t["id"] for t in rep["tasks"] if t["type"] == "rubric"]
     assert int(root.get("skipped")) == len(rubric) > 0
+
+
+def test_repeats_of_the_same_answers_are_not_new_evidence_for_the_gate(tmp_path: Path) -> None:
+    # builtin/oracle answers every one of the 75 triage cases right, the same way each time.
+    # Clustered by case, five repeats are still 75 cases: the lower bound is Wilson's for 75
+    # of 75 (.951) both times, below 0.97, so the gate fails both times (before clustering
+    # --repeats 5 counted 375 answers, [.990, 1.0], and passed by repeating).
+    seen = []
+    for repeats in ("1", "5"):
+        out = tmp_path / f"r{repeats}"
+        res = run_cli(["run", str(ROOT / "examples" / "triage"), "--model", "builtin/oracle",
+                       "--repeats", repeats, "--out", str(out), "--fail-under", "0.97",
+                       "--fail-under-ci"])
+        rep = json.loads((out / "report.json").read_text())
+        assert rep["accuracy"] == 1.0 and rep["n"] == 75 * int(repeats)
+        assert res.code == 1 and "95% lower bound" in res.stderr, res.stderr
+        seen.append(rep["accuracy_ci95"])
+    assert seen[0] == pytest.approx(seen[1]) and seen[0][0] == pytest.approx(0.9513, abs=1e-4)

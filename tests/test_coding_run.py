@@ -34,7 +34,7 @@ from support.scripted_server import (
 from assay.records.coding import GradeRow, SampleRow, graded_samples
 from assay.runner.coding import INSTRUCTIONS, user_prompt
 from assay.sandbox import bwrap_available
-from assay.stats import cluster_bootstrap_mean, paired_bootstrap_diff
+from assay.stats import clustered_wilson, paired_diff_interval
 from assay.suites.coding import load_coding_suite
 
 pytestmark = pytest.mark.skipif(not bwrap_available(), reason="bubblewrap cannot run here")
@@ -505,8 +505,11 @@ def test_report_figures_on_a_hand_computed_example(tmp_path: Path, server: Scrip
     assert by_id["py-a"]["failures"] == [] and not by_id["py-a"]["mixed"]
     assert by_id["sql-r"]["pass_rate"] is None and by_id["sql-r"]["rubric_answers"] == 3
     assert rep["rubric"]["answers"] == 3 and rep["rubric"]["ungraded"] == 3
-    # the interval is the seeded task-level bootstrap of exactly these per-task values
-    mean, lo, hi = cluster_bootstrap_mean([1.0, 1 / 3, 0.0], seed=0)
+    # the interval is the task-clustered Wilson of exactly these per-task rates: spread
+    # measured, n_eff = (20/81) / (42/729) = 4.29 tasks, times (z / t_2)² = .2075 for three
+    # clusters of three samples -> .89, floored at one task: Wilson on n = 1, wide
+    mean, lo, hi, n_eff = clustered_wilson([1.0, 1 / 3, 0.0], [3, 3, 3])
+    assert n_eff == 1.0 and lo < 0.1 and hi > 0.85
     assert rep["pass_at_1"]["ci95"] == pytest.approx([lo, hi]) and mean == pytest.approx(4 / 9)
 
     md = (run / "report.md").read_text()
@@ -557,10 +560,10 @@ def test_compare_two_coding_runs(tmp_path: Path, server: ScriptedServer,
     assert c["newly_failing"] == ["py-c2"] and c["newly_passing"] == ["py-c3"]
     lo, hi = c["diff_ci95"]
     assert lo <= c["pass_at_1_diff_b_minus_a"] <= hi and lo < hi
-    assert c["bootstrap"] == {"n_boot": 10000, "seed": 7, "clustered_by": "task"}
-    # the interval is the seeded paired bootstrap over tasks, and is reproducible
-    diff, blo, bhi = paired_bootstrap_diff([1.0, 1.0, 0.0], [0.5, 0.0, 1.0],
-                                           ["py-c1", "py-c2", "py-c3"], n_boot=10000, seed=7)
+    assert c["interval"] == {"method": "wilson_mover", "clustered_by": "task"}
+    # the interval is the paired interval clustered by task (analytic: the seed changes nothing)
+    diff, blo, bhi = paired_diff_interval([1.0, 1.0, 0.0], [0.5, 0.0, 1.0],
+                                          ["py-c1", "py-c2", "py-c3"])
     assert (diff, blo, bhi) == pytest.approx((-1 / 6, lo, hi))
     assert run_cli(["compare", str(run_a), str(run_b), "--seed", "7", "--json",
                     str(out2)]).code == 0

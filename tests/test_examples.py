@@ -39,8 +39,11 @@ def test_the_rehearsal_experiment_runs_with_a_real_agent(tmp_path: Path) -> None
     """``make rehearsal``'s experiment end to end: the real Qwen Code CLI (installed by
     tests/test_agent_qwen.py through scripts/agents/qwen.sh, which runs earlier) on the four
     dev bundles against builtin/replay. The baseline's script fixes 2 tasks, the candidate's
-    all 4: d = 1, 1, 0, 0, Δ = +50 pts, SE = .2887, t(3) = 3.1824: interval [-41.9, +141.9]
-    pts, below -10: inconclusive (exit 4). No holdout task is looked at."""
+    all 4: d = 1, 1, 0, 0, Δ = +50 pts. wilson_mover: the baseline's rates 1 1 0 0, n_eff 4 ×
+    (z / t_3)² = 1.5171692, Wilson [.0766581, .9233419]; the candidate at 4 of 4, exact bound
+    .025^(1/4) = .3976354; r = 0 (an arm at 1): lo = .5 - sqrt(.6023646² + .4233419²) =
+    -.2362483, hi = .5 + (.5 - .0766581) = .9233419: [-23.6, +92.3] pts, inside ±100 and
+    below -10: inconclusive (exit 4). No holdout task is looked at."""
     import os
 
     from assay.agents.qwen import default_bin
@@ -59,8 +62,7 @@ def test_the_rehearsal_experiment_runs_with_a_real_agent(tmp_path: Path) -> None
     assert res.code == 4, res.stdout + res.stderr
     v = json.loads(res.stdout)
     assert v["verdict"]["decision"] == "inconclusive" and v["comparison"]["delta"] == 0.5
-    assert v["comparison"]["ci"] == pytest.approx([0.5 - 3.1824463 * 0.2886751,
-                                                   0.5 + 3.1824463 * 0.2886751], abs=1e-5)
+    assert v["comparison"]["ci"] == pytest.approx([-0.2362483, 0.9233419], abs=1e-6)
     assert v["verdict"]["tasks_to_settle"] is not None
     rep = json.loads((out / "report.json").read_text())
     assert rep["arms"]["baseline"]["accepted"] == 2 and rep["arms"]["candidate"]["accepted"] == 4

@@ -12,10 +12,19 @@ repetitions per arm, and t5 run by A only (B's trials never graded):
     t4    1 0    .5    0 0    0     -.5    (B rep 0 tampered with the test runner)
 
 Δ = (0 + .5 + .5 - .5) / 4 = .125. By task (G = 4): deviations -.125 .375 .375 -.625, squares
-sum .6875, SE² = 4/3 · .6875 / 16 = .0572917, SE = .2393570, t(3, .975) = 3.1824463, half-width
-.7617392, interval [-.6367392, .8867392]. By family (G = 2): D_F1 = .25, D_F2 = 0, SE² = 2/1 ·
-(.25² + .25²) / 16 = .015625, SE = .125, t(1, .975) = 12.7062047, interval [-1.4632756,
-1.7132756]. New failures: t4 (A passed once, B never), family F2. Cost counts every trial,
+sum .6875, cluster-robust SE² = 4/3 · .6875 / 16 = .0572917 (the plain cluster t: SE =
+.2393570, interval [-.6367392, .8867392]). The moderated variance adds the prior of two trials
+a task and arm at ½: ¼/2 + ¼/2 = .25 a task, V_prior = 4 · .25 / 16 = .0625; SE² = (2 · .0625
++ 3 · .0572917) / 5 = .059375, SE = .2436699; the moderated t is .125 ± t(3, .975) = 3.1824463
+× SE = [-.6504662, .9004662]. The default (wilson_mover): arm A's rates 1 .5 0 .5, p .5, V0 =
+.5 / 16, n_eff = .25 / V0 = 8, × (z / t_3)² = .3792923 -> 3.0343383, Wilson [.1262712,
+.8737288]; B's 1 1 .5 0, p .625, n_eff 5.4545455 -> 2.0688670, Wilson [.1450896, .9424211];
+r = (m_A² + m_B² - t_3² SE²) / (2 m_A m_B) = -1.016, clipped to -1: the half-widths add, lo =
+.125 - ((.625 - .1450896) + (.8737288 - .5)) = -.7286392, hi = .125 + (.9424211 - .625) + (.5
+- .1262712) = .8161499. By family (G = 2): D_F1 = .25, D_F2 = 0, CR1 SE² = 2/1 · (.25² +
+.25²) / 16 = .015625; moderated SE² = (2 · .0625 + .015625) / 3 = .046875, SE = .2165064;
+t(1, .975) = 12.7062047, the arms' spreads measured on two clusters: [-.8620557, .9136930].
+New failures: t4 (A passed once, B never), family F2. Cost counts every trial,
 t5's too: A 9 × $0.10 = $0.90 over 5 accepted = $0.18, a lower bound (one row incomplete); B
 9 × $0.20 = $1.80 (the ungraded t5 was paid for) over 5 accepted = $0.36, complete. B's
 runtimes 10..70 s and one timeout at 600 s: p50 (4th of 8) 40 s, p90 (8th) and max fall on the
@@ -80,9 +89,14 @@ def _compare(*args: str) -> dict:
 def test_compare_outcomes_file_by_task(hand: Path) -> None:
     c = _compare(str(hand), "--a", "A", "--b", "B")
     assert c["delta"] == pytest.approx(0.125)
-    assert c["method"] == "cluster_t" and c["n_clusters"] == 4 and c["n_tasks"] == 4
-    assert c["ci"] == pytest.approx([-0.6367392, 0.8867392], abs=1e-6)
-    assert c["se"] == pytest.approx(0.2393570, abs=1e-6) and c["df"] == 3
+    assert c["method"] == "wilson_mover" and c["n_clusters"] == 4 and c["n_tasks"] == 4
+    assert c["ci"] == pytest.approx([-0.7286392, 0.8161499], abs=1e-6)
+    assert c["se"] == pytest.approx(0.2436699, abs=1e-6) and c["df"] == 3
+    mod = _compare(str(hand), "--a", "A", "--b", "B", "--method", "moderated_t")
+    assert mod["ci"] == pytest.approx([-0.6504662, 0.9004662], abs=1e-6)
+    plain = _compare(str(hand), "--a", "A", "--b", "B", "--method", "cluster_t")
+    assert plain["ci"] == pytest.approx([-0.6367392, 0.8867392], abs=1e-6)
+    assert plain["se"] == pytest.approx(0.2393570, abs=1e-6)
     per = {r["task"]: r for r in c["per_task"]}
     assert per["t2"]["p_a"] == 0.5 and per["t2"]["p_b"] == 1.0 and per["t4"]["diff"] == -0.5
     assert c["new_failures"] == {"t4": ["t4"]}  # clustered by task: the task is its cluster
@@ -109,7 +123,8 @@ def test_compare_outcomes_file_by_task(hand: Path) -> None:
 def test_compare_clusters_by_family_and_by_any_field(hand: Path) -> None:
     c = _compare(str(hand), "--a", "A", "--b", "B", "--cluster", "family")
     assert c["n_clusters"] == 2 and c["cluster_by"] == "family"
-    assert c["ci"] == pytest.approx([-1.4632756, 1.7132756], abs=1e-6)
+    assert c["ci"] == pytest.approx([-0.8620557, 0.9136930], abs=1e-6)
+    assert c["se"] == pytest.approx(0.2165064, abs=1e-6)
     assert c["new_failures"] == {"F2": ["t4"]}
     r = _compare(str(hand), "--a", "A", "--b", "B", "--cluster", "repo")
     assert r["n_clusters"] == 2 and r["ci"] == pytest.approx(c["ci"])  # same grouping
@@ -294,16 +309,19 @@ def test_verdict_accept_and_reject_on_real_runs(tmp_path: Path) -> None:
 
 @needs_bwrap
 def test_verdict_inconclusive_names_the_tasks_that_would_settle_it(tmp_path: Path) -> None:
-    # cand fixes t0 and t1, not t2: d = 1, 1, 0; Δ = 2/3, SE = 1/3, t(2) = 4.3027:
-    # interval [-.768, 2.101] -> the lower bound is below -0.05: inconclusive.
+    # cand fixes t0 and t1, not t2: d = 1, 1, 0; Δ = 2/3. wilson_mover: base 0 of 3 sits at 0,
+    # n_eff = 3 tasks, Wilson [0, .5614970] widened to the exact 1 - .025^(1/3) = .7075982 at
+    # the bound; cand 2 of 3, n_eff = (2/9) / (6/81) = 3 times
+    # (z / t_2)² = .2075 -> .62, floored at 1: Wilson [.0941860, .9746638]; r = 0 (an arm at a
+    # bound): lo = 2/3 - sqrt((2/3 - .0941860)² + .7075982²) = -.2435143, hi = .9746638
+    # -> the lower bound is below -0.05: inconclusive.
     exp = _exp(tmp_path, "nop", FIX_SOME.format(ids="t0|t1"))
     _run(exp, tmp_path / "run")
     res = run_cli(["exp", "verdict", str(tmp_path / "run"), "--json"])
     assert res.code == 4, res.stdout + res.stderr
     v = json.loads(res.stdout)
     assert v["comparison"]["delta"] == pytest.approx(2 / 3)
-    assert v["comparison"]["ci"] == pytest.approx([2 / 3 - 4.3026527 / 3,
-                                                   2 / 3 + 4.3026527 / 3], abs=1e-5)
+    assert v["comparison"]["ci"] == pytest.approx([-0.2435143, 0.9746638], abs=1e-6)
     assert v["verdict"]["decision"] == "inconclusive"
     assert v["verdict"]["tasks_to_settle"] is not None and v["verdict"]["tasks_to_settle"] > 3
     assert any("no_regression not shown" in r for r in v["verdict"]["reasons"])
@@ -433,3 +451,30 @@ def test_library_calls_match_the_cli(hand: Path) -> None:
         assay.plan_experiment()
     with pytest.raises(InputError, match="outcomes file has no bar"):
         assay.verdict(hand)
+
+
+@needs_bwrap
+def test_four_tasks_both_oracle_is_not_accepted_on_a_zero_width_interval(tmp_path: Path) -> None:
+    # Both arms pass all four tasks: every per-task difference is 0. The plain cluster t had
+    # zero width ([+0, +0]) and ACCEPTed "no regression beyond 5 points" on four tasks. Four
+    # of four in each arm: the exact bound .025^(1/4) = .3976354 (Wilson's .5101 overstates
+    # four tasks), an arm at 1 has no spread (r = 0), so the half-widths add as if
+    # independent: ±.6023646. The lower bound is below -5 points.
+    bar = "bar:\n  hoped_improvement: 0\n  max_regression: 0.05\n"
+    exp = _exp(tmp_path, "oracle", "oracle", n_tasks=4, bar=bar)
+    _run(exp, tmp_path / "run")
+    res = run_cli(["exp", "verdict", str(tmp_path / "run"), "--json"])
+    v = json.loads(res.stdout)
+    assert res.code == 4 and v["verdict"]["decision"] == "inconclusive", res.stdout
+    c = v["comparison"]
+    assert c["delta"] == 0.0 and c["method"] == "wilson_mover"
+    assert c["ci"] == pytest.approx([-0.6023646, 0.6023646], abs=1e-6)
+    assert any("no_regression not shown" in r for r in v["verdict"]["reasons"])
+    # the per-arm rates are 4 of 4 with Wilson's interval, not [100%, 100%]
+    full = _compare(str(tmp_path / "run"))
+    assert full["ci"] == c["ci"]  # compare shows the interval the verdict decided on
+    for arm in ("base", "cand"):
+        rate = full["pass_rate"][arm]
+        assert rate["pass_rate"] == 1.0 and rate["ci"] == pytest.approx([0.3976354, 1.0])
+    text = run_cli(["exp", "verdict", str(tmp_path / "run")])
+    assert text.code == 4 and "ACCEPT" not in text.stdout

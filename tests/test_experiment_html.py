@@ -87,26 +87,28 @@ def test_verdict_and_bar() -> None:
 
 
 def test_forest_plot_geometry_by_hand() -> None:
-    """Domain [-1.5, 1.75] (the interval reaches past ±1): x(v) = 200 + (v + 1.5) / 3.25 ×
-    420. Zero at 393.8; XSS (+1) at 523.1; parse-date (+.5) at 458.5; tz-shift (-1) at 264.6;
-    Δ 0.125 at 410.0, its interval from 212.6 to 607.4; ticks every 100 points."""
+    """Domain [-1, 1] always (a difference of two rates lies there): x(v) = 200 + (v + 1) / 2
+    × 420. Zero at 410.0; XSS (+1) at 620.0; parse-date (+.5) at 515.0; tz-shift (-1) at
+    200.0; Δ 0.125 at 436.2. The hand-written report's interval [-1.40, 1.65] (a plain t from
+    before intervals were clipped) is drawn at the axis ends, 200.0 to 620.0, never by
+    stretching the axis past ±100 points; ticks every 50 points."""
     _, root = page()
     sec = section(root, "forest")
     svg = sec.find("svg", "forest")
     rows = svg.find_all("g", "forest-row")
     assert [r.find("text").text() for r in rows] == [XSS, "fmt-money", "parse-date", "tz-shift"]
     centers = [float(r.find("rect", "point").attrs["x"]) + 7 for r in rows]  # side 14 (n 4)
-    assert centers == pytest.approx([523.1, 393.8, 458.5, 264.6], abs=0.06)
+    assert centers == pytest.approx([620.0, 410.0, 515.0, 200.0], abs=0.06)
     assert {r.find("rect", "point").attrs["width"] for r in rows} == {"14.0"}
-    assert float(svg.find("line", "zero").attrs["x1"]) == 393.8
+    assert float(svg.find("line", "zero").attrs["x1"]) == 410.0
     overall = svg.find("g", "overall")
     ci = overall.find("line", "ci")
-    assert (float(ci.attrs["x1"]), float(ci.attrs["x2"])) == (212.6, 607.4)
+    assert (float(ci.attrs["x1"]), float(ci.attrs["x2"])) == (200.0, 620.0)
     pts = [tuple(map(float, p.split(","))) for p in
            overall.find("polygon", "diamond").attrs["points"].split()]
-    assert [p[0] for p in pts] == [212.6, 410.0, 607.4, 410.0]
+    assert [p[0] for p in pts] == [200.0, 436.2, 620.0, 436.2]
     ticks = [t.text() for t in svg.find_all("text") if re.fullmatch(r"[-+]?\d+", t.text())]
-    assert ticks == ["-100", "0", "+100"]
+    assert ticks == ["-100", "-50", "0", "+50", "+100"]
     assert len(svg.find_all("line", "mark")) == 2  # the bar's hoped Δ and largest regression
     text = sec.text()
     assert "+12.5 pts" in text and "[-140.2 pts, +165.2 pts]" in text

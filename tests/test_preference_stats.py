@@ -9,15 +9,16 @@
     t3    1    b             tie           tie (flipped)       0
 
 Per task: t1 (1 - 0) / 2 = .5, t2 -1 / 1 = -1, t3 0 / 2 = 0. Preference = -.5 / 3 = -.1666667.
-Deviations .6666667 -.8333333 .1666667, squares sum 1.1666667, SE² = 3/2 · 1.1666667 / 9 =
-.1944444, SE = .4409586, t(2, .975) = 4.3026527, half-width 1.8972914, interval [-2.0639581,
-1.7306247], clipped to [-1, 1]. Position bias: 2 flipped of 5 counted pairs = .4, Wilson 95%
-[.117622, .769276].
+Deviations .6666667 -.8333333 .1666667, squares sum 1.1666667, cluster-robust SE² = 3/2 ·
+1.1666667 / 9 = .1944444. The prior (stats.moderated): ½ a pair, so t1 .25, t2 .5, t3 .25,
+V_prior = 1 / 9; moderated SE² = (2 · 1/9 + 2 · .1944444) / (2 + 2) = .1527778, SE =
+.3908680, t(2, .975) = 4.3026527, half-width 1.6817694, clipped to [-1, 1]. Position bias: 2
+flipped of 5 counted pairs = .4, Wilson 95% [.117622, .769276].
 
 By family (F1: t1, t2; F2: t3): D_F1 = (.5 - 1) / 2 = -.25 (weight 2), D_F2 = 0 (weight 1).
 Δ = -.5 / 3; residuals W_g(D_g - Δ): 2 · (-.0833333) = -.1666667, 1 · .1666667; squares sum
-.0555556; SE² = 2/1 · .0555556 / 9 = .0123457, SE = .1111111; t(1, .975) = 12.7062047;
-half-width 1.4118005: [-1.5784672, 1.2451338] clipped to [-1, 1].
+.0555556; CR1 SE² = 2/1 · .0555556 / 9 = .0123457; V_prior = 1/9 as before; SE² = (2/9 +
+1 · .0123457) / 3 = .0781893, SE = .2796235; t(1, .975) = 12.7062047: clipped to [-1, 1].
 """
 
 from __future__ import annotations
@@ -46,9 +47,9 @@ def test_hand_computed_preference_interval_and_position_bias() -> None:
     assert (rows["t1"].preference, rows["t2"].preference, rows["t3"].preference) == (.5, -1, 0)
     assert rows["t1"].flipped == 1 and rows["t3"].flipped == 1 and rows["t2"].invalid == 1
     assert res.preference == pytest.approx(-0.1666667, abs=1e-6)
-    assert res.se == pytest.approx(0.4409586, abs=1e-6)
+    assert res.se == pytest.approx(0.3908680, abs=1e-6)
     assert res.df == 2
-    assert res.ci == (-1.0, 1.0)  # [-2.0639581, 1.7306247] clipped
+    assert res.ci == (-1.0, 1.0)  # -.1666667 ± 1.6817694, clipped
     assert (res.pairs, res.b_wins, res.a_wins, res.ties, res.flipped, res.invalid_pairs) == (
         5, 1, 1, 3, 2, 1)
     bias = res.position_bias
@@ -57,27 +58,36 @@ def test_hand_computed_preference_interval_and_position_bias() -> None:
     assert any("invalid" in n for n in res.notes)
 
 
-def test_unclipped_interval_is_the_cluster_t_on_per_task_figures() -> None:
-    # t1 +1 +1, t2 +1 0, t3 0 -1 (by rep): per task 1, .5, -.5; mean 1/3; deviations
-    # .6666667 .1666667 -.8333333, squares 1.1666667, SE = .4409586, half 1.8972914 -> clipped
-    # above at 1; widen nothing: a table where the interval stays inside [-1, 1]:
+def test_interval_is_the_moderated_t_on_per_task_figures() -> None:
     # t1..t4 all +1/+1 except t4 (0): per task 1 1 1 0, mean .75, deviations .25 .25 .25 -.75,
-    # squares .75, SE² = 4/3 · .75 / 16 = .0625, SE = .25, t(3) 3.1824463, half .7956116:
-    # [-.0456116, 1.5456116] -> [-.0456116, 1].
+    # squares .75, CR1 SE² = 4/3 · .75 / 16 = .0625; prior ½ a pair: V_prior = 4 · .5 / 16 =
+    # .125; SE² = (2 · .125 + 3 · .0625) / 5 = .0875, SE = .2958040, t(3) 3.1824463, half
+    # .9413812: [-.1913812, 1.6913812] -> [-.1913812, 1].
     table = [PairOutcome(t, 0, "b", "b") for t in ("t1", "t2", "t3")]
     table.append(PairOutcome("t4", 0, "tie", "tie"))
     res = preference(table)
     assert res.preference == pytest.approx(0.75)
-    assert res.se == pytest.approx(0.25)
-    assert res.ci[0] == pytest.approx(-0.0456116, abs=1e-6) and res.ci[1] == 1.0
+    assert res.se == pytest.approx(0.2958040, abs=1e-6)
+    assert res.ci[0] == pytest.approx(-0.1913812, abs=1e-6) and res.ci[1] == 1.0
     assert res.position_bias["rate"] == 0.0
+
+
+def test_a_judge_that_always_prefers_the_first_shown_has_no_zero_width_preference() -> None:
+    # Four tasks, one pair each, every pair flipped with the order: four ties. The preference
+    # is 0, but four pairs cannot show it is exactly 0: SE² = 2 · (4 · .5 / 16) / 5 = .05,
+    # half 3.1824463 · .2236068 = .7116166.
+    table = [PairOutcome(t, 0, "a", "b") for t in ("t1", "t2", "t3", "t4")]
+    res = preference(table)
+    assert res.preference == 0.0 and res.flipped == 4
+    assert res.ci == pytest.approx((-0.7116166, 0.7116166), abs=1e-6)
+    assert res.position_bias["rate"] == 1.0
 
 
 def test_clusters_by_family() -> None:
     res = preference(TABLE, clusters={"t1": "F1", "t2": "F1", "t3": "F2"})
     assert res.n_clusters == 2 and res.df == 1
     assert res.preference == pytest.approx(-0.1666667, abs=1e-6)
-    assert res.se == pytest.approx(0.1111111, abs=1e-6)
+    assert res.se == pytest.approx(0.2796235, abs=1e-6)
     assert res.ci == (-1.0, 1.0)
 
 

@@ -129,14 +129,14 @@ def test_every_report_model_documents_every_field() -> None:
     assert undocumented == []
     # the walk reached the nested models, not just the top level
     assert {"Latency", "LabelFigures", "Agreement", "UsageTotals", "NarrowParameters",
-            "SuiteFigure", "TaskFigures", "RubricSummary", "PairedTable", "BootstrapInfo",
+            "SuiteFigure", "TaskFigures", "RubricSummary", "PairedTable", "IntervalInfo",
             "NarrowSide", "CodingSide", "TaskDelta"} <= {m.__name__ for m in seen}
 
 
 def test_schema_ids_are_the_ones_reports_have_always_carried() -> None:
     assert [m.schema_id() for m in MODELS] == [
-        "assay.narrow.report/1", "assay.coding.report/1", "assay.narrow.compare/1",
-        "assay.coding.compare/1"]
+        "assay.narrow.report/1", "assay.coding.report/1", "assay.narrow.compare/2",
+        "assay.coding.compare/2"]
     assert SCHEMAS == {"narrow": NarrowReport.schema_id(), "coding": CodingReport.schema_id()}
 
 
@@ -201,7 +201,7 @@ def test_narrow_comparison_validates_and_round_trips(narrow_runs: tuple[Path, Pa
     assert c.paired == 4 and c.only_in_one_run == 1 and c.run_b.accuracy == 1.0
     assert c.to_json()["table"] == {"both_right": 2, "only_a": 0, "only_b": 2, "both_wrong": 0,
                                     "same_partial": 0}
-    assert c.bootstrap.seed == 0 and c.a_right_b_wrong == []
+    assert c.interval.clustered_by == "case id" and c.a_right_b_wrong == []
     assert c.repeats == {"a": 2, "b": 2} and c.answers == {"a": 8, "b": 8}
     # one repeat of c2 answered wrong, and c4 twice: B is right more often on both
     assert c.b_right_a_wrong == ["c2", "c4"]
@@ -239,7 +239,7 @@ def test_coding_comparison_validates_and_round_trips(coding_runs: tuple[Path, Pa
     data = json.loads(out.read_text())
     c = CodingComparison.load(data, out)
     assert c.to_json() == data and list(c.to_json()) == list(data)
-    assert c.tasks == 2 and c.run_a.grade_revision == "v1" and c.bootstrap.clustered_by == "task"
+    assert c.tasks == 2 and c.run_a.grade_revision == "v1" and c.interval.clustered_by == "task"
     assert [(t.id, t.a, t.b, t.delta) for t in c.per_task] == [
         ("py-add", "1/2", "2/2", 0.5), ("py-also", "2/2", "2/2", 0.0)]
     with pytest.raises(RecordError, match="field 'newly_passing'"):

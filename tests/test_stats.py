@@ -16,6 +16,7 @@ from assay.stats import (
     mcnemar_exact,
     nearest_rank,
     paired_bootstrap_diff,
+    paired_diff_interval,
     pass_at_k,
     pass_hat_k,
     wilson,
@@ -220,14 +221,11 @@ def test_paired_point_estimate_by_hand():
     assert lo <= diff <= hi
 
 
-def test_paired_deterministic_for_seed():
+def test_paired_deterministic_and_seed_free():
+    # The interval is analytic now (stats.moderated): the old bootstrap's seed changes nothing.
     a, b = _paired_data()
     r1 = paired_bootstrap_diff(a, b, seed=123)
-    r2 = paired_bootstrap_diff(a, b, seed=123)
-    r3 = paired_bootstrap_diff(a, b, seed=124)
-    assert r1 == r2
-    assert r1[0] == r3[0]
-    assert r1[1:] != r3[1:]
+    assert r1 == paired_bootstrap_diff(a, b, seed=124) == paired_diff_interval(a, b)
 
 
 def test_paired_interval_contains_point_estimate():
@@ -237,10 +235,22 @@ def test_paired_interval_contains_point_estimate():
         assert lo < diff < hi
 
 
-def test_paired_identical_configs():
+def test_paired_identical_configs_never_zero_width():
     a, _ = _paired_data()
-    assert paired_bootstrap_diff(a, a.copy()) == (0.0, 0.0, 0.0)
-    assert paired_bootstrap_diff(a, a, [i // 5 for i in range(len(a))]) == (0.0, 0.0, 0.0)
+    diff, lo, hi = paired_bootstrap_diff(a, a.copy())
+    # 300 equal pairs: no discordance seen, but 300 pairs cannot rule out a difference of a
+    # point or two; the prior (two clusters' worth of pairs at ½) says how much.
+    assert diff == 0.0 and lo == -hi and 0.005 < hi < 0.03
+    # The same answers repeated five times per case, clustered by case: the same interval.
+    rep = np.repeat(a, 5)
+    cases = np.repeat(np.arange(a.size), 5)
+    assert paired_bootstrap_diff(rep, rep, cases) == pytest.approx((0.0, lo, hi))
+    # Four pairs, all passing: the exact 4 of 4 bound .025^(1/4) = .398 on each side (the
+    # arms sit at 1, so their widths add as if independent), never zero.
+    d4, lo4, hi4 = paired_diff_interval([1, 1, 1, 1], [1, 1, 1, 1])
+    assert d4 == 0.0 and lo4 == pytest.approx(-0.6023646, abs=1e-6) and hi4 == -lo4
+    # One cluster: nothing is known about another draw of cases.
+    assert paired_diff_interval([1, 0, 1], [1, 1, 1], ["c", "c", "c"]) == (1 / 3, -1.0, 1.0)
 
 
 def test_clustering_widens_interval_for_correlated_items():
@@ -265,17 +275,25 @@ def test_clustering_widens_interval_for_correlated_items():
 def test_unequal_clusters_use_ratio_estimator():
     # Cluster "x": 1 item, d = 1. Cluster "y": 3 items, d = 0.
     # Point estimate is the item mean: 1/4 = 0.25 (not the mean of cluster means, 0.5).
-    # Resamples of 2 clusters: xx -> 2/2 = 1 (p=1/4), xy/yx -> 1/4 (p=1/2), yy -> 0 (p=1/4).
-    # So the 2.5% and 97.5% percentiles are 0 and 1.
     a = [0, 0, 0, 0]
     b = [1, 0, 0, 0]
     diff, lo, hi = paired_bootstrap_diff(a, b, ["x", "y", "y", "y"], n_boot=4000)
     assert diff == pytest.approx(0.25)
-    assert (lo, hi) == (0.0, 1.0)
-    # 50% interval (25th..75th percentile) sits on the xy/yx atom at 0.25:
-    # mean-of-cluster-means would put it at 0.5 instead.
-    _, lo50, hi50 = paired_bootstrap_diff(a, b, ["x", "y", "y", "y"], n_boot=4000, level=0.5)
-    assert lo50 == pytest.approx(0.25) and hi50 == pytest.approx(0.25)
+    assert -1.0 < lo < 0.0 < diff < hi <= 1.0
+
+
+def test_scores_outside_the_unit_range_get_the_moderated_t_on_their_range():
+    # Scores 0..2: span 2. Cluster "x": 1 item, d = 2; "y": 3 items, d = 0. Δ = 0.5.
+    # Weights 1 and 3: CR1 = 2 * ((1 * 1.5)² + (3 * .5)²) / 16 = 9/16; prior one pair at the
+    # middle of the range per cluster, .5 * 2² = 2: V_prior = (1 + 9) * 2 / 16 = 5/4;
+    # SE² = (2 * 5/4 + 9/16) / 3 = 49/48. At 95% t_1 reaches past ±2: clipped there.
+    a = [0, 0, 0, 0]
+    b = [2, 0, 0, 0]
+    assert paired_diff_interval(a, b, ["x", "y", "y", "y"]) == (0.5, -2.0, 2.0)
+    # At 50% t_{1, .75} = 1: 0.5 ± sqrt(49/48).
+    _, lo50, hi50 = paired_diff_interval(a, b, ["x", "y", "y", "y"], level=0.5)
+    half = (49 / 48) ** 0.5
+    assert lo50 == pytest.approx(0.5 - half) and hi50 == pytest.approx(0.5 + half)
 
 
 def test_paired_cluster_labels_any_hashable():

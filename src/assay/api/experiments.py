@@ -32,7 +32,7 @@ def _pair(data: Any, a: str | None, b: str | None) -> tuple[str, str]:
 
 
 def compare_experiment(source: PathLike, *, a: str | None = None, b: str | None = None,
-                       cluster: str = "task", method: str = "cluster_t", seed: int = 0,
+                       cluster: str = "task", method: str = "wilson_mover", seed: int = 0,
                        subgroup: str | None = None,
                        reward_threshold: float | None = None,
                        preference: PathLike | None = None) -> dict[str, Any]:
@@ -96,8 +96,8 @@ def plan_experiment(pilot: PathLike | None = None, *, arm: str | None = None,
     if k < 1:
         raise InputError("reps: at least 1")
     out: dict[str, Any] = {"power": 0.8, "alpha": 0.05,
-                           "method": "cluster_t (tasks as clusters, t with N-1 df), by "
-                                     "simulation", "seed": seed, "reps": k,
+                           "method": "wilson_mover (tasks as clusters, the interval exp "
+                                     "compare shows), by simulation", "seed": seed, "reps": k,
                            "baseline_rates": rates if len(rates) <= 50 else None,
                            "n_baseline_rates": len(rates), "pilot": info}
     if delta is not None:

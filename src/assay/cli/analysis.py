@@ -39,8 +39,10 @@ def exp_compare(
     b: Annotated[str | None, typer.Option("--b", help="Arm B, the candidate.")] = None,
     cluster: Cluster = "task",
     seed: Annotated[int, typer.Option(help="Seed of the bootstrap methods.")] = 0,
-    method: Annotated[str, typer.Option(help="cluster_t (default), bootstrap_studentized or "
-                                        "bootstrap_percentile.")] = "cluster_t",
+    method: Annotated[str, typer.Option(help="wilson_mover (default: never zero width, "
+                                        "inside ±100 points), moderated_t, cluster_t, "
+                                        "bootstrap_studentized or bootstrap_percentile.")
+                      ] = "wilson_mover",
     subgroup: Annotated[str | None, typer.Option(help="triggered or not_triggered: a "
                                                  "subgroup view, with a selection-bias "
                                                  "warning.")] = None,

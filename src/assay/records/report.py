@@ -109,6 +109,12 @@ class LabelFigures(ReportPart):
     """Answered cases that expect this label."""
     predicted: int
     """Answered cases whose answer is this label."""
+    precision_ci95: Interval95 | None = None
+    """95% interval of the precision, clustered by case (a case's repeats count once, with
+    their rate); null when the label was never answered or in reports from before it."""
+    recall_ci95: Interval95 | None = None
+    """95% interval of the recall, clustered by case; null when no case expects the label or
+    in reports from before it."""
 
 
 class Agreement(ReportPart):
@@ -171,7 +177,8 @@ class FieldFigures(ReportPart):
     accuracy: float | None
     """``correct / n``; null when nothing was answered."""
     accuracy_ci95: Interval95 | None
-    """95% Wilson score interval; null when nothing was answered."""
+    """95% Wilson score interval clustered by case (a case's repeats count once, with their
+    rate); null when nothing was answered."""
 
 
 class NarrowReport(ReportRecord):
@@ -204,7 +211,9 @@ class NarrowReport(ReportRecord):
     accuracy: float | None
     """``correct / n``; invalid answers count as wrong; null when nothing was answered."""
     accuracy_ci95: Interval95 | None
-    """95% Wilson score interval of the accuracy; null when nothing was answered."""
+    """95% Wilson score interval of the accuracy, clustered by case: n is the effective number
+    of cases (five repeats of the same answers count as one case, not five), so
+    ``--fail-under-ci`` cannot be passed by repeating; null when nothing was answered."""
     invalid_remaining: int
     """Answers still without a valid label after the format retry."""
     invalid_first_try: int
@@ -266,12 +275,13 @@ class NarrowReport(ReportRecord):
 
 
 class SuiteFigure(ReportPart):
-    """A mean over tasks with its task-clustered bootstrap interval."""
+    """A mean over tasks with its task-clustered interval."""
 
     mean: float
     """Mean over the auto-graded tasks, each task weighing the same."""
     ci95: Interval95
-    """95% bootstrap interval that resamples tasks, not samples."""
+    """95% Wilson interval on the task-clustered effective sample size (a task counts once,
+    with its rate over its samples); never zero width."""
     tasks: int
     """Tasks the mean is over."""
 
@@ -399,15 +409,14 @@ class PairedTable(ReportPart):
     better); always 0 when every case was asked once."""
 
 
-class BootstrapInfo(ReportPart):
-    """How the paired bootstrap interval was drawn, so it can be drawn again."""
+class IntervalInfo(ReportPart):
+    """How the paired interval was computed, so it can be computed again."""
 
-    n_boot: int
-    """Bootstrap resamples."""
-    seed: int
-    """The seed: the same seed gives the same interval."""
+    method: str
+    """``wilson_mover``: each run's clustered Wilson interval, combined with a moderated
+    correlation (``stats.moderated``); analytic, no seed."""
     clustered_by: str
-    """What is resampled: ``case id`` or ``task``."""
+    """The independent unit: ``case id`` or ``task`` (a case's repeats count once)."""
 
 
 class NarrowSide(ReportPart):
@@ -425,7 +434,7 @@ class NarrowComparison(ReportRecord):
     """Two narrow runs of the same suite, case by case (B − A)."""
 
     schema_name: ClassVar[str] = "assay.narrow.compare"
-    schema_version: ClassVar[int] = 1
+    schema_version: ClassVar[int] = 2
     file: ClassVar[str] = "(the path given to assay compare --json)"
 
     run_a: NarrowSide
@@ -446,9 +455,9 @@ class NarrowComparison(ReportRecord):
     accuracy_diff_b_minus_a: float
     """Mean over the paired cases of B's per-case accuracy minus A's."""
     diff_ci95: Interval95
-    """95% paired interval of the difference, resampling cases."""
-    bootstrap: BootstrapInfo
-    """How the interval was drawn."""
+    """95% paired interval of the difference, clustered by case; never zero width."""
+    interval: IntervalInfo
+    """How the interval was computed."""
     a_right_b_wrong: list[str]
     """Cases A got right more often than B (ids)."""
     b_right_a_wrong: list[str]
@@ -491,7 +500,7 @@ class CodingComparison(ReportRecord):
     """Two coding runs of the same task file, task by task (B − A)."""
 
     schema_name: ClassVar[str] = "assay.coding.compare"
-    schema_version: ClassVar[int] = 1
+    schema_version: ClassVar[int] = 2
     file: ClassVar[str] = "(the path given to assay compare --json)"
 
     run_a: CodingSide
@@ -507,9 +516,9 @@ class CodingComparison(ReportRecord):
     pass_at_1_diff_b_minus_a: float
     """Paired difference of the mean pass rates."""
     diff_ci95: Interval95
-    """95% paired bootstrap interval of the difference, resampling tasks."""
-    bootstrap: BootstrapInfo
-    """How the interval was drawn."""
+    """95% paired interval of the difference, clustered by task; never zero width."""
+    interval: IntervalInfo
+    """How the interval was computed."""
     newly_failing: list[str]
     """Tasks A solved at least once and B never."""
     newly_passing: list[str]

@@ -23,8 +23,9 @@ from typing import Any
 
 from assay.errors import InputError, NotComparable
 from assay.report.outcomes import OutcomeSet, TrialOutcome
-from assay.stats.abtest import METHODS, cluster_t_interval, compare_arms
+from assay.stats.abtest import METHODS, compare_arms
 from assay.stats.describe import nearest_rank
+from assay.stats.moderated import clustered_wilson
 from assay.suites.experiment import is_aa_arm
 
 SUBGROUPS = ("triggered", "not_triggered")
@@ -88,7 +89,8 @@ def arm_cost(trials: Sequence[TrialOutcome]) -> dict[str, Any]:
 
 def arm_pass_rate(data: OutcomeSet, arm: str, clusters: dict[str, str] | None,
                   level: float = 0.95, tasks: set[str] | None = None) -> dict[str, Any]:
-    """The arm's task-weighted pass rate and a t interval over clusters, on ``tasks`` (the
+    """The arm's task-weighted pass rate and its clustered Wilson interval
+    (``stats.moderated.clustered_wilson``: never zero width, inside [0, 1]), on ``tasks`` (the
     compared ones): the same tasks, weighting and clustering as Δ, so that the two rates'
     difference is Δ and the per-arm rates and Δ tell one story."""
     by_task: dict[str, list[int]] = {}
@@ -105,12 +107,9 @@ def arm_pass_rate(data: OutcomeSet, arm: str, clusters: dict[str, str] | None,
     weights = [float((data.weights or {}).get(k, 1.0)) for k in tasks]
     labels: dict[str, int] = {}
     codes = [labels.setdefault((clusters or {}).get(k, k), len(labels)) for k in tasks]
-    rate = sum(w * r for w, r in zip(weights, rates, strict=True)) / sum(weights)
-    ci = None
-    if len(labels) >= 2:
-        _, lo, hi, _, _ = cluster_t_interval(rates, weights, codes, level=level)
-        ci = [max(0.0, lo), min(1.0, hi)]
-    return {"pass_rate": rate, "ci": ci, "n_tasks": len(tasks)}
+    rate, lo, hi, _ = clustered_wilson(rates, [by_task[k][0] for k in tasks], codes, weights,
+                                       level=level)
+    return {"pass_rate": rate, "ci": [lo, hi], "n_tasks": len(tasks)}
 
 
 def _counts(trials: Sequence[TrialOutcome]) -> dict[str, int]:
@@ -182,7 +181,7 @@ def _one_split(data: OutcomeSet, tasks: set[str]) -> None:
 
 
 def build_comparison(data: OutcomeSet, *, a: str, b: str, cluster: str = "task",
-                     method: str = "cluster_t", seed: int = 0, level: float = 0.95,
+                     method: str = "wilson_mover", seed: int = 0, level: float = 0.95,
                      subgroup: str | None = None) -> dict[str, Any]:
     """The comparison object of ``exp compare --json`` (and of the experiment report)."""
     for name, arm in (("--a", a), ("--b", b)):
@@ -229,8 +228,9 @@ def build_comparison(data: OutcomeSet, *, a: str, b: str, cluster: str = "task",
         notes=notes + out["notes"],
     )
     if res.n_tasks < 10:
-        out["notes"].append(f"only {res.n_tasks} task(s) compared: no interval is reliable "
-                            "with this few; read the per-task table")
+        out["notes"].append(f"only {res.n_tasks} task(s) compared: the interval is wide "
+                            "because this few tasks carry little evidence; read the per-task "
+                            "table")
     return out
 
 

@@ -3,8 +3,9 @@ intervals second.
 
 A single best-of number hides a model that solves a task one time in three. So each task shows
 k of n, the reasons of its failures, and whether its samples disagree; the suite figures are
-means over tasks (each task weighs the same however many samples it has) with bootstrap
-intervals that resample tasks, not samples.
+means over tasks (each task weighs the same however many samples it has) with task-clustered
+Wilson intervals (``stats.moderated.clustered_wilson``): a task counts once, with its rate over
+its samples, and four tasks that all pass give a wide interval, never [100%, 100%].
 
 This module computes the report dict (``report.json``) from the run's rows alone and draws
 nothing: Markdown is ``coding_markdown``, HTML is ``html``, so every view shows the same figures.
@@ -24,7 +25,7 @@ from assay.records.manifest import read_run_manifest
 from assay.records.report import CodingReport
 from assay.report.coding_cases import failed_tasks
 from assay.report.latency import latency_figures
-from assay.stats import cluster_bootstrap_mean, pass_at_k, pass_hat_k
+from assay.stats import clustered_wilson, pass_at_k, pass_hat_k
 
 
 def final_sample_rows(rows: Iterable[dict[str, Any]]) -> dict[tuple[str, int], dict[str, Any]]:
@@ -32,10 +33,13 @@ def final_sample_rows(rows: Iterable[dict[str, Any]]) -> dict[tuple[str, int], d
     return standing_rows(rows, sample_key)
 
 
-def _interval(values: list[float], seed: int = 0) -> dict[str, Any] | None:
+def _interval(values: list[float], samples: list[int] | None = None) -> dict[str, Any] | None:
+    """Mean over tasks with its task-clustered Wilson interval. ``samples``: each task's graded
+    samples when ``values`` are pass rates over them; else each value counts as one trial of
+    its task (pass@k, pass^k, all-pass: one figure a task)."""
     if not values:
         return None
-    mean, lo, hi = cluster_bootstrap_mean(values, seed=seed)
+    mean, lo, hi, _ = clustered_wilson(values, samples or [1] * len(values))
     return {"mean": mean, "ci95": [lo, hi], "tasks": len(values)}
 
 
@@ -102,7 +106,7 @@ def build_coding_report(run_dir: Path, revision: str | None = None) -> dict[str,
         "expected_rows": manifest["suite"]["n_tasks"] * samples,
         "missing_rows": manifest["suite"]["n_tasks"] * samples - len(finals),
         "auto_graded_tasks": len(auto),
-        "pass_at_1": _interval([t["pass_rate"] for t in auto]),
+        "pass_at_1": _interval([t["pass_rate"] for t in auto], [t["samples"] for t in auto]),
         "pass_all": _interval(all_pass),
         "pass_all_k": n_min,
         "pass_at_k": pass_at,

@@ -1,7 +1,7 @@
 """Comparing two coding runs of the same task file, task by task.
 
 Samples are not paired across runs (sample 2 of A has nothing to do with sample 2 of B), tasks
-are: so the unit of pairing and of resampling is the task, and each side contributes its
+are: so the unit of pairing and of clustering is the task, and each side contributes its
 per-task pass rate.
 """
 
@@ -54,7 +54,7 @@ def compare_coding_runs(run_a: Path, run_b: Path, *, seed: int = 0,
         "pass_at_1_b": sum(b) / len(b),
         "pass_at_1_diff_b_minus_a": diff,
         "diff_ci95": [lo, hi],
-        "bootstrap": {"n_boot": n_boot, "seed": seed, "clustered_by": "task"},
+        "interval": {"method": "wilson_mover", "clustered_by": "task"},
         "newly_failing": [i for i in ids if ta[i]["passes"] > 0 and tb[i]["passes"] == 0],
         "newly_passing": [i for i in ids if ta[i]["passes"] == 0 and tb[i]["passes"] > 0],
         "per_task": per_task,
@@ -70,8 +70,7 @@ def compare_coding_markdown(c: dict[str, Any]) -> str:
              f"{c['run_a'].get('grade_revision')}, B {c['run_b'].get('grade_revision')})",
              f"- pass@1 A {100 * c['pass_at_1_a']:.1f}%, B {100 * c['pass_at_1_b']:.1f}%",
              f"- difference B − A: {100 * c['pass_at_1_diff_b_minus_a']:+.1f} points, 95% paired "
-             f"bootstrap CI by task [{100 * lo:+.1f}, {100 * hi:+.1f}] "
-             f"(seed {c['bootstrap']['seed']})",
+             f"CI by task [{100 * lo:+.1f}, {100 * hi:+.1f}] ({c['interval']['method']})",
              f"- newly failing in B (A solved it at least once, B never): "
              f"{', '.join(c['newly_failing']) or 'none'}",
              f"- newly passing in B: {', '.join(c['newly_passing']) or 'none'}", "",

@@ -1,13 +1,13 @@
 """Comparing two narrow runs of the same suite, case by case.
 
-Accuracy of two runs on the same cases is a paired measurement: the McNemar test and a paired
-bootstrap use that pairing, where two independent intervals would throw it away and overstate
-the uncertainty. The unit is the case: a case's repeats are one measurement (its rate), not new
-cases, so runs with different repetition counts compare every answer of both (a 1-repeat run
-against a 3-repeat run is not repeat 0 against repeat 0 with the rest thrown away), and a run
-repeated five times is not five times the evidence. Only cases answered in both runs are
-compared, and only runs scored by the same scorer with the same options (a run from before
-scorers was scored by ``label``).
+Accuracy of two runs on the same cases is a paired measurement: the McNemar test and the paired
+interval (``stats.paired_diff_interval``, clustered by case) use that pairing, where two
+independent intervals would throw it away and overstate the uncertainty. The unit is the case:
+a case's repeats are one measurement (its rate), not new cases, so runs with different
+repetition counts compare every answer of both (a 1-repeat run against a 3-repeat run is not
+repeat 0 against repeat 0 with the rest thrown away), and a run repeated five times is not five
+times the evidence. Only cases answered in both runs are compared, and only runs scored by the
+same scorer with the same options (a run from before scorers was scored by ``label``).
 """
 
 from __future__ import annotations
@@ -95,7 +95,7 @@ def compare_runs(run_a: Path, run_b: Path, *, seed: int = 0,
         "mcnemar_p": mcnemar_exact(table["only_a"], table["only_b"]),
         "accuracy_diff_b_minus_a": diff,
         "diff_ci95": [lo, hi],
-        "bootstrap": {"n_boot": n_boot, "seed": seed, "clustered_by": "case id"},
+        "interval": {"method": "wilson_mover", "clustered_by": "case id"},
         "a_right_b_wrong": a_not_b,
         "b_right_a_wrong": b_not_a,
         "repeats": {"a": ka, "b": kb},
@@ -133,8 +133,7 @@ def compare_markdown(c: dict[str, Any]) -> str:
         f"- accuracy A {100 * c['run_a']['accuracy']:.1f}%, B {100 * c['run_b']['accuracy']:.1f}%"
         + ("" if once else " (mean of per-case rates)"),
         f"- difference B − A: {100 * c['accuracy_diff_b_minus_a']:+.1f} points, 95% paired "
-        f"bootstrap CI by case [{100 * lo:+.1f}, {100 * hi:+.1f}] "
-        f"(seed {c['bootstrap']['seed']})",
+        f"CI by case [{100 * lo:+.1f}, {100 * hi:+.1f}] ({c['interval']['method']})",
         f"- exact McNemar p = {c['mcnemar_p']:.4g}"
         + ("" if once else " (sign test over cases whose rates differ)"), "",
         "## A right, B wrong" if once else "## A right more often than B", "",

@@ -37,7 +37,10 @@ from assay.report.render_narrow import NA, pct
 
 SCHEMA = "assay.experiment.report/2"
 BAR_W = 220  # pass-rate interval bar, the 0-100% axis in px
-METHODS = {"cluster_t": "t interval on cluster means",
+METHODS = {"wilson_mover": "the arms' clustered Wilson intervals combined (MOVER), "
+                           "moderated",
+           "moderated_t": "moderated t on cluster means (prior worth two clusters)",
+           "cluster_t": "t interval on cluster means",
            "bootstrap_percentile": "paired cluster bootstrap (percentile)",
            "bootstrap_studentized": "paired cluster bootstrap (studentized)"}
 COST_STATUS = {"ok": "complete", "lower_bound": "lower bound: some usage was not reported",

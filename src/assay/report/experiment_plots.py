@@ -33,25 +33,18 @@ def short(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def _domain(values: list[float]) -> tuple[float, float]:
-    """The Δ axis: always [-1, 1] (every per-task difference lies there), widened in steps of
-    0.25 when the overall interval reaches past it, so the interval is drawn whole."""
-    lo = min([-1.0, *values])
-    hi = max([1.0, *values])
-    return math.floor(lo * 4) / 4, math.ceil(hi * 4) / 4
-
-
 def forest(per_task: list[dict[str, Any]], delta: float | None,
            ci: list[float] | None, marks: list[tuple[str, float]]) -> dict[str, Any]:
     """One row per task (its difference as a square sized by its number of trials), a dashed
     zero line, reference lines from the bar (``marks``: label, x) and the overall Δ as a
     diamond spanning its interval."""
-    extra = [v for v in (ci or []) if v is not None] + [x for _, x in marks]
-    if delta is not None:
-        extra.append(delta)
-    d_lo, d_hi = _domain(extra)
+    # The Δ axis is always [-1, 1]: every per-task difference, Δ and its interval (clipped
+    # there by ``stats``) lie in it; a bar's mark past ±1 is drawn at the edge, never by
+    # stretching the axis past what a difference of two rates can be.
+    d_lo, d_hi = -1.0, 1.0
 
     def x(v: float) -> float:
+        v = min(d_hi, max(d_lo, v))
         return round(FOREST_LABEL_W + (v - d_lo) / (d_hi - d_lo) * FOREST_PLOT_W, 1)
 
     n_max = max((int(t.get("n_a") or 0) + int(t.get("n_b") or 0) for t in per_task), default=1)

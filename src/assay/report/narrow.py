@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter, defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +19,7 @@ from assay.records.narrow import iter_narrow_rows, read_narrow_manifest
 from assay.records.report import NarrowReport
 from assay.report.latency import latency_figures
 from assay.report.narrow_cases import answered_value, wrong_cases
-from assay.stats import wilson
+from assay.stats import clustered_wilson
 
 INVALID_COLUMN = "(invalid)"
 
@@ -45,6 +45,24 @@ def _ratio(num: int, den: int) -> float | None:
     return num / den if den else None
 
 
+def case_interval(rows: Iterable[dict[str, Any]],
+                  hit: Callable[[dict[str, Any]], bool]) -> list[float] | None:
+    """95% interval of the share of ``rows`` that ``hit``, clustered by case: each case counts
+    once with its rate over its repeats (``stats.moderated.clustered_wilson``), so five repeats
+    of the same answers give the interval of one, not of five times as many cases. None when
+    there are no rows."""
+    by_case: dict[str, list[int]] = {}
+    for r in rows:
+        cell = by_case.setdefault(r["id"], [0, 0])
+        cell[0] += 1
+        cell[1] += int(bool(hit(r)))
+    if not by_case:
+        return None
+    cells = list(by_case.values())
+    _, lo, hi, _ = clustered_wilson([k / n for n, k in cells], [n for n, _ in cells])
+    return [lo, hi]
+
+
 def per_label(answered: list[dict[str, Any]], labels: list[str]) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
     for label in labels:
@@ -56,8 +74,13 @@ def per_label(answered: list[dict[str, Any]], labels: list[str]) -> dict[str, di
         f1 = (2 * precision * recall / (precision + recall)
               if precision is not None and recall is not None and precision + recall > 0
               else (0.0 if precision == 0 or recall == 0 else None))
-        out[label] = {"precision": precision, "recall": recall, "f1": f1, "support": support,
-                      "predicted": predicted}
+        out[label] = {
+            "precision": precision, "recall": recall, "f1": f1, "support": support,
+            "predicted": predicted,
+            "precision_ci95": case_interval((r for r in answered if r["label"] == label),
+                                            lambda r, lab=label: r["expected"] == lab),
+            "recall_ci95": case_interval((r for r in answered if r["expected"] == label),
+                                         lambda r, lab=label: r["label"] == lab)}
     return out
 
 
@@ -117,9 +140,10 @@ def per_field(answered: list[dict[str, Any]],
         right = sum(1 for r in answered
                     if ((r.get("score_detail") or {}).get("fields") or {}).get(path, {})
                     .get("correct"))
-        interval = wilson(right, n) if n else None
+        interval = case_interval(answered, lambda r, path=path: bool(
+            ((r.get("score_detail") or {}).get("fields") or {}).get(path, {}).get("correct")))
         out[path] = {"n": n, "correct": right, "accuracy": _ratio(right, n),
-                     "accuracy_ci95": list(interval) if interval else None}
+                     "accuracy_ci95": interval}
     return out
 
 
@@ -171,7 +195,7 @@ def build_report(run_dir: Path) -> dict[str, Any]:
         confusion.setdefault(r["expected"], {}).setdefault(predicted, 0)
         confusion[r["expected"]][predicted] += 1
     served = Counter(r.get("served_model") or "(not reported)" for r in answered)
-    interval = wilson(correct, n) if n else None
+    interval = case_interval(answered, lambda r: bool(r.get("correct")))
     listed, inputs_source = wrong_cases(run_dir, manifest, finals.values())
     return NarrowReport.checked({
         "schema": NarrowReport.schema_id(),
@@ -185,7 +209,7 @@ def build_report(run_dir: Path) -> dict[str, Any]:
         "n": n,
         "correct": correct,
         "accuracy": _ratio(correct, n),
-        "accuracy_ci95": list(interval) if interval else None,
+        "accuracy_ci95": interval,
         "invalid_remaining": sum(1 for r in answered if r.get("invalid_reason")),
         "invalid_first_try": sum(1 for r in answered if r.get("first_invalid_reason")),
         "retried": sum(1 for r in answered if r.get("attempts", 1) > 1),

@@ -10,6 +10,16 @@ are correlated), because tasks from one family share difficulty and a fix
 that helps one often helps its siblings; treating them as independent makes
 the interval too narrow (the simulation test shows by how much).
 
+The default interval (``wilson_mover``, ``stats.moderated.difference_interval``)
+combines the two arms' clustered Wilson intervals with a correlation set by the
+cluster t's variance pooled with a prior worth two clusters: four tasks that
+all pass in both arms give a wide interval, not a zero-width one, three tasks
+fixed out of three give a lower bound above zero, and it never leaves
+[-1, 1]. ``moderated_t`` is the same variance in a symmetric t interval; the
+plain cluster t and the two bootstraps stay available for comparison (also
+clipped to [-1, 1]); a zero-width result from one of them is flagged in
+``notes``.
+
 This module is over the usual size because the three interval methods share
 one aggregation and must stay consistent with it; splitting them would
 split the definition of Δ across files.
@@ -27,6 +37,7 @@ import numpy as np
 
 from assay.errors import NotComparable
 from assay.stats.intervals import _check_level
+from assay.stats.moderated import difference_interval, difference_prior_var, moderated_t_interval
 from assay.stats.paired import _cluster_ratio_bootstrap, mcnemar_exact
 from assay.stats.tdist import t_ppf
 
@@ -40,8 +51,10 @@ __all__ = [
     "compare_arms",
 ]
 
-Method = Literal["cluster_t", "bootstrap_percentile", "bootstrap_studentized"]
-METHODS: tuple[str, ...] = ("cluster_t", "bootstrap_percentile", "bootstrap_studentized")
+Method = Literal["wilson_mover", "moderated_t", "cluster_t", "bootstrap_percentile",
+                 "bootstrap_studentized"]
+METHODS: tuple[str, ...] = ("wilson_mover", "moderated_t", "cluster_t", "bootstrap_percentile",
+                            "bootstrap_studentized")
 
 
 @dataclass(frozen=True)
@@ -86,9 +99,10 @@ class ABResult:
     """Everything ``compare_arms`` found; ``to_dict`` gives plain JSON-ready values.
 
     ``ci`` is ``None`` when no interval exists (fewer than two clusters): an
-    interval from one cluster would be invented, not estimated. ``se`` and
-    ``df`` are the cluster-robust standard error and G - 1 whatever the
-    method, so a reader can compare a bootstrap interval with Δ ± t·SE;
+    interval from one cluster would be invented, not estimated. ``se`` is the
+    moderated standard error for ``wilson_mover`` and ``moderated_t`` and the
+    cluster-robust one otherwise, ``df`` is G - 1, so a reader can check the interval against
+    Δ ± t·SE (before clipping to [-1, 1]);
     ``seed`` and ``n_boot`` are set only for the bootstrap methods.
     """
 
@@ -149,8 +163,16 @@ def cluster_t_interval(
     codes: Sequence[int],
     *,
     level: float = 0.95,
+    plain: bool = False,
 ) -> tuple[float, float, float, float, int]:
     """t interval on cluster-level differences with G - 1 degrees of freedom.
+
+    Unless ``plain``, this is the moderated t of ``stats.moderated`` with the prior of one
+    trial per arm and task at ½ (¼ + ¼ a task: the largest, since the trial counts are not
+    known here), clipped to [-1, 1]: a caller that has only the per-task differences still
+    never gets a zero width. A caller that has the per-task rates and trial counts should use
+    ``stats.moderated.difference_interval`` (``compare_arms``' default). ``plain=True`` is the
+    textbook interval described below (``--method cluster_t``), unclipped.
 
     Exactly: task i has difference d_i = p_B,i - p_A,i and weight w_i; cluster
     g has weight W_g = Σ_{i∈g} w_i and weighted mean difference
@@ -179,6 +201,8 @@ def cluster_t_interval(
     g = s_g.shape[0]
     if g < 2:
         raise ValueError(f"cluster_t_interval: need at least 2 clusters, got {g}")
+    if not plain:
+        return moderated_t_interval(d, w, c, np.full(d.shape[0], 0.5), level=level)
     delta, se = _cluster_se(s_g, w_g)
     half = t_ppf(0.5 + level / 2.0, g - 1) * se
     return delta, delta - half, delta + half, se, g - 1
@@ -276,7 +300,7 @@ def compare_arms(
     clusters: Mapping[Hashable, Hashable] | None = None,
     weights: Mapping[Hashable, float] | None = None,
     tasks: Sequence[Hashable] | None = None,
-    method: Method = "cluster_t",
+    method: Method = "wilson_mover",
     level: float = 0.95,
     n_boot: int = 4000,
     seed: int = 0,
@@ -397,8 +421,18 @@ def compare_arms(
         s_g, w_g = _cluster_figures(diffs, w, codes)
         _, se = _cluster_se(s_g, w_g)
         df = n_clusters - 1
-        if method == "cluster_t":
-            _, lo, hi, se, df = cluster_t_interval(diffs, w, codes, level=level)
+        n_a = np.array([r.n_a for r in rows], dtype=float)
+        n_b = np.array([r.n_b for r in rows], dtype=float)
+        if method == "wilson_mover":
+            _, lo_a, hi_a, se_a = difference_interval(
+                np.array([r.p_a for r in rows]), n_a, np.array([r.p_b for r in rows]), n_b, w,
+                codes, level=level)
+            lo, hi, se = float(lo_a), float(hi_a), float(se_a)
+        elif method == "moderated_t":
+            prior = difference_prior_var(n_a, n_b)
+            _, lo, hi, se, df = moderated_t_interval(diffs, w, codes, prior, level=level)
+        elif method == "cluster_t":
+            _, lo, hi, se, df = cluster_t_interval(diffs, w, codes, level=level, plain=True)
         else:
             _, lo, hi = cluster_bootstrap_interval(
                 diffs,
@@ -409,7 +443,10 @@ def compare_arms(
                 seed=seed,
                 level=level,
             )
-        ci = (lo, hi)
+        ci = (max(-1.0, lo), min(1.0, hi))  # a difference of two rates lies in [-1, 1]
+        if ci[1] - ci[0] <= 0.0:
+            notes.append(f"{method}: zero-width interval (every cluster has the same "
+                         "difference); the default moderated_t does not collapse")
 
     mcnemar: McNemar | None = None
     if all(r.n_a == 1 and r.n_b == 1 for r in rows):
@@ -422,7 +459,7 @@ def compare_arms(
         if _is_new_failure(r.p_a, r.p_b):
             new_failures.setdefault(r.cluster, []).append(r.task)
 
-    bootstrap = method != "cluster_t"
+    bootstrap = method.startswith("bootstrap")
     return ABResult(
         delta=delta,
         ci=ci,

@@ -4,8 +4,9 @@ By simulation rather than a formula because per-task pass rates are bounded,
 often piled at 0 and 1, and measured over few repetitions; a normal
 approximation would misstate power exactly where evals live. The simulated
 analysis is the one ``compare_arms`` does with tasks as clusters (the
-default): per-task differences, their mean, and the t interval with N - 1
-degrees of freedom. "Detected" means the two-sided interval at ``1 - alpha``
+default): per-task differences, their mean, and the ``wilson_mover`` interval
+of ``stats.moderated`` (the very function, vectorised over the simulated
+experiments). "Detected" means the two-sided interval at ``1 - alpha``
 excludes zero on the side of the effect.
 
 Model: task i has A's rate p_A,i (an assumed constant, or drawn with
@@ -23,7 +24,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from assay.stats.tdist import t_ppf
+from assay.stats.moderated import difference_interval
 
 __all__ = ["minimum_detectable_effect", "simulated_power", "tasks_needed"]
 
@@ -71,11 +72,10 @@ class _Draws:
         n_tasks = self.p_a.shape[1]
         p_b = np.clip(self.p_a + delta, 0.0, 1.0)
         rate_b = (self.u_b < p_b[:, :, None]).mean(axis=2)
-        d = rate_b - self.rate_a
-        mean = d.mean(axis=1)
-        se = d.std(axis=1, ddof=1) / np.sqrt(n_tasks)
-        half = t_ppf(1.0 - alpha / 2.0, n_tasks - 1) * se
-        hit = (mean - half > 0.0) if delta >= 0 else (mean + half < 0.0)
+        reps = np.full(n_tasks, float(self.u_a.shape[2]))
+        _, lo, hi, _ = difference_interval(self.rate_a, reps, rate_b, reps, np.ones(n_tasks),
+                                           np.arange(n_tasks), level=1.0 - alpha)
+        hit = (lo > 0.0) if delta >= 0 else (hi < 0.0)
         return float(hit.mean())
 
 

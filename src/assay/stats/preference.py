@@ -10,11 +10,15 @@ let the first-shown candidate's advantage back in through the side door.
 A pair scores +1 when B is preferred, -1 when A is, 0 for a tie (the sign of Δ in ``exp
 compare``: B - A). A task's preference is the mean over its counted pairs, i.e. (B wins - A
 wins) / pairs, in [-1, 1]; the preference is the weighted mean over tasks (equal weights unless
-weights were fixed before the run), and its interval is ``abtest.cluster_t_interval`` on those
-per-task figures: a t with G - 1 degrees of freedom over clusters (tasks, or families), the
-same one Δ gets, so the two numbers are read the same way (the interval is clipped to [-1, 1],
-where a preference lies). The position-bias rate is a proportion of the counted pairs and gets a
-Wilson interval.
+weights were fixed before the run), and its interval is the moderated cluster t of
+``stats.moderated`` on those per-task figures, with the same moderated variance as Δ's
+interval (a preference is one score per pair, not a difference of two rates, so the symmetric
+form): a t with G - 1 degrees of freedom over clusters (tasks, or families) whose
+variance is pooled with a prior worth two clusters, of pairs scored like two fair coins (+1,
+-1 a quarter of the time each: variance ½ a pair), and clipped to [-1, 1], where a preference
+lies. A judge whose every pair flipped with the order has shown no preference, not a
+preference known to be exactly zero: four such tasks give about ±0.7, not ±0. The
+position-bias rate is a proportion of the counted pairs and gets a Wilson interval.
 """
 
 from __future__ import annotations
@@ -23,8 +27,8 @@ from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-from assay.stats.abtest import cluster_t_interval
 from assay.stats.intervals import _check_level, wilson
+from assay.stats.moderated import moderated_t_interval
 
 __all__ = ["PairOutcome", "PreferenceResult", "PreferenceRow", "combine_orders",
            "preference"]
@@ -109,7 +113,7 @@ class PreferenceResult:
 def preference(pairs: Iterable[PairOutcome], *, clusters: Mapping[Hashable, Hashable] | None
                = None, weights: Mapping[Hashable, float] | None = None,
                level: float = 0.95) -> PreferenceResult:
-    """Per-task preference of B over A, its cluster t interval, and the position-bias rate
+    """Per-task preference of B over A, its moderated t interval, and the position-bias rate
     with its Wilson interval (see the module docstring for every definition)."""
     level = _check_level(level)
     cells: dict[Hashable, dict[str, int]] = {}
@@ -150,8 +154,9 @@ def preference(pairs: Iterable[PairOutcome], *, clusters: Mapping[Hashable, Hash
         codes = [codes_by.setdefault(r.cluster, len(codes_by)) for r in counted]
         pref = sum(w * v for w, v in zip(ws, values, strict=True)) / sum(ws)
         if len(codes_by) >= 2:
-            pref, lo, hi, se, df = cluster_t_interval(values, ws, codes, level=level)
-            ci = (max(-1.0, lo), min(1.0, hi))  # a preference lies in [-1, 1]; so does its CI
+            prior = [0.5 / r.pairs for r in counted]
+            pref, lo, hi, se, df = moderated_t_interval(values, ws, codes, prior, level=level)
+            ci = (lo, hi)  # clipped to [-1, 1], where a preference lies
         else:
             notes.append("one cluster: no interval can be estimated")
     else:
@@ -162,7 +167,7 @@ def preference(pairs: Iterable[PairOutcome], *, clusters: Mapping[Hashable, Hash
                      "for nothing")
     return PreferenceResult(
         preference=pref, ci=ci, se=se, df=df, level=level,
-        method="cluster_t (per-task preference, t with G-1 df)", n_tasks=len(counted),
+        method="moderated_t (per-task preference, t with G-1 df)", n_tasks=len(counted),
         n_clusters=len(codes_by), pairs=total_pairs, b_wins=sum(r.b_wins for r in rows),
         a_wins=sum(r.a_wins for r in rows), ties=sum(r.ties for r in rows), flipped=flipped,
         invalid_pairs=invalid, position_bias=bias, per_task=rows, notes=notes)
