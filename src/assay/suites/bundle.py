@@ -284,13 +284,7 @@ def load_bundle(root: Path) -> Bundle:
         if check in acc.required and getattr(acc, check) is None:
             problems.append(Problem(path, None, f"acceptance.{check}",
                                     f"required check {check!r} has no command"))
-    if not (root / spec.instruction).is_file():
-        problems.append(Problem(path, None, "instruction", f"{spec.instruction} not found"))
-    elif (size := (root / spec.instruction).stat().st_size) > limits.INSTRUCTION_FILE_MAX_BYTES:
-        problems.append(Problem(path, None, "instruction", f"{spec.instruction} is "
-                                f"{limits.describe_bytes(size)}, over the "
-                                f"{limits.describe_bytes(limits.INSTRUCTION_FILE_MAX_BYTES)} "
-                                "limit for an instruction"))
+    problems += _instruction_problems(root, path, text, spec.instruction)
     repo = root / spec.initial_state.repository
     if not repo.exists():
         problems.append(Problem(path, None, "initial_state.repository", f"{repo} not found"))
@@ -307,6 +301,26 @@ def load_bundle(root: Path) -> Bundle:
     if problems:
         raise SuiteError(problems)
     return Bundle(root=root, spec=spec, spec_sha256=hashlib.sha256(text.encode()).hexdigest())
+
+
+def _instruction_problems(root: Path, path: Path, text: str, written: str) -> list[Problem]:
+    """The instruction must be a regular file (a FIFO would block the trial that reads it)
+    within its size limit (it becomes the agent's prompt)."""
+    from assay.suites.yamlfile import key_lines, line_of
+
+    where = root / written
+    line = line_of(key_lines(text), ("instruction",))
+    if not where.exists():
+        return [Problem(path, line, "instruction", f"{written} not found")]
+    if not where.is_file():
+        return [Problem(path, line, "instruction", f"{written} is not a regular file")]
+    size = where.stat().st_size
+    if size > limits.INSTRUCTION_FILE_MAX_BYTES:
+        return [Problem(path, line, "instruction", f"{written} is "
+                        f"{limits.describe_bytes(size)}, over the "
+                        f"{limits.describe_bytes(limits.INSTRUCTION_FILE_MAX_BYTES)} limit "
+                        "for an instruction")]
+    return []
 
 
 def _outside_problems(root: Path, path: Path, text: str, spec: TaskSpec) -> list[Problem]:

@@ -214,7 +214,7 @@ def load_suite(root: Path, *, split: str | None = None) -> NarrowSuite:
     else:
         cases_path = root / CASES_FILE
     prompt_path = root / PROMPT_FILE
-    if not prompt_path.is_file():
+    if not prompt_path.exists():
         raise SuiteError.one(prompt_path, "system prompt file not found: the suite needs its "
                              "fixed, strict prompt in prompts/system.txt")
     system_prompt = read_text(prompt_path, limit=PROMPT_FILE_MAX_BYTES,
