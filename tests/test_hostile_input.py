@@ -26,6 +26,7 @@ import pytest
 from conftest import run_cli, write_suite
 from support.bundles import make_bundle
 
+from assay.sandbox import bwrap_available
 from assay.suites.limits import (
     EXPERIMENT_FILE_MAX_BYTES,
     JSONL_LINE_MAX_BYTES,
@@ -430,6 +431,8 @@ def test_hostile_input_is_refused_with_a_message_and_nothing_written(
     monkeypatch.chdir(tmp_path)  # anything written by default (runs/...) lands here
     case = CASES[name]
     args, where, fragment = case.build(tmp_path)
+    if args[:2] in (["exp", "run"], ["trial", "run"]) and not bwrap_available():
+        pytest.skip("bubblewrap cannot run here: exp run and trial run require it first")
     if name in AFTER:
         AFTER[name](tmp_path)
     before = _snapshot(tmp_path)
@@ -510,6 +513,8 @@ def test_the_real_entry_point_refuses_quickly(what: str, tmp_path: Path) -> None
             fh.write(EXPERIMENT)
             fh.write("# padding\n" * (60 * 1024 * 1024 // 10))
         assert exp.stat().st_size > 60 * 1024 * 1024 > EXPERIMENT_FILE_MAX_BYTES
+    if not bwrap_available():
+        pytest.skip("bubblewrap cannot run here: exp run requires it first")
     env = {k: v for k, v in os.environ.items() if not k.startswith("MODEL_")}
     started = time.monotonic()
     res = subprocess.run([sys.executable, "-m", "assay", *_exp_run(exp, tmp_path)],

@@ -29,6 +29,8 @@ PROMPT_FILE_MAX_BYTES = 1 * MIB
 JUDGE_FILE_MAX_BYTES = 256 * KIB
 RUBRIC_FILE_MAX_BYTES = 1 * MIB
 TEMPLATE_FILE_MAX_BYTES = 256 * KIB
+#: Largest ``builtin/replay`` script file (canned model turns for rehearsals).
+REPLAY_FILE_MAX_BYTES = 16 * MIB
 #: Largest ``.assay/holdout.yaml`` (one number).
 HOLDOUT_FILE_MAX_BYTES = 64 * KIB
 #: Largest cases or tasks JSONL file, and largest single line of one: read one line at a time,
