@@ -312,6 +312,9 @@ CASES: dict[str, Case] = {
     "task.yaml nested 10,000 deep": task_text(
         lambda t: t.replace("family: arith", "family: " + "[" * 10_000 + "]" * 10_000),
         "nest"),
+    "task.yaml an impossible date": task_field(
+        "family: arith", "family: !!timestamp 2024-13-45", "family:",
+        "invalid value: month must be in 1..12"),
     "task.yaml agent wall of 10^12 seconds": task_field(
         "agent_wall_seconds: 30", "agent_wall_seconds: 1000000000000", "agent_wall_seconds",
         "less than or equal to 604800"),
@@ -333,6 +336,9 @@ CASES: dict[str, Case] = {
         needle="concurrency"),
     "experiment: an infinite total budget": experiment(
         EXPERIMENT + "limits: {total_cost_usd: .inf}\n", "total_cost_usd", needle="limits"),
+    "experiment: a 5,000-digit seed": experiment(
+        EXPERIMENT + "seed: " + "9" * 5000 + "\n", "an integer written with 5,000 characters",
+        needle="seed:"),
     "experiment: 1000 infra retries": experiment(
         EXPERIMENT + "retries: {infra: 1000}\n", "less than or equal to 20", needle="retries"),
     "experiment: billion laughs": experiment(

@@ -43,6 +43,8 @@ JSONL_LINE_MAX_BYTES = 16 * MIB
 YAML_MAX_NODES = 200_000
 #: Nesting depth of a YAML document (the loader and the validators recurse).
 YAML_MAX_DEPTH = 64
+#: Characters of one YAML integer (a 64-bit number is at most 20 digits, 66 in binary).
+YAML_MAX_INT_CHARS = 80
 
 #: ``repetitions`` per (task, arm), and ``concurrency`` / ``-j`` (attempts in flight).
 MAX_REPETITIONS = 10_000

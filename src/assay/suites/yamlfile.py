@@ -24,12 +24,26 @@ import yaml
 from pydantic import ValidationError
 
 from assay.suites.errors import Problem, SuiteError
-from assay.suites.limits import YAML_MAX_DEPTH, YAML_MAX_NODES
+from assay.suites.limits import YAML_MAX_DEPTH, YAML_MAX_INT_CHARS, YAML_MAX_NODES
 
 KeyLines = dict[tuple[str, ...], int]
-#: The C loader when PyYAML was built with libyaml (several times faster), else the Python one.
-SafeLoader: type = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_BaseLoader: type = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class SafeLoader(_BaseLoader):  # type: ignore[misc,valid-type]
+    """PyYAML's safe loader (the C one when PyYAML was built with libyaml, several times
+    faster), whose value errors name their line: a 5,000-digit ``seed``, a 13th month in a
+    timestamp or ``!!int abc`` raise a plain ``ValueError`` in PyYAML, a traceback without a
+    place."""
+
+    def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
+        try:
+            return super().construct_object(node, deep)
+        except (ValueError, TypeError, OverflowError) as exc:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"invalid value: {exc}", node.start_mark) from None
 _MERGE_TAG = "tag:yaml.org,2002:merge"
+_INT_TAG = "tag:yaml.org,2002:int"
 
 
 def _compose(text: str, loader: type) -> yaml.Node | None:
@@ -43,9 +57,10 @@ def _compose(text: str, loader: type) -> yaml.Node | None:
 
 def check_tree(path: Path, root: yaml.Node) -> None:
     """Refuse duplicate keys (with both lines), a document larger than ``YAML_MAX_NODES``
-    values once its aliases are expanded, deeper than ``YAML_MAX_DEPTH``, or holding an alias
-    inside its own anchor. Each shared node is sized once, so a billion-laughs file is refused
-    after a few hundred steps."""
+    values once its aliases are expanded, deeper than ``YAML_MAX_DEPTH``, holding an alias
+    inside its own anchor, or an integer too long to be a setting (a 20,000-bit ``seed``
+    parses, then breaks every JSON record it is written into). Each shared node is sized once,
+    so a billion-laughs file is refused after a few hundred steps."""
     sizes: dict[int, int] = {}
     active: set[int] = set()
     problems: list[Problem] = []
@@ -64,6 +79,10 @@ def check_tree(path: Path, root: yaml.Node) -> None:
         if depth > YAML_MAX_DEPTH:
             raise SuiteError.one(path, f"nested deeper than {YAML_MAX_DEPTH} levels: refused",
                                  line=line(node), field=field)
+        if node.tag == _INT_TAG and len(str(node.value)) > YAML_MAX_INT_CHARS:
+            problems.append(Problem(path, line(node), field, f"an integer written with "
+                                    f"{len(str(node.value)):,} characters: at most "
+                                    f"{YAML_MAX_INT_CHARS}"))
         active.add(id(node))
         total = 1
         if isinstance(node, yaml.MappingNode):
