@@ -532,3 +532,19 @@ def test_the_real_entry_point_refuses_quickly(what: str, tmp_path: Path) -> None
     assert str(exp) in _squash(res.stderr) or _squash(str(exp)) in _squash(res.stderr)
     assert not (tmp_path / "run").exists()
     assert took < 30, f"refused after {took:.1f} s"
+
+
+def test_paths_and_links_that_stay_inside_the_bundle_still_load(tmp_path: Path) -> None:
+    """Confinement refuses what leaves the bundle, nothing else: a link inside the starting
+    tree to a file beside it, a '..' that comes back inside, and an instruction reached
+    through a link within the bundle all load."""
+    from assay.suites.bundle import load_bundle
+
+    b = _bundle(tmp_path)
+    (b / "repo" / "src" / "calc" / "alias.py").symlink_to("__init__.py")
+    (b / "docs").mkdir()
+    (b / "docs" / "task.md").symlink_to("../instruction.md")
+    _replace_in(b / "task.yaml", "instruction: instruction.md",
+                "instruction: repo/../docs/task.md")
+    loaded = load_bundle(b)
+    assert loaded.instruction_path.read_text().startswith("# Fix `calc.add`")
