@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from assay.suites import limits
 from assay.suites.confine import links_out, path_problem
 from assay.suites.errors import Problem, SuiteError
+from assay.suites.textfile import read_text
 from assay.suites.yamlfile import load_mapping, validation_error
 
 TASK_FILE = "task.yaml"
@@ -261,8 +262,6 @@ def check_starting_tree(bundle: Bundle, tree: Path | None = None) -> DigestCheck
 
 
 def load_bundle(root: Path) -> Bundle:
-    from assay.suites.textfile import read_text
-
     root = Path(root)
     path = root / TASK_FILE
     if not path.is_file():

@@ -208,11 +208,19 @@ def revision_of(model: str, rubric_sha256: str, template_sha256: str, temperatur
 
 def _read(path: Path, *, what: str, at: Path, line: int | None, field: str, limit: int,
           confine: Path | None) -> tuple[bytes, str]:
-    if confine is not None and not path.resolve().is_relative_to(confine.resolve()):
+    if confine is not None and not _inside(path, confine):
         raise SuiteError.one(at, f"{what} {path} leads outside {confine} (through '..', an "
                              "absolute path or a symbolic link): refused", line=line,
                              field=field)
     return read_text(path, limit=limit, what=what, at=at, line=line, field=field)
+
+
+def _inside(path: Path, folder: Path) -> bool:
+    """``path`` resolves inside ``folder`` after symbolic links (a link loop does not)."""
+    from assay.suites.confine import real
+
+    target, top = real(path), real(folder)
+    return target is not None and top is not None and target.is_relative_to(top)
 
 
 class _RubricLoader(SafeLoader):  # type: ignore[misc,valid-type]
@@ -274,7 +282,7 @@ def load_judge(path: Path, *, confine: Path | None = None) -> LoadedJudge:
         path = path / "judge.yaml"
     if not path.exists():
         raise SuiteError.one(path, "no such judge file")
-    if confine is not None and not path.resolve().is_relative_to(confine.resolve()):
+    if confine is not None and not _inside(path, confine):
         raise SuiteError.one(path, f"the judge file leads outside {confine} (through a "
                              "symbolic link): refused")
     text = read_text(path, limit=JUDGE_FILE_MAX_BYTES, what="the judge file")[1]
@@ -289,14 +297,14 @@ def load_judge(path: Path, *, confine: Path | None = None) -> LoadedJudge:
                              line=line_of(lines, ("base_url_env",)), field="base_url_env")
     rubric_path = path.parent / spec.rubric
     rubric_bytes, rubric_text = _read(rubric_path, what="rubric file", at=path,
-                         line=line_of(lines, ("rubric",)), field="rubric",
-                         limit=RUBRIC_FILE_MAX_BYTES, confine=confine)
+                                      line=line_of(lines, ("rubric",)), field="rubric",
+                                      limit=RUBRIC_FILE_MAX_BYTES, confine=confine)
     criteria = load_criteria(rubric_path, rubric_text)
     if spec.template:
         template_path = path.parent / spec.template
-        template_bytes, template_text = _read(template_path, what="template", at=path,
-                               line=line_of(lines, ("template",)), field="template",
-                               limit=TEMPLATE_FILE_MAX_BYTES, confine=confine)
+        template_bytes, template_text = _read(
+            template_path, what="template", at=path, line=line_of(lines, ("template",)),
+            field="template", limit=TEMPLATE_FILE_MAX_BYTES, confine=confine)
     else:
         template_path = BUILTIN_TEMPLATE
         template_bytes = BUILTIN_TEMPLATE.read_bytes()
