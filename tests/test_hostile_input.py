@@ -188,6 +188,24 @@ def judge(files: dict[str, str | bytes], fragment: str, *, at: str = "judge.yaml
     return Case(build, seconds)
 
 
+HARBOR_EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "harbor-tasks" / \
+    "csv-column-total"
+
+
+def harbor(toml: str, fragment: str) -> Case:
+    """The example Harbor task with its task.toml replaced, imported with ``task
+    import-harbor``."""
+    def build(tmp: Path) -> tuple[list[str], str, str]:
+        import shutil
+
+        src = tmp / "harbor" / "csv-column-total"
+        shutil.copytree(HARBOR_EXAMPLE, src, symlinks=True)
+        (src / "task.toml").write_text(toml)
+        return (["task", "import-harbor", str(src), "--out", str(tmp / "bundles")],
+                str(src / "task.toml"), fragment)
+    return Case(build)
+
+
 def _symlink(link: str, target: str) -> Callable[[Path], None]:
     def change(b: Path) -> None:
         p = b / link
@@ -388,6 +406,13 @@ CASES: dict[str, Case] = {
         "invalid JSON", line=1),
     "system prompt a FIFO": narrow(
         {}, "is not a regular file", at="prompts/system.txt"),
+    # --- Harbor task.toml, imported
+    "harbor task.toml a 5,000-digit number": harbor(
+        'version = "1.0"\n[verifier]\ntimeout_sec = ' + "9" * 5000 + "\n", "invalid TOML"),
+    "harbor task.toml nested 5,000 deep": harbor(
+        "a = " + "[" * 5000 + "]" * 5000 + "\n", "invalid TOML"),
+    "harbor task.toml over its size limit": harbor(
+        "#" * (TASK_FILE_MAX_BYTES + 1) + "\n", "over the 256 KiB limit"),
     # --- judges
     "judge.yaml billion laughs": judge({"judge.yaml": BILLION_LAUGHS + JUDGE},
                                        "billion laughs", seconds=5),
