@@ -573,3 +573,15 @@ def test_paths_and_links_that_stay_inside_the_bundle_still_load(tmp_path: Path) 
                 "instruction: repo/../docs/task.md")
     loaded = load_bundle(b)
     assert loaded.instruction_path.read_text().startswith("# Fix `calc.add`")
+
+
+def test_jobs_past_the_bound_are_refused_before_anything_runs(tmp_path: Path) -> None:
+    """``-j`` overrides ``concurrency`` and is held to the same bound."""
+    _bundle(tmp_path)
+    exp = tmp_path / "experiment.yaml"
+    exp.write_text(EXPERIMENT)
+    before = _snapshot(tmp_path)
+    res = run_cli([*_exp_run(exp, tmp_path), "-j", "100000"])
+    assert "Traceback" not in res.stdout + res.stderr
+    assert res.code == 2 and "1024" in res.stderr, res.stderr
+    assert _snapshot(tmp_path) == before
