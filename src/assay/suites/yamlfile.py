@@ -106,9 +106,9 @@ def check_tree(path: Path, root: yaml.Node) -> None:
                 if total > YAML_MAX_NODES:
                     break
         if total > YAML_MAX_NODES:
-            raise SuiteError.one(path, f"expands to more than {YAML_MAX_NODES:,} values once "
-                                 "its YAML aliases are expanded (a \"billion laughs\" file?): "
-                                 "refused", line=line(node), field=field)
+            raise SuiteError.one(path, f"holds more than {YAML_MAX_NODES:,} values, counting "
+                                 "what its YAML aliases expand to (a \"billion laughs\" "
+                                 "file?): refused", line=line(node), field=field)
         active.discard(id(node))
         sizes[id(node)] = total
         return total
