@@ -357,6 +357,11 @@ CASES: dict[str, Case] = {
     "experiment: a 5,000-digit seed": experiment(
         EXPERIMENT + "seed: " + "9" * 5000 + "\n", "an integer written with 5,000 characters",
         needle="seed:"),
+    "experiment: a NaN weight": experiment(
+        EXPERIMENT + "weights: {calc: .nan}\n", "finite number", needle="weights"),
+    "experiment: an infinite parameter": experiment(
+        EXPERIMENT.replace("    agent: nop\n", "    agent: nop\n    params: {t: [1, .inf]}\n",
+                           1), "NaN or infinite", needle="params"),
     "experiment: 1000 infra retries": experiment(
         EXPERIMENT + "retries: {infra: 1000}\n", "less than or equal to 20", needle="retries"),
     "experiment: billion laughs": experiment(
@@ -422,6 +427,13 @@ CASES: dict[str, Case] = {
                                             "over the 256 KiB limit"),
     "rubric not UTF-8": judge({"rubric.yaml": RUBRIC.replace("fix", "f\xefx")
                                .encode("latin-1")}, "byte offset", at="rubric.yaml", line=2),
+    "rubric a scale of 10^70 steps": judge(
+        {"rubric.yaml": RUBRIC.replace("[0, 3]", "[0, " + "9" * 70 + "]")},
+        "spans at most 1000 steps", at="rubric.yaml", line=3),
+    "judge.yaml a rubric path with a NUL byte": judge(
+        {"judge.yaml": JUDGE.replace("rubric.yaml", "\"\\0\"")}, "NUL byte", line=3),
+    "judge.yaml an infinite temperature": judge(
+        {"judge.yaml": JUDGE + "temperature: .inf\n"}, "finite number", line=4),
     "rubric with a key twice": judge({"rubric.yaml": RUBRIC + "  id: again\n"},
                                      "duplicate key 'id'", at="rubric.yaml", line=4),
 }

@@ -25,7 +25,7 @@ def real(path: Path) -> Path | None:
     for a link loop."""
     try:
         return path.resolve()
-    except (RuntimeError, OSError):  # a symbolic link loop (RuntimeError up to Python 3.12)
+    except (RuntimeError, OSError, ValueError):  # a link loop (RuntimeError up to 3.12), a NUL
         return None
 
 

@@ -69,7 +69,9 @@ ProblemAt = Callable[[tuple[str, ...], str], Problem]
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+    # no NaN or infinity anywhere: every number lands in the identity's strict JSON
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True,
+                              allow_inf_nan=False)
 
 
 class Select(_Strict):
@@ -120,6 +122,26 @@ class Arm(_Strict):
     """The event in the agent's stream (a JSON line whose ``type`` or ``event`` is this name,
     e.g. ``compaction``) that shows the mechanism under test fired; trials without it are
     marked "not triggered", never dropped."""
+
+    @field_validator("params")
+    @classmethod
+    def _finite(cls, value: dict[str, Any]) -> dict[str, Any]:
+        if _has_non_finite(value):
+            raise ValueError("a parameter is NaN or infinite: not a value an agent can be "
+                             "given, nor one the identity's JSON can hold")
+        return value
+
+
+def _has_non_finite(value: Any) -> bool:
+    import math
+
+    if isinstance(value, float):
+        return not math.isfinite(value)
+    if isinstance(value, dict):
+        return any(_has_non_finite(v) for v in value.values())
+    if isinstance(value, list):
+        return any(_has_non_finite(v) for v in value)
+    return False
 
 
 class Limits(_Strict):

@@ -52,6 +52,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError,
 from assay.suites.errors import Problem, SuiteError
 from assay.suites.limits import (
     JUDGE_FILE_MAX_BYTES,
+    MAX_SCALE_SPAN,
     RUBRIC_FILE_MAX_BYTES,
     TEMPLATE_FILE_MAX_BYTES,
 )
@@ -76,7 +77,8 @@ ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, frozen=True)
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, frozen=True,
+                              allow_inf_nan=False)
 
 
 class Criterion(_Strict):
@@ -99,6 +101,9 @@ class Criterion(_Strict):
         if all(type(v) is int for v in value):
             if len(value) != 2 or value[0] >= value[1]:
                 raise ValueError("an integer scale is [lo, hi] with lo < hi")
+            if value[1] - value[0] > MAX_SCALE_SPAN:
+                raise ValueError(f"an integer scale spans at most {MAX_SCALE_SPAN} steps (every "
+                                 "score of it is listed in a calibration table)")
             return (value[0], value[1])
         if all(isinstance(v, str) for v in value):
             labels = [v.strip() for v in value]

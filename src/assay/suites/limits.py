@@ -38,6 +38,9 @@ HOLDOUT_FILE_MAX_BYTES = 64 * KIB
 JSONL_FILE_MAX_BYTES = 1024 * MIB
 JSONL_LINE_MAX_BYTES = 16 * MIB
 
+#: Steps of a rubric's integer scale ``[lo, hi]``: each score is a row of the calibration table.
+MAX_SCALE_SPAN = 1000
+
 #: Values (mappings, lists, scalars) a YAML document may hold once its aliases are expanded.
 #: A plain 1 MiB file holds far fewer; a billion-laughs file blows past it at once.
 YAML_MAX_NODES = 200_000

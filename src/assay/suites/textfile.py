@@ -32,6 +32,9 @@ def read_text(path: Path, *, limit: int, what: str, line: int | None = None,
     except OSError as exc:
         raise SuiteError.one(where, f"{what} {path} cannot be read ({exc.strerror})",
                              line=line, field=field) from None
+    except ValueError:  # a NUL byte in the path
+        raise SuiteError.one(where, f"{what} {str(path)!r}: a path may not contain a NUL byte",
+                             line=line, field=field) from None
     with os.fdopen(fd, "rb") as fh:
         st = os.fstat(fh.fileno())
         if not stat.S_ISREG(st.st_mode):
