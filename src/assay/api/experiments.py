@@ -22,13 +22,22 @@ def _pair(data: Any, a: str | None, b: str | None) -> tuple[str, str]:
     from assay.report.experiment import frozen_bar
 
     if a and b:
-        return a, b
+        return _two(data, a, b)
     bar = frozen_bar(data.source, data.manifest) if data.manifest else None
     pair = default_arms(data, bar)
     if pair is None:
         raise InputError(f"{data.source}: {len(data.arms)} arms ({', '.join(data.arms)}): "
                          "name them with a= and b= (--a ARM --b ARM)")
-    return a or pair[0], b or pair[1]
+    return _two(data, a or pair[0], b or pair[1])
+
+
+def _two(data: Any, a: str, b: str) -> tuple[str, str]:
+    """A comparison is of two different arms: ``--a mini --b mini`` is a typo (its Δ would be
+    zero by construction), refused like any other bad option."""
+    if a == b:
+        raise InputError(f"{data.source}: --a and --b both name arm {a!r}: a comparison needs "
+                         "two different arms")
+    return a, b
 
 
 def compare_experiment(source: PathLike, *, a: str | None = None, b: str | None = None,

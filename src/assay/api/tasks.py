@@ -159,7 +159,8 @@ def run_experiment(experiment: str | os.PathLike[str], out: str | os.PathLike[st
                    jobs: int | None = None, grace_seconds: float = 10.0,
                    holdout_reuse: bool = False, executor: str = "local",
                    ray_address: str | None = None, gateway_host: str | None = None,
-                   ray_transfer: str | None = None, verify_jobs: int | None = None) -> Any:
+                   ray_transfer: str | None = None, verify_jobs: int | None = None,
+                   allow_large_plan: bool = False) -> Any:
     """Run (or resume: the same call) every trial of an experiment file into ``out``, then
     run the experiment's ``pairwise:`` check, if it has one, and write its report (the check's
     trouble is in the report's ``judge_preference.error``, never raised: the trials are done);
@@ -168,14 +169,15 @@ def run_experiment(experiment: str | os.PathLike[str], out: str | os.PathLike[st
     ``executor="ray"`` runs the attempts as Ray tasks on the cluster at ``ray_address``, their
     files carried by ``ray_transfer`` (``shared_fs``, ``object_store``, ``auto``;
     ``docs/scaling.md``); ``verify_jobs`` how many local attempts verify at once (default:
-    the usable cores, at most ``jobs``; 0: no gate)."""
+    the usable cores, at most ``jobs``; 0: no gate); ``allow_large_plan`` lets a plan of more
+    than 10,000 trials run (``suites/limits.py``)."""
     from assay.report.experiment import write_experiment_report
     from assay.runner.experiment import run_experiment as _run
 
     result = _run(Path(experiment), Path(out), jobs=jobs, grace_seconds=grace_seconds,
                   holdout_reuse=holdout_reuse, executor=executor, ray_address=ray_address,
                   gateway_host=gateway_host, ray_transfer=ray_transfer,
-                  verify_jobs=verify_jobs)
+                  verify_jobs=verify_jobs, allow_large_plan=allow_large_plan)
     run_pairwise_check(Path(out), result.status)
     write_experiment_report(Path(out))
     return result

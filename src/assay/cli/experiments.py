@@ -18,6 +18,7 @@ import typer
 
 from assay.cli.app import app, fail
 from assay.errors import RecordError
+from assay.suites.limits import MAX_CONCURRENCY, PLAN_TRIALS_DEFAULT_MAX
 
 exp_app = typer.Typer(no_args_is_help=True, help="Experiments: every task x arm x repetition, "
                       "resumable after a crash.")
@@ -137,7 +138,7 @@ def exp_run(
     experiment: Annotated[Path, typer.Argument(metavar="EXPERIMENT.yaml")],
     out_dir: Annotated[Path, typer.Option("--out", help="The run directory; the same command "
                                           "resumes it.")],
-    jobs: Annotated[int | None, typer.Option("-j", "--jobs", min=1,
+    jobs: Annotated[int | None, typer.Option("-j", "--jobs", min=1, max=MAX_CONCURRENCY,
                                              help="Trials at once (overrides concurrency).")]
     = None,
     grace: Annotated[float, typer.Option(help="Seconds between the watchdog's SIGTERM and its "
@@ -169,6 +170,10 @@ def exp_run(
         "cores, at most -j). An attempt frees its -j slot once its artifact is frozen; 0: no "
         "gate, an attempt keeps its slot until it is graded.")]
     = None,
+    allow_large_plan: Annotated[bool, typer.Option(
+        "--allow-large-plan", help=f"Run a plan of more than {PLAN_TRIALS_DEFAULT_MAX:,} "
+        "trials (tasks x arms x repetitions); without it such a plan is refused as a likely "
+        "typo.")] = False,
 ) -> None:
     """Run every trial of an experiment (resume: the same command), then its pairwise check if
     it has one. Exit 0 complete, 2 bad input, 3 finished with infra errors, stopped by the
@@ -193,7 +198,8 @@ def exp_run(
                                 total_cost_usd=total_cost_usd,
                                 holdout_reuse=holdout_reuse, executor=executor,
                                 ray_address=ray_address, gateway_host=gateway_host,
-                                ray_transfer=ray_transfer, verify_jobs=verify_jobs)
+                                ray_transfer=ray_transfer, verify_jobs=verify_jobs,
+                                allow_large_plan=allow_large_plan)
         # the experiment's pairwise check, if any: never raises for the judge's trouble; an
         # interrupt stops it like the trials (the same command resumes both)
         pairwise = run_pairwise_check(out_dir, result.status, jobs=jobs or 2)

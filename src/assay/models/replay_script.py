@@ -28,6 +28,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from assay.suites.errors import Problem, SuiteError
+from assay.suites.limits import REPLAY_FILE_MAX_BYTES
+from assay.suites.textfile import read_text
 from assay.suites.yamlfile import key_lines, line_of, load_mapping
 
 REPLAY_MODEL = "builtin/replay"
@@ -130,11 +132,12 @@ def load_replay(path: Path, task_ids: Iterable[str]) -> ReplayBook:
 
 
 def _text(path: Path, digest: Any, problems: list[Problem]) -> str | None:
+    """The file's text, bounded like every input (``suites/limits.py``), or None with the
+    problem recorded."""
     try:
-        raw = path.read_bytes()
-        text = raw.decode("utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        problems.append(Problem(path, None, None, f"cannot read: {exc}"))
+        raw, text = read_text(path, limit=REPLAY_FILE_MAX_BYTES, what="the replay script")
+    except SuiteError as exc:
+        problems += exc.problems
         return None
     digest.update(path.name.encode() + b"\0" + raw + b"\0")
     return text

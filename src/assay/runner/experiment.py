@@ -67,6 +67,7 @@ from assay.suites.experiment import (
     Experiment,
     TrialKey,
     bar_sha256,
+    check_plan_size,
     identity_sha256,
     load_experiment,
     plan,
@@ -558,7 +559,8 @@ def run_experiment(path: Path, out: Path, *, jobs: int | None = None,
                    ray_address: str | None = None,
                    gateway_host: str | None = None,
                    ray_transfer: str | None = None,
-                   verify_jobs: int | None = None) -> ExperimentResult:
+                   verify_jobs: int | None = None,
+                   allow_large_plan: bool = False) -> ExperimentResult:
     """Run (or resume) the experiment in ``path`` into ``out``. ``total_cost_usd`` overrides
     the file's whole-run cap (to finish a run it stopped, without changing the file);
     ``holdout_reuse`` lets a new run look at a holdout past its allowance
@@ -567,8 +569,11 @@ def run_experiment(path: Path, out: Path, *, jobs: int | None = None,
     gateway listens at for agents on other machines; ``ray_transfer`` how a Ray worker's files
     reach ``out`` (``shared_fs``, ``object_store``, ``auto``); ``verify_jobs`` how many
     local attempts verify at once (default: the usable cores, at most ``jobs``; 0: no gate,
-    an attempt keeps its slot until it is graded; ``runner/slots.py``)."""
+    an attempt keeps its slot until it is graded; ``runner/slots.py``). A plan of more than
+    ``PLAN_TRIALS_DEFAULT_MAX`` trials is refused, before anything is written, unless
+    ``allow_large_plan``."""
     exp = load_experiment(Path(path))
+    check_plan_size(exp, allow_large_plan=allow_large_plan)
     return ExperimentRunner(exp, Path(out), jobs=jobs, grace_seconds=grace_seconds,
                             progress=progress, total_cost_usd=total_cost_usd,
                             holdout_reuse=holdout_reuse, executor=executor,

@@ -4,6 +4,10 @@ program that decides acceptance.
 ``task.yaml`` is validated with pydantic and every error names the field (and line). The
 starting tree is pinned by ``fixture_digest``: a trial refuses a tree that does not match, so two
 trials of "the same task" really started from the same bytes.
+
+Every path ``task.yaml`` names stays inside the bundle folder, after symbolic links
+(``suites/confine.py``), and the file itself is bounded (``suites/limits.py``): a bundle may
+come from anyone, and what it names is read on the host and handed to the agent.
 """
 
 from __future__ import annotations
@@ -17,7 +21,10 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from assay.suites import limits
+from assay.suites.confine import links_out, path_problem
 from assay.suites.errors import Problem, SuiteError
+from assay.suites.textfile import read_text
 from assay.suites.yamlfile import load_mapping, validation_error
 
 TASK_FILE = "task.yaml"
@@ -57,9 +64,10 @@ class Resources(_Strict):
 
 
 class Budget(_Strict):
-    agent_wall_seconds: float = Field(default=900, gt=0)
-    assistant_steps: int | None = Field(default=None, ge=1)
-    verifier_wall_seconds: float = Field(default=120, gt=0)
+    agent_wall_seconds: float = Field(default=900, gt=0, le=limits.MAX_AGENT_WALL_SECONDS)
+    assistant_steps: int | None = Field(default=None, ge=1, le=limits.MAX_ASSISTANT_STEPS)
+    verifier_wall_seconds: float = Field(default=120, gt=0,
+                                         le=limits.MAX_VERIFIER_WALL_SECONDS)
 
 
 #: Top-level folders a reward directory may not be mounted in: the workspace, assay's own
@@ -258,20 +266,24 @@ def load_bundle(root: Path) -> Bundle:
     path = root / TASK_FILE
     if not path.is_file():
         raise SuiteError.one(path, "task.yaml not found: not a task bundle")
-    text = path.read_text(encoding="utf-8")
+    outside = path_problem(root, TASK_FILE, at=path, line=None, field=None)
+    if outside is not None:
+        raise SuiteError([outside])
+    text = read_text(path, limit=limits.TASK_FILE_MAX_BYTES, what="task.yaml")[1]
     data = load_mapping(path, text)
     try:
         spec = TaskSpec.model_validate(data)
     except ValidationError as exc:
         raise validation_error(path, text, exc, model=TaskSpec) from exc
-    problems = []
+    problems = _outside_problems(root, path, text, spec)
+    if problems:  # nothing below may touch a path that leaves the bundle
+        raise SuiteError(problems)
     acc = spec.acceptance
     for check in ("behavior", "regression"):
         if check in acc.required and getattr(acc, check) is None:
             problems.append(Problem(path, None, f"acceptance.{check}",
                                     f"required check {check!r} has no command"))
-    if not (root / spec.instruction).is_file():
-        problems.append(Problem(path, None, "instruction", f"{spec.instruction} not found"))
+    problems += _instruction_problems(root, path, text, spec.instruction)
     repo = root / spec.initial_state.repository
     if not repo.exists():
         problems.append(Problem(path, None, "initial_state.repository", f"{repo} not found"))
@@ -290,6 +302,53 @@ def load_bundle(root: Path) -> Bundle:
     return Bundle(root=root, spec=spec, spec_sha256=hashlib.sha256(text.encode()).hexdigest())
 
 
+def _instruction_problems(root: Path, path: Path, text: str, written: str) -> list[Problem]:
+    """The instruction must be a regular file (a FIFO would block the trial that reads it)
+    within its size limit (it becomes the agent's prompt)."""
+    from assay.suites.yamlfile import key_lines, line_of
+
+    where = root / written
+    line = line_of(key_lines(text), ("instruction",))
+    if not where.exists():
+        return [Problem(path, line, "instruction", f"{written} not found")]
+    if not where.is_file():
+        return [Problem(path, line, "instruction", f"{written} is not a regular file")]
+    size = where.stat().st_size
+    if size > limits.INSTRUCTION_FILE_MAX_BYTES:
+        return [Problem(path, line, "instruction", f"{written} is "
+                        f"{limits.describe_bytes(size)}, over the "
+                        f"{limits.describe_bytes(limits.INSTRUCTION_FILE_MAX_BYTES)} limit "
+                        "for an instruction")]
+    return []
+
+
+def _outside_problems(root: Path, path: Path, text: str, spec: TaskSpec) -> list[Problem]:
+    """Every path of ``spec`` that leaves the bundle folder, after symbolic links, and every
+    link in the starting tree, ``tests/`` and ``solution/`` that points out of it."""
+    from assay.suites.yamlfile import key_lines, line_of
+
+    lines = key_lines(text)
+    named = [(spec.instruction, ("instruction",)),
+             (spec.initial_state.repository, ("initial_state", "repository")),
+             ("tests", ("tests",)), ("solution", ("solution",))]
+    if spec.acceptance.judge is not None:
+        named.append((spec.acceptance.judge.judge, ("acceptance", "judge", "judge")))
+    problems = []
+    for written, loc in named:
+        line = line_of(lines, loc)
+        found = path_problem(root, written, at=path, line=line, field=".".join(loc))
+        if found is not None:
+            problems.append(found)
+            continue
+        tree = root / written
+        if loc[0] in ("tests", "solution") or (
+                loc == ("initial_state", "repository")
+                and not spec.initial_state.repository_commit):
+            if tree.is_dir():
+                problems += links_out(root, tree, at=path, line=line, field=".".join(loc))
+    return problems
+
+
 def _judge_problems(root: Path, path: Path, text: str, check: JudgeCheck,
                     repository: str) -> list[Problem]:
     """``acceptance.judge`` against the judge it names: the file loads (its own problems are
@@ -304,7 +363,7 @@ def _judge_problems(root: Path, path: Path, text: str, check: JudgeCheck,
         return line_of(lines, ("acceptance", "judge", *loc))
 
     where = root / check.judge
-    start = (root / repository).resolve()
+    start = (root / repository).resolve()  # both inside the bundle: checked before
     if where.resolve().is_relative_to(start):
         return [Problem(path, at("judge"), "acceptance.judge.judge",
                         "the judge file is inside the starting tree: the agent would read the "
@@ -312,7 +371,7 @@ def _judge_problems(root: Path, path: Path, text: str, check: JudgeCheck,
     if not where.is_file() and not (where / "judge.yaml").is_file():
         return [Problem(path, at("judge"), "acceptance.judge.judge", f"{where} not found")]
     problems: list[Problem] = []
-    judge = load_judge(where)
+    judge = load_judge(where, confine=root)
     rule = check.pass_
     crit = judge.criterion(rule.criterion)
     if crit is None:

@@ -4,6 +4,10 @@ Everything is validated before any model is called, so a typo costs a second, no
 That includes the scorer (``suite.yaml`` ``scorer:``, see ``suites/scorer_config.py``) and every
 case's ``expected`` against it: a string label for ``label``, a number for ``numeric``, an
 object with every listed field for ``json_fields``.
+
+``suite.yaml`` and the system prompt are read bounded (1 MiB each, ``suites/limits.py``) and
+the cases one line at a time with a bound per line (``suites/jsonl.py``): a suite may come from
+anyone, and a file that cannot be a real suite is refused before it is parsed.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from assay.suites.errors import Problem, SuiteError
 from assay.suites.jsonl import iter_jsonl_objects
+from assay.suites.limits import PROMPT_FILE_MAX_BYTES, SUITE_FILE_MAX_BYTES
 from assay.suites.scorer_config import (
     LABEL,
     ScorerSpec,
@@ -25,6 +30,7 @@ from assay.suites.scorer_config import (
     parse_scorer,
     problems_at,
 )
+from assay.suites.textfile import read_text
 from assay.suites.yamlfile import key_lines, line_of, parse_yaml, unknown_key_message
 
 CASES_FILE = Path("data/cases.jsonl")
@@ -123,10 +129,7 @@ def _load_config(root: Path) -> tuple[SuiteConfig, ScorerSpec]:
     path = root / CONFIG_FILE
     if not path.exists():
         return SuiteConfig(), LABEL
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise SuiteError.one(path, f"not valid UTF-8: {exc.reason}") from exc
+    text = read_text(path, limit=SUITE_FILE_MAX_BYTES, what="suite.yaml")[1]
     data: Any = parse_yaml(path, text)
     if data is None:
         data = {}
@@ -211,13 +214,11 @@ def load_suite(root: Path, *, split: str | None = None) -> NarrowSuite:
     else:
         cases_path = root / CASES_FILE
     prompt_path = root / PROMPT_FILE
-    if not prompt_path.is_file():
+    if not prompt_path.exists():
         raise SuiteError.one(prompt_path, "system prompt file not found: the suite needs its "
                              "fixed, strict prompt in prompts/system.txt")
-    try:
-        system_prompt = prompt_path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise SuiteError.one(prompt_path, f"not valid UTF-8: {exc.reason}") from exc
+    system_prompt = read_text(prompt_path, limit=PROMPT_FILE_MAX_BYTES,
+                              what="the system prompt")[1]
     if not system_prompt.strip():
         raise SuiteError.one(prompt_path, "system prompt is empty")
 

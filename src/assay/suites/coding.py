@@ -2,7 +2,9 @@
 
 Three task types: ``unit`` (code run against the task's tests in the sandbox), ``diff`` (a
 unified diff compared with a golden one) and ``rubric`` (kept for blind human grading). Every
-line is validated before any model call, with file:line:field errors.
+line is validated before any model call, with file:line:field errors. The file is read through
+``suites/jsonl.py``, bounded in size and per line (``suites/limits.py``): a tasks file may come
+from anyone, and one that cannot be a real suite is refused before it is parsed.
 """
 
 from __future__ import annotations

@@ -25,6 +25,15 @@ look is taken on purpose, by naming the split). ``noise_floor: {arm: A}`` adds a
 arm ``A`` named ``A~aa`` after every check of the file as written (``with_aa_copy``): from then
 on it is an arm like the others, interleaved by ``plan`` and fingerprinted in the identity.
 
+The file is bounded before it is parsed and its numbers before anything is planned
+(``suites/limits.py``): at most 1 MiB, ``repetitions`` at most 10,000, ``concurrency`` at most
+1,024, finite spending limits, and at most 1,000,000 trials in any plan. The plan is built in
+memory and written to the state database before the first trial, so an unbounded
+``repetitions: 1000000000`` would exhaust the machine before a single trial ran. A plan of more
+than 10,000 trials (days of agent time) is refused by ``exp run`` unless ``--allow-large-plan``
+says it is meant (:func:`check_plan_size`). Paths that name bundles, judges and replay scripts
+are relative to this file and must exist.
+
 The module runs past 400 lines because the file's schema, its cross-field checks and the
 identity it yields are one contract, read together when any of them changes.
 """
@@ -48,6 +57,7 @@ from pydantic import (
     model_validator,
 )
 
+from assay.suites import limits
 from assay.suites.bundle import Bundle, find_bundles, load_bundle, tree_digest
 from assay.suites.errors import Problem, SuiteError
 from assay.suites.experiment_pairwise import (
@@ -55,6 +65,7 @@ from assay.suites.experiment_pairwise import (
     check_pairwise,
     resolve_arms,
 )
+from assay.suites.textfile import read_text
 from assay.suites.trial_key import TrialKey, identity_sha256
 from assay.suites.yamlfile import key_lines, line_of, load_mapping, validation_error
 
@@ -64,7 +75,9 @@ ProblemAt = Callable[[tuple[str, ...], str], Problem]
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+    # no NaN or infinity anywhere: every number lands in the identity's strict JSON
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True,
+                              allow_inf_nan=False)
 
 
 class Select(_Strict):
@@ -116,15 +129,35 @@ class Arm(_Strict):
     e.g. ``compaction``) that shows the mechanism under test fired; trials without it are
     marked "not triggered", never dropped."""
 
+    @field_validator("params")
+    @classmethod
+    def _finite(cls, value: dict[str, Any]) -> dict[str, Any]:
+        if _has_non_finite(value):
+            raise ValueError("a parameter is NaN or infinite: not a value an agent can be "
+                             "given, nor one the identity's JSON can hold")
+        return value
+
+
+def _has_non_finite(value: Any) -> bool:
+    import math
+
+    if isinstance(value, float):
+        return not math.isfinite(value)
+    if isinstance(value, dict):
+        return any(_has_non_finite(v) for v in value.values())
+    if isinstance(value, list):
+        return any(_has_non_finite(v) for v in value)
+    return False
+
 
 class Limits(_Strict):
     """Spending limits; all optional, enforced by the gateway."""
 
-    tokens: int | None = Field(default=None, ge=1)
+    tokens: int | None = Field(default=None, ge=1, le=limits.MAX_TOKENS_PER_ATTEMPT)
     """Per trial attempt."""
-    cost_usd: float | None = Field(default=None, gt=0)
+    cost_usd: float | None = Field(default=None, gt=0, le=limits.MAX_COST_USD)
     """Per trial attempt, in USD from ``prices``."""
-    total_cost_usd: float | None = Field(default=None, gt=0)
+    total_cost_usd: float | None = Field(default=None, gt=0, le=limits.MAX_COST_USD)
     """The whole experiment: no new attempt starts once it is reached."""
 
 
@@ -144,7 +177,7 @@ class Price(_Strict):
 class Retries(_Strict):
     """New attempts for infrastructure failures only; task failures are never retried."""
 
-    infra: int = Field(default=2, ge=0)
+    infra: int = Field(default=2, ge=0, le=limits.MAX_INFRA_RETRIES)
     """How many new attempts a trial gets after ``infra_error`` attempts."""
 
 
@@ -229,11 +262,11 @@ class ExperimentSpec(_Strict):
     """Bundle folders, or folders holding bundles, relative to this file."""
     select: Select = Field(default_factory=Select)
     """Which of those bundles take part."""
-    repetitions: int = Field(default=1, ge=1)
+    repetitions: int = Field(default=1, ge=1, le=limits.MAX_REPETITIONS)
     """Trials per (task, arm)."""
     seed: int = 0
     """Seeds the schedule order and everything random in the run."""
-    concurrency: int = Field(default=1, ge=1)
+    concurrency: int = Field(default=1, ge=1, le=limits.MAX_CONCURRENCY)
     """Attempts in flight at once (``-j`` overrides)."""
     arms: dict[str, Arm] = Field(min_length=1)
     """The configurations under test, by name."""
@@ -274,13 +307,10 @@ def load_experiment(path: Path) -> Experiment:
     """Validate the file, load and select its bundles and compute its identity; every problem
     found is reported at once as a ``SuiteError``."""
     path = Path(path)
-    try:
-        raw = path.read_bytes()
-        text = raw.decode("utf-8")
-    except FileNotFoundError:
-        raise SuiteError.one(path, "experiment file not found") from None
-    except UnicodeDecodeError as exc:
-        raise SuiteError.one(path, f"not valid UTF-8: {exc.reason}") from exc
+    if not path.exists():
+        raise SuiteError.one(path, "experiment file not found")
+    raw, text = read_text(path, limit=limits.EXPERIMENT_FILE_MAX_BYTES,
+                          what="the experiment file")
     data = load_mapping(path, text)
     try:
         spec = ExperimentSpec.model_validate(data)
@@ -296,6 +326,11 @@ def load_experiment(path: Path) -> Experiment:
     found, load_problems = _load_tasks(path, spec, problem)
     problems += load_problems
     selected = _select(spec, found, problem, problems)
+    problems += _check_scripts(path, spec, problem)
+    if len(selected) * len(spec.arms) * spec.repetitions > limits.PLAN_TRIALS_CEILING:
+        problems.append(problem(("repetitions",), f"{len(selected)} tasks x {len(spec.arms)} "
+                                f"arms x {spec.repetitions} repetitions is over the ceiling of "
+                                f"{limits.PLAN_TRIALS_CEILING:,} trials in one run: refused"))
     problems += _check_prices(spec, problem)
     problems += _check_bar(spec, problem)
     if spec.pairwise is not None:
@@ -441,6 +476,38 @@ def _unnamed_split(chosen: list[Bundle], problem: Callable[[str], Problem]) -> l
     return [problem(f"every task is in the {name} split ({counts}) and "
                     f"select names no split: a {name} look is taken only on purpose. Write "
                     f"select: {{split: {name}}} to take it")]
+
+
+def _check_scripts(path: Path, spec: ExperimentSpec, problem: ProblemAt) -> list[Problem]:
+    """A ``builtin/replay`` script must exist (relative to this file), or the first trial of
+    its arm would be the one to find out."""
+    models = [(("arms", name, "model", "script"), arm.model)
+              for name, arm in spec.arms.items() if arm.model is not None]
+    if spec.fork is not None and spec.fork.model is not None:
+        models.append((("fork", "model", "script"), spec.fork.model))
+    out = []
+    for loc, model in models:
+        if model.script is None:
+            continue
+        where = Path(model.script)
+        where = where if where.is_absolute() else path.parent / where
+        if not where.exists():
+            out.append(problem(loc, f"{where}: no such replay script (a file or a folder, "
+                               "relative to the experiment file)"))
+    return out
+
+
+def check_plan_size(experiment: Experiment, *, allow_large_plan: bool = False) -> None:
+    """Refuse a plan of more than ``PLAN_TRIALS_DEFAULT_MAX`` trials unless
+    ``allow_large_plan`` (``exp run --allow-large-plan``): that many agent runs is days of
+    machine time and money, more likely a typo in ``repetitions`` than a plan."""
+    spec = experiment.spec
+    trials = len(experiment.bundles) * len(spec.arms) * spec.repetitions
+    if trials > limits.PLAN_TRIALS_DEFAULT_MAX and not allow_large_plan:
+        raise SuiteError([problem_at(experiment, ("repetitions",), (
+            f"{len(experiment.bundles)} tasks x {len(spec.arms)} arms x {spec.repetitions} "
+            f"repetitions = {trials:,} trials, over the limit of "
+            f"{limits.PLAN_TRIALS_DEFAULT_MAX:,}; pass --allow-large-plan if it is meant"))])
 
 
 def _check_prices(spec: ExperimentSpec, problem: ProblemAt) -> list[Problem]:

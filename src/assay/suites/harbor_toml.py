@@ -16,6 +16,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from assay.suites.errors import Problem, SuiteError
+from assay.suites.limits import TASK_FILE_MAX_BYTES
+from assay.suites.textfile import read_text
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT])B?\s*$", re.IGNORECASE)
 
@@ -132,10 +134,7 @@ def _line(lines: dict[tuple[str, ...], int], loc: tuple[str, ...]) -> int | None
 
 def read_task_toml(path: Path) -> HarborTaskToml:
     """The parsed, validated file, or one :class:`SuiteError` with every problem in it."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise SuiteError.one(path, f"not UTF-8 text: {exc}") from exc
+    text = read_text(path, limit=TASK_FILE_MAX_BYTES, what="task.toml")[1]
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -143,6 +142,8 @@ def read_task_toml(path: Path) -> HarborTaskToml:
         m = re.search(r"\(at line (\d+), column (\d+)\)", msg)
         line = int(m.group(1)) if m else None
         raise SuiteError.one(path, f"invalid TOML: {msg}", line=line) from exc
+    except (ValueError, RecursionError) as exc:  # a 5,000-digit number, deep nesting
+        raise SuiteError.one(path, f"invalid TOML: {exc or 'nested too deeply'}") from None
     try:
         return HarborTaskToml.model_validate(data)
     except ValidationError as exc:

@@ -18,7 +18,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from assay.records.holdout import LEDGER_DIR, ledger_path
 from assay.suites.bundle import Bundle
-from assay.suites.errors import SuiteError
+from assay.suites.limits import HOLDOUT_FILE_MAX_BYTES
+from assay.suites.textfile import read_text
 from assay.suites.yamlfile import load_mapping, validation_error
 
 POLICY_FILE = "holdout.yaml"
@@ -42,12 +43,9 @@ def load_policy(folder: Path) -> HoldoutPolicy:
     """The folder's allowance; the default when the file is absent, a ``SuiteError`` naming
     line and field when it is wrong."""
     path = policy_path(folder)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
+    if not path.exists():
         return HoldoutPolicy()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SuiteError.one(path, f"cannot read the holdout policy: {exc}") from None
+    text = read_text(path, limit=HOLDOUT_FILE_MAX_BYTES, what="the holdout policy")[1]
     try:
         return HoldoutPolicy.model_validate(load_mapping(path, text))
     except ValidationError as exc:

@@ -29,6 +29,11 @@ range) or a list of labels::
 The built-in template lives in ``suites/templates/judge.txt`` (with the suite, like the other
 fixed prompts in ``suites/prompts.py``: it is part of what is pinned). A custom template must
 contain every placeholder of :data:`PLACEHOLDERS` and no other ``{{name}}``.
+
+The three files are read bounded (``suites/limits.py``: 256 KiB for ``judge.yaml`` and the
+template, 1 MiB for the rubric) because a judge file can come with a bundle or an experiment
+from anyone; a bundle's judge is also confined to the bundle (``confine``), like every other
+path of its ``task.yaml``.
 """
 
 from __future__ import annotations
@@ -45,7 +50,21 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
 
 from assay.suites.errors import Problem, SuiteError
-from assay.suites.yamlfile import key_lines, line_of, load_mapping, validation_error
+from assay.suites.limits import (
+    JUDGE_FILE_MAX_BYTES,
+    MAX_SCALE_SPAN,
+    RUBRIC_FILE_MAX_BYTES,
+    TEMPLATE_FILE_MAX_BYTES,
+)
+from assay.suites.textfile import read_text
+from assay.suites.yamlfile import (
+    SafeLoader,
+    key_lines,
+    line_of,
+    load_mapping,
+    parse_yaml,
+    validation_error,
+)
 
 #: The reply contract a judge's answer is parsed by; part of every revision.
 CONTRACT = "assay.judge.reply/1"
@@ -58,7 +77,8 @@ ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, frozen=True)
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, frozen=True,
+                              allow_inf_nan=False)
 
 
 class Criterion(_Strict):
@@ -81,6 +101,9 @@ class Criterion(_Strict):
         if all(type(v) is int for v in value):
             if len(value) != 2 or value[0] >= value[1]:
                 raise ValueError("an integer scale is [lo, hi] with lo < hi")
+            if value[1] - value[0] > MAX_SCALE_SPAN:
+                raise ValueError(f"an integer scale spans at most {MAX_SCALE_SPAN} steps (every "
+                                 "score of it is listed in a calibration table)")
             return (value[0], value[1])
         if all(isinstance(v, str) for v in value):
             labels = [v.strip() for v in value]
@@ -188,18 +211,24 @@ def revision_of(model: str, rubric_sha256: str, template_sha256: str, temperatur
     return hashlib.sha256(ident.encode("utf-8")).hexdigest()[:12]
 
 
-def _read(path: Path, *, what: str, at: Path, line: int | None, field: str) -> bytes:
-    try:
-        return path.read_bytes()
-    except FileNotFoundError:
-        raise SuiteError.one(at, f"{what} {path} does not exist", line=line,
-                             field=field) from None
-    except OSError as exc:
-        raise SuiteError.one(at, f"{what} {path} cannot be read ({exc.strerror})", line=line,
-                             field=field) from None
+def _read(path: Path, *, what: str, at: Path, line: int | None, field: str, limit: int,
+          confine: Path | None) -> tuple[bytes, str]:
+    if confine is not None and not _inside(path, confine):
+        raise SuiteError.one(at, f"{what} {path} leads outside {confine} (through '..', an "
+                             "absolute path or a symbolic link): refused", line=line,
+                             field=field)
+    return read_text(path, limit=limit, what=what, at=at, line=line, field=field)
 
 
-class _RubricLoader(yaml.SafeLoader):
+def _inside(path: Path, folder: Path) -> bool:
+    """``path`` resolves inside ``folder`` after symbolic links (a link loop does not)."""
+    from assay.suites.confine import real
+
+    target, top = real(path), real(folder)
+    return target is not None and top is not None and target.is_relative_to(top)
+
+
+class _RubricLoader(SafeLoader):  # type: ignore[misc,valid-type]
     """YAML without its booleans: a scale ``[yes, no]`` means the labels "yes" and "no"."""
 
 
@@ -210,12 +239,7 @@ _RubricLoader.yaml_implicit_resolvers = {
 
 def load_criteria(path: Path, text: str) -> tuple[Criterion, ...]:
     """The rubric file's criteria; every problem with its line and field."""
-    try:
-        data = yaml.load(text, Loader=_RubricLoader)  # noqa: S506 - a SafeLoader subclass
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        raise SuiteError.one(path, f"invalid YAML: {getattr(exc, 'problem', exc)}",
-                             line=mark.line + 1 if mark else None) from exc
+    data = parse_yaml(path, text, loader=_RubricLoader)
     if not isinstance(data, list) or not data:
         raise SuiteError.one(path, "a rubric file is a YAML list of criteria (id, question, "
                              "scale)")
@@ -254,18 +278,19 @@ def fill_template(text: str, values: dict[str, str]) -> str:
     return _PLACEHOLDER.sub(lambda m: values[m.group(1)], text)
 
 
-def load_judge(path: Path) -> LoadedJudge:
+def load_judge(path: Path, *, confine: Path | None = None) -> LoadedJudge:
     """Read and check ``judge.yaml``, its rubric and its template; raises ``SuiteError`` with
-    every problem as file:line: field."""
+    every problem as file:line: field. With ``confine`` (a bundle's folder), the rubric and
+    the template must resolve inside it, after symbolic links."""
     path = Path(path)
     if path.is_dir():
         path = path / "judge.yaml"
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise SuiteError.one(path, "no such judge file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SuiteError.one(path, f"cannot be read ({exc})") from None
+    if not path.exists():
+        raise SuiteError.one(path, "no such judge file")
+    if confine is not None and not _inside(path, confine):
+        raise SuiteError.one(path, f"the judge file leads outside {confine} (through a "
+                             "symbolic link): refused")
+    text = read_text(path, limit=JUDGE_FILE_MAX_BYTES, what="the judge file")[1]
     data = load_mapping(path, text)
     try:
         spec = JudgeSpec.model_validate(data)
@@ -276,24 +301,19 @@ def load_judge(path: Path) -> LoadedJudge:
         raise SuiteError.one(path, "give base_url or base_url_env, not both",
                              line=line_of(lines, ("base_url_env",)), field="base_url_env")
     rubric_path = path.parent / spec.rubric
-    rubric_bytes = _read(rubric_path, what="rubric file", at=path,
-                         line=line_of(lines, ("rubric",)), field="rubric")
-    try:
-        rubric_text = rubric_bytes.decode("utf-8")
-    except UnicodeDecodeError:
-        raise SuiteError.one(rubric_path, "not UTF-8 text") from None
+    rubric_bytes, rubric_text = _read(rubric_path, what="rubric file", at=path,
+                                      line=line_of(lines, ("rubric",)), field="rubric",
+                                      limit=RUBRIC_FILE_MAX_BYTES, confine=confine)
     criteria = load_criteria(rubric_path, rubric_text)
     if spec.template:
         template_path = path.parent / spec.template
-        template_bytes = _read(template_path, what="template", at=path,
-                               line=line_of(lines, ("template",)), field="template")
+        template_bytes, template_text = _read(
+            template_path, what="template", at=path, line=line_of(lines, ("template",)),
+            field="template", limit=TEMPLATE_FILE_MAX_BYTES, confine=confine)
     else:
         template_path = BUILTIN_TEMPLATE
         template_bytes = BUILTIN_TEMPLATE.read_bytes()
-    try:
         template_text = template_bytes.decode("utf-8")
-    except UnicodeDecodeError:
-        raise SuiteError.one(template_path, "not UTF-8 text") from None
     problems = check_template(template_path, template_text)
     if problems:
         raise SuiteError(problems)
