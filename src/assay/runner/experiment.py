@@ -55,6 +55,8 @@ from assay.records.io import atomic_write_json, read_json_file
 from assay.records.ledger import ledger_totals
 from assay.records.manifest import tool_identity, utc_now
 from assay.records.trial import read_grade, read_trial
+from assay.runner.agent_files import agent_spec_for, stage_agent_files
+from assay.runner.arm_check import check_arms
 from assay.runner.executor import WORKER_LOST, Executor, TrialJob, make_executor
 from assay.runner.fork import ForkPrefixes, check_fork, fork_manifest, fork_totals
 from assay.runner.holdout import MANIFEST_KEY as HOLDOUT_KEY
@@ -290,6 +292,10 @@ class ExperimentRunner:
         self.grace = grace_seconds
         self.progress = progress or _Silent()
         self.access = _arm_access(exp)
+        problems = check_arms(exp)  # before anything is written: no verdict on a broken arm
+        if problems:
+            raise SuiteError(problems)
+        self.agent_dirs: dict[str, Path] = {}
         for name, access in self.access.items():
             if access.replay is not None:  # a changed script is a changed experiment
                 model = exp.identity["arms"][name]["model"]
@@ -339,6 +345,11 @@ class ExperimentRunner:
                    "executor": self.executor.describe()}
         state = StateDB.open(self.out, _state_identity(self.exp), self.plan,
                              retries_infra=spec.retries.infra)
+        try:  # after the identity check: a changed agent file is refused as a change
+            self.agent_dirs = stage_agent_files(self.out, self.exp)
+        except BaseException:
+            state.close()
+            raise
         sock_dir = Path(tempfile.mkdtemp(prefix="assay-gw-"))
         try:
             if holdout is not None:  # written down before the first trial (resumes too)
@@ -435,7 +446,6 @@ class ExperimentRunner:
     def _attempt(self, state: StateDB, attempt: Any, ticket: Ticket) -> str:
         key: TrialKey = attempt.trial
         bundle = self.exp.bundles[key.task]
-        arm = self.exp.spec.arms[key.arm]
         access = self.access[key.arm]
         attempt_dir = self.out / attempt.dir
         attempt_id = f"{key.task}/{key.arm}/{key.rep}/{attempt.label}"
@@ -460,11 +470,12 @@ class ExperimentRunner:
                 return "infra_error"
         hooks = _AttemptHooks(state, attempt, self.gateway, token, access, self.proxy,
                               self.grace, bundle.spec.acceptance.verifier_revision, ticket)
+        hooks.agent_files = self.agent_dirs.get(key.arm)
         if self.forks is not None:  # start from the shared frozen state, not the pristine tree
             hooks.start_state = self.forks.start_state(key, hooks.model_env, self.gateway,
                                                        self.proxy)
-        job = TrialJob(bundle, arm.agent, attempt_dir, key.rep, int(attempt.label[1:]),
-                       f"{key.task}/{key.arm}/{key.rep}")
+        job = TrialJob(bundle, agent_spec_for(self.exp, key.arm), attempt_dir, key.rep,
+                       int(attempt.label[1:]), f"{key.task}/{key.arm}/{key.rep}")
         try:
             res = self.executor.run(job, hooks)
         except Exception as exc:  # noqa: BLE001 - one attempt's crash is its record, not the run's

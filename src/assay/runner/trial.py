@@ -132,6 +132,8 @@ class TrialHooks:
         #: replaces them with the frozen state and returns its record (``trial.json``'s
         #: ``fork``); it may add to ``model_env``. Raises TrialRefused when there is no state.
         self.start_state: Callable[[Path, Path], dict[str, Any]] | None = None
+        #: the arm's own files, bound read-only at /assay/agent (``agent_files``)
+        self.agent_files: Path | None = None
 
     def before(self, stage: str) -> None:
         """Called before each stage starts (``agent``, ``freeze``, ``verify``); the experiment
@@ -205,7 +207,8 @@ def run_trial(bundle: Bundle, agent: Agent, trial_dir: Path, *, rep: int = 0,
             stages.run("prepare", prepare)
             ctx = AgentContext(bundle, workspace, home, trial_dir / "agent",
                                model_env=dict(hooks.model_env), proxy=hooks.proxy,
-                               grace_seconds=hooks.grace_seconds)
+                               grace_seconds=hooks.grace_seconds,
+                               agent_files=hooks.agent_files)
             hooks.before("agent")
             run: AgentRun = stages.run("agent", lambda: agent.run(ctx))
             record["execution"] = hooks.after_agent(run.to_record())
