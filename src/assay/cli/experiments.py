@@ -171,7 +171,8 @@ def exp_run(
     = None,
 ) -> None:
     """Run every trial of an experiment (resume: the same command), then its pairwise check if
-    it has one. Exit 0 complete, 2 bad input, 3 finished with infra errors, stopped by the
+    it has one. Exit 0 complete, 2 bad input (or an arm whose agent could not start in its first
+    attempts), 3 finished with infra errors, stopped by the
     total budget or without its pairwise check, 130 interrupted."""
     import signal
 
@@ -179,7 +180,7 @@ def exp_run(
 
     from assay.api.tasks import run_pairwise_check
     from assay.cli.app import _raise_interrupt, _require_sandbox, err
-    from assay.errors import EXIT_INFRA, EXIT_INTERRUPTED, InputError
+    from assay.errors import EXIT_BAD_INPUT, EXIT_INFRA, EXIT_INTERRUPTED, InputError
     from assay.report.experiment import write_experiment_report
     from assay.runner.experiment import run_experiment
     from assay.runner.holdout import record_shown
@@ -215,6 +216,8 @@ def exp_run(
         err.print(escape(f"pairwise check: not done: {pairwise['error']}; the trials are "
                          f"recorded, resume with: assay exp run {experiment} --out {out_dir}"),
                   highlight=False)
+    if result.status == "agent_start_failed":  # a broken arm: bad input, not bad luck
+        raise fail(escape(str(result.message)), EXIT_BAD_INPUT)
     if result.status == "budget_stopped":
         raise fail(str(result.message) + f"; resume with: assay exp run {experiment} --out "
                    f"{out_dir}", EXIT_INFRA)

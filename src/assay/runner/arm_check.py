@@ -34,7 +34,10 @@ _INTERPRETER = re.compile(r"^(python[0-9.]*|node|nodejs|sh|bash|dash|perl|ruby|R
 _PREFIXES = ("env", "exec", "nice", "command")
 #: first words that start shell syntax this check does not follow
 _SHELL_SYNTAX = {"cd", "if", "for", "while", "until", "case", "{", "(", "!", ".", "source",
-                 "set", "export", "true", "false", ":", "eval", "timeout", "time"}
+                 "set", "export", "true", "false", ":", "eval", "timeout", "time", "trap",
+                 "wait", "ulimit", "umask", "unset", "shift", "exit", "return", "local",
+                 "readonly", "test", "[", "[[", "alias", "type", "hash", "getopts", "let",
+                 "declare", "typeset", "builtin", "function", "select", "read"}
 #: interpreter options that take the next word as their value
 _OPTION_ARG = {"-X", "-W", "-r", "--require", "--import", "-o", "-O"}
 #: interpreter options after which no script file follows

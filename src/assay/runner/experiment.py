@@ -51,6 +51,12 @@ from assay.models.gateway_wire import Family
 from assay.models.replay_script import REPLAY_MODEL, ReplayBook, load_replay
 from assay.models.replay_server import ReplayServer, serve_replay
 from assay.records.artifact import ARTIFACT_JSON
+from assay.records.failures import (
+    AGENT_START_FAILED,
+    MODEL_UNAVAILABLE,
+    infra_code,
+    model_unavailable,
+)
 from assay.records.io import atomic_write_json, read_json_file
 from assay.records.ledger import ledger_totals
 from assay.records.manifest import tool_identity, utc_now
@@ -78,6 +84,8 @@ MANIFEST = "manifest.json"
 EXPERIMENT_COPY = "experiment.yaml"
 MANIFEST_SCHEMA = "assay.experiment.manifest/1"
 DEFAULT_GRACE_SECONDS = 10.0
+#: an arm whose first this-many attempts all fail to start its agent stops the run (exit 2)
+START_FAILURES_TO_STOP = 3
 
 
 class ExperimentProgress(Protocol):
@@ -100,7 +108,7 @@ class _Silent:
 @dataclass
 class ExperimentResult:
     out_dir: Path
-    status: str  # complete, infra_errors, budget_stopped
+    status: str  # complete, infra_errors, budget_stopped, agent_start_failed
     counts: dict[str, int]
     spent_usd: float
     spent_complete: bool
@@ -233,6 +241,7 @@ class _AttemptHooks(TrialHooks):
         self.grace_seconds = grace
         self.verifier_revision = revision
         self.proxy = proxy if token else None
+        self.ledger = state.root / attempt.dir / "model_calls.jsonl"
         self.model_env = {}
         if token and access.model and proxy is not None:
             base = proxy.base_url + "/v1"
@@ -262,9 +271,9 @@ class _AttemptHooks(TrialHooks):
             execution.update(status="budget_exhausted",
                              detail=f"budget exhausted: {usage['exhausted']} (the gateway "
                                     "refused further calls)")
-        elif usage["calls"] and usage["upstream_unreachable_calls"] == usage["calls"]:
-            execution.update(status="infra_error",
-                             detail="the gateway could not reach the upstream for any call")
+        elif (why := model_unavailable(self.ledger)) is not None:
+            execution.update(status="infra_error", failure_code=MODEL_UNAVAILABLE, detail=why,
+                             agent_status=execution.get("status"))
         return execution
 
 
@@ -303,6 +312,11 @@ class ExperimentRunner:
         self.plan = plan(exp)
         self.replay: ReplayServer | None = None
         self.stop_new = threading.Event()
+        #: per arm, the outcomes of attempts whose agent never started, and the arms seen to
+        #: start; ``broken_arm`` is the message once an arm's first attempts all failed so
+        self.start_failures: dict[str, list[str]] = {}
+        self.started_ok: set[str] = set()
+        self.broken_arm: str | None = None
         fork_access = check_fork(exp)
         self.forks = (ForkPrefixes(exp, out, fork_access, grace_seconds)
                       if fork_access is not None else None)
@@ -386,7 +400,9 @@ class ExperimentRunner:
             shutil.rmtree(sock_dir, ignore_errors=True)
         status, message = "complete", None
         left = counts.trials.get("pending", 0)
-        if self.stop_new.is_set() and left:
+        if self.broken_arm is not None:
+            status, message = AGENT_START_FAILED, self.broken_arm
+        elif self.stop_new.is_set() and left:
             status = "budget_stopped"
             message = (f"stopped at the total budget: ${spent:.4f} spent"
                        + ("" if complete else " (a lower bound: some calls reported no usage)")
@@ -441,7 +457,29 @@ class ExperimentRunner:
             slots.wait()
             for fut in [f for f in running if f.done()]:
                 key = running.pop(fut)
-                self.progress.trial_done(key, fut.result())
+                outcome = fut.result()
+                self.progress.trial_done(key, outcome)
+                self._watch_start(key, outcome)
+
+    def _watch_start(self, key: TrialKey, outcome: str) -> None:
+        """Stop starting attempts once an arm's first attempts all failed to start its agent:
+        the rest would fail the same way and spend the run on nothing."""
+        if outcome.startswith(AGENT_START_FAILED):
+            self.start_failures.setdefault(key.arm, []).append(outcome)
+        elif not outcome.startswith(("infra_error", "re-verified", "grader_error")):
+            self.started_ok.add(key.arm)  # graded, or it reached its model: it did start
+        failures = self.start_failures.get(key.arm, [])
+        trials = sum(1 for k in self.plan if k.arm == key.arm)
+        enough = min(START_FAILURES_TO_STOP, trials * (self.exp.spec.retries.infra + 1))
+        if (self.broken_arm is None and key.arm not in self.started_ok
+                and len(failures) >= enough):
+            why = failures[0].removeprefix(AGENT_START_FAILED + ": ").removesuffix(
+                " (will retry)")
+            self.broken_arm = (f"arm {key.arm!r}: its agent could not start in its first "
+                               f"{len(failures)} attempts ({AGENT_START_FAILED}: {why}); "
+                               "stopped before spending the run on it: fix the arm and run "
+                               "the same command again")
+            self.stop_new.set()
 
     def _attempt(self, state: StateDB, attempt: Any, ticket: Ticket) -> str:
         key: TrialKey = attempt.trial
@@ -491,9 +529,12 @@ class ExperimentRunner:
         if res.status == WORKER_LOST:
             return self._worker_lost(state, hooks.attempt, res)
         if res.grade is None:
-            new_state = state.finish_attempt(hooks.attempt, "infra_error",
-                                             reason=str(res.record.get("error"))[:500])
-            return "infra_error" + (" (will retry)" if new_state == "pending" else "")
+            reason = str(res.record.get("error"))[:500]
+            code = infra_code(reason)
+            new_state = state.finish_attempt(hooks.attempt, "infra_error", reason=reason,
+                                             code=code)
+            shown = "infra_error" if code == "infra_error" else reason[:300]
+            return shown + (" (will retry)" if new_state == "pending" else "")
         return self._record_grade(state, hooks.attempt, res.grade)
 
     def _record_grade(self, state: StateDB, attempt: Any, grade: dict[str, Any]) -> str:
