@@ -139,3 +139,51 @@ def test_an_upstream_failing_every_call_is_model_unavailable(tmp_path: Path,
     assert arm["infra_failure_codes"] == {"model_unavailable": 4}
     assert rep["arms"]["idle"]["graded"] == 2
     _no_secret(out)
+
+
+FIX = "import subprocess\nsubprocess.run(['sed', '-i', 's/return a - b/return a + b/', " \
+      "'src/calc/__init__.py'], check=True)\n"
+
+
+@needs_bwrap
+def test_an_unpriced_model_and_an_arm_that_never_asks_its_model(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from support.scripted_server import Answer
+
+    with ScriptedServer(lambda req, n: Answer("fix it", model="house-model")) as srv:
+        monkeypatch.setenv("TEST_UPSTREAM", srv.base_url)
+        monkeypatch.setenv("TEST_KEY", SECRET)
+        (tmp_path / "agents").mkdir()
+        (tmp_path / "agents" / "asks.py").write_text(ASK_THROUGH_GATEWAY + FIX)
+        (tmp_path / "agents" / "silent.py").write_text("import sys\n" + FIX)
+        model = "model: {name: house-model, base_url_env: TEST_UPSTREAM, api_key_env: TEST_KEY}"
+        exp = _experiment(tmp_path, f"""  asks:
+    agent: "command:python3 agents/asks.py"
+    agent_files: [agents]
+    {model}
+  silent:
+    agent: "command:python3 agents/silent.py"
+    agent_files: [agents]
+    {model}
+bar: {{baseline: asks, candidate: silent, hoped_improvement: 0.1, max_regression: 0.1}}
+""", reps=2)
+        out = tmp_path / "run"
+        res = run_cli(["exp", "run", str(exp), "--out", str(out)])
+    assert res.code == 0, res.stdout + res.stderr
+    # the model has no price: its cost is unknown, never $0.0000
+    err = " ".join(res.stderr.split())
+    assert "spent: no price for house-model; report:" in err and "$0.0000" not in err
+    rep = json.loads((out / "report.json").read_text())
+    asks = rep["arms"]["asks"]
+    assert asks["calls"] == 2 and asks["cost_usd"] is None
+    assert asks["cost_note"] == "no price for house-model"
+    assert "| no price for house-model |" in (out / "report.md").read_text()
+    # every graded trial of the candidate made no model call: named, and no verdict
+    assert rep["arms"]["silent"]["graded"] == 2 and rep["arms"]["silent"]["accepted"] == 2
+    assert rep["arms"]["silent"]["graded_without_model_calls"] == 2
+    assert rep["verdict"] is None
+    named = ("arm silent made no model calls in 2 of 2 trials: it has a model (house-model) "
+             "but never asked it, so no verdict is drawn from it")
+    assert named in rep["notes"]
+    verdict = run_cli(["exp", "verdict", str(out)])
+    assert verdict.code == 2 and named in " ".join(verdict.stderr.split())

@@ -208,9 +208,12 @@ def exp_run(
         signal.signal(signal.SIGTERM, old)
     write_experiment_report(out_dir)
     counts = ", ".join(f"{k}: {v}" for k, v in sorted(result.counts.items()))
-    err.print(f"trials: {counts}; spent ${result.spent_usd:.4f}"
-              + ("" if result.spent_complete else " (lower bound)")
-              + f"; report: {out_dir / 'report.md'}", highlight=False)
+    spent = f"spent ${result.spent_usd:.4f}" + ("" if result.spent_complete else " (lower bound)")
+    if result.unpriced_models:  # unknown, never $0.0000
+        unpriced = ", ".join(f"no price for {m}" for m in result.unpriced_models)
+        spent = (f"spent: {unpriced}" if not result.spent_usd
+                 else f"{spent} on priced calls; {unpriced}")
+    err.print(f"trials: {counts}; {spent}; report: {out_dir / 'report.md'}", highlight=False)
     if pairwise is not None and "error" in pairwise:
         # after the trials' own line: they are done and reported; the check is what is missing
         err.print(escape(f"pairwise check: not done: {pairwise['error']}; the trials are "

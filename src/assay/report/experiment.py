@@ -105,11 +105,27 @@ def _arm_row(trials: list[TrialOutcome]) -> dict[str, Any]:
         "integrity_violations": acc["integrity_violations"],
         "interventions": acc["interventions"],
         "tokens": tokens, "calls": acc["calls"], "usage_missing_calls": acc["usage_missing_calls"],
+        "unpriced_calls": acc["unpriced_calls"],
         "cost_usd": round(acc["cost_usd"], 6) if acc["calls"] else None,
         "cost_complete": complete,
         "cost_note": None if complete else "lower bound: some calls reported no usage or had "
                                            "no price",
     }
+
+
+def _mark_unpriced(manifest: dict[str, Any], arms: dict[str, dict[str, Any]]) -> None:
+    """An arm whose model has no entry in the price table has an unknown cost, never $0: its
+    row says "no price for MODEL" where the cost would stand."""
+    if "prices" not in manifest:
+        return  # an outcomes file: no table to miss a model in
+    for arm, row in arms.items():
+        model = ((manifest.get("arms") or {}).get(arm) or {}).get("model")
+        if model and model not in (manifest.get("prices") or {}):
+            row["unpriced_model"] = model
+            row["cost_note"] = f"no price for {model}"
+            row["cost_complete"] = False
+            if row.get("unpriced_calls", 0) >= row.get("calls", 0):
+                row["cost_usd"] = None
 
 
 def _silent_arms(manifest: dict[str, Any], arms: dict[str, dict[str, Any]],
@@ -190,6 +206,7 @@ def build_experiment_report(run_dir: Path, *, data: OutcomeSet | None = None,
     bar = frozen_bar(run_dir, manifest)
     seed = int(manifest.get("seed", 0)) if seed is None else seed
     arms = {arm: _arm_row(data.arm_trials(arm)) for arm in data.arms}
+    _mark_unpriced(manifest, arms)
     for arm in data.arms:
         if (judged := _judge_row(data.arm_trials(arm))) is not None:
             arms[arm]["judge"] = judged
@@ -322,6 +339,9 @@ def experiment_markdown(rep: dict[str, Any]) -> str:
     for arm, a in rep["arms"].items():
         cost = "n/a" if a["cost_usd"] is None else f"{a['cost_usd']:.4f}" + (
             "" if a["cost_complete"] else " (lower bound)")
+        if a.get("unpriced_model"):
+            cost = a["cost_note"] + ("" if a["cost_usd"] is None else
+                                     f" (priced calls: {a['cost_usd']:.4f})")
         toks = f"{a['tokens']['input']}/{a['tokens']['output']}" if a["calls"] else "n/a"
         codes = ", ".join(f"{k}: {v}" for k, v in a["failure_codes"].items()) or "none"
         if a.get("infra_failure_codes"):

@@ -117,6 +117,9 @@ class ExperimentResult:
     interrupted: int = 0
     #: a fork experiment's prefixes: attempts on disk, calls, cost (apart from the arms')
     fork: dict[str, Any] | None = None
+    #: models the arms (or the fork's prefix) call that have no entry in ``prices``: their
+    #: cost is unknown, and ``spent_usd`` covers the priced calls only
+    unpriced_models: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -419,7 +422,7 @@ class ExperimentRunner:
         manifest.setdefault("sessions", []).append(session)
         atomic_write_json(self.out / MANIFEST, manifest)
         return ExperimentResult(self.out, status, dict(counts.trials), spent, complete, message,
-                                len(to_verify), interrupted, forks)
+                                len(to_verify), interrupted, forks, unpriced_models(spec))
 
     # --------------------------------------------------------------------- scheduling
 
@@ -586,6 +589,13 @@ class ExperimentRunner:
         grade = verify(bundle, attempt_dir, revision=revision,
                        trial_id=f"{key.task}/{key.arm}/{key.rep}", execution=execution)
         return self._record_grade(state, attempt, grade)
+
+
+def unpriced_models(spec: Any) -> list[str]:
+    """The models of the experiment with no entry in its price table."""
+    models = [arm.model for arm in spec.arms.values()]
+    models.append(spec.fork.model if spec.fork is not None else None)
+    return sorted({m.name for m in models if m is not None and m.name not in spec.prices})
 
 
 def spent_so_far(out: Path) -> tuple[float, bool]:
