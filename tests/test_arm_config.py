@@ -162,3 +162,17 @@ arms:
             "none, so its agent could never reach it: set `network_policy: model-proxy-only` "
             "under initial_state in that task.yaml, or leave this arm without a model") in err
     assert "arms.A" not in err
+
+
+@pytest.mark.parametrize(("entry", "message"), [
+    ("/etc", "'/etc' is absolute: agent_files are relative to the experiment file"),
+    ("../elsewhere", "'../elsewhere' leaves the experiment's folder"),
+    ("agentz/", "'agentz': no such file or folder beside the experiment file"),
+])
+def test_bad_agent_files_entries_are_refused(tmp_path: Path, upstream, entry: str,
+                                             message: str) -> None:
+    exp = _readme_folder(tmp_path)
+    exp.write_text(exp.read_text().replace("agent_files: [agents/]           #",
+                                           f"agent_files: [{entry}]           #"))
+    err = " ".join(_refused(exp, tmp_path / "out").split())
+    assert f"{exp}:" in err and "arms.baseline.agent_files" in err and message in err

@@ -187,3 +187,41 @@ bar: {{baseline: asks, candidate: silent, hoped_improvement: 0.1, max_regression
     assert named in rep["notes"]
     verdict = run_cli(["exp", "verdict", str(out)])
     assert verdict.code == 2 and named in " ".join(verdict.stderr.split())
+
+
+def test_what_counts_as_an_agent_that_never_started() -> None:
+    from assay.records.failures import start_failure
+
+    def ran(code: int) -> dict:
+        return {"status": "exited_nonzero", "exit_code": code}
+
+    tail = "sh: 1: my-agent: not found\n"
+    assert start_failure(ran(127), tail, model_calls=None, unchanged=True) == \
+        "exit 127 (the program could not be run): sh: 1: my-agent: not found"
+    # 126/127 even after a change: the shell could not run what it was given
+    assert start_failure(ran(126), "x: Permission denied", model_calls=0, unchanged=False)
+    traceback = ("Traceback (most recent call last):\n  File \"/assay/agent/a.py\", line 1\n"
+                 "ModuleNotFoundError: No module named 'openai'\n")
+    assert start_failure(ran(1), traceback, model_calls=0, unchanged=True) == \
+        "exit 1 before doing anything: ModuleNotFoundError: No module named 'openai'"
+    # a crash before the first model call that left the tree untouched, with a model
+    assert start_failure(ran(1), "KeyError: 'X'", model_calls=0, unchanged=True) == \
+        "exit 1 before its first model call, with the workspace unchanged: KeyError: 'X'"
+    # the agent's work, whatever it is worth: it changed something, or it talked to its model,
+    # or it has no model and failed for a reason of its own
+    assert start_failure(ran(1), traceback, model_calls=0, unchanged=False) is None
+    assert start_failure(ran(1), traceback, model_calls=2, unchanged=True) is None
+    assert start_failure(ran(1), "assert failed", model_calls=None, unchanged=True) is None
+    assert start_failure({"status": "agent_timeout", "exit_code": None}, traceback,
+                         model_calls=0, unchanged=True) is None
+
+
+def test_an_upstream_error_body_is_bounded_and_redacted() -> None:
+    from assay.models.upstream_error import EXCERPT_BYTES, error_excerpt
+
+    body = (b'{"error": "bad key sk-live-0123456789abcdef for Bearer abcdefgh12345678 and '
+            + SECRET.encode() + b'\n\x00"}' + b"x" * 2000)
+    text = error_excerpt(502, body, (SECRET,))
+    assert text.startswith('upstream HTTP 502: {"error": "bad key *** for Bearer *** and ***')
+    assert SECRET not in text and "sk-live" not in text and "\x00" not in text
+    assert text.endswith("…") and len(text) < EXCERPT_BYTES + 40
