@@ -161,7 +161,8 @@ def _classify_start(record: dict[str, Any], ctx: AgentContext, hooks: TrialHooks
     if execution.get("status") != "exited_nonzero" or execution.get("failure_code"):
         return
     tail = stderr_tail(ctx.record_dir)
-    calls = (execution.get("model_usage") or {}).get("calls", 0) if hooks.model_env else None
+    # None: no model, or no gateway that counted its calls (then only the plain signs count)
+    calls = (execution.get("model_usage") or {}).get("calls") if hooks.model_env else None
     pristine = record["task"].get("fixture_digest")
     unchanged = hooks.start_state is None and pristine == tree_digest(workspace)
     why = start_failure(execution, tail, model_calls=calls, unchanged=unchanged)
