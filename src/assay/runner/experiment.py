@@ -275,6 +275,8 @@ class _AttemptHooks(TrialHooks):
                              detail=f"budget exhausted: {usage['exhausted']} (the gateway "
                                     "refused further calls)")
         elif (why := model_unavailable(self.ledger)) is not None:
+            if execution.get("status") == "infra_error" and execution.get("detail"):
+                why += f"; the agent's adapter: {execution['detail']}"  # its own diagnosis
             execution.update(status="infra_error", failure_code=MODEL_UNAVAILABLE, detail=why,
                              agent_status=execution.get("status"))
         return execution
