@@ -45,6 +45,10 @@ def _experiment(root: Path, *, tasks: int = 2, arms: str | None = None,
                 tail: str = "") -> Path:
     for i in range(tasks):
         make_bundle(root / "tasks" / f"t{i}", task_id=f"t{i}")
+        # the model proxy: an arm with a model on a task without network is refused
+        y = root / "tasks" / f"t{i}" / "task.yaml"
+        y.write_text(y.read_text().replace("network_policy: none",
+                                           "network_policy: model-proxy-only"))
     arms = arms or f"""  zebrafix:
     agent: {yaml_quoted(ARM_A)}
     model: {{name: walrus-9, base_url_env: PW_UNUSED_URL, api_key_env: PW_UNUSED_KEY}}
@@ -70,7 +74,7 @@ pairwise:
 
 
 def _run(exp: Path, out: Path, mp: pytest.MonkeyPatch) -> Any:
-    # the arm names a model, so the manifest does; no gateway opens (network_policy: none)
+    # the arm names a model, so the manifest does; its agent never calls it
     mp.setenv("PW_UNUSED_URL", "http://127.0.0.1:9/v1")
     mp.setenv("PW_UNUSED_KEY", "unused")
     return run_cli(["exp", "run", str(exp), "--out", str(out)])

@@ -20,6 +20,7 @@ from assay.sandbox import (
     ProxyTarget,
     run_sandboxed,
 )
+from assay.suites.agent_files import AGENT_FILES_MOUNT
 from assay.suites.bundle import Bundle
 
 INSTRUCTION_MOUNT = "/assay/instruction.md"
@@ -50,6 +51,9 @@ class AgentContext:
     proxy: ProxyTarget | None = None
     #: the runner's watchdog: SIGTERM at the wall budget, SIGKILL this much later
     grace_seconds: float = KILL_GRACE_SECONDS
+    #: the arm's own files (``agent_files``), a host folder bound read-only at
+    #: ``/assay/agent`` (``ASSAY_AGENT_DIR``); None: the arm names none
+    agent_files: Path | None = None
 
 
 @dataclass
@@ -120,8 +124,13 @@ def run_in_agent_sandbox(ctx: AgentContext, argv: list[str],
                     cpu_cores=spec.resources.cpu_cores)
     mounts = [Mount(ctx.bundle.instruction_path.resolve(), INSTRUCTION_MOUNT),
               Mount(ctx.home, AGENT_HOME, writable=True), *(extra_mounts or [])]
+    files_env: dict[str, str] = {}
+    if ctx.agent_files is not None:
+        mounts.append(Mount(ctx.agent_files.resolve(), AGENT_FILES_MOUNT))
+        files_env["ASSAY_AGENT_DIR"] = AGENT_FILES_MOUNT
     result: ExecResult = run_sandboxed(
-        argv, ctx.workspace, limits=limits, env={**agent_env(ctx), **ctx.model_env, **(env or {})},
+        argv, ctx.workspace, limits=limits,
+        env={**agent_env(ctx), **files_env, **ctx.model_env, **(env or {})},
         mounts=mounts, stdin=stdin, network="model-proxy" if ctx.proxy is not None else "none",
         proxy=ctx.proxy, record_dir=ctx.record_dir, grace_seconds=ctx.grace_seconds)
     return AgentRun(status=EXECUTION_STATUS.get(result.reason, "infra_error"),

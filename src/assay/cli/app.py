@@ -43,6 +43,13 @@ def _resolve_endpoint(model: str | None, base_url: str | None, api_key_env: str 
     from assay.models.builtin import BUILTIN_PREFIX
 
     if model.startswith(BUILTIN_PREFIX) and is_builtin_ok:
+        if base_url:  # two contradicting endpoints: which one was meant is not ours to guess
+            raise fail(f"--base-url {base_url} and --model {model}: a built-in model is served "
+                       "by assay itself, not at a URL; drop --base-url, or name the "
+                       "endpoint's model with --model")
+        if os.environ.get("MODEL_BASE_URL"):
+            err.print(f"note: {model} is served by assay itself; MODEL_BASE_URL "
+                      f"({os.environ['MODEL_BASE_URL']}) is not used", highlight=False)
         return model, None, "", None
     base_url = base_url or os.environ.get("MODEL_BASE_URL")
     if not base_url:

@@ -176,7 +176,8 @@ def exp_run(
         "typo.")] = False,
 ) -> None:
     """Run every trial of an experiment (resume: the same command), then its pairwise check if
-    it has one. Exit 0 complete, 2 bad input, 3 finished with infra errors, stopped by the
+    it has one. Exit 0 complete, 2 bad input (or an arm whose agent could not start in its first
+    attempts), 3 finished with infra errors, stopped by the
     total budget or without its pairwise check, 130 interrupted."""
     import signal
 
@@ -184,7 +185,7 @@ def exp_run(
 
     from assay.api.tasks import run_pairwise_check
     from assay.cli.app import _raise_interrupt, _require_sandbox, err
-    from assay.errors import EXIT_INFRA, EXIT_INTERRUPTED, InputError
+    from assay.errors import EXIT_BAD_INPUT, EXIT_INFRA, EXIT_INTERRUPTED, InputError
     from assay.report.experiment import write_experiment_report
     from assay.runner.experiment import run_experiment
     from assay.runner.holdout import record_shown
@@ -213,14 +214,19 @@ def exp_run(
         signal.signal(signal.SIGTERM, old)
     write_experiment_report(out_dir)
     counts = ", ".join(f"{k}: {v}" for k, v in sorted(result.counts.items()))
-    err.print(f"trials: {counts}; spent ${result.spent_usd:.4f}"
-              + ("" if result.spent_complete else " (lower bound)")
-              + f"; report: {out_dir / 'report.md'}", highlight=False)
+    spent = f"spent ${result.spent_usd:.4f}" + ("" if result.spent_complete else " (lower bound)")
+    if result.unpriced_models:  # unknown, never $0.0000
+        unpriced = ", ".join(f"no price for {m}" for m in result.unpriced_models)
+        spent = (f"spent: {unpriced}" if not result.spent_usd
+                 else f"{spent} on priced calls; {unpriced}")
+    err.print(f"trials: {counts}; {spent}; report: {out_dir / 'report.md'}", highlight=False)
     if pairwise is not None and "error" in pairwise:
         # after the trials' own line: they are done and reported; the check is what is missing
         err.print(escape(f"pairwise check: not done: {pairwise['error']}; the trials are "
                          f"recorded, resume with: assay exp run {experiment} --out {out_dir}"),
                   highlight=False)
+    if result.status == "agent_start_failed":  # a broken arm: bad input, not bad luck
+        raise fail(escape(str(result.message)), EXIT_BAD_INPUT)
     if result.status == "budget_stopped":
         raise fail(str(result.message) + f"; resume with: assay exp run {experiment} --out "
                    f"{out_dir}", EXIT_INFRA)

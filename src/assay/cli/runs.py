@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.markup import escape
 
 from assay import api
 from assay.api.options import CODING_DEFAULTS, SHARED_DEFAULTS
@@ -89,7 +90,10 @@ def run(
              "concurrency": concurrency, "max_tokens": max_tokens, "timeout": timeout,
              "max_tries": max_tries, "split": split, "sandbox": sandbox,
              "exec_timeout": exec_timeout, "memory_mib": memory_mib, "pids": pids}
-    kind, _ = suite_kind(suite_path)
+    try:
+        kind, _ = suite_kind(suite_path)
+    except SuiteError as exc:
+        raise fail(str(exc)) from None
     # One set of flags serves both kinds of suite; each takes its own and ignores the rest.
     options = {k: v for k, v in flags.items() if k in api.RUN_OPTIONS[kind]}
     try:
@@ -108,7 +112,8 @@ def run(
     for note in plan.notes:
         err.print(note, highlight=False)
     run_dir = plan.run_dir
-    result = _execute(plan, suite_path)
+    resume = resume_command(suite_path, run_dir, model_name, url, key_source, flags)
+    result = _execute(plan, resume)
     del plan, suite  # the report is built from disk; do not hold the suite meanwhile
     _print_report(result.report)
     err.print(f"run directory: {run_dir}", highlight=False)
@@ -117,7 +122,7 @@ def run(
         raise fail(f"run stopped early: {result.message}", EXIT_INFRA)
     if result.infra_errors or result.missing_rows:
         err.print(f"[yellow]{result.infra_errors} ended in infra errors;[/] resume with: "
-                  f"assay run {suite_path} --out {run_dir}", highlight=False)
+                  f"{escape(resume)}", highlight=False, soft_wrap=True)
         raise typer.Exit(EXIT_INFRA)
     _gate_exit(checked)
 
@@ -149,7 +154,30 @@ def _gate_exit(checked: Any) -> None:
     raise fail(checked.message, EXIT_BELOW_BAR)
 
 
-def _execute(plan: api.RunPlan, suite_path: Path) -> api.RunResult:
+def resume_command(suite_path: Path, run_dir: Path, model: str, base_url: str | None,
+                   key_source: str | None, flags: dict[str, Any]) -> str:
+    """The command that resumes this run as printed: the same suite, every run option the user
+    set (a resume with another parameter is refused), and the model and endpoint spelled out
+    even when they came from the environment, which a later shell may not have."""
+    import inspect
+    import shlex
+
+    from assay.models.client import redact_url
+
+    parts = ["assay", "run", str(suite_path), "--model", model]
+    if base_url:
+        parts += ["--base-url", redact_url(base_url)]
+    if key_source and key_source != "MODEL_API_KEY":
+        parts += ["--api-key-env", key_source]
+    defaults = inspect.signature(run).parameters
+    for name, value in flags.items():
+        if value is None or value == defaults[name].default:
+            continue
+        parts += ["--" + name.replace("_", "-"), str(value)]
+    return shlex.join([*parts, "--out", str(run_dir)])
+
+
+def _execute(plan: api.RunPlan, resume: str) -> api.RunResult:
     """Run to completion, or to Ctrl-C / SIGTERM (exit 130, rows kept, resumable)."""
     progress = TerminalProgress(err)
     old_term = signal.signal(signal.SIGTERM, _raise_interrupt)
@@ -159,8 +187,8 @@ def _execute(plan: api.RunPlan, suite_path: Path) -> api.RunResult:
         raise fail(str(exc)) from None
     except KeyboardInterrupt:
         progress.finish()
-        err.print(f"[yellow]interrupted.[/] Answers so far are kept; resume with: "
-                  f"assay run {suite_path} --out {plan.run_dir}", highlight=False)
+        err.print(f"[yellow]interrupted.[/] Answers so far are kept; resume with: {escape(resume)}",
+                  highlight=False, soft_wrap=True)
         raise typer.Exit(EXIT_INTERRUPTED) from None
     finally:
         signal.signal(signal.SIGTERM, old_term)

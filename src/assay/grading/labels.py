@@ -103,17 +103,35 @@ def read_object(text: str | None, refusal: str | None = None
     body, why, detail = read_text(text, refusal)
     if body is None:
         return None, why, detail
-    fence = _FENCE.search(body)
-    if fence:
-        body = fence.group(1).strip()
-    objects, saw_brace = find_top_level_objects(body)
-    if not objects:
-        if saw_brace:
-            return None, "not_json", "braces present but no strict JSON object parses"
-        return None, "no_object", None
-    if len(objects) > 1:
-        return None, "multiple_objects", f"{len(objects)} objects"
-    return objects[0], None, None
+    saw_brace = False
+    for tier in _regions(body):
+        objects: list[dict[str, Any]] = []
+        for region in tier:
+            found, braces = find_top_level_objects(region)
+            objects += found
+            saw_brace = saw_brace or braces
+        if len(objects) > 1:
+            return None, "multiple_objects", f"{len(objects)} objects"
+        if objects:
+            return objects[0], None, None
+    if saw_brace:
+        return None, "not_json", "braces present but no strict JSON object parses"
+    return None, "no_object", None
+
+
+def _regions(body: str) -> list[list[str]]:
+    """Where the answer's object may be, most likely first: fenced blocks tagged ``json`` or
+    not tagged at all, then the text around the fences, then blocks tagged with another
+    language (a model that shows code before ``Answer: {...}`` puts the answer outside the
+    fence, and a JavaScript ``{}`` must not hide it). Every block is looked at, not just the
+    first; the first tier holding an object decides, and two objects there are ambiguous."""
+    json_blocks, code_blocks = [], []
+    for fence in _FENCE.finditer(body):
+        tag = fence.group(0)[3:].split("\n", 1)[0].strip().lower()
+        (json_blocks if tag in ("", "json", "jsonc", "json5") else code_blocks).append(
+            fence.group(1))
+    around = _FENCE.sub("\n", body)
+    return [json_blocks, [around], code_blocks]
 
 
 def parse_answer(text: str | None, *, output_field: str, labels: Iterable[str],

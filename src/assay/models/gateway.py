@@ -80,6 +80,7 @@ from assay.models.gateway_protocols import (
 from assay.models.gateway_wire import ErrorShape, error_body, error_shape
 from assay.models.ledger import LedgerFile, Syncer
 from assay.models.prices import ModelPrice, call_cost, price_table
+from assay.models.upstream_error import error_excerpt
 from assay.records.ledger import GatewayEvent, LimitName
 
 __all__ = ["AttemptUsage", "Gateway", "Limits", "Secret", "Upstream"]
@@ -565,6 +566,8 @@ class Gateway:
                                      "upstream_error", error_shape(request.path))
                 self._finish(call, status)
                 return await _send(writer, status, _JSON, out, keep)
+            if not ok:  # the upstream's own words on why, for the ledger row
+                call.error = error_excerpt(upstream.status, data, (key,))
             if protocol is not None and ok:
                 try:
                     payload = json.loads(data)

@@ -111,7 +111,9 @@ class ModelCall(Record):
     """The upstream could not be reached at all (no connection): an infrastructure failure,
     not the agent's."""
     error: str | None
-    """What went wrong, readable, when something did; never holds a key or token."""
+    """What went wrong, readable, when something did; for an upstream error answer
+    ``upstream HTTP <status>: `` and the first 512 bytes of its body. Never holds a key or
+    token (the real key and anything credential-shaped are replaced by ``***``)."""
 
 
 class GatewayEvent(Record):

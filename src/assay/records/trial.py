@@ -119,7 +119,15 @@ class TrialRecord(Record):
     """What an adapter configured, as it describes itself (``mcode``: the CLI's path and
     digest, its fixed flags, its config template's digest); absent for reference agents."""
     error: str | None = None
-    """Why the trial could not be run (infra_error)."""
+    """Why the trial could not be run (infra_error), starting with its code when it has one
+    of its own."""
+    failure_code: Literal["agent_start_failed", "model_unavailable"] | None = None
+    """An infra_error of the arm rather than of the machine: ``agent_start_failed`` (the agent
+    never got going: exit 126/127, its script or program missing, or an exit before its first
+    model call that left the workspace untouched; ``execution.stderr_tail`` shows why) or
+    ``model_unavailable`` (the upstream failed every model call: unreachable, 5xx, or a 4xx the
+    agent cannot fix; each ledger row keeps the upstream's status and error). Kept, shown,
+    left out of pass rates, counted against coverage, retried within ``retries.infra``."""
     grade: GradeSummary | None = None
     """The verdict, once graded."""
     fork: ForkStart | None = None

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from assay.errors import NotComparable, RecordError
+from assay.records.failures import infra_code
 from assay.records.fork import FORKS, fork_totals
 from assay.records.io import atomic_write_text, dumps_row, read_json_file
 from assay.report.abcompare import (
@@ -63,12 +64,18 @@ def _arm_row(trials: list[TrialOutcome]) -> dict[str, Any]:
                            "integrity_violations": 0, "interventions": 0, "calls": 0,
                            "usage_missing_calls": 0, "unpriced_calls": 0, "cost_usd": 0.0}
     codes: Counter[str] = Counter()
+    infra_codes: Counter[str] = Counter()
+    silent = 0  # graded trials whose graded attempt made no model call
     tokens = dict.fromkeys(_TOKENS, 0)
     for t in trials:
+        if t.outcome.passed is not None and not any(
+                (a.ledger or {}).get("calls", 0) for a in t.attempts if a.status == "graded"):
+            silent += 1
         for a in t.attempts:
             acc["attempts"] += 1
             if a.status == "infra_error":
                 acc["infra_error_attempts"] += 1
+                infra_codes[infra_code(a.error)] += 1
             elif a.status == "interrupted":
                 acc["interrupted_attempts"] += 1
             ledger = a.ledger or {}
@@ -94,14 +101,48 @@ def _arm_row(trials: list[TrialOutcome]) -> dict[str, Any]:
         "attempts": attempts, "infra_error_attempts": acc["infra_error_attempts"],
         "interrupted_attempts": acc["interrupted_attempts"],
         "infra_error_rate": acc["infra_error_attempts"] / attempts if attempts else None,
+        "infra_failure_codes": dict(sorted(infra_codes.items())),
+        "graded_without_model_calls": silent,
         "integrity_violations": acc["integrity_violations"],
         "interventions": acc["interventions"],
         "tokens": tokens, "calls": acc["calls"], "usage_missing_calls": acc["usage_missing_calls"],
+        "unpriced_calls": acc["unpriced_calls"],
         "cost_usd": round(acc["cost_usd"], 6) if acc["calls"] else None,
         "cost_complete": complete,
         "cost_note": None if complete else "lower bound: some calls reported no usage or had "
                                            "no price",
     }
+
+
+def _mark_unpriced(manifest: dict[str, Any], arms: dict[str, dict[str, Any]]) -> None:
+    """An arm whose model has no entry in the price table has an unknown cost, never $0: its
+    row says "no price for MODEL" where the cost would stand."""
+    if "prices" not in manifest:
+        return  # an outcomes file: no table to miss a model in
+    for arm, row in arms.items():
+        model = ((manifest.get("arms") or {}).get(arm) or {}).get("model")
+        if model and model not in (manifest.get("prices") or {}):
+            row["unpriced_model"] = model
+            row["cost_note"] = f"no price for {model}"
+            row["cost_complete"] = False
+            if row.get("unpriced_calls", 0) >= row.get("calls", 0):
+                row["cost_usd"] = None
+
+
+def _silent_arms(manifest: dict[str, Any], arms: dict[str, dict[str, Any]],
+                 pair: tuple[str, ...]) -> list[str]:
+    """An arm with a model whose every graded trial made no model call was never tested (a
+    wrong URL, a missing network, an agent that ignores its endpoint): named, and no verdict
+    is drawn from it."""
+    out = []
+    for arm in pair:
+        row, spec = arms.get(arm) or {}, (manifest.get("arms") or {}).get(arm) or {}
+        graded, silent = row.get("graded", 0), row.get("graded_without_model_calls", 0)
+        if spec.get("model") and graded and silent == graded:
+            out.append(f"arm {arm} made no model calls in {silent} of {graded} trials: it has "
+                       f"a model ({spec['model']}) but never asked it, so no verdict is drawn "
+                       "from it")
+    return out
 
 
 def _trial_row(t: TrialOutcome) -> dict[str, Any]:
@@ -166,6 +207,7 @@ def build_experiment_report(run_dir: Path, *, data: OutcomeSet | None = None,
     bar = frozen_bar(run_dir, manifest)
     seed = int(manifest.get("seed", 0)) if seed is None else seed
     arms = {arm: _arm_row(data.arm_trials(arm)) for arm in data.arms}
+    _mark_unpriced(manifest, arms)
     for arm in data.arms:
         if (judged := _judge_row(data.arm_trials(arm))) is not None:
             arms[arm]["judge"] = judged
@@ -186,7 +228,9 @@ def build_experiment_report(run_dir: Path, *, data: OutcomeSet | None = None,
         for arm in pair or ():
             arms[arm]["pass_rate"] = comparison["pass_rate"][arm]["pass_rate"]
             arms[arm]["pass_rate_ci"] = comparison["pass_rate"][arm]["ci"]
-        if bar is not None:
+        silent = _silent_arms(manifest, arms, pair or ())
+        notes += silent
+        if bar is not None and not silent:  # no verdict on an arm that never asked its model
             verdict = decide(bar, comparison, data, seed=seed, noise_floor=noise)
     for arm in arms.values():
         arm.setdefault("pass_rate", None)
@@ -309,8 +353,14 @@ def experiment_markdown(rep: dict[str, Any]) -> str:
     for arm, a in rep["arms"].items():
         cost = "n/a" if a["cost_usd"] is None else f"{a['cost_usd']:.4f}" + (
             "" if a["cost_complete"] else " (lower bound)")
+        if a.get("unpriced_model"):
+            cost = a["cost_note"] + ("" if a["cost_usd"] is None else
+                                     f" (priced calls: {a['cost_usd']:.4f})")
         toks = f"{a['tokens']['input']}/{a['tokens']['output']}" if a["calls"] else "n/a"
         codes = ", ".join(f"{k}: {v}" for k, v in a["failure_codes"].items()) or "none"
+        if a.get("infra_failure_codes"):
+            codes += "; attempts " + ", ".join(f"{k}: {v}"
+                                               for k, v in a["infra_failure_codes"].items())
         out.append(f"| {md(arm)} | {a['planned']} | {a['graded']} | {pct(a['coverage'])} "
                    f"| {a['accepted']} | {pct(a['infra_error_rate'])} | {cost} | {toks} | "
                    f"{md(codes)} |")

@@ -203,7 +203,8 @@ def _arms(rep: dict[str, Any]) -> list[dict[str, Any]]:
                                                                 a.get("integrity_violations"))),
             "interventions": count((cmp.get("interventions") or {}).get(
                 name, a.get("interventions"))),
-            "total_usd": usd(total), "complete": complete,
+            "total_usd": (a["cost_note"] if a.get("unpriced_model") else usd(total)),
+            "complete": complete,
             "per_completed": per_text,
             "cost_status": (COST_STATUS.get(status, status) if status else
                             ("complete" if complete else a.get("cost_note") or

@@ -186,7 +186,7 @@ class RemoteHooks(TrialHooks):
 
     def __init__(self, url: str, secret: str, *, model_env: dict[str, str], proxy: Any,
                  grace_seconds: float, verifier_revision: str | None,
-                 ship_from: Path | None = None,
+                 agent_files: str | None = None, ship_from: Path | None = None,
                  before_ship: Callable[[], None] | None = None) -> None:
         """``ship_from``: the worker's private attempt directory (object_store), posted to
         the driver before ``verifying`` is announced; ``before_ship`` readies it (paths)."""
@@ -196,6 +196,7 @@ class RemoteHooks(TrialHooks):
         self.proxy = proxy
         self.grace_seconds = grace_seconds
         self.verifier_revision = verifier_revision
+        self.agent_files = None if agent_files is None else Path(agent_files)
         self.ship_from, self.before_ship = ship_from, before_ship
         #: what the ``files`` call carried (path: size, mtime), so the end sends only the rest
         self.shipped: dict[str, tuple[int, int]] = {}

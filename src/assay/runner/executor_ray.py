@@ -185,7 +185,9 @@ class RayExecutor:
                        "name": f"assay {job.trial_id} a{job.attempt}"}
             cfg = {"model_env": dict(hooks.model_env), "proxy": hooks.proxy,
                    "grace_seconds": hooks.grace_seconds,
-                   "verifier_revision": hooks.verifier_revision}
+                   "verifier_revision": hooks.verifier_revision,
+                   # the arm's files: their copy in the run directory (shared_fs only)
+                   "agent_files": None if hooks.agent_files is None else str(hooks.agent_files)}
             run_dir = job.trial_dir.parents[4]  # trials/<task>/<arm>/<rep>/<attempt>
             # object_store: the worker is never told where the run directory is; the bundle's
             # tar goes in a list so that Ray fetches it only where the worker asks for it

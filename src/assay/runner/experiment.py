@@ -51,10 +51,18 @@ from assay.models.gateway_wire import Family
 from assay.models.replay_script import REPLAY_MODEL, ReplayBook, load_replay
 from assay.models.replay_server import ReplayServer, serve_replay
 from assay.records.artifact import ARTIFACT_JSON
+from assay.records.failures import (
+    AGENT_START_FAILED,
+    MODEL_UNAVAILABLE,
+    infra_code,
+    model_unavailable,
+)
 from assay.records.io import atomic_write_json, read_json_file
 from assay.records.ledger import ledger_totals
 from assay.records.manifest import tool_identity, utc_now
 from assay.records.trial import read_grade, read_trial
+from assay.runner.agent_files import agent_spec_for, stage_agent_files
+from assay.runner.arm_check import check_arms
 from assay.runner.executor import WORKER_LOST, Executor, TrialJob, make_executor
 from assay.runner.fork import ForkPrefixes, check_fork, fork_manifest, fork_totals
 from assay.runner.holdout import MANIFEST_KEY as HOLDOUT_KEY
@@ -77,6 +85,8 @@ MANIFEST = "manifest.json"
 EXPERIMENT_COPY = "experiment.yaml"
 MANIFEST_SCHEMA = "assay.experiment.manifest/1"
 DEFAULT_GRACE_SECONDS = 10.0
+#: an arm whose first this-many attempts all fail to start its agent stops the run (exit 2)
+START_FAILURES_TO_STOP = 3
 
 
 class ExperimentProgress(Protocol):
@@ -99,7 +109,7 @@ class _Silent:
 @dataclass
 class ExperimentResult:
     out_dir: Path
-    status: str  # complete, infra_errors, budget_stopped
+    status: str  # complete, infra_errors, budget_stopped, agent_start_failed
     counts: dict[str, int]
     spent_usd: float
     spent_complete: bool
@@ -108,6 +118,9 @@ class ExperimentResult:
     interrupted: int = 0
     #: a fork experiment's prefixes: attempts on disk, calls, cost (apart from the arms')
     fork: dict[str, Any] | None = None
+    #: models the arms (or the fork's prefix) call that have no entry in ``prices``: their
+    #: cost is unknown, and ``spent_usd`` covers the priced calls only
+    unpriced_models: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -232,6 +245,7 @@ class _AttemptHooks(TrialHooks):
         self.grace_seconds = grace
         self.verifier_revision = revision
         self.proxy = proxy if token else None
+        self.ledger = state.root / attempt.dir / "model_calls.jsonl"
         self.model_env = {}
         if token and access.model and proxy is not None:
             base = proxy.base_url + "/v1"
@@ -261,9 +275,11 @@ class _AttemptHooks(TrialHooks):
             execution.update(status="budget_exhausted",
                              detail=f"budget exhausted: {usage['exhausted']} (the gateway "
                                     "refused further calls)")
-        elif usage["calls"] and usage["upstream_unreachable_calls"] == usage["calls"]:
-            execution.update(status="infra_error",
-                             detail="the gateway could not reach the upstream for any call")
+        elif (why := model_unavailable(self.ledger)) is not None:
+            if execution.get("status") == "infra_error" and execution.get("detail"):
+                why += f"; the agent's adapter: {execution['detail']}"  # its own diagnosis
+            execution.update(status="infra_error", failure_code=MODEL_UNAVAILABLE, detail=why,
+                             agent_status=execution.get("status"))
         return execution
 
 
@@ -291,6 +307,10 @@ class ExperimentRunner:
         self.grace = grace_seconds
         self.progress = progress or _Silent()
         self.access = _arm_access(exp)
+        problems = check_arms(exp)  # before anything is written: no verdict on a broken arm
+        if problems:
+            raise SuiteError(problems)
+        self.agent_dirs: dict[str, Path] = {}
         for name, access in self.access.items():
             if access.replay is not None:  # a changed script is a changed experiment
                 model = exp.identity["arms"][name]["model"]
@@ -298,6 +318,11 @@ class ExperimentRunner:
         self.plan = plan(exp)
         self.replay: ReplayServer | None = None
         self.stop_new = threading.Event()
+        #: per arm, the outcomes of attempts whose agent never started, and the arms seen to
+        #: start; ``broken_arm`` is the message once an arm's first attempts all failed so
+        self.start_failures: dict[str, list[str]] = {}
+        self.started_ok: set[str] = set()
+        self.broken_arm: str | None = None
         fork_access = check_fork(exp)
         self.forks = (ForkPrefixes(exp, out, fork_access, grace_seconds)
                       if fork_access is not None else None)
@@ -340,6 +365,11 @@ class ExperimentRunner:
                    "executor": self.executor.describe()}
         state = StateDB.open(self.out, _state_identity(self.exp), self.plan,
                              retries_infra=spec.retries.infra)
+        try:  # after the identity check: a changed agent file is refused as a change
+            self.agent_dirs = stage_agent_files(self.out, self.exp)
+        except BaseException:
+            state.close()
+            raise
         sock_dir = Path(tempfile.mkdtemp(prefix="assay-gw-"))
         try:
             if holdout is not None:  # written down before the first trial (resumes too)
@@ -376,7 +406,9 @@ class ExperimentRunner:
             shutil.rmtree(sock_dir, ignore_errors=True)
         status, message = "complete", None
         left = counts.trials.get("pending", 0)
-        if self.stop_new.is_set() and left:
+        if self.broken_arm is not None:
+            status, message = AGENT_START_FAILED, self.broken_arm
+        elif self.stop_new.is_set() and left:
             status = "budget_stopped"
             message = (f"stopped at the total budget: ${spent:.4f} spent"
                        + ("" if complete else " (a lower bound: some calls reported no usage)")
@@ -393,7 +425,7 @@ class ExperimentRunner:
         manifest.setdefault("sessions", []).append(session)
         atomic_write_json(self.out / MANIFEST, manifest)
         return ExperimentResult(self.out, status, dict(counts.trials), spent, complete, message,
-                                len(to_verify), interrupted, forks)
+                                len(to_verify), interrupted, forks, unpriced_models(spec))
 
     # --------------------------------------------------------------------- scheduling
 
@@ -431,12 +463,33 @@ class ExperimentRunner:
             slots.wait()
             for fut in [f for f in running if f.done()]:
                 key = running.pop(fut)
-                self.progress.trial_done(key, fut.result())
+                outcome = fut.result()
+                self.progress.trial_done(key, outcome)
+                self._watch_start(key, outcome)
+
+    def _watch_start(self, key: TrialKey, outcome: str) -> None:
+        """Stop starting attempts once an arm's first attempts all failed to start its agent:
+        the rest would fail the same way and spend the run on nothing."""
+        if outcome.startswith(AGENT_START_FAILED):
+            self.start_failures.setdefault(key.arm, []).append(outcome)
+        elif not outcome.startswith(("infra_error", "re-verified", "grader_error")):
+            self.started_ok.add(key.arm)  # graded, or it reached its model: it did start
+        failures = self.start_failures.get(key.arm, [])
+        trials = sum(1 for k in self.plan if k.arm == key.arm)
+        enough = min(START_FAILURES_TO_STOP, trials * (self.exp.spec.retries.infra + 1))
+        if (self.broken_arm is None and key.arm not in self.started_ok
+                and len(failures) >= enough):
+            why = failures[0].removeprefix(AGENT_START_FAILED + ": ").removesuffix(
+                " (will retry)")
+            self.broken_arm = (f"arm {key.arm!r}: its agent could not start in its first "
+                               f"{len(failures)} attempts ({AGENT_START_FAILED}: {why}); "
+                               "stopped before spending the run on it: fix the arm and run "
+                               "the same command again")
+            self.stop_new.set()
 
     def _attempt(self, state: StateDB, attempt: Any, ticket: Ticket) -> str:
         key: TrialKey = attempt.trial
         bundle = self.exp.bundles[key.task]
-        arm = self.exp.spec.arms[key.arm]
         access = self.access[key.arm]
         attempt_dir = self.out / attempt.dir
         attempt_id = f"{key.task}/{key.arm}/{key.rep}/{attempt.label}"
@@ -461,11 +514,12 @@ class ExperimentRunner:
                 return "infra_error"
         hooks = _AttemptHooks(state, attempt, self.gateway, token, access, self.proxy,
                               self.grace, bundle.spec.acceptance.verifier_revision, ticket)
+        hooks.agent_files = self.agent_dirs.get(key.arm)
         if self.forks is not None:  # start from the shared frozen state, not the pristine tree
             hooks.start_state = self.forks.start_state(key, hooks.model_env, self.gateway,
                                                        self.proxy)
-        job = TrialJob(bundle, arm.agent, attempt_dir, key.rep, int(attempt.label[1:]),
-                       f"{key.task}/{key.arm}/{key.rep}")
+        job = TrialJob(bundle, agent_spec_for(self.exp, key.arm), attempt_dir, key.rep,
+                       int(attempt.label[1:]), f"{key.task}/{key.arm}/{key.rep}")
         try:
             res = self.executor.run(job, hooks)
         except Exception as exc:  # noqa: BLE001 - one attempt's crash is its record, not the run's
@@ -481,9 +535,12 @@ class ExperimentRunner:
         if res.status == WORKER_LOST:
             return self._worker_lost(state, hooks.attempt, res)
         if res.grade is None:
-            new_state = state.finish_attempt(hooks.attempt, "infra_error",
-                                             reason=str(res.record.get("error"))[:500])
-            return "infra_error" + (" (will retry)" if new_state == "pending" else "")
+            reason = str(res.record.get("error"))[:500]
+            code = infra_code(reason)
+            new_state = state.finish_attempt(hooks.attempt, "infra_error", reason=reason,
+                                             code=code)
+            shown = "infra_error" if code == "infra_error" else reason[:300]
+            return shown + (" (will retry)" if new_state == "pending" else "")
         return self._record_grade(state, hooks.attempt, res.grade)
 
     def _record_grade(self, state: StateDB, attempt: Any, grade: dict[str, Any]) -> str:
@@ -535,6 +592,13 @@ class ExperimentRunner:
         grade = verify(bundle, attempt_dir, revision=revision,
                        trial_id=f"{key.task}/{key.arm}/{key.rep}", execution=execution)
         return self._record_grade(state, attempt, grade)
+
+
+def unpriced_models(spec: Any) -> list[str]:
+    """The models of the experiment with no entry in its price table."""
+    models = [arm.model for arm in spec.arms.values()]
+    models.append(spec.fork.model if spec.fork is not None else None)
+    return sorted({m.name for m in models if m is not None and m.name not in spec.prices})
 
 
 def spent_so_far(out: Path) -> tuple[float, bool]:

@@ -374,10 +374,13 @@ class StateDB:
         return _replace(attempt, state=state, reason=reason or attempt.reason,
                         timings_json=json.dumps(timings))
 
-    def finish_attempt(self, attempt: Attempt, state: str, *, reason: str) -> str:
+    def finish_attempt(self, attempt: Attempt, state: str, *, reason: str,
+                       code: str = "infra_error") -> str:
         """Close an attempt without a grade (``interrupted`` or ``infra_error``) and return its
         trial's new state: ``pending`` (a new attempt will come) or, once ``retries_infra``
-        new attempts were spent on infrastructure failures, ``infra_error`` for good."""
+        new attempts were spent on infrastructure failures, ``infra_error`` for good, with
+        ``code`` (``agent_start_failed``, ``model_unavailable``, else ``infra_error``) as the
+        trial's failure code."""
         if state not in ("interrupted", "infra_error"):
             raise ValueError("finish_attempt closes as interrupted or infra_error; a graded "
                              "attempt goes through grade_trial")
@@ -386,14 +389,14 @@ class StateDB:
             tid, _, timings = self._leave(c, attempt, FLOW[:3])
             c.execute("UPDATE attempts SET state=?, reason=?, ended_at=?, timings=? WHERE id=?",
                       (state, reason, utc_now(), json.dumps(timings), attempt.id))
-            trial_state, code = "pending", None
+            trial_state, failure = "pending", None
             if state == "infra_error":
                 (infra,) = c.execute("SELECT count(*) FROM attempts WHERE trial=? AND "
                                      "state='infra_error'", (tid,)).fetchone()
                 if infra > self.retries_infra:
-                    trial_state, code = "infra_error", "infra_error"
+                    trial_state, failure = "infra_error", code
             c.execute("UPDATE trials SET state=?, failure_code=? WHERE id=?",
-                      (trial_state, code, tid))
+                      (trial_state, failure, tid))
         return trial_state
 
     def grade_trial(self, attempt: Attempt, *, accepted: bool | None,

@@ -22,11 +22,12 @@ from assay.agents.mutants import clear_tree
 from assay.errors import NeverOverwrite, TrialRefused
 from assay.grading.verifier import verify
 from assay.records.artifact import freeze
+from assay.records.failures import AGENT_START_FAILED, INFRA_CODES, start_failure, stderr_tail
 from assay.records.io import atomic_write_json
 from assay.records.manifest import tool_identity, utc_now
 from assay.records.trial import TRIAL_JSON, read_trial, trial_json
 from assay.sandbox import KILL_GRACE_SECONDS, Limits, run_sandboxed
-from assay.suites.bundle import Bundle, check_starting_tree
+from assay.suites.bundle import Bundle, check_starting_tree, tree_digest
 
 # One sandbox call checks every requirement: an executable on PATH, else a Python module.
 _REQUIRE_SCRIPT = r"""
@@ -132,6 +133,8 @@ class TrialHooks:
         #: replaces them with the frozen state and returns its record (``trial.json``'s
         #: ``fork``); it may add to ``model_env``. Raises TrialRefused when there is no state.
         self.start_state: Callable[[Path, Path], dict[str, Any]] | None = None
+        #: the arm's own files, bound read-only at /assay/agent (``agent_files``)
+        self.agent_files: Path | None = None
 
     def before(self, stage: str) -> None:
         """Called before each stage starts (``agent``, ``freeze``, ``verify``); the experiment
@@ -147,6 +150,25 @@ class TrialHooks:
         runner frees the attempt's agent slot here and waits for a verification slot
         (``runner/slots.py``). The time spent entering it is the stage's ``queued_seconds``."""
         return contextlib.nullcontext()
+
+
+def _classify_start(record: dict[str, Any], ctx: AgentContext, hooks: TrialHooks,
+                    workspace: Path) -> None:
+    """An agent that exited without ever getting going is ``agent_start_failed``
+    (``records/failures.py``), not a trial of the agent: its execution record says so, with
+    the tail of its stderr."""
+    execution = record["execution"]
+    if execution.get("status") != "exited_nonzero" or execution.get("failure_code"):
+        return
+    tail = stderr_tail(ctx.record_dir)
+    # None: no model, or no gateway that counted its calls (then only the plain signs count)
+    calls = (execution.get("model_usage") or {}).get("calls") if hooks.model_env else None
+    pristine = record["task"].get("fixture_digest")
+    unchanged = hooks.start_state is None and pristine == tree_digest(workspace)
+    why = start_failure(execution, tail, model_calls=calls, unchanged=unchanged)
+    if why is not None:
+        execution.update(status="infra_error", failure_code=AGENT_START_FAILED, detail=why,
+                         stderr_tail=tail[-1000:])
 
 
 def run_trial(bundle: Bundle, agent: Agent, trial_dir: Path, *, rep: int = 0,
@@ -205,7 +227,8 @@ def run_trial(bundle: Bundle, agent: Agent, trial_dir: Path, *, rep: int = 0,
             stages.run("prepare", prepare)
             ctx = AgentContext(bundle, workspace, home, trial_dir / "agent",
                                model_env=dict(hooks.model_env), proxy=hooks.proxy,
-                               grace_seconds=hooks.grace_seconds)
+                               grace_seconds=hooks.grace_seconds,
+                               agent_files=hooks.agent_files)
             hooks.before("agent")
             run: AgentRun = stages.run("agent", lambda: agent.run(ctx))
             record["execution"] = hooks.after_agent(run.to_record())
@@ -216,6 +239,11 @@ def run_trial(bundle: Bundle, agent: Agent, trial_dir: Path, *, rep: int = 0,
             if cpu.get("mechanism", "not_applied") == "not_applied":
                 record["not_enforced"]["resources.cpu_cores"] = cpu.get(
                     "reason", "the agent ran without a CPU quota")
+            _classify_start(record, ctx, hooks, workspace)
+            code = record["execution"].get("failure_code")
+            if code in INFRA_CODES:  # never started, or its model never answered
+                record["failure_code"] = code
+                raise TrialRefused(f"{code}: {record['execution'].get('detail')}")
             if record["execution"]["status"] == "infra_error":
                 raise TrialRefused("the agent could not be run: "
                                    f"{record['execution'].get('detail') or run.detail}")

@@ -58,6 +58,7 @@ from pydantic import (
 )
 
 from assay.suites import limits
+from assay.suites.agent_files import entry_fingerprint, normalize_entry
 from assay.suites.bundle import Bundle, find_bundles, load_bundle, tree_digest
 from assay.suites.errors import Problem, SuiteError
 from assay.suites.experiment_pairwise import (
@@ -128,6 +129,20 @@ class Arm(_Strict):
     """The event in the agent's stream (a JSON line whose ``type`` or ``event`` is this name,
     e.g. ``compaction``) that shows the mechanism under test fired; trials without it are
     marked "not triggered", never dropped."""
+    agent_files: list[str] | None = Field(default=None, min_length=1)
+    """Files and folders the agent needs (its script, its prompts), relative to this file:
+    copied read-only into the sandbox at ``/assay/agent`` (``ASSAY_AGENT_DIR``), where relative
+    paths of a ``command:`` resolve, and fingerprinted into the arm's identity."""
+
+    @field_validator("agent_files")
+    @classmethod
+    def _agent_files(cls, value: list[str] | None) -> list[str] | None:
+        if value is None:
+            return None
+        out = [normalize_entry(v) for v in value]
+        if len(set(out)) != len(out):
+            raise ValueError("an agent_files entry is named twice")
+        return out
 
     @field_validator("params")
     @classmethod
@@ -332,6 +347,8 @@ def load_experiment(path: Path) -> Experiment:
                                 f"arms x {spec.repetitions} repetitions is over the ceiling of "
                                 f"{limits.PLAN_TRIALS_CEILING:,} trials in one run: refused"))
     problems += _check_prices(spec, problem)
+    files, file_problems = _agent_file_prints(path.parent, spec, problem)
+    problems += file_problems
     problems += _check_bar(spec, problem)
     if spec.pairwise is not None:
         problems += check_pairwise(path, spec.pairwise, pairwise_arms(spec), list(spec.arms),
@@ -348,6 +365,9 @@ def load_experiment(path: Path) -> Experiment:
     if problems:
         raise SuiteError(problems)
     spec = with_aa_copy(spec)
+    if spec.noise_floor is not None and spec.noise_floor.arm in files:
+        # the A/A copy runs the same agent files: fingerprinted (and staged) as its own arm's
+        files[aa_arm(spec.noise_floor.arm)] = files[spec.noise_floor.arm]
     bundles = {b.id: b for b in sorted(selected, key=lambda b: b.id)}
     sha = hashlib.sha256(raw).hexdigest()
     settings = _settings(spec)
@@ -355,7 +375,8 @@ def load_experiment(path: Path) -> Experiment:
         "file_sha256": sha,
         "settings": settings,
         "tasks": {tid: task_fingerprint(b) for tid, b in bundles.items()},
-        "arms": {name: arm_identity(arm) for name, arm in sorted(spec.arms.items())},
+        "arms": {name: arm_identity(arm, files.get(name))
+                 for name, arm in sorted(spec.arms.items())},
     }
     return Experiment(path=path, spec=spec, file_sha256=sha, bundles=bundles,
                       identity=identity)
@@ -383,8 +404,9 @@ def _settings(spec: ExperimentSpec) -> dict[str, Any]:
         if settings.get(key) is None:
             settings.pop(key, None)
     for arm in settings["arms"].values():
-        if arm.get("trigger_event") is None:
-            arm.pop("trigger_event", None)
+        for key in ("trigger_event", "agent_files"):
+            if arm.get(key) is None:
+                arm.pop(key, None)
     bar = settings.get("bar")
     if bar is not None:
         for key in ("baseline", "candidate"):
@@ -585,12 +607,33 @@ def task_fingerprint(bundle: Bundle) -> dict[str, Any]:
             "fixture_digest": fixture, "tests_digest": tests}
 
 
-def arm_identity(arm: Arm) -> dict[str, Any]:
-    """The agent spec, the model (name, protocol; never a key) and the parameters."""
+def arm_identity(arm: Arm, agent_files: dict[str, str] | None = None) -> dict[str, Any]:
+    """The agent spec, the model (name, protocol; never a key) and the parameters; with
+    ``agent_files``, each entry's fingerprint (absent otherwise, so older runs resume)."""
     model = None
     if arm.model is not None:
         model = {"name": arm.model.name, "protocol": arm.model.protocol}
-    return {"agent": arm.agent, "model": model, "params": arm.params}
+    out: dict[str, Any] = {"agent": arm.agent, "model": model, "params": arm.params}
+    if agent_files is not None:
+        out["agent_files"] = agent_files
+    return out
+
+
+def _agent_file_prints(base: Path, spec: ExperimentSpec, problem: ProblemAt
+                       ) -> tuple[dict[str, dict[str, str]], list[Problem]]:
+    """Each arm's ``agent_files`` fingerprinted, or the problem with each entry."""
+    prints: dict[str, dict[str, str]] = {}
+    problems: list[Problem] = []
+    for name, arm in spec.arms.items():
+        if arm.agent_files is None:
+            continue
+        prints[name] = {}
+        for i, entry in enumerate(arm.agent_files):
+            try:
+                prints[name][entry] = entry_fingerprint(base, entry)
+            except (ValueError, OSError) as exc:
+                problems.append(problem(("arms", name, "agent_files", str(i)), str(exc)))
+    return prints, problems
 
 
 def plan(experiment: Experiment) -> list[TrialKey]:
