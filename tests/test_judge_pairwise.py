@@ -42,6 +42,10 @@ def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("pw")
     for i in range(2):
         make_bundle(root / "tasks" / f"t{i}", task_id=f"t{i}")
+        # the model proxy: an arm with a model on a task without network is refused
+        y = root / "tasks" / f"t{i}" / "task.yaml"
+        y.write_text(y.read_text().replace("network_policy: none",
+                                           "network_policy: model-proxy-only"))
     exp = root / "experiment.yaml"
     exp.write_text(f"""name: pw-experiment
 tasks: [tasks]
@@ -56,7 +60,7 @@ arms:
     agent: '{ARM_B.replace("'", "''")}'
 """)
     out = root / "run"
-    # the arm names a model, so the manifest does; no gateway opens (network_policy: none)
+    # the arm names a model, so the manifest does; its agent never calls it
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("PW_UNUSED_URL", "http://127.0.0.1:9/v1")
         mp.setenv("PW_UNUSED_KEY", "unused")
@@ -302,7 +306,8 @@ def test_a_bundle_whose_starting_tree_changed_is_refused(run_dir: Path, tmp_path
             assert not any("edited after the run" in json.dumps(r.body) for r in srv.requests)
     finally:
         source.write_text(before)
-    assert code == 2 and "not the one the trial started from" in str(msg)
+    # the message may be wrapped to the terminal width wherever the temp path ends
+    assert code == 2 and "not the one the trial started from" in " ".join(str(msg).split())
 
 
 def test_scrub_replaces_whole_names_in_paths_and_text_and_leaves_short_ones() -> None:
