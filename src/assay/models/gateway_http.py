@@ -151,7 +151,8 @@ class AgentConnection:
         self._nheaders = 0
         self._body: list[bytes] = []
         self._body_size = 0
-        self._head_bytes = 0
+        self._head_bytes = 0  # bytes read while the head was incomplete
+        self._head_size = 0  # bytes of URL and header fields the parser handed over
         self._head: Request | None = None
         self._refusal: BadRequest | None = None
         self._message_started = 0.0
@@ -164,6 +165,7 @@ class AgentConnection:
 
     def on_url(self, url: bytes) -> None:
         self._url += url
+        self._parsed_head(len(url))
 
     def on_header(self, name: bytes, value: bytes) -> None:
         self._nheaders += 1
@@ -171,7 +173,17 @@ class AgentConnection:
             self._refusal = BadRequest(f"more than {MAX_HEADERS} header fields", status=431,
                                        reason="head_too_large")
             raise self._refusal
+        self._parsed_head(len(name) + len(value) + 4)
         self._headers[name.decode("latin-1").lower()] = value.decode("latin-1")
+
+    def _parsed_head(self, size: int) -> None:
+        """Count what the parser took of the head (a head that arrived whole in one read
+        never meets the per-read count in ``next_request``)."""
+        self._head_size += size
+        if self._head_size > MAX_HEAD:
+            self._refusal = BadRequest(f"request head over {MAX_HEAD} bytes", status=431,
+                                       reason="head_too_large")
+            raise self._refusal
 
     def on_headers_complete(self) -> None:
         self._head_done = True
