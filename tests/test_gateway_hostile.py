@@ -503,3 +503,155 @@ def test_a_silent_connection_is_closed(gateway: Gateway) -> None:
         reply = conn.recv(65536)
     assert time.monotonic() - started < 9
     assert reply == b"" or _status(reply) == 408
+
+
+# ------------------------------------------------------------------ a hostile upstream
+
+
+class _RawUpstream:
+    """An upstream that reads each request's head and body and answers with scripted raw
+    bytes (``answers``, one per request, in order; a callable streams its answer)."""
+
+    def __init__(self, answers: list[Any]) -> None:
+        self.answers = answers
+        self.connections = 0
+        self.sent = 0
+        self._sock = socket.create_server(("127.0.0.1", 0))
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self._sock.getsockname()[1]}/v1"
+
+    def _serve(self) -> None:
+        while self.answers:
+            try:
+                conn, _ = self._sock.accept()
+            except OSError:
+                return
+            self.connections += 1
+            threading.Thread(target=self._connection, args=(conn,), daemon=True).start()
+
+    def _connection(self, conn: socket.socket) -> None:
+        buf = b""
+        with conn:
+            while self.answers:
+                while b"\r\n\r\n" not in buf:
+                    data = conn.recv(65536)
+                    if not data:
+                        return
+                    buf += data
+                head, _, buf = buf.partition(b"\r\n\r\n")
+                length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
+                while len(buf) < length:
+                    buf += conn.recv(65536)
+                buf = buf[length:]
+                answer = self.answers.pop(0)
+                try:
+                    if callable(answer):
+                        answer(conn, self)
+                    else:
+                        conn.sendall(answer)
+                except OSError:
+                    return
+
+    def close(self) -> None:
+        self.answers.clear()
+        self._sock.close()
+
+
+def _answer(content: str, extra: str = "") -> bytes:
+    body = json.dumps({"model": MODEL, "choices": [{"index": 0, "finish_reason": "stop",
+                       "message": {"role": "assistant", "content": content}}],
+                       "usage": {"prompt_tokens": 1, "completion_tokens": 1}}).encode()
+    return (f"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n{extra}"
+            f"Content-Length: {len(body)}\r\n\r\n").encode() + body
+
+
+def _open_raw(gw: Gateway, raw: _RawUpstream, tmp: Path) -> tuple[str, Path]:
+    ledger = tmp / "a1" / "model_calls.jsonl"
+    return gw.open_attempt("a1", ledger_path=ledger, model=MODEL, prices=PRICES,
+                           upstream=Upstream(raw.base_url, REAL_KEY)), ledger
+
+
+def test_a_malformed_upstream_answer_is_a_502(gateway: Gateway, tmp_path: Path) -> None:
+    raw = _RawUpstream([_answer("first", "X-Evil: a\nSet-Cookie: planted=1\r\n")])
+    try:
+        token, ledger = _open_raw(gateway, raw, tmp_path)
+        resp = _good_call(gateway, token)
+    finally:
+        raw.close()
+    assert resp.status_code == 502 and "set-cookie" not in resp.headers
+    (row,) = [ModelCall.read(r, ledger) for r in iter_rows(ledger)]
+    assert row.status == 502 and "malformed answer" in row.error
+
+
+def test_an_answer_nobody_asked_for_is_never_handed_on(gateway: Gateway,
+                                                       tmp_path: Path) -> None:
+    """An upstream that answers one request twice: the spare answer must not become the
+    answer to the next call (the connection it sits on is not reused)."""
+    raw = _RawUpstream([_answer("first") + _answer("SPARE"), _answer("second")])
+    try:
+        token, _ = _open_raw(gateway, raw, tmp_path)
+        with httpx.Client(timeout=10) as client:
+            url = f"{gateway.base_url}/chat/completions"
+            auth = {"Authorization": f"Bearer {token}"}
+            first = client.post(url, content=BODY, headers=auth).json()
+            second = client.post(url, content=BODY, headers=auth).json()
+    finally:
+        raw.close()
+    assert first["choices"][0]["message"]["content"] == "first"
+    assert second["choices"][0]["message"]["content"] == "second"
+    assert raw.connections == 2
+
+
+def _endless(head: bytes, piece: bytes) -> Any:
+    def send(conn: socket.socket, raw: _RawUpstream) -> None:
+        conn.sendall(head)
+        while raw.sent < 1024 ** 3:
+            conn.sendall(piece)
+            raw.sent += len(piece)
+    return send
+
+
+def test_a_huge_plain_answer_is_not_held(gateway: Gateway, tmp_path: Path) -> None:
+    """An answer declared as 1 GiB: the gateway holds at most 64 MiB of it, then fails the
+    call and hangs up on the upstream."""
+    head = (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+            b"Content-Length: %d\r\n\r\n" % (1024 ** 3))
+    raw = _RawUpstream([_endless(head, b"x" * (1 << 20))])
+    before = _peak_rss_mib()
+    try:
+        token, ledger = _open_raw(gateway, raw, tmp_path)
+        resp = _good_call(gateway, token)
+    finally:
+        raw.close()
+    assert resp.status_code == 502
+    (row,) = [ModelCall.read(r, ledger) for r in iter_rows(ledger)]
+    assert "over" in row.error and row.usage_missing
+    assert raw.sent < 256 * (1 << 20)
+    assert _peak_rss_mib() - before < 300
+
+
+def test_an_endless_stream_event_is_cut(gateway: Gateway, tmp_path: Path) -> None:
+    """A stream whose one event never ends: the gateway waits for at most 8 MiB of it."""
+    head = (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+            b"Transfer-Encoding: chunked\r\n\r\n")
+    piece = b"100000\r\n" + b"d" * 0x100000 + b"\r\n"
+    raw = _RawUpstream([_endless(head + b"6\r\ndata: \r\n", piece)])
+    body = json.dumps({"model": MODEL, "stream": True,
+                       "messages": [{"role": "user", "content": "hi"}]}).encode()
+    try:
+        token, ledger = _open_raw(gateway, raw, tmp_path)
+        with httpx.stream("POST", f"{gateway.base_url}/chat/completions", content=body,
+                          headers={"Authorization": f"Bearer {token}"}, timeout=30) as resp:
+            assert resp.status_code == 200
+            with pytest.raises(httpx.RemoteProtocolError):
+                for _ in resp.iter_bytes():
+                    pass
+    finally:
+        raw.close()
+    (row,) = [ModelCall.read(r, ledger) for r in iter_rows(ledger)]
+    assert row.usage_missing and "event of the stream is over" in row.error
+    assert raw.sent < 256 * (1 << 20)

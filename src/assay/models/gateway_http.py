@@ -350,11 +350,15 @@ class _ResponseReader:
         self.extra = self.extra or self.complete
 
     def on_header(self, name: bytes, value: bytes) -> None:
+        if self.extra:
+            return
         if len(self.headers) >= MAX_HEADERS:
             raise ValueError(f"more than {MAX_HEADERS} header fields")
         self.headers.append((name.decode("latin-1"), value.decode("latin-1")))
 
     def on_headers_complete(self) -> None:
+        if self.extra:
+            return
         self.status = self.parser.get_status_code()
         if self.status < 200:
             self.headers.clear()  # an interim answer (100 Continue): the real one follows
@@ -366,7 +370,8 @@ class _ResponseReader:
                        or self.status in (204, 304))
 
     def on_body(self, data: bytes) -> None:
-        self.pieces.append(data)
+        if not self.extra:
+            self.pieces.append(data)
 
     def on_message_complete(self) -> None:
         if self.head_done:
