@@ -38,6 +38,33 @@ that says which to call. Every refusal meant to stop an agent (budget exhausted,
 unknown token) is a 4xx in the error shape of the API the agent called, never a 5xx, since
 several agents retry a 5xx for minutes. The real key goes upstream in the family's own header
 (``Authorization: Bearer`` for OpenAI's APIs, ``x-api-key`` for Anthropic's).
+
+What an agent can send, and what of it goes on (the agent is untrusted; so is the upstream's
+answer, parsed as strictly, ``gateway_http``):
+
+- HTTP is parsed by llhttp (``httptools``); a malformed request (CR, LF or NUL in a header,
+  folded lines, duplicated or conflicting ``Content-Length``, ``Transfer-Encoding`` with
+  ``Content-Length``, a bad chunk, an absolute-form target, ``Upgrade``) is a 400 and a
+  ``refused`` gateway event, and nothing of it reaches the upstream: a call is forwarded only
+  once its whole request has been parsed.
+- Paths: exactly the attempt's family's routes (``family_paths``) and ``GET /v1/models``; any
+  other path is a 404, a route of another family a 400, each a ledger row, never forwarded.
+  The upstream path is the route's own constant, never the agent's bytes.
+- Query strings: only the parameters the API defines for the route (``?beta=true`` on
+  Anthropic's messages, ``limit``/``before_id``/``after_id`` on Anthropic's models list), with
+  plain-word values, re-encoded; anything else is a 400 and a ledger row.
+- Headers: only ``FORWARDED_HEADERS`` of the family (content type, accept, user agent and the
+  API's version headers: ``openai-beta``; ``anthropic-version``, ``anthropic-beta``). The
+  agent's own credentials, cookies, hop-by-hop and proxy headers, SDK telemetry and account
+  selectors stay here; the gateway sets the real key, ``Host``, ``Content-Length`` and
+  ``Accept-Encoding: identity`` itself.
+- Bounds (``ServerLimits``, recorded per session in the run's manifest): a request body of
+  ``limits.request_body_mib`` (default 32 MiB; 413, read only up to the limit), a head of
+  64 KiB and 100 fields (431), a head complete within 10 s of its first byte or of the
+  connection's start, a body within 60 s more (408 and the connection dropped: a slow-loris
+  client holds nothing for long), an idle keep-alive connection 120 s, and
+  ``CONNECTIONS_PER_ATTEMPT`` (32) connections held open by one attempt's token (429 past it).
+  A plain upstream answer is held up to 64 MiB, an SSE event up to ``MAX_EVENT`` (8 MiB).
 """
 
 from __future__ import annotations
