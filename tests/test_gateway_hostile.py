@@ -655,3 +655,34 @@ def test_an_endless_stream_event_is_cut(gateway: Gateway, tmp_path: Path) -> Non
     (row,) = [ModelCall.read(r, ledger) for r in iter_rows(ledger)]
     assert row.usage_missing and "event of the stream is over" in row.error
     assert raw.sent < 256 * (1 << 20)
+
+
+def test_a_flood_of_connections_is_held_to_the_ceiling(upstream: ThreadingHTTPServer,
+                                                       tmp_path: Path) -> None:
+    """Connections that never send a token count against the gateway's ceiling, not an
+    attempt's cap: past it a new one is closed unread, and the count is an event."""
+    with Gateway(log_path=tmp_path / "gateway_events.jsonl", max_connections=4,
+                 limits=ServerLimits(header_timeout=2.0)) as gw:
+        token, _ = _open(gw, upstream, tmp_path)
+        idle = [socket.create_connection(("127.0.0.1", gw.port), timeout=10) for _ in range(4)]
+        try:
+            time.sleep(0.2)  # let the gateway take them
+            with socket.create_connection(("127.0.0.1", gw.port), timeout=10) as extra:
+                try:
+                    assert extra.recv(65536) == b""
+                except ConnectionResetError:
+                    pass
+        finally:
+            for conn in idle:
+                conn.close()
+        deadline = time.monotonic() + 10
+        while True:  # served again once the gateway saw the idle ones go
+            try:
+                if _good_call(gw, token).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        busy = [e for e in _events(tmp_path) if e.reason == "gateway_busy"]
+        assert busy and busy[0].status == 503 and "4 were already open" in busy[0].detail

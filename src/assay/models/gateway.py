@@ -63,7 +63,9 @@ answer, parsed as strictly, ``gateway_http``):
   64 KiB and 100 fields (431), a head complete within 10 s of its first byte or of the
   connection's start, a body within 60 s more (408 and the connection dropped: a slow-loris
   client holds nothing for long), an idle keep-alive connection 120 s, and
-  ``CONNECTIONS_PER_ATTEMPT`` (32) connections held open by one attempt's token (429 past it).
+  ``CONNECTIONS_PER_ATTEMPT`` (32) connections held open by one attempt's token (429 past it),
+  and ``MAX_CONNECTIONS`` (2048, or half the descriptor limit) open in all (closed unread
+  past it, one ``gateway_busy`` event a second).
   A plain upstream answer is held up to 64 MiB, an SSE event up to ``MAX_EVENT`` (8 MiB).
 """
 
@@ -74,6 +76,7 @@ import contextlib
 import hashlib
 import json
 import re
+import resource
 import secrets
 import stat
 import threading
@@ -122,6 +125,11 @@ _JSON = [("Content-Type", "application/json")]
 #: its open ones are busy, so this is its peak of calls in flight: Claude Code with parallel
 #: subagents stays around ten. Past it a new connection is answered 429 and closed.
 CONNECTIONS_PER_ATTEMPT = 32
+#: Agent connections open at once, all attempts together (authenticated or not yet): past it a
+#: new connection is closed at once, so a flood of idle connections cannot take the file
+#: descriptors the runner needs for ledgers and sandboxes. Each unauthenticated one lasts at
+#: most the header timeout. At most half the process's descriptor limit.
+MAX_CONNECTIONS = 2048
 #: The longest SSE event the gateway waits for before handing it on (it must see whole events
 #: to meter them); a stream with a longer one is cut, its usage unknown.
 MAX_EVENT = 8 * 1024 * 1024
@@ -204,7 +212,8 @@ class Gateway:
     def __init__(self, *, host: str = "127.0.0.1", port: int = 0,
                  unix_socket: Path | str | None = None, log_path: Path | None = None,
                  total_cost_usd: float | None = None, limits: ServerLimits | None = None,
-                 connections_per_attempt: int = CONNECTIONS_PER_ATTEMPT) -> None:
+                 connections_per_attempt: int = CONNECTIONS_PER_ATTEMPT,
+                 max_connections: int | None = None) -> None:
         if connections_per_attempt < 1:
             raise ValueError("connections_per_attempt must be at least 1")
         self.host = host
@@ -227,6 +236,9 @@ class Gateway:
         self._thread: threading.Thread | None = None
         self._servers: list[asyncio.Server] = []
         self._conns: set[asyncio.Task[Any]] = set()
+        self.max_connections = max_connections or _connection_ceiling()
+        self._dropped = 0  # connections closed at the ceiling since the last event said so
+        self._dropped_noted = 0.0
         self._syncer: Syncer | None = None
         self._log: LedgerFile | None = None
 
@@ -314,6 +326,7 @@ class Gateway:
                 "header_timeout_seconds": lim.header_timeout,
                 "body_timeout_seconds": lim.body_timeout,
                 "idle_timeout_seconds": lim.idle_timeout,
+                "connections_total": self.max_connections,
                 "request_head_kib": MAX_HEAD // 1024, "sse_event_mib": MAX_EVENT // (1024 * 1024)}
 
     @property
@@ -455,6 +468,9 @@ class Gateway:
                              writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None
+        if len(self._conns) >= self.max_connections:
+            self._drop(writer)
+            return
         self._conns.add(task)
         conn = AgentConnection(reader, writer, self.limits)
         held: list[_Attempt] = []  # the attempt this connection counts against, once known
@@ -477,6 +493,17 @@ class Gateway:
                 with self._lock:
                     held[0].connections -= 1
             writer.close()
+
+    def _drop(self, writer: asyncio.StreamWriter) -> None:
+        """Close a connection over ``max_connections``; one event a second says how many."""
+        writer.transport.abort()
+        self._dropped += 1
+        now = time.monotonic()
+        if now - self._dropped_noted >= 1.0:
+            self._note("refused", "gateway_busy", None, None, 503,
+                       f"{self._dropped} connections closed unread: {self.max_connections} "
+                       "were already open")
+            self._dropped, self._dropped_noted = 0, now
 
     async def _refuse(self, writer: asyncio.StreamWriter, exc: BadRequest) -> None:
         """Answer a request the gateway would not take, record it, and let the connection
@@ -809,6 +836,12 @@ class _Call:
     finished: bool = False
     # the query string forwarded upstream, "?..." or ""
     query: str = ""
+
+
+def _connection_ceiling() -> int:
+    """``MAX_CONNECTIONS``, or half the soft descriptor limit when that is lower."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return max(64, min(MAX_CONNECTIONS, soft // 2)) if soft > 0 else MAX_CONNECTIONS
 
 
 def _remove_socket(path: Path) -> None:

@@ -135,13 +135,14 @@ class GatewayEvent(Record):
     request it would not take (the connection is closed after it)."""
     reason: Literal["no_token", "unknown_token", "revoked_token", "malformed",
                     "body_too_large", "head_too_large", "header_timeout", "body_timeout",
-                    "connection_cap"]
+                    "connection_cap", "gateway_busy"]
     """Why: the request had no token, one the gateway never issued, or the token of an attempt
     already closed (``unauthorized``); or it was not well-formed HTTP/1.1 (CR, LF or NUL in a
     header, folded lines, duplicated or conflicting ``Content-Length``, ``Transfer-Encoding``
     with ``Content-Length``, a bad chunk, ...: 400), its body or head was over the gateway's
     limit (413, 431), its head or body did not arrive in time (408), or its attempt already
-    had the most connections it may hold open (429)."""
+    had the most connections it may hold open (429), or the gateway as a whole did
+    (``gateway_busy``: the connection was closed unread; one event a second counts them)."""
     attempt_id: str | None
     """The attempt whose token the request carried, when it carried one the gateway issued
     (open or revoked) and got that far; null otherwise."""
