@@ -196,8 +196,10 @@ class AgentConnection:
             self._refusal = BadRequest("only HTTP/1.0 and 1.1 are served", head=head)
             raise self._refusal
         if not target.startswith("/") or "#" in target:
-            self._refusal = BadRequest(f"request target must be a path, not {target[:100]!r}",
-                                       head=head)
+            # (the target itself is not quoted: an event's detail never holds what could be
+            # a token)
+            self._refusal = BadRequest("request target must be a path (origin form, no "
+                                       "fragment)", head=head)
             raise self._refusal
         length = self._headers.get("content-length")
         limit = self.limits.request_body_bytes
