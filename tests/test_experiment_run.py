@@ -49,7 +49,7 @@ print(open("/proc/self/environ", "rb").read().replace(b"\0", b"\n").decode())
 
 
 def _experiment(root: Path, *, reps: int = 2, total: float | None = None,
-                tokens: int | None = None) -> Path:
+                tokens: int | None = None, body_mib: float | None = None) -> Path:
     bundle = make_bundle(root / "tasks" / "calc")
     y = bundle / "task.yaml"
     y.write_text(y.read_text().replace("network_policy: none", "network_policy: model-proxy-only"))
@@ -60,6 +60,8 @@ def _experiment(root: Path, *, reps: int = 2, total: float | None = None,
         limits.append(f"  total_cost_usd: {total}")
     if tokens is not None:
         limits.append(f"  tokens: {tokens}")
+    if body_mib is not None:
+        limits.append(f"  request_body_mib: {body_mib}")
     exp = root / "experiment.yaml"
     exp.write_text(f"""name: calc-ab
 tasks: [tasks]
@@ -132,6 +134,21 @@ def test_an_experiment_runs_every_trial_through_the_gateway(tmp_path: Path, upst
     # resuming a finished run runs nothing again
     again = run_cli(["exp", "run", str(exp), "--out", str(out)])
     assert again.code == 0 and len(upstream.chat_requests()) == 2
+
+
+@needs_bwrap
+def test_the_gateway_limits_applied_are_recorded(tmp_path: Path, upstream) -> None:
+    """``limits.request_body_mib`` reaches the gateway; a session's manifest entry says what
+    it enforced (the agent's small request passes under a lowered limit)."""
+    out = tmp_path / "run"
+    res = run_cli(["exp", "run", str(_experiment(tmp_path, reps=1, body_mib=0.5)),
+                   "--out", str(out)])
+    assert res.code == 0, res.stderr
+    (session,) = json.loads((out / "manifest.json").read_text())["sessions"]
+    assert session["gateway"]["request_body_mib"] == 0.5
+    assert session["gateway"]["connections_per_attempt"] == 32
+    assert session["gateway"]["header_timeout_seconds"] == 10
+    assert len(upstream.chat_requests()) == 1
 
 
 @needs_bwrap

@@ -38,6 +38,35 @@ that says which to call. Every refusal meant to stop an agent (budget exhausted,
 unknown token) is a 4xx in the error shape of the API the agent called, never a 5xx, since
 several agents retry a 5xx for minutes. The real key goes upstream in the family's own header
 (``Authorization: Bearer`` for OpenAI's APIs, ``x-api-key`` for Anthropic's).
+
+What an agent can send, and what of it goes on (the agent is untrusted; so is the upstream's
+answer, parsed as strictly, ``gateway_http``):
+
+- HTTP is parsed by llhttp (``httptools``); a malformed request (CR, LF or NUL in a header,
+  folded lines, duplicated or conflicting ``Content-Length``, ``Transfer-Encoding`` with
+  ``Content-Length``, a bad chunk, an absolute-form target, ``Upgrade``) is a 400 and a
+  ``refused`` gateway event, and nothing of it reaches the upstream: a call is forwarded only
+  once its whole request has been parsed.
+- Paths: exactly the attempt's family's routes (``family_paths``) and ``GET /v1/models``; any
+  other path is a 404, a route of another family a 400, each a ledger row, never forwarded.
+  The upstream path is the route's own constant, never the agent's bytes.
+- Query strings: only the parameters the API defines for the route (``?beta=true`` on
+  Anthropic's messages, ``limit``/``before_id``/``after_id`` on Anthropic's models list), with
+  plain-word values, re-encoded; anything else is a 400 and a ledger row.
+- Headers: only ``FORWARDED_HEADERS`` of the family (content type, accept, user agent and the
+  API's version headers: ``openai-beta``; ``anthropic-version``, ``anthropic-beta``). The
+  agent's own credentials, cookies, hop-by-hop and proxy headers, SDK telemetry and account
+  selectors stay here; the gateway sets the real key, ``Host``, ``Content-Length`` and
+  ``Accept-Encoding: identity`` itself.
+- Bounds (``ServerLimits``, recorded per session in the run's manifest): a request body of
+  ``limits.request_body_mib`` (default 32 MiB; 413, read only up to the limit), a head of
+  64 KiB and 100 fields (431), a head complete within 10 s of its first byte or of the
+  connection's start, a body within 60 s more (408 and the connection dropped: a slow-loris
+  client holds nothing for long), an idle keep-alive connection 120 s, and
+  ``CONNECTIONS_PER_ATTEMPT`` (32) connections held open by one attempt's token (429 past it),
+  and ``MAX_CONNECTIONS`` (2048, or half the descriptor limit) open in all (closed unread
+  past it, one ``gateway_busy`` event a second).
+  A plain upstream answer is held up to 64 MiB, an SSE event up to ``MAX_EVENT`` (8 MiB).
 """
 
 from __future__ import annotations
@@ -46,14 +75,18 @@ import asyncio
 import contextlib
 import hashlib
 import json
+import re
+import resource
 import secrets
 import stat
 import threading
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from http import HTTPStatus
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qsl, urlencode
 
 from assay.errors import TransportError
 from assay.models.gateway_budget import AttemptUsage, Budget, Limits
@@ -61,15 +94,18 @@ from assay.models.gateway_http import (
     HOP_BY_HOP,
     LAST_CHUNK,
     MAX_HEAD,
+    AgentConnection,
     BadRequest,
     Request,
+    ServerLimits,
     UpstreamPool,
     chunk,
-    read_request,
     response_head,
 )
 from assay.models.gateway_protocols import (
     FAMILIES,
+    FORWARDED_HEADERS,
+    MODELS_QUERY,
     ROUTES,
     Family,
     Outcome,
@@ -83,13 +119,21 @@ from assay.models.prices import ModelPrice, call_cost, price_table
 from assay.models.upstream_error import error_excerpt
 from assay.records.ledger import GatewayEvent, LimitName
 
-__all__ = ["AttemptUsage", "Gateway", "Limits", "Secret", "Upstream"]
+__all__ = ["AttemptUsage", "Gateway", "Limits", "Secret", "ServerLimits", "Upstream"]
 
 _JSON = [("Content-Type", "application/json")]
-# Headers of the agent's request that never go upstream: credentials are the gateway's to set,
-# and the body is always sent uncompressed so it can be metered.
-_NOT_FORWARDED = HOP_BY_HOP | {"authorization", "x-api-key", "api-key", "cookie",
-                               "accept-encoding"}
+#: Connections one attempt may hold open at once. An agent opens a new connection only when
+#: its open ones are busy, so this is its peak of calls in flight: Claude Code with parallel
+#: subagents stays around ten. Past it a new connection is answered 429 and closed.
+CONNECTIONS_PER_ATTEMPT = 32
+#: Agent connections open at once, all attempts together (authenticated or not yet): past it a
+#: new connection is closed at once, so a flood of idle connections cannot take the file
+#: descriptors the runner needs for ledgers and sandboxes. Each unauthenticated one lasts at
+#: most the header timeout. At most half the process's descriptor limit.
+MAX_CONNECTIONS = 2048
+#: The longest SSE event the gateway waits for before handing it on (it must see whole events
+#: to meter them); a stream with a longer one is cut, its usage unknown.
+MAX_EVENT = 8 * 1024 * 1024
 _NOT_RETURNED = HOP_BY_HOP | {"set-cookie", "content-encoding"}
 #: Sent to an Anthropic upstream when the agent named no API version (the API requires one).
 ANTHROPIC_VERSION = "2023-06-01"
@@ -104,6 +148,8 @@ class Secret:
     def __init__(self, value: str) -> None:
         if not value:
             raise ValueError("an empty API key")
+        if any(c in value for c in "\r\n\0"):
+            raise ValueError("an API key with CR, LF or NUL in it")  # never the key itself
         self._value = value
 
     def reveal(self) -> str:
@@ -145,6 +191,8 @@ class _Attempt:
     protocol: Family = "chat"
     seq: int = 0
     open: bool = True
+    # agent connections counted against CONNECTIONS_PER_ATTEMPT
+    connections: int = 0
     inflight: set[asyncio.Task[Any]] = field(default_factory=set)
 
 
@@ -164,8 +212,14 @@ class Gateway:
 
     def __init__(self, *, host: str = "127.0.0.1", port: int = 0,
                  unix_socket: Path | str | None = None, log_path: Path | None = None,
-                 total_cost_usd: float | None = None) -> None:
+                 total_cost_usd: float | None = None, limits: ServerLimits | None = None,
+                 connections_per_attempt: int = CONNECTIONS_PER_ATTEMPT,
+                 max_connections: int | None = None) -> None:
+        if connections_per_attempt < 1:
+            raise ValueError("connections_per_attempt must be at least 1")
         self.host = host
+        self.limits = limits or ServerLimits()
+        self.connections_per_attempt = connections_per_attempt
         self._want_port = port
         self.unix_socket = Path(unix_socket) if unix_socket is not None else None
         self.log_path = log_path
@@ -183,6 +237,9 @@ class Gateway:
         self._thread: threading.Thread | None = None
         self._servers: list[asyncio.Server] = []
         self._conns: set[asyncio.Task[Any]] = set()
+        self.max_connections = max_connections or _connection_ceiling()
+        self._dropped = 0  # connections closed at the ceiling since the last event said so
+        self._dropped_noted = 0.0
         self._syncer: Syncer | None = None
         self._log: LedgerFile | None = None
 
@@ -261,6 +318,17 @@ class Gateway:
             open_now = len(self._tokens)
         where = self.base_url if self._port is not None else "not started"
         return f"Gateway({where}, open_attempts={open_now}, spent_usd={self._spent:.6f})"
+
+    def applied_limits(self) -> dict[str, float | int]:
+        """The bounds this gateway enforces, for the run's manifest."""
+        lim = self.limits
+        return {"request_body_mib": lim.request_body_bytes / (1024 * 1024),
+                "connections_per_attempt": self.connections_per_attempt,
+                "header_timeout_seconds": lim.header_timeout,
+                "body_timeout_seconds": lim.body_timeout,
+                "idle_timeout_seconds": lim.idle_timeout,
+                "connections_total": self.max_connections,
+                "request_head_kib": MAX_HEAD // 1024, "sse_event_mib": MAX_EVENT // (1024 * 1024)}
 
     @property
     def port(self) -> int:
@@ -391,7 +459,7 @@ class Gateway:
 
     @property
     def events(self) -> list[GatewayEvent]:
-        """Calls refused for want of a valid token, oldest first."""
+        """Requests refused before they became an attempt's call, oldest first."""
         with self._lock:
             return list(self._events)
 
@@ -401,34 +469,75 @@ class Gateway:
                              writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None
+        if len(self._conns) >= self.max_connections:
+            self._drop(writer)
+            return
         self._conns.add(task)
+        conn = AgentConnection(reader, writer, self.limits)
+        held: list[_Attempt] = []  # the attempt this connection counts against, once known
         try:
             while True:
                 try:
-                    request = await read_request(reader, writer)
+                    request = await conn.next_request()
                 except BadRequest as exc:
-                    status, body = _error(400, f"bad request: {exc}", "invalid_request_error")
-                    writer.write(response_head(status, _JSON, length=len(body), close=True)
-                                 + body)
-                    await writer.drain()
+                    await self._refuse(writer, exc)
                     return
                 if request is None:
                     return
-                if not await self._dispatch(request, writer) or not request.keep_alive:
+                if not await self._dispatch(request, writer, held) or not request.keep_alive:
                     return
         except (asyncio.CancelledError, ConnectionError, OSError):
             pass
         finally:
             self._conns.discard(task)
+            if held:
+                with self._lock:
+                    held[0].connections -= 1
             writer.close()
 
-    async def _dispatch(self, request: Request, writer: asyncio.StreamWriter) -> bool:
+    def _drop(self, writer: asyncio.StreamWriter) -> None:
+        """Close a connection over ``max_connections``; one event a second says how many."""
+        writer.transport.abort()
+        self._dropped += 1
+        now = time.monotonic()
+        if now - self._dropped_noted >= 1.0:
+            self._note("refused", "gateway_busy", None, None, 503,
+                       f"{self._dropped} connections closed unread: {self.max_connections} "
+                       "were already open")
+            self._dropped, self._dropped_noted = 0, now
+
+    async def _refuse(self, writer: asyncio.StreamWriter, exc: BadRequest) -> None:
+        """Answer a request the gateway would not take, record it, and let the connection
+        close (a parser that refused cannot find the next request's start)."""
+        head = exc.head
+        attempt_id = None
+        if head is not None:
+            with self._lock:
+                for candidate in _tokens_of(head.headers):
+                    known = self._tokens.get(candidate)
+                    attempt_id = known.attempt_id if known else self._revoked.get(candidate)
+                    if attempt_id is not None:
+                        break
+        self._note("refused", exc.reason, attempt_id, head, exc.status, str(exc))
+        shape = error_shape(head.path) if head is not None else "openai"
+        kind = "request_too_large" if exc.status == 413 else "invalid_request_error"
+        phrase = HTTPStatus(exc.status).phrase.lower()
+        status, body = _error(exc.status, f"assay gateway: {phrase}: {exc}", kind, exc.reason,
+                              shape)
+        writer.write(response_head(status, _JSON, length=len(body), close=True) + body)
+        with contextlib.suppress(TimeoutError, ConnectionError, OSError):
+            async with asyncio.timeout(5):
+                await writer.drain()
+
+    async def _dispatch(self, request: Request, writer: asyncio.StreamWriter,
+                        held: list[_Attempt]) -> bool:
         """Answer one request; False when the connection must close."""
         # An Anthropic client sends its key as x-api-key, others as a bearer token; a client may
         # send both (one of them a placeholder), so the first the gateway knows wins.
         candidates = _tokens_of(request.headers)
         token = candidates[0] if candidates else None
         attempt = revoked_for = None
+        over_cap = False
         with self._lock:
             for candidate in candidates:
                 attempt = self._tokens.get(candidate)
@@ -440,16 +549,31 @@ class Gateway:
                     revoked_for = self._revoked.get(candidate)
                     if revoked_for is not None:
                         break
+            if attempt is not None and not held:
+                if attempt.connections >= self.connections_per_attempt:
+                    over_cap = True
+                else:
+                    attempt.connections += 1
+                    held.append(attempt)
         if attempt is None:
             reason = "no_token" if not token else (
                 "revoked_token" if revoked_for is not None else "unknown_token")
-            self._note_unauthorized(request, reason, revoked_for)
+            self._note("unauthorized", reason, revoked_for, request, 401)
             message = {"no_token": "no API key given",
                        "unknown_token": "invalid API key for this gateway",
                        "revoked_token": "this API key was revoked: its attempt has ended"}[reason]
             status, body = _error(401, message, "invalid_request_error", "invalid_api_key",
                                   error_shape(request.path))
             return await _send(writer, status, _JSON, body, request.keep_alive)
+        if over_cap:
+            message = (f"attempt {attempt.attempt_id} already holds "
+                       f"{self.connections_per_attempt} connections to the gateway, the most "
+                       "an attempt may hold open")
+            self._note("refused", "connection_cap", attempt.attempt_id, request, 429, message)
+            status, body = _error(429, f"assay gateway: {message}", "rate_limit_error",
+                                  "connection_cap", error_shape(request.path))
+            await _send(writer, status, _JSON, body, False)
+            return False
         task = asyncio.current_task()
         assert task is not None
         attempt.inflight.add(task)
@@ -458,10 +582,13 @@ class Gateway:
         finally:
             attempt.inflight.discard(task)
 
-    def _note_unauthorized(self, request: Request, reason: str, attempt_id: str | None) -> None:
-        event = GatewayEvent(time=_now(), kind="unauthorized", reason=reason,  # type: ignore[arg-type]
-                             attempt_id=attempt_id, method=request.method,
-                             path=request.path, status=401)
+    def _note(self, kind: str, reason: str, attempt_id: str | None, request: Request | None,
+              status: int, detail: str | None = None) -> None:
+        event = GatewayEvent(time=_now(), kind=kind, reason=reason,  # type: ignore[arg-type]
+                             attempt_id=attempt_id,
+                             method=request.method if request is not None else None,
+                             path=request.path if request is not None else None,
+                             status=status, detail=detail)
         with self._lock:
             self._events.append(event)
         if self._log is not None:
@@ -499,11 +626,21 @@ class Gateway:
             self._finish(call, status)
             return await _send(writer, status, _JSON, body, request.keep_alive)
         if protocol is None and not is_models:
-            call.error = f"no route for {request.method} {request.path}"
+            call.error = (f"no route for {request.method} {request.path} (this attempt may "
+                          f"call {', '.join(family_paths(attempt.protocol))}, GET /v1/models)")
             status, body = _error(404, call.error, "invalid_request_error", "unknown_url",
                                   shape)
             self._finish(call, status)
             return await _send(writer, status, _JSON, body, request.keep_alive)
+        allowed = protocol.query if protocol is not None else MODELS_QUERY[attempt.protocol]
+        query, problem = _query(request.query, allowed)
+        if problem is not None:
+            call.error = f"{request.method} {request.path}: {problem}"
+            status, body = _error(400, call.error, "invalid_request_error", "unknown_parameter",
+                                  shape)
+            self._finish(call, status)
+            return await _send(writer, status, _JSON, body, request.keep_alive)
+        call.query = query
         try:
             return await self._forward(call, protocol, writer)
         except asyncio.CancelledError:
@@ -523,7 +660,8 @@ class Gateway:
             method, path, body = "POST", protocol.upstream_path, prepared.body
         else:
             method, path, body = "GET", "/models", b""
-        headers = [(k, v) for k, v in request.headers.items() if k not in _NOT_FORWARDED]
+        allowed = FORWARDED_HEADERS[attempt.protocol]
+        headers = [(k, v) for k, v in request.headers.items() if k in allowed]
         key = attempt.upstream.api_key.reveal()
         if attempt.protocol == "anthropic":
             headers.append(("x-api-key", key))
@@ -536,7 +674,7 @@ class Gateway:
             headers.append(("Content-Type", "application/json"))
         call.sent = True  # from here on the upstream may be working on it (and billing)
         try:
-            upstream = await attempt.pool.request(method, path + request.query, headers, body)
+            upstream = await attempt.pool.request(method, path + call.query, headers, body)
         except TransportError as exc:
             call.unreachable = exc.fatal
             call.sent = not exc.fatal
@@ -597,6 +735,8 @@ class Gateway:
                 if out:
                     writer.write(chunk(out))
                     await writer.drain()
+                if meter.pending() > MAX_EVENT:
+                    raise TransportError(f"an event of the stream is over {MAX_EVENT} bytes")
             rest = meter.flush()
             if rest:
                 writer.write(chunk(rest))
@@ -697,6 +837,14 @@ class _Call:
     exhausted: LimitName | None = None
     error: str | None = None
     finished: bool = False
+    # the query string forwarded upstream, "?..." or ""
+    query: str = ""
+
+
+def _connection_ceiling() -> int:
+    """``MAX_CONNECTIONS``, or half the soft descriptor limit when that is lower."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return max(64, min(MAX_CONNECTIONS, soft // 2)) if soft > 0 else MAX_CONNECTIONS
 
 
 def _remove_socket(path: Path) -> None:
@@ -720,6 +868,29 @@ def _tokens_of(headers: dict[str, str]) -> list[str]:
         out.append(auth[7:].strip())
     out += [v for v in (headers.get("x-api-key"), headers.get("api-key")) if v]
     return out
+
+
+_QUERY_VALUE = re.compile(r"[A-Za-z0-9_.\-]{1,200}")
+
+
+def _query(raw: str, allowed: frozenset[str]) -> tuple[str, str | None]:
+    """The query string to forward (re-encoded, "?..." or "") and a problem, if the request
+    has a parameter the API does not define for its route, or a value that is not a plain
+    word (the defined ones are booleans, numbers and ids)."""
+    if not raw:
+        return "", None
+    try:
+        pairs = parse_qsl(raw, keep_blank_values=True, strict_parsing=True)
+    except ValueError:
+        return "", "malformed query string"
+    for name, value in pairs:
+        if name not in allowed:
+            defined = ", ".join(sorted(allowed)) or "none"
+            return "", (f"query parameter {name[:60]!r} is not part of this API "
+                        f"(defined here: {defined})")
+        if not _QUERY_VALUE.fullmatch(value):
+            return "", f"query parameter {name!r} has a value that is not a plain word"
+    return "?" + urlencode(pairs), None
 
 
 def _scrub(text: str | None, key: Secret) -> str | None:

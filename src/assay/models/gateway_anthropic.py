@@ -52,6 +52,8 @@ class AnthropicMessages:
     family: Family = "anthropic"
     upstream_path = "/messages"
     metered = True
+    # Claude Code calls /v1/messages?beta=true
+    query: frozenset[str] = frozenset({"beta"})
 
     def prepare(self, raw: bytes, model: str, *, stream_usage: bool) -> Prepared:
         body, parsed, asked = pin_model(raw, model)
@@ -123,6 +125,7 @@ class AnthropicCountTokens:
     family: Family = "anthropic"
     upstream_path = "/messages/count_tokens"
     metered = False
+    query: frozenset[str] = frozenset({"beta"})
 
     def prepare(self, raw: bytes, model: str, *, stream_usage: bool) -> Prepared:
         body, _, asked = pin_model(raw, model)

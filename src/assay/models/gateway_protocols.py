@@ -27,8 +27,9 @@ from assay.models.gateway_wire import (
 from assay.models.gateway_wire import as_int as _int
 from assay.models.prices import Usage
 
-__all__ = ["FAMILIES", "ROUTES", "ChatCompletions", "ChatStreamMeter", "Family", "Outcome",
-           "Prepared", "StreamMeter", "WireProtocol", "chat_usage", "family_paths"]
+__all__ = ["FAMILIES", "FORWARDED_HEADERS", "MODELS_QUERY", "ROUTES", "ChatCompletions",
+           "ChatStreamMeter", "Family", "Outcome", "Prepared", "StreamMeter", "WireProtocol",
+           "chat_usage", "family_paths"]
 
 
 def chat_usage(usage: Any) -> Usage | None:
@@ -54,6 +55,7 @@ class ChatCompletions:
     family: Family = "chat"
     upstream_path = "/chat/completions"
     metered = True
+    query: frozenset[str] = frozenset()
 
     def prepare(self, raw: bytes, model: str, *, stream_usage: bool) -> Prepared:
         try:
@@ -124,6 +126,9 @@ class ChatStreamMeter:
         self._buf = buf[start:]
         return b"".join(out)
 
+    def pending(self) -> int:
+        return len(self._buf)
+
     def flush(self) -> bytes:
         rest, self._buf = self._buf, b""
         if rest.strip() and not self._read(rest):
@@ -172,6 +177,26 @@ ROUTES: dict[tuple[str, str], WireProtocol] = {
     ("POST", "/v1/responses"): ResponsesAPI(),
     ("POST", "/v1/messages"): AnthropicMessages(),
     ("POST", "/v1/messages/count_tokens"): AnthropicCountTokens(),
+}
+
+
+#: ``GET /v1/models``: forwarded unmetered for every family; the query parameters each
+#: family's API defines for it (Anthropic pages the list).
+MODELS_QUERY: dict[Family, frozenset[str]] = {
+    "chat": frozenset(), "responses": frozenset(),
+    "anthropic": frozenset({"limit", "before_id", "after_id"}),
+}
+
+#: The request headers of an agent that go upstream, per family: what the API needs to read
+#: the body and its version. Everything else stays at the gateway: the agent's credentials
+#: (the gateway sets the real key), hop-by-hop headers, cookies, SDK telemetry, account
+#: selectors (``openai-organization``), ``accept-encoding`` (the body comes back uncompressed
+#: so it can be metered).
+_COMMON_HEADERS = frozenset({"content-type", "accept", "user-agent"})
+FORWARDED_HEADERS: dict[Family, frozenset[str]] = {
+    "chat": _COMMON_HEADERS | {"openai-beta"},
+    "responses": _COMMON_HEADERS | {"openai-beta"},
+    "anthropic": _COMMON_HEADERS | {"anthropic-version", "anthropic-beta"},
 }
 
 

@@ -60,6 +60,7 @@ class ResponsesAPI:
     family: Family = "responses"
     upstream_path = "/responses"
     metered = True
+    query: frozenset[str] = frozenset()
 
     def prepare(self, raw: bytes, model: str, *, stream_usage: bool) -> Prepared:
         body, parsed, asked = pin_model(raw, model)

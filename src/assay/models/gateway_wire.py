@@ -58,6 +58,10 @@ class StreamMeter(Protocol):
 
     def feed(self, chunk: bytes) -> bytes: ...
 
+    def pending(self) -> int:
+        """Bytes held back waiting for the end of an event (bounded by the gateway)."""
+        ...
+
     def flush(self) -> bytes: ...
 
     def outcome(self) -> Outcome: ...
@@ -74,6 +78,8 @@ class WireProtocol(Protocol):
     upstream_path: str
     # a model call that may cost (False: e.g. count_tokens, recorded but never billed)
     metered: bool
+    # the query parameters the API defines for this route (any other is refused with a 400)
+    query: frozenset[str]
 
     def prepare(self, raw: bytes, model: str, *, stream_usage: bool) -> Prepared: ...
 
@@ -136,6 +142,9 @@ class EventMeter:
             start = end + sep
         self._buf = buf[start:]
         return buf[:start]
+
+    def pending(self) -> int:
+        return len(self._buf)
 
     def flush(self) -> bytes:
         rest, self._buf = self._buf, b""

@@ -117,28 +117,45 @@ class ModelCall(Record):
 
 
 class GatewayEvent(Record):
-    """A call the gateway refused before it belonged to a running attempt (no, unknown or
-    revoked token), kept in the gateway's own log since no attempt ledger may take it."""
+    """A request the gateway refused before it became a call of a running attempt: no,
+    unknown or revoked token (``unauthorized``), or a request it would not parse or hold
+    (``refused``: malformed HTTP, a body or head over its limit, a client too slow to send
+    its request, an attempt over its connection cap). Kept in the gateway's own log since no
+    attempt ledger may take it; nothing of such a request reached the upstream.
+
+    Schema 2 added ``refused`` and its reasons, ``detail``, and made ``method`` and ``path``
+    nullable (a request may be refused before its request line is read)."""
 
     schema_name = "assay.gateway_event"
-    schema_version = 1
+    schema_version = 2
     file = "gateway_events.jsonl"
 
     time: str
     """When it happened, ISO 8601 UTC."""
-    kind: Literal["unauthorized"]
-    """What the gateway did: ``unauthorized`` is a 401 answer."""
-    reason: Literal["no_token", "unknown_token", "revoked_token"]
+    kind: Literal["unauthorized", "refused"]
+    """What the gateway did: ``unauthorized`` is a 401 answer; ``refused`` a 4xx answer to a
+    request it would not take (the connection is closed after it)."""
+    reason: Literal["no_token", "unknown_token", "revoked_token", "malformed",
+                    "body_too_large", "head_too_large", "header_timeout", "body_timeout",
+                    "connection_cap", "gateway_busy"]
     """Why: the request had no token, one the gateway never issued, or the token of an attempt
-    already closed."""
+    already closed (``unauthorized``); or it was not well-formed HTTP/1.1 (CR, LF or NUL in a
+    header, folded lines, duplicated or conflicting ``Content-Length``, ``Transfer-Encoding``
+    with ``Content-Length``, a bad chunk, ...: 400), its body or head was over the gateway's
+    limit (413, 431), its head or body did not arrive in time (408), or its attempt already
+    had the most connections it may hold open (429), or the gateway as a whole did
+    (``gateway_busy``: the connection was closed unread; one event a second counts them)."""
     attempt_id: str | None
-    """The attempt a revoked token belonged to; null for an unknown token."""
-    method: str
-    """HTTP method of the refused request."""
-    path: str
-    """Request path, without its query string."""
+    """The attempt whose token the request carried, when it carried one the gateway issued
+    (open or revoked) and got that far; null otherwise."""
+    method: str | None
+    """HTTP method of the refused request; null when it was refused before its head was read."""
+    path: str | None
+    """Request path, without its query string; null as for ``method``."""
     status: int
     """HTTP status answered."""
+    detail: str | None = None
+    """What was wrong, readable (never a key, a token or a header value)."""
 
 
 def ledger_totals(path: Path) -> dict[str, Any]:

@@ -45,7 +45,7 @@ from assay.agents import parse_agent
 from assay.errors import InputError, NeverOverwrite, RunConflict, SuiteError
 from assay.grading.verifier import grade_path, verify
 from assay.models.client import redact_url
-from assay.models.gateway import Gateway, Upstream
+from assay.models.gateway import Gateway, ServerLimits, Upstream
 from assay.models.gateway_budget import Limits as BudgetLimits
 from assay.models.gateway_wire import Family
 from assay.models.replay_script import REPLAY_MODEL, ReplayBook, load_replay
@@ -381,9 +381,13 @@ class ExperimentRunner:
             cap = (self.total_cost_usd if self.total_cost_usd is not None
                    else spec.limits.total_cost_usd)
             host = getattr(self.executor, "gateway_host", None) or self.gateway_host
+            body_mib = spec.limits.request_body_mib
             gateway = Gateway(host=host or "127.0.0.1", unix_socket=sock_dir / "gw.sock",
                               log_path=self.out / "gateway_events.jsonl",
-                              total_cost_usd=None if cap is None else max(cap - prior, 0.0))
+                              total_cost_usd=None if cap is None else max(cap - prior, 0.0),
+                              limits=ServerLimits() if body_mib is None else ServerLimits(
+                                  request_body_bytes=int(body_mib * 1024 * 1024)))
+            session["gateway"] = gateway.applied_limits()  # what this session enforced
             if cap is not None and prior >= cap:
                 self.stop_new.set()
             with gateway, serve_replay({n: a.replay for n, a in self.access.items()}) as replay:

@@ -174,6 +174,9 @@ class Limits(_Strict):
     """Per trial attempt, in USD from ``prices``."""
     total_cost_usd: float | None = Field(default=None, gt=0, le=limits.MAX_COST_USD)
     """The whole experiment: no new attempt starts once it is reached."""
+    request_body_mib: float | None = Field(default=None, gt=0, le=1024)
+    """The largest request body an agent may send the gateway, in MiB; unset: 32. A larger
+    one is answered 413 without being read whole (the run's manifest records what applied)."""
 
 
 class Price(_Strict):
@@ -403,6 +406,8 @@ def _settings(spec: ExperimentSpec) -> dict[str, Any]:
     for key in ("fork", "pairwise", "noise_floor"):
         if settings.get(key) is None:
             settings.pop(key, None)
+    if settings["limits"].get("request_body_mib") is None:
+        settings["limits"].pop("request_body_mib", None)
     for arm in settings["arms"].values():
         for key in ("trigger_event", "agent_files"):
             if arm.get(key) is None:
