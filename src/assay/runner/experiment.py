@@ -59,6 +59,7 @@ from assay.runner.executor import WORKER_LOST, Executor, TrialJob, make_executor
 from assay.runner.fork import ForkPrefixes, check_fork, fork_manifest, fork_totals
 from assay.runner.holdout import MANIFEST_KEY as HOLDOUT_KEY
 from assay.runner.holdout import holdout_gate
+from assay.runner.scratch import SCRATCH, attempt_scratch, remove_scratch, session_tempdir
 from assay.runner.slots import AttemptSlots, Ticket, usable_cores
 from assay.runner.state import StateDB
 from assay.runner.trial import TrialHooks, TrialResult
@@ -98,7 +99,7 @@ class _Silent:
 @dataclass
 class ExperimentResult:
     out_dir: Path
-    status: str  # complete, infra_errors, budget_stopped
+    status: str  # complete, infra_errors, budget_stopped, evidence_gaps
     counts: dict[str, int]
     spent_usd: float
     spent_complete: bool
@@ -107,6 +108,9 @@ class ExperimentResult:
     interrupted: int = 0
     #: a fork experiment's prefixes: attempts on disk, calls, cost (apart from the arms')
     fork: dict[str, Any] | None = None
+    #: attempts whose directory is gone (relative paths): their evidence is lost, and the run
+    #: is not complete whatever its trials' rows say
+    evidence_gaps: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -340,11 +344,22 @@ class ExperimentRunner:
         state = StateDB.open(self.out, _state_identity(self.exp), self.plan,
                              retries_infra=spec.retries.infra)
         sock_dir = Path(tempfile.mkdtemp(prefix="assay-gw-"))
+        session_tmp = contextlib.ExitStack()
         try:
             if holdout is not None:  # written down before the first trial (resumes too)
                 manifest[HOLDOUT_KEY] = holdout.record()
                 atomic_write_json(self.out / MANIFEST, manifest)
             to_verify = state.recover()
+            # the interrupted attempts are closed, their records kept: what their workspaces
+            # and HOMEs left in scratch belongs to no living attempt any more
+            old_socket = _swap_socket_note(self.out, sock_dir)
+            removed = remove_scratch(self.out)
+            _write_socket_note(self.out, sock_dir)
+            if removed or old_socket:
+                session["scratch_removed"] = removed + old_socket
+                self.progress.note(f"removed the workspaces and HOMEs {len(removed)} "
+                                   f"interrupted attempts left in {self.out / SCRATCH}")
+            session_tmp.enter_context(session_tempdir(self.out))
             interrupted = state.counts().attempts.get("interrupted", 0)
             prior, prior_complete = spent_so_far(self.out)
             cap = (self.total_cost_usd if self.total_cost_usd is not None
@@ -370,9 +385,12 @@ class ExperimentRunner:
                 spent = prior + gateway.spent()
                 complete = prior_complete and gateway.spent_complete()
             counts = state.counts()
+            gaps = [str(a.dir) for a in state.evidence_gaps()]
         finally:
+            session_tmp.close()
             state.close()
             shutil.rmtree(sock_dir, ignore_errors=True)
+            remove_scratch(self.out)  # every attempt of this session has ended
         status, message = "complete", None
         left = counts.trials.get("pending", 0)
         if self.stop_new.is_set() and left:
@@ -382,9 +400,16 @@ class ExperimentRunner:
                        + f" of ${cap}; {left} trials not started")
         elif counts.trials.get("done", 0) < len(self.plan):
             status = "infra_errors"  # infra errors, grader errors, anything left: resumable
+        if gaps:  # never complete: the records of these attempts are gone
+            status = "evidence_gaps"
+            message = (f"evidence lost: the directories of {len(gaps)} attempts are gone "
+                       f"({', '.join(gaps[:10])}{', ...' if len(gaps) > 10 else ''}); their "
+                       "records, ledgers and grades cannot be read. Restore them from a copy "
+                       "of the run directory" + (f"; also {message}" if message else ""))
         session.update(ended_at=utc_now(), status=status, total_cost_usd=cap,
                        spent_usd_total=round(spent, 6), spent_complete=complete,
-                       reverified=len(to_verify))
+                       reverified=len(to_verify),
+                       **({"evidence_gaps": gaps} if gaps else {}))
         forks = None
         if self.forks is not None:
             forks = {**fork_totals(self.out), "prefix_runs_this_session": self.forks.prefix_runs}
@@ -392,7 +417,7 @@ class ExperimentRunner:
         manifest.setdefault("sessions", []).append(session)
         atomic_write_json(self.out / MANIFEST, manifest)
         return ExperimentResult(self.out, status, dict(counts.trials), spent, complete, message,
-                                len(to_verify), interrupted, forks)
+                                len(to_verify), interrupted, forks, gaps)
 
     # --------------------------------------------------------------------- scheduling
 
@@ -445,7 +470,6 @@ class ExperimentRunner:
         if access.replay is not None and self.replay is not None:
             upstream = Upstream(self.replay.base_url(f"{key.arm}/{key.task}"), "replay-no-key")
         if upstream is not None and policy == "model-proxy-only":
-            attempt_dir.mkdir(parents=True, exist_ok=False)
             limits = self.exp.spec.limits
             try:
                 token = self.gateway.open_attempt(
@@ -460,6 +484,7 @@ class ExperimentRunner:
                 return "infra_error"
         hooks = _AttemptHooks(state, attempt, self.gateway, token, access, self.proxy,
                               self.grace, bundle.spec.acceptance.verifier_revision, ticket)
+        hooks.scratch_dir = attempt_scratch(self.out, attempt.dir)
         if self.forks is not None:  # start from the shared frozen state, not the pristine tree
             hooks.start_state = self.forks.start_state(key, hooks.model_env, self.gateway,
                                                        self.proxy)
@@ -534,6 +559,33 @@ class ExperimentRunner:
         grade = verify(bundle, attempt_dir, revision=revision,
                        trial_id=f"{key.task}/{key.arm}/{key.rep}", execution=execution)
         return self._record_grade(state, attempt, grade)
+
+
+_SOCKET_NOTE = "gateway-socket-dir"
+
+
+def _swap_socket_note(out: Path, current: Path) -> list[str]:
+    """The gateway's socket folder lives in the system's temporary directory (a Unix socket's
+    path must be short), named in ``scratch`` so that the next start removes a killed
+    runner's. Returns what it removed; called before ``remove_scratch``, and names
+    ``current`` again after it."""
+    note = out / SCRATCH / _SOCKET_NOTE
+    removed: list[str] = []
+    try:
+        old = Path(note.read_text(encoding="utf-8").strip())
+    except (OSError, UnicodeDecodeError):
+        old = None
+    if old is not None and old.name.startswith("assay-gw-") and old != current \
+            and old.is_dir() and not old.is_symlink():
+        shutil.rmtree(old, ignore_errors=True)
+        removed.append(str(old))
+    return removed
+
+
+def _write_socket_note(out: Path, current: Path) -> None:
+    note = out / SCRATCH / _SOCKET_NOTE
+    note.parent.mkdir(parents=True, exist_ok=True)
+    note.write_text(f"{current}\n", encoding="utf-8")
 
 
 def spent_so_far(out: Path) -> tuple[float, bool]:
