@@ -470,3 +470,27 @@ def test_an_attempt_directory_comes_with_its_row_and_a_missing_one_is_a_gap(
     db.close()
     with StateDB.open_readonly(tmp_path) as ro:
         assert [g.label for g in ro.evidence_gaps()] == ["a1"]
+
+
+def test_a_database_from_before_dirs_came_with_rows_counts_no_interrupted_attempt_as_a_gap(
+        tmp_path: Path) -> None:
+    """There a runner killed between the row and the directory left an interrupted attempt
+    that never had one: not evidence lost. Graded attempts still count."""
+    import shutil
+
+    from assay.records.state_index import recorded_attempt_dirs
+
+    db = open_db(tmp_path)
+    a = db.begin_attempt(PLAN[0])
+    full_attempt(db, PLAN[1])
+    db.close()
+    with sqlite3.connect(tmp_path / DB_FILE) as c:
+        c.execute("DELETE FROM meta WHERE key='attempt_dirs'")
+    shutil.rmtree(tmp_path / "trials")
+    db = open_db(tmp_path)
+    assert db.recover() == []  # a1 of PLAN[0] is interrupted now
+    gaps = db.evidence_gaps()
+    assert [(g.trial, g.state) for g in gaps] == [(PLAN[1], "done")]
+    assert recorded_attempt_dirs(tmp_path) == {str(gaps[0].dir)}
+    assert a.dir not in [g.dir for g in gaps]
+    db.close()

@@ -18,12 +18,16 @@ from urllib.parse import quote
 
 #: The experiment's state database, in the run directory (``runner/state.py`` writes it).
 STATE_DB = "state.sqlite"
+#: The ``meta`` row of a database that makes each attempt's directory with its row; in an
+#: older one an interrupted attempt may have died before its directory existed (no gap).
+ATTEMPT_DIRS_META = ("attempt_dirs", "made_with_row")
 
 
 def recorded_attempt_dirs(run_dir: Path) -> set[str] | None:
     """Every attempt directory (relative to ``run_dir``, as ``trials/T/A/R/aN``) the state
-    database says was begun; None when the run has no readable database (an outcomes file,
-    a copy without it): then no gap can be told, which the caller says."""
+    database says was begun (in an older database, all but the interrupted ones); None when
+    the run has no readable database (an outcomes file, a copy without it): then no gap can
+    be told."""
     path = Path(run_dir) / STATE_DB
     if not path.is_file():
         return None
@@ -34,7 +38,11 @@ def recorded_attempt_dirs(run_dir: Path) -> set[str] | None:
         except sqlite3.Error:
             continue
         try:
-            return {str(Path(r[0])) for r in conn.execute("SELECT dir FROM attempts")}
+            key, value = ATTEMPT_DIRS_META
+            legacy = conn.execute("SELECT value FROM meta WHERE key=?",
+                                  (key,)).fetchone() != (value,)
+            return {str(Path(d)) for d, state in conn.execute("SELECT dir, state FROM attempts")
+                    if not (legacy and state == "interrupted")}
         except sqlite3.Error:
             continue
         finally:
@@ -42,4 +50,4 @@ def recorded_attempt_dirs(run_dir: Path) -> set[str] | None:
     return None
 
 
-__all__ = ["STATE_DB", "recorded_attempt_dirs"]
+__all__ = ["ATTEMPT_DIRS_META", "STATE_DB", "recorded_attempt_dirs"]

@@ -349,7 +349,9 @@ class ExperimentRunner:
             if holdout is not None:  # written down before the first trial (resumes too)
                 manifest[HOLDOUT_KEY] = holdout.record()
                 atomic_write_json(self.out / MANIFEST, manifest)
-            to_verify = state.recover()
+            # an attempt whose directory is gone has nothing to verify: an evidence gap,
+            # reported when the session ends
+            to_verify = [a for a in state.recover() if (self.out / a.dir).is_dir()]
             # the interrupted attempts are closed, their records kept: what their workspaces
             # and HOMEs left in scratch belongs to no living attempt any more
             old_socket = _swap_socket_note(self.out, sock_dir)

@@ -45,7 +45,7 @@ from typing import Any, NamedTuple
 from assay.errors import NeverOverwrite, RecordError, RunConflict
 from assay.records.artifact import ARTIFACT_JSON
 from assay.records.clock import utc_now
-from assay.records.state_index import STATE_DB
+from assay.records.state_index import ATTEMPT_DIRS_META, STATE_DB
 from assay.suites.trial_key import TrialKey, identity_sha256
 
 DB_FILE = STATE_DB
@@ -61,6 +61,9 @@ GRADER_ERROR = "grader_error"
 #: Trial states that will not change any more.
 TRIAL_FINAL = ("done", "infra_error")
 RUNNER_RESTART = "runner_restart"
+#: In ``meta``: this database makes each attempt's directory with its row (see
+#: :meth:`StateDB.begin_attempt`); the key and value live in ``records.state_index``.
+ATTEMPT_DIRS_KEY, ATTEMPT_DIRS_WITH_ROWS = ATTEMPT_DIRS_META
 
 _MOVES: dict[str, tuple[str, ...]] = {
     "preparing": ("running",),
@@ -466,10 +469,14 @@ class StateDB:
         """Attempts whose directory is gone (deleted by hand, a bad copy): their records,
         ledger and grades are lost. Every attempt's directory is made with its row
         (:meth:`begin_attempt`), so a missing one is never "not started yet"; such a trial is
-        neither pending nor complete, whatever its row says."""
+        neither pending nor complete, whatever its row says. (A database from before that rule
+        has no ``attempt_dirs`` in its meta: there an interrupted attempt may have died before
+        its directory existed, and is not counted.)"""
         with self._lock, self._snapshot() as c:
             rows = c.execute(_ATTEMPT_SELECT + " ORDER BY t.id, a.id").fetchall()
-        return [a for a in map(_attempt, rows) if not (self.root / a.dir).is_dir()]
+        legacy = self._meta.get(ATTEMPT_DIRS_KEY) != ATTEMPT_DIRS_WITH_ROWS
+        return [a for a in map(_attempt, rows) if not (self.root / a.dir).is_dir()
+                and not (legacy and a.state == "interrupted")]
 
     def counts(self) -> Counts:
         with self._lock, self._snapshot() as c:
@@ -574,7 +581,8 @@ def _create(conn: sqlite3.Connection, identity: dict[str, Any], plan: Sequence[T
         meta = {"schema_version": str(SCHEMA_VERSION), "identity": json.dumps(identity),
                 "identity_sha256": identity_sha256(identity), "plan_sha256": plan_sha256(plan),
                 "retries_infra": str(retries_infra), "created_at": utc_now(),
-                "name": str(identity.get("settings", {}).get("name", ""))}
+                "name": str(identity.get("settings", {}).get("name", "")),
+                ATTEMPT_DIRS_KEY: ATTEMPT_DIRS_WITH_ROWS}
         conn.executemany("INSERT INTO meta VALUES (?, ?)", meta.items())
         conn.executemany("INSERT INTO trials (id, task, arm, rep) VALUES (?, ?, ?, ?)",
                          ((i, k.task, k.arm, k.rep) for i, k in enumerate(plan)))
