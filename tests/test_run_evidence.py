@@ -209,3 +209,52 @@ def test_a_deleted_attempt_directory_is_an_evidence_gap(tmp_path: Path, upstream
     assert len(upstream.chat_requests()) == 2  # nothing was run again
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["sessions"][-1]["status"] == "evidence_gaps"
+
+
+# ------------------------------------------------------------ the run directory, unreachable
+
+PROBE = r'''
+import json, os
+out = OUT_DIR
+found = []
+for top in sorted(os.listdir("/")):
+    if top in ("proc", "sys", "dev", "usr"):
+        continue
+    for d, dirs, files in os.walk("/" + top):
+        found += [os.path.join(d, f) for f in files
+                  if f in ("state.sqlite", "manifest.json", "experiment.yaml", "trial.json")]
+print("PROBE " + json.dumps({
+    "run_dir_seen": [p for p in (out, out + "/state.sqlite", out + "/scratch", out + "/trials")
+                     if os.path.exists(p)],
+    "above_workspace": sorted(os.listdir(os.path.dirname(os.getcwd()))),
+    "found": found, "cwd": os.getcwd()}))
+'''
+
+
+@needs_bwrap
+def test_the_agent_reaches_nothing_of_the_run_directory(tmp_path: Path) -> None:
+    """The workspace lives in DIR/scratch, but the sandbox binds only it (at its work
+    directory) and the HOME: neither the run directory's path nor any record in it is
+    visible inside."""
+    from support.bundles import make_bundle
+
+    from assay.sandbox import SANDBOX_WORKDIR
+    from assay.suites.bundle import set_fixture_digest, tree_digest
+
+    out = tmp_path / "run"
+    bundle = make_bundle(tmp_path / "tasks" / "calc")
+    (bundle / "repo" / "probe.py").write_text(PROBE.replace("OUT_DIR", repr(str(out))))
+    set_fixture_digest(bundle, tree_digest(bundle / "repo"))
+    exp = tmp_path / "experiment.yaml"
+    exp.write_text("name: probe\ntasks: [tasks]\nrepetitions: 1\nseed: 1\narms:\n"
+                   "  probe:\n    agent: \"command:python3 probe.py\"\n"
+                   "  idle:\n    agent: nop\n")
+    res = run_cli(["exp", "run", str(exp), "--out", str(out)])
+    assert res.code == 0, res.stderr
+    log = (out / "trials" / "calc-001" / "probe" / "0" / "a1" / "agent" / "stdout.log")
+    line = [x for x in log.read_text().splitlines() if x.startswith("PROBE ")]
+    assert line, log.read_text()[-2000:]
+    seen = json.loads(line[0][6:])
+    assert seen["cwd"] == SANDBOX_WORKDIR
+    assert seen["run_dir_seen"] == [] and seen["found"] == []
+    assert "scratch" not in seen["above_workspace"] and "trials" not in seen["above_workspace"]
