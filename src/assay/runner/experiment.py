@@ -359,8 +359,11 @@ class ExperimentRunner:
             _write_socket_note(self.out, sock_dir)
             if removed or old_socket:
                 session["scratch_removed"] = removed + old_socket
-                self.progress.note(f"removed the workspaces and HOMEs {len(removed)} "
-                                   f"interrupted attempts left in {self.out / SCRATCH}")
+                left_by = sum(1 for r in removed if not r.startswith("tmp/"))
+                self.progress.note(f"removed the workspaces and HOMEs {left_by} interrupted "
+                                   f"attempts left in {self.out / SCRATCH}, and "
+                                   f"{len(removed) - left_by + len(old_socket)} temporary "
+                                   "folders of the killed runner")
             session_tmp.enter_context(session_tempdir(self.out))
             interrupted = state.counts().attempts.get("interrupted", 0)
             prior, prior_complete = spent_so_far(self.out)
