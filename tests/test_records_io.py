@@ -97,3 +97,29 @@ def test_atomic_json_survives_a_name_that_is_not_utf8(tmp_path: Path) -> None:
     name = b"bad\xff".decode("utf-8", "surrogateescape")
     atomic_write_json(tmp_path / "x.json", {"path": name})
     assert json.loads((tmp_path / "x.json").read_text())["path"] == name
+
+
+def test_a_ledger_counts_its_torn_row_as_a_call_with_unknown_usage(tmp_path: Path) -> None:
+    """Also after a writer reopened it: the row it cut off, kept beside it, still counts."""
+    from assay.models.ledger import LedgerFile, Syncer
+    from assay.records.ledger import ledger_totals
+
+    p = tmp_path / "model_calls.jsonl"
+    row = {"forwarded": True, "usage_missing": False, "input_tokens": 10, "output_tokens": 5,
+           "cost_usd": 0.5}
+    line = json.dumps(row).encode()
+    p.write_bytes(line + b"\n" + line[:20])
+    sums = ledger_totals(p)
+    assert sums["calls"] == 2 and sums["torn_rows"] == 1 and sums["usage_missing_calls"] == 1
+    assert sums["unpriced_calls"] == 1 and sums["cost_usd"] == 0.5 and sums["input"] == 10
+
+    syncer = Syncer()
+    try:  # the gateway reopening it: the torn row is cut off, and kept beside the ledger
+        led = LedgerFile(p, syncer)
+        led.append(row)
+        led.close()
+    finally:
+        syncer.stop()
+    assert p.read_bytes() == line + b"\n" + json.dumps(row, separators=(",", ":")).encode() + b"\n"
+    sums.update(calls=3, input=20, output=10, cost_usd=1.0)
+    assert ledger_totals(p) == sums

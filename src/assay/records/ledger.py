@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from assay.records.base import Record
-from assay.records.io import iter_rows
+from assay.records.io import TORN_SUFFIX, iter_rows
 
 #: The per-attempt limits a gateway enforces, by the name the records and the runner use.
 LimitName = Literal["tokens", "cost_usd", "assistant_steps"]
@@ -156,7 +156,8 @@ def ledger_totals(path: Path) -> dict[str, Any]:
     A last row cut in half (a kill while the gateway wrote it) is a call that happened and
     whose figures are lost: it counts as a call with missing usage and no price, and
     ``torn_rows`` says so, so the cost built on it is a lower bound with its reason
-    (:data:`TORN_ROW_NOTE`), never a silent zero."""
+    (:data:`TORN_ROW_NOTE`), never a silent zero. So does each row a writer that reopened
+    the ledger kept in ``model_calls.jsonl.torn.jsonl`` before cutting it off."""
     out: dict[str, Any] = {"calls": 0, "input": 0, "cached_input": 0, "cache_write_input": 0,
                            "output": 0, "reasoning": 0, "cost_usd": 0.0,
                            "usage_missing_calls": 0, "unpriced_calls": 0, "torn_rows": 0}
@@ -169,6 +170,10 @@ def ledger_totals(path: Path) -> dict[str, Any]:
         out["unpriced_calls"] += 1
         out["torn_rows"] += 1
 
+    side = path.with_name(path.name + TORN_SUFFIX)  # torn rows a reopened ledger cut off
+    if side.is_file():
+        for _ in iter_rows(side, on_torn=lambda _tail: None):
+            torn(b"")
     for row in iter_rows(path, on_torn=torn):
         out["calls"] += 1
         if not row.get("forwarded", True):
