@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -150,7 +151,10 @@ def test_kill_9_leaves_no_workspace_behind(tmp_path: Path, waits_first) -> None:
     manifest = json.loads((out / "manifest.json").read_text())
     last = manifest["sessions"][-1]
     assert last["status"] == "complete" and last["scratch_removed"]
-    interrupted = [a for a, s in _attempt_states(out) if s == "interrupted"]
+    with sqlite3.connect(out / "state.sqlite") as c:  # the idle arm's may be interrupted too
+        interrupted = [r[0] for r in c.execute(
+            "SELECT a.attempt FROM attempts a JOIN trials t ON t.id = a.trial "
+            "WHERE t.arm = 'asks' AND a.state = 'interrupted'")]
     assert len(interrupted) == KILLS
     for label in interrupted:
         adir = out / "trials" / "calc-001" / "asks" / "0" / label
@@ -178,7 +182,8 @@ def test_a_deleted_attempt_directory_is_an_evidence_gap(tmp_path: Path, upstream
 
     status = run_cli(["exp", "status", str(out)])
     assert status.code == 0
-    assert "evidence gaps: 1" in status.stdout and rel in status.stdout
+    assert "evidence gaps: 1 attempt directory is gone" in status.stdout and rel in status.stdout
+    assert "4 trials planned, 0 not done, 1 with evidence lost (not complete)" in status.stdout
     line = [x for x in status.stdout.splitlines() if x.startswith("calc-001\tasks\t1\t")]
     assert line and "evidence_gap" in line[0] and "directory gone" in line[0]
     js = json.loads(run_cli(["exp", "status", str(out), "--json"]).stdout)

@@ -61,8 +61,9 @@ def _counts_json(db: Any, gaps: list[Any]) -> dict[str, Any]:
 
 def _gap_note(gaps: list[Any]) -> str:
     shown = ", ".join(str(a.dir) for a in gaps[:10]) + (", ..." if len(gaps) > 10 else "")
-    return (f"evidence gaps: {len(gaps)} attempt directories are gone ({shown}): their records, "
-            "ledgers and grades are lost; restore them from a copy of the run directory")
+    dirs = "attempt directory is" if len(gaps) == 1 else "attempt directories are"
+    return (f"evidence gaps: {len(gaps)} {dirs} gone ({shown}): their records, ledgers and "
+            "grades are lost; restore them from a copy of the run directory")
 
 
 def _write_json(db: Any, fh: TextIO) -> None:
@@ -97,7 +98,9 @@ def _write_text(db: Any, fh: TextIO, *, show_all: bool) -> None:
     lost = {(a.trial, a.label) for a in gaps}
     name = db.meta.get("name") or "(unnamed)"
     left = c.planned - sum(c.trials.get(s, 0) for s in ("done", "infra_error"))
-    fh.write(f"experiment {name}: {c.planned} trials planned, {left} not done\n"
+    hit = len({a.trial for a in gaps})
+    fh.write(f"experiment {name}: {c.planned} trials planned, {left} not done"
+             + (f", {hit} with evidence lost (not complete)" if hit else "") + "\n"
              f"trials:   {_line(c.trials)}\n"
              f"failures: {_line(c.failures)}\n"
              f"attempts: {_line(c.attempts)}\n"

@@ -126,8 +126,9 @@ def _cost_note(acc: dict[str, Any]) -> str:
     if acc["unpriced_calls"] > torn:
         why.append(f"{acc['unpriced_calls'] - torn} calls had no price")
     if acc["evidence_gaps"]:
-        why.append(f"{acc['evidence_gaps']} attempt directories are gone (evidence gap): "
-                   "their calls and cost unknown")
+        n = acc["evidence_gaps"]
+        why.append(f"{n} attempt director{'y is' if n == 1 else 'ies are'} gone (evidence "
+                   "gap): calls and cost unknown")
     return "lower bound: " + "; ".join(why)
 
 
