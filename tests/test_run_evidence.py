@@ -11,8 +11,8 @@ database), killed with SIGKILL, a ledger cut mid-row, an attempt directory delet
   ``exp compare``, and ``exp run`` (resume) exits 2 naming it instead of calling the run
   complete.
 
-Reduced form: three kills. The full form kills more often; raise ``KILLS`` and run
-``pytest tests/test_run_evidence.py -k kill``.
+Reduced form: three kills. The full form kills more often:
+``ASSAY_EVIDENCE_KILLS=10 pytest tests/test_run_evidence.py -k kill``.
 """
 
 from __future__ import annotations
@@ -32,7 +32,8 @@ from support.procscan import own_processes
 from support.scripted_server import Answer, ScriptedServer
 from test_experiment_run import _attempt_states, _experiment, needs_bwrap, upstream  # noqa: F401
 
-KILLS = 3
+#: Kills of the runner in the kill test; the full form: ASSAY_EVIDENCE_KILLS=10.
+KILLS = int(os.environ.get("ASSAY_EVIDENCE_KILLS", "3"))
 
 
 def _assay(args: list[str], env: dict[str, str], **kw) -> subprocess.CompletedProcess:
