@@ -8,15 +8,17 @@ attempts (their records, ledgers and agent logs stay in their attempt directorie
 evidence and never deleted), nothing in ``scratch`` belongs to a living attempt, and it is
 removed before the first new attempt starts. A run that ends normally leaves no ``scratch``.
 
-The session's other temporary folders (the verifier's copies, the sandbox's ``/etc``) go to
-``scratch/tmp`` for the same reason (:func:`session_tempdir`); only the gateway's Unix socket
-stays in the system's temporary directory (a socket path must be short), named in
-``scratch`` so that the next start removes a killed runner's.
+The session's other temporary folders (the verifier's copies, test collection) go to
+``scratch/tmp`` for the same reason (:func:`session_tempdir`). Two stay in the system's
+temporary directory: the gateway's Unix socket folder (a socket path must be short), named in
+``scratch`` so that the next start removes a killed runner's, and the process's copy of
+``/etc`` for the sandboxes (made once per process, often before the session), named by its
+process so that the next assay process removes a dead one's (``sandbox/bwrap.py``).
 
 An attempt's scratch folder mirrors its attempt directory (``scratch/trials/<task>/<arm>/<rep>/
 <label>``, a fork prefix's ``scratch/forks/...``), so what a resume removed can be named. The
-sandbox binds only the workspace (at ``/workspace``) and the HOME, never a parent: the agent
-reaches nothing else of the run directory.
+sandbox binds only the workspace (at its work directory) and the HOME, never a parent: the
+agent reaches nothing else of the run directory.
 """
 
 from __future__ import annotations
@@ -56,15 +58,15 @@ def left_behind(out: Path) -> list[str]:
 
 
 #: Under ``scratch``: every other temporary folder of the session (the verifier's private
-#: copies, test collection, the sandbox's ``/etc``), through :func:`session_tempdir`.
+#: copies, test collection), through :func:`session_tempdir`.
 SESSION_TMP = "tmp"
 
 
 @contextlib.contextmanager
 def session_tempdir(out: Path) -> Iterator[Path]:
     """Point this process's temporary folders (``tempfile``) at ``DIR/scratch/tmp`` for the
-    session, and back after it: the verifier, test collection and the sandbox make their own
-    temporary folders, and a kill would otherwise strand them in ``$TMPDIR``. The runner
+    session, and back after it: the verifier and test collection make their own temporary
+    folders, and a kill would otherwise strand them in ``$TMPDIR``. The runner
     owns the process while a session runs (its attempts are its threads), so the switch is
     only seen by its own work. Unix sockets are not made here (their path must stay short)."""
     root = out / SCRATCH / SESSION_TMP
