@@ -158,6 +158,9 @@ def test_resume_after_kill_9(tmp_path: Path, server: ScriptedServer) -> None:
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert "torn last line" in done.stderr
+    # the cut row is kept beside the rows, never silently dropped
+    kept = (run / "raw_predictions.jsonl.torn.jsonl").read_text().splitlines()
+    assert [json.loads(x)["text"] for x in kept] == ['{"id":"c999","repeat":0,"expected":"bu']
     rows = read_rows(run)
     keys = [(r["id"], r["repeat"]) for r in rows]
     assert len(keys) == len(set(keys)) == n

@@ -112,7 +112,7 @@ def test_infra_errors_retry_with_new_ids_until_the_bound(tmp_path: Path) -> None
 
 
 def _artifact(tmp_path: Path, a: Attempt) -> None:
-    (tmp_path / a.dir).mkdir(parents=True)
+    assert (tmp_path / a.dir).is_dir()  # made with its row
     (tmp_path / a.dir / "artifact.json").write_text("{}")
 
 
@@ -443,3 +443,54 @@ def test_an_experiment_file_frozen_into_the_state_and_a_changed_one_refused(
     with pytest.raises(RunConflict) as info:
         open_run()
     assert "tasks.calc-b.tests_digest" in str(info.value) and "calc-a" not in str(info.value)
+
+
+def test_an_attempt_directory_comes_with_its_row_and_a_missing_one_is_a_gap(
+        tmp_path: Path) -> None:
+    db = open_db(tmp_path)
+    a = db.begin_attempt(PLAN[0])
+    assert (tmp_path / a.dir).is_dir() and not any((tmp_path / a.dir).iterdir())
+    # a kill between the directory and the commit leaves an empty directory: taken; one that
+    # holds anything belongs to no row and is never reused (nothing is committed then)
+    (tmp_path / "trials" / "t0" / "B" / "0" / "a1").mkdir(parents=True)
+    assert db.begin_attempt(PLAN[1]).label == "a1"
+    held = tmp_path / "trials" / "t1" / "A" / "0" / "a1"
+    held.mkdir(parents=True)
+    (held / "trial.json").write_text("{}")
+    with pytest.raises(NeverOverwrite, match="never reused"):
+        db.begin_attempt(TrialKey("t1", "A", 0))
+    assert trial_of(db, TrialKey("t1", "A", 0)).state == "pending"
+    assert db.evidence_gaps() == []
+    full_attempt(db, PLAN[2])
+    done = trial_of(db, PLAN[2]).attempts[0]
+    import shutil
+
+    shutil.rmtree(tmp_path / done.dir)
+    assert [g.dir for g in db.evidence_gaps()] == [done.dir]
+    db.close()
+    with StateDB.open_readonly(tmp_path) as ro:
+        assert [g.label for g in ro.evidence_gaps()] == ["a1"]
+
+
+def test_a_database_from_before_dirs_came_with_rows_counts_no_interrupted_attempt_as_a_gap(
+        tmp_path: Path) -> None:
+    """There a runner killed between the row and the directory left an interrupted attempt
+    that never had one: not evidence lost. Graded attempts still count."""
+    import shutil
+
+    from assay.records.state_index import recorded_attempt_dirs
+
+    db = open_db(tmp_path)
+    a = db.begin_attempt(PLAN[0])
+    full_attempt(db, PLAN[1])
+    db.close()
+    with sqlite3.connect(tmp_path / DB_FILE) as c:
+        c.execute("DELETE FROM meta WHERE key='attempt_dirs'")
+    shutil.rmtree(tmp_path / "trials")
+    db = open_db(tmp_path)
+    assert db.recover() == []  # a1 of PLAN[0] is interrupted now
+    gaps = db.evidence_gaps()
+    assert [(g.trial, g.state) for g in gaps] == [(PLAN[1], "done")]
+    assert recorded_attempt_dirs(tmp_path) == {str(gaps[0].dir)}
+    assert a.dir not in [g.dir for g in gaps]
+    db.close()

@@ -390,3 +390,28 @@ def parse_fragment(html: str) -> Node:
     p.close()
     return p.root
 
+
+
+def test_the_command_line_reports_a_torn_last_line(narrow_run: Path, tmp_path: Path) -> None:
+    """``assay report`` over rows whose last line was cut short: the line is left out of the
+    figures and said on stderr, file and line, as ``assay: warning:`` (never Python's warning
+    format)."""
+    import os
+    import subprocess
+    import sys
+
+    run = tmp_path / "run"
+    (run / "suite").mkdir(parents=True)
+    for name in ("manifest.json", "suite/cases.jsonl", "raw_predictions.jsonl"):
+        (run / name).write_bytes((narrow_run / name).read_bytes())
+    lines = (run / "raw_predictions.jsonl").read_bytes().count(b"\n")
+    torn = b'{"id": "c2", "repeat": 1, "raw": "tor'
+    with open(run / "raw_predictions.jsonl", "ab") as fh:
+        fh.write(torn)
+    res = subprocess.run([sys.executable, "-m", "assay", "report", str(run)],
+                         capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "NO_COLOR": "1", "COLUMNS": "400"})
+    said = " ".join(res.stderr.split())
+    assert f"assay: warning: {run / 'raw_predictions.jsonl'}:{lines + 1}: the last line" in said
+    assert "cut short" in said and "TornRowWarning" not in res.stderr
+    assert json.loads((run / "report.json").read_text())["torn_tail_bytes"] == len(torn)

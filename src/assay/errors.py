@@ -29,6 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 EXIT_OK = 0
+#: Also ``exp run`` when an attempt directory the state database names is gone: evidence
+#: was lost, and only restoring the run directory (the input) can bring it back.
 EXIT_BAD_INPUT = 2
 EXIT_INFRA = 3
 #: A CI gate (``--fail-under``, ``exp verdict`` reject) was not met: the run itself is fine.

@@ -6,6 +6,7 @@ One module per group of commands; importing this package registers them all on `
 from __future__ import annotations
 
 import sys
+import warnings
 
 from assay.cli import (  # noqa: F401  (registers the commands)
     agents,
@@ -20,6 +21,7 @@ from assay.cli import (  # noqa: F401  (registers the commands)
 )
 from assay.cli.app import app, err
 from assay.errors import EXIT_OK, AssayError
+from assay.records.io import TornRowWarning
 
 __all__ = ["app", "main"]
 
@@ -27,6 +29,7 @@ __all__ = ["app", "main"]
 def main() -> None:
     """The console entry point: every ``AssayError`` that reaches here becomes its exit code
     and a one-line message, never a traceback."""
+    _report_torn_rows()
     try:
         app()
     except AssayError as exc:
@@ -35,3 +38,21 @@ def main() -> None:
     except BrokenPipeError:  # e.g. `assay report X | head`
         sys.stderr.close()
         raise SystemExit(EXIT_OK) from None
+
+
+def _report_torn_rows() -> None:
+    """Every torn last line a reader meets (``records.io.iter_rows``) as one line on stderr,
+    each file every time, never Python's warning format or its once-per-place filter."""
+    from rich.markup import escape
+
+    shown = warnings.showwarning
+
+    def show(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+             file: object = None, line: str | None = None) -> None:
+        if issubclass(category, TornRowWarning):
+            err.print(f"[yellow]assay: warning:[/] {escape(str(message))}", highlight=False)
+        else:
+            shown(message, category, filename, lineno, file, line)  # type: ignore[arg-type]
+
+    warnings.simplefilter("always", TornRowWarning)
+    warnings.showwarning = show

@@ -49,21 +49,39 @@ def exp_status(
             _write_text(db, sys.stdout, show_all=show_all)
 
 
-def _counts_json(db: Any) -> dict[str, Any]:
+#: A trial's state in ``exp status`` when one of its attempt directories is gone: neither
+#: pending nor done, whatever its row says (``StateDB.evidence_gaps``).
+EVIDENCE_GAP = "evidence_gap"
+
+
+def _counts_json(db: Any, gaps: list[Any]) -> dict[str, Any]:
     c = db.counts()
     return {"planned": c.planned, "trials": c.trials, "failure_codes": c.failures,
-            "attempts": c.attempts}
+            "attempts": c.attempts, "evidence_gaps": len(gaps)}
+
+
+def _gap_note(gaps: list[Any]) -> str:
+    shown = ", ".join(str(a.dir) for a in gaps[:10]) + (", ..." if len(gaps) > 10 else "")
+    dirs = "attempt directory is" if len(gaps) == 1 else "attempt directories are"
+    return (f"evidence gaps: {len(gaps)} {dirs} gone ({shown}): their records, ledgers and "
+            "grades are lost; restore them from a copy of the run directory")
 
 
 def _write_json(db: Any, fh: TextIO) -> None:
-    head = {"experiment": db.meta.get("name"), "counts": _counts_json(db)}
+    gaps = db.evidence_gaps()
+    lost = {(a.trial, a.label) for a in gaps}
+    head = {"experiment": db.meta.get("name"), "counts": _counts_json(db, gaps),
+            "evidence_gaps": [str(a.dir) for a in gaps]}
     fh.write(json.dumps(head)[:-1] + ', "trials": [')
     dumps = json.JSONEncoder(separators=(", ", ": ")).encode
     sep = "\n"
     for t in db.trials():
+        missing = [a.label for a in t.attempts if (t.key, a.label) in lost] if lost else []
         fh.write(sep + dumps({
-            "task": t.key.task, "arm": t.key.arm, "rep": t.key.rep, "state": t.state,
-            "attempts": [{"attempt": a.label, "state": a.state, "reason": a.reason}
+            "task": t.key.task, "arm": t.key.arm, "rep": t.key.rep,
+            "state": EVIDENCE_GAP if missing else t.state,
+            "attempts": [{"attempt": a.label, "state": a.state, "reason": a.reason,
+                          **({"evidence": "missing"} if a.label in missing else {})}
                          for a in t.attempts],
             "accepted": t.accepted, "failure_code": t.failure_code}))
         sep = ",\n"
@@ -77,21 +95,34 @@ def _line(counts: dict[str, int]) -> str:
 
 def _write_text(db: Any, fh: TextIO, *, show_all: bool) -> None:
     c = db.counts()
+    gaps = db.evidence_gaps()
+    lost = {(a.trial, a.label) for a in gaps}
     name = db.meta.get("name") or "(unnamed)"
     left = c.planned - sum(c.trials.get(s, 0) for s in ("done", "infra_error"))
-    fh.write(f"experiment {name}: {c.planned} trials planned, {left} not done\n"
+    hit = len({a.trial for a in gaps})
+    fh.write(f"experiment {name}: {c.planned} trials planned, {left} not done"
+             + (f", {hit} with evidence lost (not complete)" if hit else "") + "\n"
              f"trials:   {_line(c.trials)}\n"
              f"failures: {_line(c.failures)}\n"
-             f"attempts: {_line(c.attempts)}\n")
-    rows = db.trials(unfinished_only=not show_all)
+             f"attempts: {_line(c.attempts)}\n"
+             + (_gap_note(gaps) + "\n" if gaps else ""))
+    # a trial with a lost attempt is listed even when its row says done
+    rows = db.trials(unfinished_only=not show_all and not gaps)
     first = True
     for t in rows:
+        missing = {a.label for a in t.attempts if (t.key, a.label) in lost} if lost else set()
+        if not show_all and not missing and t.state in ("done", "infra_error"):
+            continue
         if first:
             fh.write("\ntask\tarm\trep\tstate\tattempts\n")
             first = False
         attempts = ", ".join(f"{a.label} {a.state}" + (f" ({a.reason})" if a.reason else "")
+                             + (" (directory gone)" if a.label in missing else "")
                              for a in t.attempts) or "-"
         extra = ""
+        if missing:
+            fh.write(f"{t.key.task}\t{t.key.arm}\t{t.key.rep}\t{EVIDENCE_GAP}\t{attempts}\n")
+            continue
         if t.state == "done":
             extra = "\taccepted" if t.accepted else f"\t{t.failure_code or 'rejected'}"
         elif t.failure_code:
@@ -177,8 +208,8 @@ def exp_run(
 ) -> None:
     """Run every trial of an experiment (resume: the same command), then its pairwise check if
     it has one. Exit 0 complete, 2 bad input (or an arm whose agent could not start in its first
-    attempts), 3 finished with infra errors, stopped by the
-    total budget or without its pairwise check, 130 interrupted."""
+    attempts, or an attempt directory gone: evidence lost), 3 finished with infra errors,
+    stopped by the total budget or without its pairwise check, 130 interrupted."""
     import signal
 
     from rich.markup import escape
@@ -225,7 +256,8 @@ def exp_run(
         err.print(escape(f"pairwise check: not done: {pairwise['error']}; the trials are "
                          f"recorded, resume with: assay exp run {experiment} --out {out_dir}"),
                   highlight=False)
-    if result.status == "agent_start_failed":  # a broken arm: bad input, not bad luck
+    # a broken arm, or a damaged run directory: bad input, not bad luck
+    if result.status in ("agent_start_failed", "evidence_gaps"):
         raise fail(escape(str(result.message)), EXIT_BAD_INPUT)
     if result.status == "budget_stopped":
         raise fail(str(result.message) + f"; resume with: assay exp run {experiment} --out "

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from assay.errors import GradingError, NeverOverwrite
-from assay.records.io import JsonlAppender, scan_jsonl, write_new_text
+from assay.records.io import TORN_SUFFIX, JsonlAppender, scan_jsonl, write_new_text
 from assay.records.manifest import utc_now
 
 GRADES_DIR = "grades/rubric"
@@ -116,6 +116,8 @@ def latest_grades(run_dir: Path) -> dict[tuple[str, int], dict[str, Any]]:
         return {}
     best: dict[tuple[str, int], tuple[tuple[str, str, int], dict[str, Any]]] = {}
     for path in sorted(directory.glob("*.jsonl")):
+        if path.name.endswith(TORN_SUFFIX):  # a cut-off row kept aside, not a revision
+            continue
         revision = path.name[: -len(".jsonl")]
         for index, row in enumerate(scan_jsonl(path).rows):
             score = row.get("score")

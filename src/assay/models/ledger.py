@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from assay.records.io import dumps_row, torn_tail
+from assay.records.io import dumps_row, keep_torn, torn_tail
 
 #: How long a written row may wait for its fsync (a power cut loses at most this much).
 SYNC_SECONDS = 0.05
@@ -30,7 +30,8 @@ class LedgerFile:
         self.path = path
         path.parent.mkdir(parents=True, exist_ok=True)
         valid, tail = torn_tail(path)
-        if tail:  # a row cut short by a crash is not evidence; later rows must parse
+        if tail:  # a row cut short by a crash: kept beside the ledger, later rows must parse
+            keep_torn(path, valid, tail)
             os.truncate(path, valid)
         self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
         self._lock = threading.Lock()

@@ -76,8 +76,12 @@ def render() -> str:
            "`python -m assay.records.docs`; a test keeps it current. Whole files carry their "
            "schema id in a `schema` field; JSONL rows carry none each, and the run's "
            "`manifest.json` names their schema under `record_schemas`. A record written by a "
-           "newer assay (a higher version of the same schema) is refused with a clear error.",
-           ""]
+           "newer assay (a higher version of the same schema) is refused with a clear error. "
+           "A JSONL file's last line cut short by a kill is never counted as a row and never "
+           "dropped in silence: every reader reports it (file and line), the model-call "
+           "ledger counts it as a call with unknown usage, and a writer that continues such a "
+           "file first keeps the cut bytes in `<file>.torn.jsonl` (time, byte offset, length, "
+           "text).", ""]
     for cls in _load_all():
         out += [f"## `{cls.schema_id()}`" + (f" — `{cls.file}`" if cls.file else ""), "",
                 _doc(cls), ""]

@@ -115,7 +115,8 @@ def who() -> tuple[str | None, str]:
 
 def read_looks(path: Path) -> list[HoldoutLook]:
     """Every complete row of a ledger (none when it does not exist); a torn last line is
-    skipped, a corrupt middle line or a row of a newer schema is a ``RecordError``."""
+    left out and reported (``records.io.iter_rows``), a corrupt middle line or a row of a
+    newer schema is a ``RecordError``."""
     out = []
     try:
         for n, row in enumerate(iter_rows(path), 1):

@@ -12,12 +12,14 @@ import json
 import os
 import tempfile
 import time
-from collections.abc import Iterator
+import warnings
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from assay.errors import NeverOverwrite, RecordError
+from assay.records.clock import utc_now
 
 
 def _umask() -> int:
@@ -132,11 +134,18 @@ def _parse_line(path: Path, lineno: int, line: bytes) -> dict[str, Any]:
     return row
 
 
-def iter_rows(path: Path) -> Iterator[dict[str, Any]]:
+class TornRowWarning(UserWarning):
+    """A log's last line was cut short (a write interrupted by a kill): shown, never silent."""
+
+
+def iter_rows(path: Path, *,
+              on_torn: Callable[[bytes], None] | None = None) -> Iterator[dict[str, Any]]:
     """Complete rows, one at a time, so a reader's memory does not grow with the log. A last
-    line without its newline, or that does not parse, is a write cut short by a crash and is
-    skipped (it is not evidence of anything); a bad line in the middle is real corruption and
-    raises."""
+    line without its newline, or that does not parse, is a write cut short by a crash: it is
+    not a row, but it is evidence that something was being written, so it is handed to
+    ``on_torn`` (the ledger counts it as a call with unknown usage) or, without one, reported
+    as a :class:`TornRowWarning` naming the file; never dropped in silence. A bad line in the
+    middle is real corruption and raises."""
     if not path.exists():
         return
     with open(path, "rb") as fh:
@@ -147,11 +156,26 @@ def iter_rows(path: Path) -> Iterator[dict[str, Any]]:
                 yield _parse_line(path, lineno, pending)
             lineno += 1
             pending = line
-        if pending is not None and pending.endswith(b"\n"):
+        if pending is None:
+            return
+        if pending.endswith(b"\n"):
             try:
-                yield _parse_line(path, lineno, pending)
+                row = _parse_line(path, lineno, pending)
             except ValueError:
                 pass
+            else:
+                yield row
+                return
+        if on_torn is not None:
+            on_torn(pending)
+        else:
+            warnings.warn(torn_message(path, lineno, pending), TornRowWarning, stacklevel=2)
+
+
+def torn_message(path: Path, lineno: int, tail: bytes) -> str:
+    """How a torn last line is reported, the same way by every reader."""
+    return (f"{path}:{lineno}: the last line ({len(tail)} bytes) was cut short by a crash "
+            "mid-write; it is not counted as a row")
 
 
 def torn_tail(path: Path) -> tuple[int, bytes]:
@@ -202,20 +226,39 @@ def scan_jsonl(path: Path) -> JsonlScan:
 
 
 def iter_jsonl(path: Path) -> Iterator[dict[str, Any]]:
-    """Complete rows only; a torn tail is ignored."""
+    """Complete rows only; a torn tail is reported as :func:`iter_rows` does."""
     yield from iter_rows(path)
+
+
+#: Beside a log, the torn last lines its appender cut off before appending again.
+TORN_SUFFIX = ".torn.jsonl"
+
+
+def keep_torn(path: Path, offset: int, tail: bytes) -> None:
+    """Keep a torn last line before the appender truncates it: one row in
+    ``<log>.torn.jsonl`` (when, at which byte offset, how long, the bytes as text), so a
+    repair drops nothing a later look could need."""
+    side = path.with_name(path.name + TORN_SUFFIX)
+    row = {"time": utc_now(), "offset": offset, "bytes": len(tail),
+           "text": tail.decode("utf-8", "replace")}
+    with open(side, "a", encoding="utf-8") as fh:
+        fh.write(dumps_row(row) + "\n")
+        fh.flush()
+        os.fsync(fh.fileno())
 
 
 class JsonlAppender:
     """Append-only JSONL writer: each row is flushed to the OS at once (a killed process loses
     nothing already written) and fsync'd at least every ``sync_every`` rows or ``sync_seconds``
-    (a power cut loses at most one small batch). Opening it repairs a torn tail left by a crash."""
+    (a power cut loses at most one small batch). Opening it repairs a torn tail left by a crash,
+    after keeping the torn bytes in ``<log>.torn.jsonl`` (:func:`keep_torn`)."""
 
     def __init__(self, path: Path, *, sync_every: int = 64, sync_seconds: float = 0.5) -> None:
         self.path = path
         path.parent.mkdir(parents=True, exist_ok=True)
         valid_bytes, self.repaired_tail = torn_tail(path)
         if self.repaired_tail:
+            keep_torn(path, valid_bytes, self.repaired_tail)
             with open(path, "r+b") as fh:
                 fh.truncate(valid_bytes)
                 fh.flush()

@@ -20,14 +20,17 @@ from pathlib import Path
 from typing import Any, Literal
 
 from assay.records.base import Record
-from assay.records.io import iter_rows
+from assay.records.io import TORN_SUFFIX, iter_rows
 
 #: The per-attempt limits a gateway enforces, by the name the records and the runner use.
 LimitName = Literal["tokens", "cost_usd", "assistant_steps"]
 
 
 class ModelCall(Record):
-    """One call an agent made through the gateway, appended as soon as it completed."""
+    """One call an agent made through the gateway, appended as soon as it completed. A last
+    row cut short (the runner killed while writing it) is still a call: every total read
+    back counts it with unknown usage and cost, so the cost is a lower bound with that
+    reason, never a silent zero."""
 
     schema_name = "assay.model_call"
     schema_version = 2
@@ -158,17 +161,39 @@ class GatewayEvent(Record):
     """What was wrong, readable (never a key, a token or a header value)."""
 
 
+#: Why a total that includes a torn ledger row is a lower bound (reports show it as is).
+TORN_ROW_NOTE = ("the last row of a model_calls.jsonl was cut short (the runner was killed "
+                 "while writing it): that call counts with unknown usage and cost")
+
+
 def ledger_totals(path: Path) -> dict[str, Any]:
     """What one attempt's ``model_calls.jsonl`` adds up to, read back from disk (a report, or a
     resumed run's budget, needs it without the gateway that wrote it): calls, tokens as reported,
     cost, and how many calls had no usage or no price (then the cost is a lower bound). Calls the
-    gateway refused were never forwarded and spent nothing."""
+    gateway refused were never forwarded and spent nothing.
+
+    A last row cut in half (a kill while the gateway wrote it) is a call that happened and
+    whose figures are lost: it counts as a call with missing usage and no price, and
+    ``torn_rows`` says so, so the cost built on it is a lower bound with its reason
+    (:data:`TORN_ROW_NOTE`), never a silent zero. So does each row a writer that reopened
+    the ledger kept in ``model_calls.jsonl.torn.jsonl`` before cutting it off."""
     out: dict[str, Any] = {"calls": 0, "input": 0, "cached_input": 0, "cache_write_input": 0,
                            "output": 0, "reasoning": 0, "cost_usd": 0.0,
-                           "usage_missing_calls": 0, "unpriced_calls": 0}
+                           "usage_missing_calls": 0, "unpriced_calls": 0, "torn_rows": 0}
     if not path.is_file():
         return out
-    for row in iter_rows(path):
+
+    def torn(_tail: bytes) -> None:
+        out["calls"] += 1
+        out["usage_missing_calls"] += 1
+        out["unpriced_calls"] += 1
+        out["torn_rows"] += 1
+
+    side = path.with_name(path.name + TORN_SUFFIX)  # torn rows a reopened ledger cut off
+    if side.is_file():
+        for _ in iter_rows(side, on_torn=lambda _tail: None):
+            torn(b"")
+    for row in iter_rows(path, on_torn=torn):
         out["calls"] += 1
         if not row.get("forwarded", True):
             continue

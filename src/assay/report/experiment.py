@@ -33,7 +33,13 @@ from assay.report.ci_outputs import md
 from assay.report.experiment_html import pts, write_experiment_html
 from assay.report.holdout import holdout_line, holdout_summary, reused_banner
 from assay.report.noise_floor import measure_noise_floor, noise_floor_arm, noise_floor_markdown
-from assay.report.outcomes import OutcomeSet, TrialOutcome, load_run_outcomes
+from assay.report.outcomes import (
+    EVIDENCE_GAP,
+    OutcomeSet,
+    TrialOutcome,
+    gap_note,
+    load_run_outcomes,
+)
 from assay.report.render_narrow import NA, pct
 from assay.report.verdict import decide
 from assay.suites.experiment import ExperimentSpec, bar_sha256, pairwise_arms
@@ -62,7 +68,8 @@ def _arm_row(trials: list[TrialOutcome]) -> dict[str, Any]:
     acc: dict[str, Any] = {"planned": len(trials), "graded": 0, "accepted": 0, "attempts": 0,
                            "infra_error_attempts": 0, "interrupted_attempts": 0,
                            "integrity_violations": 0, "interventions": 0, "calls": 0,
-                           "usage_missing_calls": 0, "unpriced_calls": 0, "cost_usd": 0.0}
+                           "usage_missing_calls": 0, "unpriced_calls": 0, "cost_usd": 0.0,
+                           "torn_rows": 0, "evidence_gaps": 0}
     codes: Counter[str] = Counter()
     infra_codes: Counter[str] = Counter()
     silent = 0  # graded trials whose graded attempt made no model call
@@ -78,8 +85,11 @@ def _arm_row(trials: list[TrialOutcome]) -> dict[str, Any]:
                 infra_codes[infra_code(a.error)] += 1
             elif a.status == "interrupted":
                 acc["interrupted_attempts"] += 1
+            elif a.status == EVIDENCE_GAP:
+                acc["evidence_gaps"] += 1
             ledger = a.ledger or {}
-            for k in ("calls", "usage_missing_calls", "unpriced_calls", "cost_usd"):
+            for k in ("calls", "usage_missing_calls", "unpriced_calls", "cost_usd",
+                      "torn_rows"):
                 acc[k] += ledger.get(k, 0)
             for k in _TOKENS:
                 tokens[k] += ledger.get(k, 0)
@@ -92,7 +102,8 @@ def _arm_row(trials: list[TrialOutcome]) -> dict[str, Any]:
         acc["interventions"] += int(bool(o.intervention))
         codes[o.failure_code or "accepted"] += 1
     planned, attempts = acc["planned"], acc["attempts"]
-    complete = acc["usage_missing_calls"] == 0 and acc["unpriced_calls"] == 0
+    complete = (acc["usage_missing_calls"] == 0 and acc["unpriced_calls"] == 0
+                and acc["evidence_gaps"] == 0)
     return {
         "planned": planned, "graded": acc["graded"], "accepted": acc["accepted"],
         "coverage": acc["graded"] / planned if planned else None,
@@ -107,10 +118,10 @@ def _arm_row(trials: list[TrialOutcome]) -> dict[str, Any]:
         "interventions": acc["interventions"],
         "tokens": tokens, "calls": acc["calls"], "usage_missing_calls": acc["usage_missing_calls"],
         "unpriced_calls": acc["unpriced_calls"],
-        "cost_usd": round(acc["cost_usd"], 6) if acc["calls"] else None,
+        "cost_usd": round(acc["cost_usd"], 6) if acc["calls"] or acc["evidence_gaps"] else None,
         "cost_complete": complete,
-        "cost_note": None if complete else "lower bound: some calls reported no usage or had "
-                                           "no price",
+        "torn_ledger_rows": acc["torn_rows"], "evidence_gaps": acc["evidence_gaps"],
+        "cost_note": None if complete else _cost_note(acc),
     }
 
 
@@ -123,7 +134,10 @@ def _mark_unpriced(manifest: dict[str, Any], arms: dict[str, dict[str, Any]]) ->
         model = ((manifest.get("arms") or {}).get(arm) or {}).get("model")
         if model and model not in (manifest.get("prices") or {}):
             row["unpriced_model"] = model
-            row["cost_note"] = f"no price for {model}"
+            # a torn row or a lost attempt is a reason of its own, said beside the price
+            lost = row.get("torn_ledger_rows") or row.get("evidence_gaps")
+            row["cost_note"] = f"no price for {model}" + (
+                f"; {row['cost_note']}" if lost and row.get("cost_note") else "")
             row["cost_complete"] = False
             if row.get("unpriced_calls", 0) >= row.get("calls", 0):
                 row["cost_usd"] = None
@@ -143,6 +157,24 @@ def _silent_arms(manifest: dict[str, Any], arms: dict[str, dict[str, Any]],
                        f"a model ({spec['model']}) but never asked it, so no verdict is drawn "
                        "from it")
     return out
+
+
+def _cost_note(acc: dict[str, Any]) -> str:
+    """Why an arm's cost is a lower bound, each reason with its count."""
+    why = []
+    torn = acc["torn_rows"]
+    if torn:
+        why.append(f"{torn} call{'s' if torn > 1 else ''} whose ledger row was cut short "
+                   "(the runner was killed while writing it): usage and cost unknown")
+    if acc["usage_missing_calls"] > torn:
+        why.append(f"{acc['usage_missing_calls'] - torn} calls reported no usage")
+    if acc["unpriced_calls"] > torn:
+        why.append(f"{acc['unpriced_calls'] - torn} calls had no price")
+    if acc["evidence_gaps"]:
+        n = acc["evidence_gaps"]
+        why.append(f"{n} attempt director{'y is' if n == 1 else 'ies are'} gone (evidence "
+                   "gap): calls and cost unknown")
+    return "lower bound: " + "; ".join(why)
 
 
 def _trial_row(t: TrialOutcome) -> dict[str, Any]:
@@ -235,6 +267,8 @@ def build_experiment_report(run_dir: Path, *, data: OutcomeSet | None = None,
     for arm in arms.values():
         arm.setdefault("pass_rate", None)
         arm.setdefault("pass_rate_ci", None)
+    if data.evidence_gaps and comparison is None:  # else the comparison's notes say it
+        notes.extend(data.notes[:1])
     if bar is None:
         notes.append("no bar in the experiment file: no verdict (a bar must be written before "
                      "the first trial)")
@@ -247,6 +281,7 @@ def build_experiment_report(run_dir: Path, *, data: OutcomeSet | None = None,
     return {"schema": SCHEMA, "name": manifest.get("name"), "run_dir": str(run_dir),
             "arms": arms, "trials": [_trial_row(t) for t in data.trials],
             "comparison": comparison, "bar": bar, "verdict": verdict, "notes": notes,
+            "evidence_gaps": data.evidence_gaps,
             "holdout": holdout_summary(run_dir) if data.kind == "run" else None,
             # the experiment's A/A pair (noise_floor: {arm: ...}), when it has one
             **({"noise_floor": noise} if noise is not None else {}),
@@ -340,7 +375,9 @@ def experiment_markdown(rep: dict[str, Any]) -> str:
     banner = reused_banner(rep.get("holdout"))
     out = [*([f"**{banner}**", ""] if banner else []),
            f"# assay experiment report: {md(rep['name'])}", "",
-           *([holdout_line(rep["holdout"]), ""] if rep.get("holdout") else [])]
+           *([holdout_line(rep["holdout"]), ""] if rep.get("holdout") else []),
+           *([f"**{md(gap_note(rep['evidence_gaps']))}**", ""]
+             if rep.get("evidence_gaps") else [])]
     out += verdict_markdown(rep)
     if rep.get("comparison"):
         out += comparison_markdown(rep["comparison"])
@@ -364,6 +401,9 @@ def experiment_markdown(rep: dict[str, Any]) -> str:
         out.append(f"| {md(arm)} | {a['planned']} | {a['graded']} | {pct(a['coverage'])} "
                    f"| {a['accepted']} | {pct(a['infra_error_rate'])} | {cost} | {toks} | "
                    f"{md(codes)} |")
+    lower = [f"- {md(arm)}: cost is a {md(a['cost_note'])}" for arm, a in rep["arms"].items()
+             if a.get("cost_note")]
+    out += ["", *lower] if lower else []
     judged = {arm: a["judge"] for arm, a in rep["arms"].items() if a.get("judge")}
     if judged:
         out += ["", "## Judge check (acceptance.judge)", "",

@@ -206,7 +206,9 @@ def _arms(rep: dict[str, Any]) -> list[dict[str, Any]]:
             "total_usd": (a["cost_note"] if a.get("unpriced_model") else usd(total)),
             "complete": complete,
             "per_completed": per_text,
-            "cost_status": (COST_STATUS.get(status, status) if status else
+            "cost_status": (COST_STATUS.get(status, status)
+                            + (f" ({a['cost_note']})" if a.get("cost_note") else "")
+                            if status else
                             ("complete" if complete else a.get("cost_note") or
                              "lower bound: some usage was not reported")
                             if total is not None else "no usage recorded"),

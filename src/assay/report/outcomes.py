@@ -25,6 +25,7 @@ from assay.errors import InputError, NotComparable, Problem, RecordError, SuiteE
 from assay.records.io import read_json_file
 from assay.records.ledger import ledger_totals
 from assay.records.outcomes import Outcome
+from assay.records.state_index import recorded_attempt_dirs
 
 LEDGER_KEYS = ("calls", "input", "cached_input", "output", "reasoning", "cost_usd",
                "usage_missing_calls", "unpriced_calls")
@@ -47,7 +48,8 @@ class AttemptFigures:
 
 @dataclass
 class TrialOutcome:
-    """A trial's row plus its attempts; ``state`` is graded / not graded / pending."""
+    """A trial's row plus its attempts; ``state`` is graded / not graded / pending /
+    evidence_gap (an attempt the state database names has no directory)."""
 
     outcome: Outcome
     attempts: list[AttemptFigures] = field(default_factory=list)
@@ -68,6 +70,9 @@ class OutcomeSet:
     weights: dict[str, float] | None = None
     manifest: dict[str, Any] | None = None
     notes: list[str] = field(default_factory=list)
+    evidence_gaps: list[str] = field(default_factory=list)
+    """Attempt directories the run's state database names and the disk lacks (relative to
+    the run directory): their records are lost, their trials never pending nor complete."""
 
     def arm_trials(self, arm: str) -> list[TrialOutcome]:
         return [t for t in self.trials if t.outcome.arm == arm]
@@ -239,25 +244,61 @@ def load_run_outcomes(run_dir: Path) -> OutcomeSet:
                  for name, arm in (settings.get("arms") or {}).items()}
     trials: list[TrialOutcome] = []
     families: dict[str, str | None] = {t: (meta.get(t) or {}).get("family") for t in tasks}
+    begun = _begun_attempts(run_dir)
     for task in tasks:
         for arm in arms:
             for rep in range(reps):
                 trials.append(_run_trial(run_dir, task, arm, rep, families,
-                                         triggers.get(arm), has_model.get(arm, True)))
+                                         triggers.get(arm), has_model.get(arm, True),
+                                         begun.get((task, arm, str(rep)), ())))
     for t in trials:  # a family learnt from any trial record fills the others
         if t.outcome.family is None and families.get(t.outcome.task):
             t.outcome.family = families[t.outcome.task]
     weights = settings.get("weights")
-    return OutcomeSet(run_dir, "run", trials, tasks, arms, weights=weights, manifest=manifest)
+    gaps = [f"trials/{t.outcome.task}/{t.outcome.arm}/{t.outcome.rep}/{a.attempt}"
+            for t in trials for a in t.attempts if a.status == EVIDENCE_GAP]
+    notes = [gap_note(gaps)] if gaps else []
+    return OutcomeSet(run_dir, "run", trials, tasks, arms, weights=weights, manifest=manifest,
+                      notes=notes, evidence_gaps=gaps)
+
+
+#: An attempt (and a trial without a graded attempt) whose directory is gone.
+EVIDENCE_GAP = "evidence_gap"
+
+
+def gap_note(gaps: list[str]) -> str:
+    """The one sentence every report and comparison shows for lost attempt directories."""
+    shown = ", ".join(gaps[:10]) + (", ..." if len(gaps) > 10 else "")
+    return (f"evidence gap: {len(gaps)} attempt director{'ies are' if len(gaps) > 1 else 'y is'}"
+            f" gone ({shown}): the state database says they were begun, their records, "
+            "ledgers and grades are lost; their trials are not results and every cost that "
+            "includes them is a lower bound")
+
+
+def _begun_attempts(run_dir: Path) -> dict[tuple[str, str, str], list[str]]:
+    """Attempt labels per (task, arm, rep) the state database says were begun."""
+    out: dict[tuple[str, str, str], list[str]] = {}
+    for rel in recorded_attempt_dirs(run_dir) or ():
+        parts = Path(rel).parts
+        if len(parts) == 5 and parts[0] == "trials":
+            out.setdefault((parts[1], parts[2], parts[3]), []).append(parts[4])
+    return out
 
 
 def _run_trial(run_dir: Path, task: str, arm: str, rep: int,
                families: dict[str, str | None], trigger: str | None,
-               has_model: bool) -> TrialOutcome:
+               has_model: bool, begun: Any = ()) -> TrialOutcome:
     base = run_dir / "trials" / task / arm / str(rep)
     attempts: list[AttemptFigures] = []
     graded: dict[str, Any] | None = None
-    for a in _attempt_dirs(base):
+    found = _attempt_dirs(base)
+    present = {a.name for a in found}
+    for label in begun:
+        if label not in present:  # begun, and its directory is gone: nothing of it is known
+            attempts.append(AttemptFigures(
+                attempt=label, status=EVIDENCE_GAP, cost_complete=False,
+                error="the attempt directory is gone: its records, ledger and grades are lost"))
+    for a in found:
         ledger = ledger_totals(a / "model_calls.jsonl")
         try:
             rec = read_json_file(a / "trial.json")
@@ -279,6 +320,7 @@ def _run_trial(run_dir: Path, task: str, arm: str, rep: int,
         attempts.append(fig)
         if grade is not None and (grade.get("validity") or {}).get("status") == "valid":
             graded = {"dir": a, "grade": grade, "execution": execution, "fig": fig}
+    attempts.sort(key=lambda f: int(f.attempt[1:]) if f.attempt[1:].isdigit() else 0)
     cost = None
     if has_model and attempts:
         cost = sum(a.cost_usd or 0.0 for a in attempts)
@@ -287,6 +329,9 @@ def _run_trial(run_dir: Path, task: str, arm: str, rep: int,
                            "family": families.get(task), "cost_usd": cost,
                            "cost_complete": complete if cost is not None else None}
     state = "pending" if not attempts else "not graded"
+    if any(a.status == EVIDENCE_GAP for a in attempts):
+        state = EVIDENCE_GAP  # never pending, never a result (unless another attempt's grade
+        # is on disk: then the result stands and only the cost is a lower bound)
     if graded is not None:
         grade, execution = graded["grade"], graded["execution"]
         code = grade.get("failure_code")
@@ -305,5 +350,6 @@ def _run_trial(run_dir: Path, task: str, arm: str, rep: int,
     return TrialOutcome(Outcome.model_validate(row), attempts, state)
 
 
-__all__ = ["AttemptFigures", "OutcomeSet", "TrialOutcome", "judge_summary", "load_outcomes",
-           "load_outcomes_file", "load_run_outcomes", "stream_has_event"]
+__all__ = ["EVIDENCE_GAP", "AttemptFigures", "OutcomeSet", "TrialOutcome", "gap_note",
+           "judge_summary", "load_outcomes", "load_outcomes_file", "load_run_outcomes",
+           "stream_has_event"]

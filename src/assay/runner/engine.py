@@ -18,7 +18,7 @@ from typing import Any, Generic, Protocol, TypeVar
 from assay.errors import RunConflict
 from assay.models.client import ChatClient, redact_url
 from assay.records.base import Record
-from assay.records.io import JsonlAppender, iter_rows
+from assay.records.io import TORN_SUFFIX, JsonlAppender, iter_rows
 from assay.records.layout import standing_rows
 from assay.records.manifest import (
     MANIFEST,
@@ -190,7 +190,8 @@ def done_keys(rows_path: Path, key: Callable[[dict[str, Any]], tuple[Any, ...]],
     """Units of work that already have an answer (each row validated when ``row_model`` is
     given); infra-error rows are redone."""
     out = set()
-    for r in iter_rows(rows_path):
+    # a torn last line is not an answer: the appender opened next keeps its bytes and says so
+    for r in iter_rows(rows_path, on_torn=lambda _tail: None):
         if row_model is not None:
             row_model.read(r, rows_path)
         if not r.get("error"):
@@ -233,8 +234,9 @@ async def drive(items: Iterable[T], work: Callable[[T], Awaitable[Row]], *,
     arrives. A row with ``fatal`` set stops the pool: no point asking again with a bad key."""
     appender = JsonlAppender(rows_path)
     if appender.repaired_tail:
-        progress.warn(f"dropped a torn last line ({len(appender.repaired_tail)} bytes) left by "
-                      "an interrupted run; that item will be done again")
+        progress.warn(f"a torn last line ({len(appender.repaired_tail)} bytes) left by an "
+                      f"interrupted run is kept in {rows_path.name}{TORN_SUFFIX}, not in the "
+                      "rows; that item will be done again")
     todo: Iterator[T] = iter(items)
     stop = asyncio.Event()
     written = infra = 0

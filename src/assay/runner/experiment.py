@@ -67,6 +67,7 @@ from assay.runner.executor import WORKER_LOST, Executor, TrialJob, make_executor
 from assay.runner.fork import ForkPrefixes, check_fork, fork_manifest, fork_totals
 from assay.runner.holdout import MANIFEST_KEY as HOLDOUT_KEY
 from assay.runner.holdout import holdout_gate
+from assay.runner.scratch import SCRATCH, attempt_scratch, remove_scratch, session_tempdir
 from assay.runner.slots import AttemptSlots, Ticket, usable_cores
 from assay.runner.state import StateDB
 from assay.runner.trial import TrialHooks, TrialResult
@@ -109,7 +110,7 @@ class _Silent:
 @dataclass
 class ExperimentResult:
     out_dir: Path
-    status: str  # complete, infra_errors, budget_stopped, agent_start_failed
+    status: str  # complete, infra_errors, budget_stopped, agent_start_failed, evidence_gaps
     counts: dict[str, int]
     spent_usd: float
     spent_complete: bool
@@ -121,6 +122,9 @@ class ExperimentResult:
     #: models the arms (or the fork's prefix) call that have no entry in ``prices``: their
     #: cost is unknown, and ``spent_usd`` covers the priced calls only
     unpriced_models: list[str] = field(default_factory=list)
+    #: attempts whose directory is gone (relative paths): their evidence is lost, and the run
+    #: is not complete whatever its trials' rows say
+    evidence_gaps: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -371,11 +375,27 @@ class ExperimentRunner:
             state.close()
             raise
         sock_dir = Path(tempfile.mkdtemp(prefix="assay-gw-"))
+        session_tmp = contextlib.ExitStack()
         try:
             if holdout is not None:  # written down before the first trial (resumes too)
                 manifest[HOLDOUT_KEY] = holdout.record()
                 atomic_write_json(self.out / MANIFEST, manifest)
-            to_verify = state.recover()
+            # an attempt whose directory is gone has nothing to verify: an evidence gap,
+            # reported when the session ends
+            to_verify = [a for a in state.recover() if (self.out / a.dir).is_dir()]
+            # the interrupted attempts are closed, their records kept: what their workspaces
+            # and HOMEs left in scratch belongs to no living attempt any more
+            old_socket = _swap_socket_note(self.out, sock_dir)
+            removed = remove_scratch(self.out)
+            _write_socket_note(self.out, sock_dir)
+            if removed or old_socket:
+                session["scratch_removed"] = removed + old_socket
+                left_by = sum(1 for r in removed if not r.startswith("tmp/"))
+                self.progress.note(f"removed the workspaces and HOMEs {left_by} interrupted "
+                                   f"attempts left in {self.out / SCRATCH}, and "
+                                   f"{len(removed) - left_by + len(old_socket)} temporary "
+                                   "folders of the killed runner")
+            session_tmp.enter_context(session_tempdir(self.out))
             interrupted = state.counts().attempts.get("interrupted", 0)
             prior, prior_complete = spent_so_far(self.out)
             cap = (self.total_cost_usd if self.total_cost_usd is not None
@@ -405,9 +425,12 @@ class ExperimentRunner:
                 spent = prior + gateway.spent()
                 complete = prior_complete and gateway.spent_complete()
             counts = state.counts()
+            gaps = [str(a.dir) for a in state.evidence_gaps()]
         finally:
+            session_tmp.close()
             state.close()
             shutil.rmtree(sock_dir, ignore_errors=True)
+            remove_scratch(self.out)  # every attempt of this session has ended
         status, message = "complete", None
         left = counts.trials.get("pending", 0)
         if self.broken_arm is not None:
@@ -419,9 +442,16 @@ class ExperimentRunner:
                        + f" of ${cap}; {left} trials not started")
         elif counts.trials.get("done", 0) < len(self.plan):
             status = "infra_errors"  # infra errors, grader errors, anything left: resumable
+        if gaps:  # never complete: the records of these attempts are gone
+            status = "evidence_gaps"
+            message = (f"evidence lost: the directories of {len(gaps)} attempts are gone "
+                       f"({', '.join(gaps[:10])}{', ...' if len(gaps) > 10 else ''}); their "
+                       "records, ledgers and grades cannot be read. Restore them from a copy "
+                       "of the run directory" + (f"; also {message}" if message else ""))
         session.update(ended_at=utc_now(), status=status, total_cost_usd=cap,
                        spent_usd_total=round(spent, 6), spent_complete=complete,
-                       reverified=len(to_verify))
+                       reverified=len(to_verify),
+                       **({"evidence_gaps": gaps} if gaps else {}))
         forks = None
         if self.forks is not None:
             forks = {**fork_totals(self.out), "prefix_runs_this_session": self.forks.prefix_runs}
@@ -429,7 +459,8 @@ class ExperimentRunner:
         manifest.setdefault("sessions", []).append(session)
         atomic_write_json(self.out / MANIFEST, manifest)
         return ExperimentResult(self.out, status, dict(counts.trials), spent, complete, message,
-                                len(to_verify), interrupted, forks, unpriced_models(spec))
+                                len(to_verify), interrupted, forks,
+                                unpriced_models=unpriced_models(spec), evidence_gaps=gaps)
 
     # --------------------------------------------------------------------- scheduling
 
@@ -503,7 +534,6 @@ class ExperimentRunner:
         if access.replay is not None and self.replay is not None:
             upstream = Upstream(self.replay.base_url(f"{key.arm}/{key.task}"), "replay-no-key")
         if upstream is not None and policy == "model-proxy-only":
-            attempt_dir.mkdir(parents=True, exist_ok=False)
             limits = self.exp.spec.limits
             try:
                 token = self.gateway.open_attempt(
@@ -519,6 +549,7 @@ class ExperimentRunner:
         hooks = _AttemptHooks(state, attempt, self.gateway, token, access, self.proxy,
                               self.grace, bundle.spec.acceptance.verifier_revision, ticket)
         hooks.agent_files = self.agent_dirs.get(key.arm)
+        hooks.scratch_dir = attempt_scratch(self.out, attempt.dir)
         if self.forks is not None:  # start from the shared frozen state, not the pristine tree
             hooks.start_state = self.forks.start_state(key, hooks.model_env, self.gateway,
                                                        self.proxy)
@@ -603,6 +634,33 @@ def unpriced_models(spec: Any) -> list[str]:
     models = [arm.model for arm in spec.arms.values()]
     models.append(spec.fork.model if spec.fork is not None else None)
     return sorted({m.name for m in models if m is not None and m.name not in spec.prices})
+
+
+_SOCKET_NOTE = "gateway-socket-dir"
+
+
+def _swap_socket_note(out: Path, current: Path) -> list[str]:
+    """The gateway's socket folder lives in the system's temporary directory (a Unix socket's
+    path must be short), named in ``scratch`` so that the next start removes a killed
+    runner's. Returns what it removed; called before ``remove_scratch``, and names
+    ``current`` again after it."""
+    note = out / SCRATCH / _SOCKET_NOTE
+    removed: list[str] = []
+    try:
+        old = Path(note.read_text(encoding="utf-8").strip())
+    except (OSError, UnicodeDecodeError):
+        old = None
+    if old is not None and old.name.startswith("assay-gw-") and old != current \
+            and old.is_dir() and not old.is_symlink():
+        shutil.rmtree(old, ignore_errors=True)
+        removed.append(str(old))
+    return removed
+
+
+def _write_socket_note(out: Path, current: Path) -> None:
+    note = out / SCRATCH / _SOCKET_NOTE
+    note.parent.mkdir(parents=True, exist_ok=True)
+    note.write_text(f"{current}\n", encoding="utf-8")
 
 
 def spent_so_far(out: Path) -> tuple[float, bool]:

@@ -63,6 +63,7 @@ from assay.records.fork import (
 )
 from assay.records.io import atomic_write_json, read_json_file
 from assay.records.manifest import utc_now
+from assay.runner.scratch import attempt_scratch
 from assay.sandbox import SANDBOX_WORKDIR, ProxyTarget
 from assay.suites.bundle import Bundle, check_starting_tree
 from assay.suites.experiment import Experiment, Fork, TrialKey, problem_at
@@ -245,7 +246,9 @@ class ForkPrefixes:
     def _prefix_in_sandbox(self, bundle: Bundle, fork_dir: Path, record: dict[str, Any],
                            env: dict[str, str], token: str | None, gateway: Gateway,
                            proxy: ProxyTarget | None) -> dict[str, Any]:
-        with tempfile.TemporaryDirectory(prefix="assay-fork-") as tmp:
+        scratch = attempt_scratch(self.out, fork_dir)
+        scratch.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(prefix="assay-fork-", dir=scratch) as tmp:
             workspace, home = Path(tmp) / "workspace", Path(tmp) / "home"
             try:
                 bundle.export_starting_tree(workspace)

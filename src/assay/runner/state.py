@@ -45,9 +45,10 @@ from typing import Any, NamedTuple
 from assay.errors import NeverOverwrite, RecordError, RunConflict
 from assay.records.artifact import ARTIFACT_JSON
 from assay.records.clock import utc_now
+from assay.records.state_index import ATTEMPT_DIRS_META, STATE_DB
 from assay.suites.trial_key import TrialKey, identity_sha256
 
-DB_FILE = "state.sqlite"
+DB_FILE = STATE_DB
 LOCK_FILE = "state.lock"
 SCHEMA_VERSION = 1
 
@@ -60,6 +61,9 @@ GRADER_ERROR = "grader_error"
 #: Trial states that will not change any more.
 TRIAL_FINAL = ("done", "infra_error")
 RUNNER_RESTART = "runner_restart"
+#: In ``meta``: this database makes each attempt's directory with its row (see
+#: :meth:`StateDB.begin_attempt`); the key and value live in ``records.state_index``.
+ATTEMPT_DIRS_KEY, ATTEMPT_DIRS_WITH_ROWS = ATTEMPT_DIRS_META
 
 _MOVES: dict[str, tuple[str, ...]] = {
     "preparing": ("running",),
@@ -324,8 +328,11 @@ class StateDB:
         return row
 
     def begin_attempt(self, trial: TrialKey) -> Attempt:
-        """A new attempt of a pending trial, committed ``preparing`` before its directory
-        exists: a directory is never without its row, a label never used twice."""
+        """A new attempt of a pending trial, committed ``preparing`` together with its
+        directory: the directory is made inside the transaction, so a directory is never
+        without its row, a row never without its directory (a missing one was deleted: an
+        evidence gap, ``exp status``), and a label is never used twice. A kill between the
+        two leaves an empty directory with no row, which the next attempt takes."""
         with self._tx() as c:
             tid, state, made = self._trial_id(c, trial)
             if state != "pending":
@@ -338,6 +345,7 @@ class StateDB:
                             (tid, label, now, time.time(), str(rel)))
             c.execute("UPDATE trials SET state='preparing', attempts_made=? WHERE id=?",
                       (made + 1, tid))
+            _new_attempt_dir(self.root / rel)
             assert cur.lastrowid is not None
             return Attempt(cur.lastrowid, label, trial, "preparing", None, str(rel), now)
 
@@ -460,6 +468,19 @@ class StateDB:
                                       "ORDER BY id LIMIT ?", (-1 if limit is None else limit,))
             return [TrialKey(*r) for r in rows]
 
+    def evidence_gaps(self) -> list[Attempt]:
+        """Attempts whose directory is gone (deleted by hand, a bad copy): their records,
+        ledger and grades are lost. Every attempt's directory is made with its row
+        (:meth:`begin_attempt`), so a missing one is never "not started yet"; such a trial is
+        neither pending nor complete, whatever its row says. (A database from before that rule
+        has no ``attempt_dirs`` in its meta: there an interrupted attempt may have died before
+        its directory existed, and is not counted.)"""
+        with self._lock, self._snapshot() as c:
+            rows = c.execute(_ATTEMPT_SELECT + " ORDER BY t.id, a.id").fetchall()
+        legacy = self._meta.get(ATTEMPT_DIRS_KEY) != ATTEMPT_DIRS_WITH_ROWS
+        return [a for a in map(_attempt, rows) if not (self.root / a.dir).is_dir()
+                and not (legacy and a.state == "interrupted")]
+
     def counts(self) -> Counts:
         with self._lock, self._snapshot() as c:
             trials = dict(c.execute("SELECT state, count(*) FROM trials GROUP BY state"))
@@ -517,6 +538,15 @@ _ATTEMPT_SELECT = ("SELECT t.id, t.task, t.arm, t.rep, a.id, a.attempt, a.state,
                    "JOIN trials t ON t.id = a.trial")
 
 
+def _new_attempt_dir(path: Path) -> None:
+    """The attempt's directory, new or empty (left by a kill before its row was committed);
+    one that holds anything belongs to another attempt and is never reused."""
+    path.mkdir(parents=True, exist_ok=True)
+    if any(path.iterdir()):
+        raise NeverOverwrite(f"{path} already holds files: an attempt directory is never "
+                             "reused")
+
+
 def _attempt(row: Sequence[Any]) -> Attempt:
     _, task, arm, rep, aid, label, state, reason, rel, started, ended, timings = row
     return Attempt(aid, label, TrialKey(task, arm, rep), state, reason, rel, started, ended,
@@ -554,7 +584,8 @@ def _create(conn: sqlite3.Connection, identity: dict[str, Any], plan: Sequence[T
         meta = {"schema_version": str(SCHEMA_VERSION), "identity": json.dumps(identity),
                 "identity_sha256": identity_sha256(identity), "plan_sha256": plan_sha256(plan),
                 "retries_infra": str(retries_infra), "created_at": utc_now(),
-                "name": str(identity.get("settings", {}).get("name", ""))}
+                "name": str(identity.get("settings", {}).get("name", "")),
+                ATTEMPT_DIRS_KEY: ATTEMPT_DIRS_WITH_ROWS}
         conn.executemany("INSERT INTO meta VALUES (?, ?)", meta.items())
         conn.executemany("INSERT INTO trials (id, task, arm, rep) VALUES (?, ?, ?, ?)",
                          ((i, k.task, k.arm, k.rep) for i, k in enumerate(plan)))

@@ -2,8 +2,8 @@
 
 Each stage is timed and recorded in ``trial.json`` (rewritten atomically after every stage, so
 a crash leaves the record of how far it got). The live workspace and the agent's HOME live in a
-temporary directory that is deleted after the freeze: nothing downstream can read anything but
-the frozen artifact.
+temporary directory (in the hooks' ``scratch_dir`` when given) that is deleted after the
+freeze: nothing downstream can read anything but the frozen artifact.
 """
 
 from __future__ import annotations
@@ -135,6 +135,11 @@ class TrialHooks:
         self.start_state: Callable[[Path, Path], dict[str, Any]] | None = None
         #: the arm's own files, bound read-only at /assay/agent (``agent_files``)
         self.agent_files: Path | None = None
+        #: where the live workspace and HOME are made (a fresh folder inside it); None: the
+        #: system's temporary directory. The experiment runner gives one under the run
+        #: directory, so a killed runner's leftovers are found and removed by the next start
+        #: (``runner/scratch.py``).
+        self.scratch_dir: Path | None = None
 
     def before(self, stage: str) -> None:
         """Called before each stage starts (``agent``, ``freeze``, ``verify``); the experiment
@@ -209,7 +214,9 @@ def run_trial(bundle: Bundle, agent: Agent, trial_dir: Path, *, rep: int = 0,
         record["agent_identity"] = describe()
     stages = _Stages(trial_dir, record)
     stages.save()
-    with tempfile.TemporaryDirectory(prefix="assay-trial-") as tmp:
+    if hooks.scratch_dir is not None:
+        hooks.scratch_dir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="assay-trial-", dir=hooks.scratch_dir) as tmp:
         workspace = Path(tmp) / "workspace"
         home = Path(tmp) / "home"
         try:

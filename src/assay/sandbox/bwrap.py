@@ -181,6 +181,37 @@ def _loader_cache_mtime() -> float:
         return 0.0
 
 
+_ETC_PREFIX = "assay-sandbox-etc-"
+
+
+def _etc_owner() -> str:
+    """``<pid namespace>.<pid>``: a process id means something only within its namespace (a
+    container sharing ``/tmp`` has its own), so only copies made in ours are ever swept."""
+    try:
+        ns = str(os.stat("/proc/self/ns/pid").st_ino)
+    except OSError:
+        ns = "0"
+    return f"{ns}.{os.getpid()}"
+
+
+def _sweep_dead_etc(tmp: Path) -> None:
+    """Remove the /etc copies of processes that are gone: one killed with SIGKILL never ran
+    its ``atexit``, and its copy would stay in the temporary directory forever. The copy's
+    name carries its pid namespace and process id; a process that still exists (or is
+    another user's), or another namespace's copy, is left alone."""
+    ns, me = _etc_owner().split(".")
+    for entry in tmp.glob(f"{_ETC_PREFIX}{ns}.*-*"):
+        pid = entry.name[len(_ETC_PREFIX) + len(ns) + 1:].split("-", 1)[0]
+        if not pid.isdigit() or pid == me or entry.is_symlink():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            shutil.rmtree(entry, ignore_errors=True)
+        except OSError:
+            continue
+
+
 def etc_dir() -> Path:
     """The host directory bound read-only at /etc in every sandbox (built on first use)."""
     global _etc_state
@@ -192,7 +223,8 @@ def etc_dir() -> Path:
         state = _etc_state
         if state is not None and state[1] == mtime and (state[0] / "passwd").exists():
             return state[0]
-        new = Path(tempfile.mkdtemp(prefix="assay-sandbox-etc-"))
+        new = Path(tempfile.mkdtemp(prefix=f"{_ETC_PREFIX}{_etc_owner()}-"))
+        _sweep_dead_etc(new.parent)
         names = list(_ETC_ENTRIES)
         for pattern in _ETC_GLOBS:
             names += sorted(os.path.basename(p) for p in glob.glob(f"/etc/{pattern}"))
