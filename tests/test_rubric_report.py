@@ -1,8 +1,9 @@
 """Human rubric grades count: two real coding runs (the real CLI, a scripted OpenAI-compatible
 server on 127.0.0.1, bubblewrap for the unit task), graded blind through ``assay grade --export``
-and ``--import``, then read back by ``assay report`` (report.json, report.md, report.html,
-``--junit``) and ``assay compare``; a second grading round is used by default, the first stays
-on disk byte for byte and is chosen with ``--rubric-round``."""
+and ``--import`` (and once in a terminal sitting), then read back by ``assay report``
+(report.json, report.md, report.html, ``--junit``) and ``assay compare``; a second grading round
+is used by default, the first stays on disk byte for byte and is chosen with
+``--rubric-round``."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import csv
 import hashlib
 import itertools
 import json
+import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
@@ -95,7 +97,8 @@ def _round_files(run: Path) -> dict[str, str]:
 
 
 def test_imported_rubric_grades_reach_report_junit_html_and_compare(
-        tmp_path: Path, server: ScriptedServer, endpoint_env: dict[str, str]) -> None:
+        tmp_path: Path, server: ScriptedServer, endpoint_env: dict[str, str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
     tasks = tmp_path / "suite" / "tasks.jsonl"
     tasks.parent.mkdir()
     tasks.write_text("".join(json.dumps(t) + "\n" for t in TASKS))
@@ -238,6 +241,22 @@ def test_imported_rubric_grades_reach_report_junit_html_and_compare(
     res = run_cli(["compare", str(a), str(b), "--json", str(out)])
     # the latest: A's rank is now (3 + 2) / 2, dedup 3 -> 2.75
     assert json.loads(out.read_text())["rubric"]["mean_score_a"] == pytest.approx(2.75)
+
+    # a sitting in the terminal is a round too: B's first shown answer graded 0, then quit
+    ask = iter(["0", "too vague", "q"])
+    monkeypatch.setattr("assay.cli.grading.ask_grader", lambda prompt: next(ask))
+    res = run_cli(["grade", str(b), "--regrade", "--grader", "carol", "--seed", "9"])
+    assert res.code == 0 and "graded: 1" in res.stdout, res.stderr
+    shown = re.search(r"answer 1 of 4 · task (\S+)", res.stdout)
+    assert shown is not None
+    rub_b = _report(b)["rubric"]  # rebuilt by the sitting itself
+    third = rub_b["rounds"][-1]
+    assert third["name"].endswith("-carol") and third["source"] == "interactive"
+    assert rub_b["round"] == third["name"] and third["counted"] == 1
+    (zero,) = [g for g in rub_b["grades"] if g["round"] == third["name"]]
+    assert (zero["id"], zero["score"], zero["note"]) == (shown[1], 0, "too vague")
+    assert run_cli(["report", str(b), "--junit", str(junit_b)]).code == 0
+    assert _junit(junit_b)[shown[1]].find("failure") is not None
 
     # a round that does not exist: one line naming the rounds there are, exit 2
     res = run_cli(["report", str(a), "--rubric-round", "20990101T000000.000Z-nobody"])

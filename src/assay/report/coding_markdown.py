@@ -108,7 +108,8 @@ def coding_markdown(rep: dict[str, Any], details: bool = True) -> str:
         if t["infra_errors"]:
             fails += f" {t['infra_errors']} infra errors"
         out.append(f"| {t['id']} | {t['type']} | {passes} | {fails} |")
-    out += rubric_grades_markdown(rep["rubric"])
+    if details:  # a terminal has the headline's count; report.md lists every answer
+        out += rubric_grades_markdown(rep["rubric"])
     out += coding_failures_markdown(rep, details)
     out.append("")
     return "\n".join(out)
