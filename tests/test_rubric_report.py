@@ -160,8 +160,12 @@ def test_imported_rubric_grades_reach_report_junit_html_and_compare(
     assert "1 of 2 graded pass" in html and "answers for grading" not in html
 
     # JUnit: a graded answer below 2 fails its task; ungraded answers keep it skipped, counted
-    res = run_cli(["report", str(a), "--junit", str(junit)])
+    summary = tmp_path / "step-summary.md"
+    res = run_cli(["report", str(a), "--junit", str(junit)],
+                  env={"GITHUB_STEP_SUMMARY": str(summary)})
     assert res.code == 0, res.stderr
+    assert f"| rubric mean (0-3) | 2.00 | n/a | 3 of 4 answers graded, round {first} |" \
+        in summary.read_text()
     cases = _junit(junit)
     failure = cases["sql-rank"].find("failure")
     assert failure is not None and failure.get("type") == "rubric_score"

@@ -196,6 +196,12 @@ def run_step_summary(report: dict[str, Any], gate_result: Gate | None = None) ->
         ci = p1.get("ci95")
         rows = [("pass@1", pct(p1.get("mean")), NA if not ci else f"[{pct(ci[0])}, {pct(ci[1])}]",
                  f"{p1.get('tasks', NA)} tasks")]
+        rub = report.get("rubric") or {}
+        if rub.get("answers"):
+            mean = rub.get("mean_score")
+            rows.append(("rubric mean (0-3)", NA if mean is None else f"{mean:.2f}", NA,
+                         f"{rub.get('graded', 0)} of {rub['answers']} answers graded, round "
+                         f"{rub.get('round') or 'none'}"))
         failed = [t["id"] for t in report.get("tasks") or []
                   if t.get("samples") and t.get("passes", 0) < t["samples"]]
         title = "coding"
