@@ -180,5 +180,5 @@ def _newest(directory: Path, names: list[str]) -> dict[tuple[str, int], dict[str
             order = (str(row.get("graded_at") or ""), str(row.get("revision") or revision),
                      index)
             if key not in best or order >= best[key][0]:
-                best[key] = (order, {**row, "revision": row.get("revision") or revision})
+                best[key] = (order, {**row, "revision": revision})  # the round it is in
     return {key: row for key, (_, row) in best.items()}
