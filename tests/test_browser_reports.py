@@ -45,6 +45,7 @@ PROBE = """(() => {
           holdout: t('#holdout .holdout-count'), taskRows: q('table.tasks tbody tr'),
           trialLinks: q('table.tasks a[href$="/trial.json"]'),
           hero: t('.tile.hero'), confusion: q('table.conf'), figures: q('table.ivs svg'),
+          rubricRows: q('table.rubric-grades tbody tr'), rubricRound: t('#rubric-round'),
           body: document.body.textContent.replace(/\\s+/g, ' ')};
 })()"""
 
@@ -144,11 +145,26 @@ def test_coding_report_in_a_browser(browser: Browser, tmp_path: Path) -> None:
     res = run_cli(["run", str(tasks), "--model", "builtin/oracle", "--sandbox", "none",
                    "--out", str(run)])
     assert res.code == 0, res.stderr
+    # the rubric answer graded through the blind CSV, with a hostile note: assay grade
+    # rebuilds the page, which then shows the grade, its round and the ungraded count
+    sheet = tmp_path / "grades.csv"
+    assert run_cli(["grade", str(run), "--export", str(sheet)]).code == 0
+    header, row = sheet.read_text(encoding="utf-8-sig").splitlines()[:2]
+    cells = row.split(",")
+    cells[3], cells[4] = "1", '"' + XSS.replace('"', '""') + '"'
+    sheet.write_text(header + "\n" + ",".join(cells) + "\n", encoding="utf-8")
+    res = run_cli(["grade", str(run), "--import", str(sheet), "--grader", "ann"])
+    assert res.code == 0 and "graded: 1" in res.stdout, res.stderr
     p = check_page(browser.load(run / "report.html", PROBE, width=WIDTH),
                    tmp_path / "coding.png")
     assert p["taskRows"] == len(CODING_TASKS)
     assert p["figures"] >= 1  # pass@1 with its interval bar
     assert XSS in p["body"]  # the hostile task id is text on the page
+    n = json.loads((run / "report.json").read_text())["rubric"]["answers"]
+    assert n >= 2 and p["rubricRows"] == n  # one graded, the others listed as ungraded
+    assert f"0 of 1 graded pass, {n - 1} ungraded" in p["body"]
+    assert re.search(rf"Grades as of round \S+-ann \(latest\); {n - 1} answers still ungraded",
+                     p["rubricRound"]), p["rubricRound"]
 
 
 def test_experiment_report_in_a_browser(browser: Browser, tmp_path: Path) -> None:

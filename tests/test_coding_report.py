@@ -7,7 +7,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from assay.records.report import CodingReport, RubricSummary, SuiteFigure, TaskFigures
+from assay.records.report import (
+    CodingReport,
+    RubricAnswer,
+    RubricRound,
+    RubricSummary,
+    SuiteFigure,
+    TaskFigures,
+)
 from assay.report.coding_markdown import NOT_ISOLATED, coding_headline, coding_markdown
 
 
@@ -35,8 +42,17 @@ def report(**over: Any) -> dict[str, Any]:
         infra_errors=1, grade_revision="v1", ungraded=0,
         tasks=[_task("py-add", "unit", 2, 1, ["#1: wrong_answer"]),
                _task("py-sub", "unit", 2, 2, [], infra_errors=1),
-               _task("sql-01", "rubric", 0, 0, [], rubric_answers=1)],
-        rubric=RubricSummary(answers=1, graded=1, ungraded=0, mean_score=2.0, scale="0-3"),
+               _task("sql-01", "rubric", 0, 0, [], rubric_answers=1).model_copy(
+                   update={"rubric_graded": 1, "rubric_passes": 1, "rubric_mean_score": 2.0})],
+        rubric=RubricSummary(answers=1, graded=1, ungraded=0, mean_score=2.0, scale="0-3",
+                             passed=1, round="20260101T000000.000Z-ann",
+                             rounds=[RubricRound(name="20260101T000000.000Z-ann", grader="ann",
+                                                 source="csv", started_at=None, grades=1,
+                                                 counted=1)],
+                             grades=[RubricAnswer(id="sql-01", sample=0, score=2, passed=True,
+                                                  round="20260101T000000.000Z-ann",
+                                                  grader="ann", graded_at=None,
+                                                  note="ok | fine")]),
         served_models={"m-0613": 5}, warnings=[], started_at=None, ended_at=None)
     return CodingReport.checked({**rep.to_json(), **over}, "hand-built report")
 
@@ -49,12 +65,14 @@ def test_markdown_shows_the_figures_and_every_task():
     assert "| pass@2 (unbiased) | 100.0% [100.0%, 100.0%] |" in md
     assert "pass@1 (unbiased)" not in md  # pass@1 has its own row
     assert "| tasks with mixed outcomes | 1 (py-add) |" in md
-    assert "| rubric answers graded | 1 of 1, mean 2.00 / 3 |" in md
+    assert ("| rubric answers graded | 1 of 1, 0 ungraded; 1 scored ≥ 2, mean 2.00 / 3; "
+            "round 20260101T000000.000Z-ann (latest) |") in md
     assert "| served model | m-0613 (5) |" in md
     assert "| py-add | unit | 1 of 2 (mixed) | #1: wrong_answer |" in md
     (sub,) = [line for line in md.splitlines() if line.startswith("| py-sub |")]
     assert sub.startswith("| py-sub | unit | 2 of 2 |") and sub.endswith("1 infra errors |")
-    assert "| sql-01 | rubric | 1 answer for human grading |  |" in md
+    assert "| sql-01 | rubric | 1 of 1 graded pass (score ≥ 2), mean 2.00 / 3 |  |" in md
+    assert "| sql-01 | 0 | 2 | 20260101T000000.000Z-ann | `ann` | `ok \\| fine` |" in md
     assert NOT_ISOLATED not in md and "not yet answered" not in md
 
 
@@ -67,7 +85,7 @@ def test_unknown_figures_say_so_and_never_print_as_zero():
     assert rows["pass@1 (mean over samples, 95% CI by task)"] == "n/a"
     assert rows["pass^2 (every sample passes)"] == "n/a"
     assert rows["served model"] == "n/a" and rows["failure reasons"] == "none"
-    assert rows["rubric answers graded"] == "0 of 3"  # no mean of nothing
+    assert rows["rubric answers graded"] == "0 of 3, 3 ungraded; no grading round yet"
     assert rows["tasks with mixed outcomes"] == "0"
     assert coding_headline(rep)[0] == ("not yet answered", "4 (resume with the same --out)")
 

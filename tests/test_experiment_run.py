@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import sqlite3
 import subprocess
@@ -131,6 +132,14 @@ def test_an_experiment_runs_every_trial_through_the_gateway(tmp_path: Path, upst
     status = run_cli(["exp", "status", str(out), "--json"])
     trials = json.loads(status.stdout)["trials"]
     assert len(trials) == 4 and all(t["state"] == "done" for t in trials)
+    # while it ran: a line a trial (fast ones may be folded), priced spend with no cap
+    lines = _progress_lines(res.stderr)
+    assert lines and lines[-1].startswith("[4/4 100%] ") and " elapsed, ETA 0s · " in lines[-1]
+    spent = [float(m) for line in lines for m in re.findall(r"spent \$(\d+\.\d+) so far", line)]
+    assert len(spent) == len(lines) and spent == sorted(spent) and spent[-1] > 0
+    assert spent[-1] == pytest.approx(sum(json.loads(r)["cost_usd"] for led in ledgers
+                                          for r in led.read_text().splitlines()), abs=1e-4)
+    assert lines[-1].endswith("pass rate so far: asks 100% (2/2), idle 0% (0/2)")
     # resuming a finished run runs nothing again
     again = run_cli(["exp", "run", str(exp), "--out", str(out)])
     assert again.code == 0 and len(upstream.chat_requests()) == 2
@@ -272,9 +281,38 @@ def test_the_total_budget_covers_every_session_and_may_be_raised(tmp_path: Path,
     assert res.code == 0, res.stderr
     trials = json.loads(run_cli(["exp", "status", str(out), "--json"]).stdout)["trials"]
     assert all(t["state"] == "done" for t in trials)
+    # the resumed session's lines: spend of the whole run against the raised cap, and pass
+    # rates that count the trials the earlier sessions graded
+    lines = _progress_lines(res.stderr)
+    assert lines and all("of the $100000 cap" in line for line in lines)
+    first_done = int(lines[0][1:].split("/")[0])
+    graded = sum(int(a) for a in re.findall(r"\(\d+/(\d+)\)", lines[0].split(" · ")[-1]))
+    assert first_done >= 2 and graded == first_done  # every done trial here has a verdict
+    assert lines[-1].startswith("[6/6 100%]")
+    assert lines[-1].endswith("pass rate so far: asks 100% (3/3), idle 0% (0/3)")
     sessions = json.loads((out / "manifest.json").read_text())["sessions"]
     assert [s["total_cost_usd"] for s in sessions] == [0.5, 0.5, 100000]
     assert [s["status"] for s in sessions] == ["budget_stopped", "budget_stopped", "complete"]
+
+
+@needs_bwrap
+def test_spend_of_a_model_without_a_price_is_unknown_while_it_runs(tmp_path: Path,
+                                                                   upstream) -> None:
+    exp = _experiment(tmp_path, reps=1)
+    text = exp.read_text()
+    exp.write_text(text[:text.index("prices:")])  # no price for scripted-model
+    res = run_cli(["exp", "run", str(exp), "--out", str(tmp_path / "run")])
+    assert res.code == 0, res.stderr
+    lines = _progress_lines(res.stderr)
+    assert lines and lines[-1].startswith("[2/2 100%]")
+    asks = [line for line in lines if " asks rep 0: " in line]
+    assert asks and "spent unknown (no price for scripted-model) so far" in asks[0]
+    assert all("$0.0000" not in line for line in lines[lines.index(asks[0]):])
+
+
+def _progress_lines(stderr: str) -> list[str]:
+    """``exp run``'s trial lines, ``[done/planned pct%] ...``, one per line."""
+    return [line for line in stderr.splitlines() if re.match(r"\[\d+/\d+ \d+%\] ", line)]
 
 
 @needs_bwrap

@@ -333,7 +333,8 @@ def test_a_builder_that_drifts_fails_in_the_builder(
     coding.build_coding_report(run_a)
     real = coding.rubric_summary
     monkeypatch.setattr(coding, "rubric_summary",
-                        lambda d, f: {**real(d, f), "graded": str(real(d, f)["graded"])})
+                        lambda d, f, *r: {**real(d, f, *r),
+                                          "graded": str(real(d, f, *r)["graded"])})
     with pytest.raises(RecordError, match="field 'rubric.graded'"):
         coding.build_coding_report(run_a)
 

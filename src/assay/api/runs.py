@@ -242,10 +242,12 @@ def _require_run_dir(run_dir: Path) -> None:
         raise InputError(f"{run_dir}: no manifest.json: not an assay run directory")
 
 
-def rebuild_report(run_dir: PathLike, *, grade_revision: str | None = None) -> dict[str, Any]:
+def rebuild_report(run_dir: PathLike, *, grade_revision: str | None = None,
+                   rubric_round: str | None = None) -> dict[str, Any]:
     """Rebuild report.json, report.md and report.html from a run directory's records alone,
     and return the report (its ``schema`` says which kind). Coding runs are reported from
-    ``grade_revision``, else their newest grade revision."""
+    ``grade_revision``, else their newest grade revision, and with their human rubric grades
+    as of ``rubric_round``, else the latest grading round."""
     from assay.records.manifest import read_manifest
     from assay.report.files import write_reports
     from assay.report.html import write_html
@@ -256,22 +258,26 @@ def rebuild_report(run_dir: PathLike, *, grade_revision: str | None = None) -> d
         from assay.report.coding import build_coding_report
         from assay.report.coding_markdown import coding_markdown
 
-        rep = build_coding_report(where, grade_revision)
+        rep = build_coding_report(where, grade_revision, rubric_round)
         write_reports(where, rep, coding_markdown(rep))
         write_html(where, rep, "coding")
         return rep
     from assay.report.narrow import build_report
     from assay.report.render_narrow import to_markdown
 
+    if rubric_round is not None:
+        raise InputError(f"{where}: --rubric-round is for coding runs; this is a narrow run")
     rep = build_report(where)
     write_reports(where, rep, to_markdown(rep))
     write_html(where, rep, "narrow")
     return rep
 
 
-def compare(run_a: PathLike, run_b: PathLike, *, seed: int = 0) -> dict[str, Any]:
+def compare(run_a: PathLike, run_b: PathLike, *, seed: int = 0,
+            rubric_round: str | None = None) -> dict[str, Any]:
     """Paired comparison of two runs of the same suite (B − A), narrow or coding as their
-    manifests say; :class:`NotComparable` when they cannot be paired."""
+    manifests say; :class:`NotComparable` when they cannot be paired. Coding runs' rubric
+    grades are read as of ``rubric_round`` (default: each run's latest grading round)."""
     from assay.records.manifest import read_manifest
     from assay.report.compare_coding import compare_coding_runs
     from assay.report.compare_narrow import compare_runs
@@ -284,7 +290,9 @@ def compare(run_a: PathLike, run_b: PathLike, *, seed: int = 0) -> dict[str, Any
     if len(kinds) != 1:
         raise NotComparable("cannot compare a narrow-task run with a coding run")
     if kinds == {"coding"}:
-        return compare_coding_runs(a, b, seed=seed)
+        return compare_coding_runs(a, b, seed=seed, rubric_round=rubric_round)
+    if rubric_round is not None:
+        raise InputError("--rubric-round is for coding runs; these are narrow runs")
     return compare_runs(a, b, seed=seed)
 
 

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, TextIO
 
 import typer
 
 from assay.cli.app import app, fail
+from assay.cli.exp_progress import LineProgress
 from assay.errors import RecordError
 from assay.suites.limits import MAX_CONCURRENCY, PLAN_TRIALS_DEFAULT_MAX
 
@@ -130,40 +130,6 @@ def _write_text(db: Any, fh: TextIO, *, show_all: bool) -> None:
         fh.write(f"{t.key.task}\t{t.key.arm}\t{t.key.rep}\t{t.state}\t{attempts}{extra}\n")
 
 
-class _LineProgress:
-    """One line per finished trial on stderr: experiments run for hours in CI logs, and a line
-    a trial shows life without a terminal."""
-
-    def __init__(self, before_first_result: Callable[[], object] | None = None) -> None:
-        self.total = 0
-        self.done = 0
-        # Called once, before the first trial's outcome is printed: a verdict on a holdout
-        # task reaching the screen is its results being shown (runner/holdout.record_shown).
-        self.before_first_result = before_first_result
-
-    def started(self, total: int, done: int) -> None:
-        self.total, self.done = total, done
-        from assay.cli.app import err
-
-        err.print(f"experiment: {total} trials planned, {done} already done", highlight=False)
-
-    def trial_done(self, key: Any, outcome: str) -> None:
-        from assay.cli.app import err
-
-        if self.before_first_result is not None:
-            first, self.before_first_result = self.before_first_result, None
-            first()
-        if not outcome.startswith("re-verified") and "retry" not in outcome:
-            self.done += 1
-        err.print(f"[{self.done}/{self.total}] {key.task} {key.arm} rep {key.rep}: {outcome}",
-                  highlight=False)
-
-    def note(self, message: str) -> None:
-        from assay.cli.app import err
-
-        err.print(message, highlight=False)
-
-
 @exp_app.command("run")
 def exp_run(
     experiment: Annotated[Path, typer.Argument(metavar="EXPERIMENT.yaml")],
@@ -222,11 +188,11 @@ def exp_run(
     from assay.runner.holdout import record_shown
 
     _require_sandbox("bwrap")
+    progress = LineProgress(lambda: record_shown(out_dir, command="exp run"), out_dir=out_dir)
     old = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
         result = run_experiment(experiment, out_dir, jobs=jobs, grace_seconds=grace,
-                                progress=_LineProgress(lambda: record_shown(
-                                    out_dir, command="exp run")),
+                                progress=progress,
                                 total_cost_usd=total_cost_usd,
                                 holdout_reuse=holdout_reuse, executor=executor,
                                 ray_address=ray_address, gateway_host=gateway_host,
@@ -238,11 +204,13 @@ def exp_run(
     except InputError as exc:  # escaped: "pip install 'assay[ray]'" is not markup
         raise fail(escape(str(exc))) from None
     except KeyboardInterrupt:
+        progress.flush()
         err.print(f"interrupted; resume with: assay exp run {experiment} --out {out_dir}",
                   highlight=False)
         raise typer.Exit(EXIT_INTERRUPTED) from None
     finally:
         signal.signal(signal.SIGTERM, old)
+    progress.flush()
     write_experiment_report(out_dir)
     counts = ", ".join(f"{k}: {v}" for k, v in sorted(result.counts.items()))
     spent = f"spent ${result.spent_usd:.4f}" + ("" if result.spent_complete else " (lower bound)")

@@ -54,3 +54,28 @@ def grade(
     except GradingError as exc:
         raise fail(str(exc)) from None
     out.print(", ".join(f"{k}: {v}" for k, v in summary.items()), highlight=False)
+    if summary.get("revision"):
+        _refresh_reports(run_dirs)
+
+
+def _refresh_reports(run_dirs: list[Path]) -> None:
+    """Rebuild the report of every graded run that has one, so report.json, report.md and
+    report.html count the new round at once (a report is derived data; the grades are not)."""
+    from assay import api
+    from assay.errors import AssayError
+    from assay.records.report import REPORT_JSON
+
+    for run_dir in dict.fromkeys(run_dirs):
+        if not (run_dir / REPORT_JSON).is_file():
+            continue
+        try:
+            rep = api.rebuild_report(run_dir)
+        except AssayError as exc:
+            out.print(f"{run_dir}: report not rebuilt ({exc}); run: assay report {run_dir}",
+                      highlight=False)
+            continue
+        rub = rep.get("rubric") or {}
+        if rub:
+            out.print(f"{run_dir}: report rebuilt; rubric grades as of round {rub.get('round')}, "
+                      f"{rub.get('ungraded')} of {rub.get('answers')} answers ungraded",
+                      highlight=False)

@@ -220,6 +220,10 @@ def report(
     run_dir: Annotated[Path, typer.Argument(metavar="RUN_DIR")],
     grade_revision: Annotated[str | None, typer.Option(
         help="Coding runs: the grade revision to report (default: the newest).")] = None,
+    rubric_round: Annotated[str | None, typer.Option(
+        "--rubric-round", metavar="ROUND", help="Coding runs: report the human rubric grades "
+        "as of this grading round (a name under RUN_DIR/grades/rubric/; default: the latest).")]
+    = None,
     junit: Annotated[Path | None, typer.Option("--junit", metavar="FILE", help="Also write "
                                                "JUnit XML: a test case per case or task.")]
     = None,
@@ -232,7 +236,8 @@ def report(
 ) -> None:
     """Rebuild report.json, report.md and report.html from a run directory's rows alone."""
     try:
-        rep = api.rebuild_report(run_dir, grade_revision=grade_revision)
+        rep = api.rebuild_report(run_dir, grade_revision=grade_revision,
+                                 rubric_round=rubric_round)
     except InputError as exc:
         raise fail(str(exc)) from None
     _print_report(rep)
@@ -246,6 +251,9 @@ def compare(
     seed: Annotated[int, typer.Option(help="Bootstrap seed.")] = 0,
     json_out: Annotated[Path | None, typer.Option("--json", help="Also write the comparison "
                                                   "as JSON here.")] = None,
+    rubric_round: Annotated[str | None, typer.Option(
+        "--rubric-round", metavar="ROUND", help="Coding runs: compare the human rubric grades "
+        "as of this grading round (default: each run's latest).")] = None,
 ) -> None:
     """Paired comparison of two runs of the same suite (B − A)."""
     from rich.markdown import Markdown
@@ -255,7 +263,7 @@ def compare(
     from assay.report.compare_narrow import compare_markdown
 
     try:
-        result = api.compare(run_a, run_b, seed=seed)
+        result = api.compare(run_a, run_b, seed=seed, rubric_round=rubric_round)
     except InputError as exc:
         raise fail(str(exc)) from None
     text = compare_coding_markdown(result) if _is_coding(result) else compare_markdown(result)

@@ -7,7 +7,8 @@ never silently replaced. The work is split by concern so each rule has one home:
 - ``rubric_pool``: which answers there are and how they are blinded (opaque ids, redaction,
   a shuffle with a recorded seed);
 - ``rubric_revisions``: grades on disk, append-only revisions that never overwrite
-  (``RUN_DIR/grades/rubric/``), and :func:`latest_grades`, which the report unblinds with;
+  (``RUN_DIR/grades/rubric/``, one file per grading round), and :func:`grades_as_of`, which
+  the report unblinds with (the latest round by default);
 - ``rubric_session``: the rules of one interactive sitting, behind a screen and an ``ask``
   seam (the terminal drawing lives in the CLI, ``assay.cli.rubric_ui``);
 - ``rubric_csv``: the blind CSV round trip for graders who prefer a spreadsheet.
@@ -25,7 +26,15 @@ from assay.grading.rubric_pool import (
     collect_answers,
     shuffle_answers,
 )
-from assay.grading.rubric_revisions import GRADES_DIR, REVISION_SCHEMA, SCORES, latest_grades
+from assay.grading.rubric_revisions import (
+    GRADES_DIR,
+    PASS_SCORE,
+    REVISION_SCHEMA,
+    SCORES,
+    grades_as_of,
+    latest_grades,
+    rubric_rounds,
+)
 from assay.grading.rubric_session import GraderScreen, ShownAnswer, grade_session
 
 __all__ = [
@@ -33,6 +42,7 @@ __all__ = [
     "EXPORTS_DIR",
     "EXPORT_SCHEMA",
     "GRADES_DIR",
+    "PASS_SCORE",
     "REDACTED",
     "REVISION_SCHEMA",
     "SAMPLES",
@@ -45,7 +55,9 @@ __all__ = [
     "collect_answers",
     "export_csv",
     "grade_session",
+    "grades_as_of",
     "import_csv",
     "latest_grades",
+    "rubric_rounds",
     "shuffle_answers",
 ]

@@ -8,9 +8,11 @@ named so that two never collide, in the run the answer came from::
     RUN_DIR/grades/rubric/<UTC-stamp>-<grader>.jsonl      one row per grade, append-only
     RUN_DIR/grades/rubric/<UTC-stamp>-<grader>.meta.json  who, when, seed, source (written once)
 
-Reading picks the newest grade of each answer (:func:`latest_grades`); nothing here knows how an
-answer was shown, which keeps the blinding (``rubric_pool``) and the CSV round trip
-(``rubric_csv``) free to change without touching what a grade on disk means.
+A revision is a *grading round*. Reading picks the newest grade of each answer
+(:func:`latest_grades`), or the grades as they stood after an older round (:func:`grades_as_of`,
+what ``--rubric-round`` selects). Nothing here knows how an answer was shown, which keeps the
+blinding (``rubric_pool``) and the CSV round trip (``rubric_csv``) free to change without
+touching what a grade on disk means.
 """
 
 from __future__ import annotations
@@ -107,19 +109,69 @@ def grade_row(*, task_id: str, sample: int, answer_id: str, score: int, note: st
             "answer_sha256": answer_sha256, **extra}
 
 
+#: the lowest 0-3 score that counts as a pass where one is needed (JUnit, per-task counts):
+#: 2 is "acceptable with minor issues" on the 0-3 scale a grader is shown
+PASS_SCORE = 2
+
+
+def rubric_rounds(run_dir: Path) -> list[dict[str, Any]]:
+    """Every grading round (revision) of the run, oldest first: name, grader, source
+    (``interactive`` or ``csv``), when it started and how many rows it holds. Names start with
+    a UTC stamp, so name order is the order the rounds were made."""
+    directory = Path(run_dir) / GRADES_DIR
+    if not directory.is_dir():
+        return []
+    out = []
+    for path in sorted(directory.glob("*.jsonl")):
+        if path.name.endswith(TORN_SUFFIX):  # a cut-off row kept aside, not a round
+            continue
+        name = path.name[: -len(".jsonl")]
+        meta: dict[str, Any] = {}
+        meta_path = directory / f"{name}.meta.json"
+        if meta_path.is_file():
+            try:
+                loaded = json.loads(meta_path.read_text(encoding="utf-8"))
+                meta = loaded if isinstance(loaded, dict) else {}
+            except (OSError, ValueError):
+                meta = {}
+        out.append({"name": name, "grader": meta.get("grader"), "source": meta.get("source"),
+                    "started_at": meta.get("started_at") or meta.get("imported_at"),
+                    "rows": len(scan_jsonl(path).rows)})
+    return out
+
+
+def grades_as_of(run_dir: Path, round_name: str | None = None
+                 ) -> tuple[str | None, dict[tuple[str, int], dict[str, Any]]]:
+    """The grades as they stood after round ``round_name`` (default: the latest round): for
+    each answer, its newest grade in that round or an earlier one, so a later round that
+    graded only some answers leaves the others' grades standing. Returns the round the figures
+    are as of (null when there is none) and (task id, sample) -> grade row. A round the run
+    does not have is an error naming the ones it has."""
+    rounds = [r["name"] for r in rubric_rounds(run_dir)]
+    if round_name is None:
+        cutoff = rounds[-1] if rounds else None
+    elif round_name in rounds:
+        cutoff = round_name
+    else:
+        have = ", ".join(rounds[-10:]) or "none (nothing graded yet)"
+        raise GradingError(f"{Path(run_dir) / GRADES_DIR}: no grading round {round_name!r}; "
+                           f"the run has: {have}")
+    if cutoff is None:
+        return None, {}
+    return cutoff, _newest(Path(run_dir) / GRADES_DIR, [r for r in rounds if r <= cutoff])
+
+
 def latest_grades(run_dir: Path) -> dict[tuple[str, int], dict[str, Any]]:
     """(task id, sample) -> the newest grade row of that answer across all revisions of the run
     (newest by ``graded_at``, then by revision name, then by position in the file). Older
     revisions stay on disk untouched; rows without a valid 0-3 score are ignored."""
-    directory = Path(run_dir) / GRADES_DIR
-    if not directory.is_dir():
-        return {}
+    return grades_as_of(run_dir)[1]
+
+
+def _newest(directory: Path, names: list[str]) -> dict[tuple[str, int], dict[str, Any]]:
     best: dict[tuple[str, int], tuple[tuple[str, str, int], dict[str, Any]]] = {}
-    for path in sorted(directory.glob("*.jsonl")):
-        if path.name.endswith(TORN_SUFFIX):  # a cut-off row kept aside, not a revision
-            continue
-        revision = path.name[: -len(".jsonl")]
-        for index, row in enumerate(scan_jsonl(path).rows):
+    for revision in names:
+        for index, row in enumerate(scan_jsonl(directory / f"{revision}.jsonl").rows):
             score = row.get("score")
             if type(score) is not int or score not in SCORES:
                 continue
@@ -130,5 +182,5 @@ def latest_grades(run_dir: Path) -> dict[tuple[str, int], dict[str, Any]]:
             order = (str(row.get("graded_at") or ""), str(row.get("revision") or revision),
                      index)
             if key not in best or order >= best[key][0]:
-                best[key] = (order, row)
+                best[key] = (order, {**row, "revision": revision})  # the round it is in
     return {key: row for key, (_, row) in best.items()}

@@ -307,10 +307,56 @@ class TaskFigures(ReportPart):
     """Samples with no answer from the endpoint, or whose grader failed."""
     rubric_answers: int
     """Answers kept for human rubric grading."""
+    rubric_graded: int = 0
+    """Of those, answers with a human grade in the grading round reported."""
+    rubric_passes: int = 0
+    """Graded answers scoring at least ``rubric.pass_score``."""
+    rubric_mean_score: float | None = None
+    """Mean 0-3 grade of the task's graded answers; null when none is graded."""
+
+
+class RubricAnswer(ReportPart):
+    """One rubric answer and the grade that stands for it (unblinded)."""
+
+    id: str
+    """The task id."""
+    sample: int
+    """The sample number."""
+    score: int | None
+    """The 0-3 grade; null while the answer is ungraded."""
+    passed: bool | None
+    """``score >= pass_score``; null while ungraded."""
+    round: str | None
+    """The grading round the grade was given in; null while ungraded."""
+    grader: str | None
+    """Who gave it."""
+    graded_at: str | None
+    """UTC time of the grade."""
+    note: str | None
+    """The grader's note."""
+
+
+class RubricRound(ReportPart):
+    """A grading round on disk (``RUN_DIR/grades/rubric/<name>.jsonl``); rounds are kept
+    forever, the report only chooses which counts."""
+
+    name: str
+    """``<UTC-stamp>-<grader>``: the name ``--rubric-round`` takes."""
+    grader: str | None
+    """Who graded in it."""
+    source: str | None
+    """``interactive`` (``assay grade``) or ``csv`` (``assay grade --import``)."""
+    started_at: str | None
+    """UTC time the round began (a sitting's start, an import's time)."""
+    grades: int
+    """Grade rows the round holds."""
+    counted: int
+    """Of those, grades standing in this report."""
 
 
 class RubricSummary(ReportPart):
-    """Unblinded figures of the human rubric grades (the newest grade of each answer)."""
+    """Unblinded figures of the human rubric grades: the newest grade of each answer as of
+    the grading round reported (the latest, unless ``--rubric-round`` chose an older one)."""
 
     answers: int
     """Rubric answers in the run."""
@@ -322,6 +368,18 @@ class RubricSummary(ReportPart):
     """Mean of the grades; null when nothing is graded (no mean of nothing)."""
     scale: str
     """The grade scale, ``0-3``."""
+    pass_score: int = 2
+    """The lowest score that counts as a pass (JUnit, per-task passes)."""
+    passed: int = 0
+    """Graded answers scoring at least ``pass_score``."""
+    round: str | None = None
+    """The grading round the figures are as of; null when nothing is graded yet."""
+    round_chosen: bool = False
+    """True when ``--rubric-round`` chose the round; false for the latest (the default)."""
+    rounds: list[RubricRound] = Field(default_factory=list)
+    """Every grading round of the run, oldest first, newer ones included."""
+    grades: list[RubricAnswer] = Field(default_factory=list)
+    """Every rubric answer with its standing grade, by task and sample."""
 
 
 class CodingReport(ReportRecord):
@@ -481,6 +539,47 @@ class CodingSide(ReportPart):
     """The model as requested."""
     grade_revision: str | None
     """The grade revision its figures come from; null when nothing is graded."""
+    rubric_round: str | None = None
+    """The human grading round its rubric grades are as of; null when none is graded."""
+    rubric_answers: int = 0
+    """Rubric answers in the run."""
+    rubric_ungraded: int = 0
+    """Of those, answers still ungraded as of that round."""
+
+
+class RubricTaskDelta(ReportPart):
+    """One rubric task compared: graded answers and mean 0-3 grade in each run."""
+
+    id: str
+    """The task id."""
+    a: str
+    """``graded/answers`` in run A."""
+    b: str
+    """``graded/answers`` in run B."""
+    a_mean_score: float
+    """Mean grade of A's graded answers."""
+    b_mean_score: float
+    """Mean grade of B's graded answers."""
+    delta: float
+    """B's mean grade minus A's."""
+
+
+class RubricComparison(ReportPart):
+    """The human rubric grades of both runs, paired by task (tasks graded in both)."""
+
+    tasks: int
+    """Rubric tasks with at least one graded answer in both runs: the figures are over these."""
+    mean_score_a: float
+    """Mean over those tasks of A's per-task mean grade (0-3)."""
+    mean_score_b: float
+    """The same for B."""
+    mean_score_diff_b_minus_a: float
+    """Paired difference of the means."""
+    diff_ci95: Interval95
+    """95% paired interval of the difference of mean grades, clustered by task (the moderated t
+    on the 0-3 scale, clipped to ±3); never zero width."""
+    per_task: list[RubricTaskDelta]
+    """Every compared rubric task, in A's task order."""
 
 
 class TaskDelta(ReportPart):
@@ -508,15 +607,16 @@ class CodingComparison(ReportRecord):
     run_b: CodingSide
     """Run B."""
     tasks: int
-    """Auto-graded tasks with graded answers in both runs: all figures are over these."""
-    pass_at_1_a: float
-    """Mean pass rate of A over those tasks."""
-    pass_at_1_b: float
-    """Mean pass rate of B over those tasks."""
-    pass_at_1_diff_b_minus_a: float
-    """Paired difference of the mean pass rates."""
-    diff_ci95: Interval95
-    """95% paired interval of the difference, clustered by task; never zero width."""
+    """Auto-graded tasks with graded answers in both runs: the pass@1 figures are over these."""
+    pass_at_1_a: float | None
+    """Mean pass rate of A over those tasks; null when there are none (rubric tasks only)."""
+    pass_at_1_b: float | None
+    """Mean pass rate of B over those tasks; null when there are none."""
+    pass_at_1_diff_b_minus_a: float | None
+    """Paired difference of the mean pass rates; null when there are no such tasks."""
+    diff_ci95: Interval95 | None
+    """95% paired interval of the difference, clustered by task; never zero width; null when
+    there are no such tasks."""
     interval: IntervalInfo
     """How the interval was computed."""
     newly_failing: list[str]
@@ -526,7 +626,10 @@ class CodingComparison(ReportRecord):
     per_task: list[TaskDelta]
     """Every compared task, in A's task order."""
     warnings: list[str]
-    """What makes the comparison weaker (different parameters, no sandbox)."""
+    """What makes the comparison weaker (different parameters, no sandbox, ungraded
+    rubric answers)."""
+    rubric: RubricComparison | None = None
+    """The human rubric grades compared; null when no rubric task is graded in both runs."""
 
 
 # --------------------------------------------------------------------------- reading back

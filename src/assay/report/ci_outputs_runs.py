@@ -4,9 +4,12 @@ the ``--fail-under`` gate with its exit code.
 JUnit: a narrow run has one test case per case (it fails when any repeat was answered wrongly
 or invalidly, with the expected label, the answers and the reasons; it is skipped when no
 repeat got an answer, endpoint trouble being no verdict); a coding run has one per task (it
-fails when any sample failed, with the failure reasons; skipped when nothing was graded, e.g. a
-rubric task waiting for its human grade). Case ids, labels and reasons are run data: the XML is
-built with ``xml.etree`` after characters XML 1.0 cannot carry are replaced.
+fails when any sample failed, with the failure reasons; skipped when nothing was graded). A
+rubric task is judged by its human grades as of the grading round the report used: it fails
+when a graded answer scored below 2 on the 0-3 scale, passes when every answer is graded 2 or
+more, and is skipped while answers are ungraded (the message counts them, and says the round).
+Case ids, labels and reasons are run data: the XML is built with ``xml.etree`` after characters
+XML 1.0 cannot carry are replaced.
 
 The gate compares one figure with a threshold: narrow accuracy, coding pass@1; with
 ``use_ci`` the lower bound of its 95% interval, so a small or noisy run cannot pass by luck.
@@ -102,10 +105,16 @@ def coding_junit(report: dict[str, Any]) -> str:
     suites = ET.Element("testsuites", name=xml_text(f"assay {name}"))
     suite = ET.SubElement(suites, "testsuite", name=xml_text(name))
     tests = failures = skipped = 0
+    rubric = report.get("rubric") or {}
     for task in report.get("tasks") or []:
         tests += 1
         case = ET.SubElement(suite, "testcase", classname=xml_text(task.get("type") or name),
                              name=xml_text(task["id"]))
+        if task.get("type") == "rubric" and task.get("rubric_answers"):
+            outcome = _rubric_case(case, task, rubric)
+            failures += outcome == "failure"
+            skipped += outcome == "skipped"
+            continue
         graded, passes = int(task.get("samples") or 0), int(task.get("passes") or 0)
         if graded and passes < graded:
             failures += 1
@@ -119,6 +128,32 @@ def coding_junit(report: dict[str, Any]) -> str:
                    f"no graded sample ({task.get('infra_errors') or 0} infra errors)")
             ET.SubElement(case, "skipped", message=xml_text(why))
     return _finish(suites, suite, tests, failures, skipped)
+
+
+def _rubric_case(case: ET.Element, task: dict[str, Any], rubric: dict[str, Any]) -> str:
+    """A rubric task's test case from its human grades: ``failure``, ``skipped`` or ``pass``."""
+    bar = int(rubric.get("pass_score", 2))
+    where = f"grading round {rubric.get('round') or 'none'}"
+    n, graded = int(task["rubric_answers"]), int(task.get("rubric_graded") or 0)
+    mine = [g for g in rubric.get("grades") or []
+            if g.get("id") == task["id"] and g.get("score") is not None]
+    low = [g for g in mine if g["score"] < bar]
+    if low:
+        scores = ", ".join(f"#{g['sample']}: {g['score']}" for g in low)
+        el = ET.SubElement(case, "failure", type="rubric_score", message=xml_text(
+            f"{len(low)} of {graded} graded answers scored below {bar} of 0-3 ({scores}; "
+            f"{where}; {n - graded} ungraded)"))
+        el.text = xml_text("\n".join(f"#{g['sample']}: {g['score']} by {g.get('grader')}: "
+                                      f"{g.get('note') or ''}" for g in low))
+        return "failure"
+    if graded < n:
+        ET.SubElement(case, "skipped", message=xml_text(
+            f"waiting for a human rubric grade: {n - graded} of {n} answers ungraded "
+            f"({where})"))
+        return "skipped"
+    ET.SubElement(case, "system-out").text = xml_text(
+        f"{graded} of {n} answers graded {bar} or more of 0-3 ({where})")
+    return "pass"
 
 
 def run_junit(run_dir: Path, report: dict[str, Any]) -> str:
@@ -161,6 +196,12 @@ def run_step_summary(report: dict[str, Any], gate_result: Gate | None = None) ->
         ci = p1.get("ci95")
         rows = [("pass@1", pct(p1.get("mean")), NA if not ci else f"[{pct(ci[0])}, {pct(ci[1])}]",
                  f"{p1.get('tasks', NA)} tasks")]
+        rub = report.get("rubric") or {}
+        if rub.get("answers"):
+            mean = rub.get("mean_score")
+            rows.append(("rubric mean (0-3)", NA if mean is None else f"{mean:.2f}", NA,
+                         f"{rub.get('graded', 0)} of {rub['answers']} answers graded, round "
+                         f"{rub.get('round') or 'none'}"))
         failed = [t["id"] for t in report.get("tasks") or []
                   if t.get("samples") and t.get("passes", 0) < t["samples"]]
         title = "coding"

@@ -44,7 +44,13 @@ def _interval(values: list[float], samples: list[int] | None = None) -> dict[str
 
 
 def task_table(finals: dict[tuple[str, int], dict[str, Any]],
-               task_ids: list[str]) -> list[dict[str, Any]]:
+               task_ids: list[str],
+               grades: dict[tuple[str, int], dict[str, Any]] | None = None
+               ) -> list[dict[str, Any]]:
+    """One row per task; ``grades`` are the standing human rubric grades by (task, sample)."""
+    from assay.grading.rubric import PASS_SCORE
+
+    grades = grades or {}
     by_task: dict[str, list[dict[str, Any]]] = {t: [] for t in task_ids}
     for (tid, _), row in sorted(finals.items()):
         by_task.setdefault(tid, []).append(row)
@@ -54,38 +60,67 @@ def task_table(finals: dict[tuple[str, int], dict[str, Any]],
         kind = rows[0]["type"] if rows else None
         passes = sum(1 for r in graded if r["passed"])
         failures = [f"#{r['sample']}: {r['reason']}" for r in graded if not r["passed"]]
+        rubric = [r for r in rows if r.get("type") == "rubric" and not r.get("error")]
+        scores = [grades[key]["score"] for key in ((tid, int(r["sample"])) for r in rubric)
+                  if key in grades]
         table.append({
             "id": tid, "type": kind, "samples": len(graded), "passes": passes,
             "pass_rate": passes / len(graded) if graded else None,
             "mixed": 0 < passes < len(graded),
             "failures": failures,
             "infra_errors": sum(1 for r in rows if r.get("error")),
-            "rubric_answers": sum(1 for r in rows if r.get("type") == "rubric"
-                                  and not r.get("error")),
+            "rubric_answers": len(rubric),
+            "rubric_graded": len(scores),
+            "rubric_passes": sum(1 for s in scores if s >= PASS_SCORE),
+            "rubric_mean_score": sum(scores) / len(scores) if scores else None,
         })
     return table
 
 
-def rubric_summary(run_dir: Path, finals: dict[tuple[str, int], dict[str, Any]]) -> dict[str, Any]:
-    """Unblinded rubric figures from the newest grade of every answer (older ones are kept)."""
-    from assay.grading.rubric import latest_grades
+def rubric_summary(run_dir: Path, finals: dict[tuple[str, int], dict[str, Any]],
+                   round_name: str | None = None) -> dict[str, Any]:
+    """Unblinded rubric figures from the newest grade of every answer as of ``round_name``
+    (default: the latest round); every round stays on disk and is listed."""
+    from assay.grading.rubric import PASS_SCORE, grades_as_of, rubric_rounds
 
-    answers = [r for r in finals.values() if r.get("type") == "rubric" and not r.get("error")]
-    grades = latest_grades(run_dir)
-    scores = [grades[(r["id"], int(r["sample"]))]["score"] for r in answers
-              if (r["id"], int(r["sample"])) in grades]
-    return {"answers": len(answers), "graded": len(scores),
-            "ungraded": len(answers) - len(scores),
-            "mean_score": sum(scores) / len(scores) if scores else None, "scale": "0-3"}
+    answers = sorted((r for r in finals.values()
+                      if r.get("type") == "rubric" and not r.get("error")),
+                     key=lambda r: (str(r["id"]), int(r["sample"])))
+    used, standing = grades_as_of(run_dir, round_name)
+    rows = []
+    for r in answers:
+        g = standing.get((str(r["id"]), int(r["sample"])))
+        score = None if g is None else int(g["score"])
+        rows.append({"id": str(r["id"]), "sample": int(r["sample"]), "score": score,
+                     "passed": None if score is None else score >= PASS_SCORE,
+                     "round": None if g is None else g.get("revision"),
+                     "grader": None if g is None else g.get("grader"),
+                     "graded_at": None if g is None else g.get("graded_at"),
+                     "note": None if g is None else (g.get("note") or None)})
+    scores = [a["score"] for a in rows if a["score"] is not None]
+    counted = Counter(a["round"] for a in rows if a["round"] is not None)
+    rounds = [{"name": x["name"], "grader": x["grader"], "source": x["source"],
+               "started_at": x["started_at"], "grades": x["rows"],
+               "counted": counted.get(x["name"], 0)} for x in rubric_rounds(run_dir)]
+    return {"answers": len(rows), "graded": len(scores), "ungraded": len(rows) - len(scores),
+            "mean_score": sum(scores) / len(scores) if scores else None, "scale": "0-3",
+            "pass_score": PASS_SCORE, "passed": sum(1 for s in scores if s >= PASS_SCORE),
+            "round": used, "round_chosen": round_name is not None, "rounds": rounds,
+            "grades": rows}
 
 
-def build_coding_report(run_dir: Path, revision: str | None = None) -> dict[str, Any]:
-    """Figures from the answers and one grade revision: the newest unless ``revision``;
+def build_coding_report(run_dir: Path, revision: str | None = None,
+                        rubric_round: str | None = None) -> dict[str, Any]:
+    """Figures from the answers, one grade revision (the newest unless ``revision``) and the
+    human rubric grades as of one grading round (the latest unless ``rubric_round``);
     checked against :class:`CodingReport`."""
+    from assay.grading.rubric import grades_as_of
+
     manifest = read_run_manifest(run_dir, CodingManifest)
     grade_revision, finals = graded_samples(run_dir, manifest, revision)
     samples = manifest["parameters"]["samples"]
-    tasks = task_table(finals, manifest["suite"]["task_ids"])
+    _, grades = grades_as_of(run_dir, rubric_round)
+    tasks = task_table(finals, manifest["suite"]["task_ids"], grades)
     auto = [t for t in tasks if t["type"] in ("unit", "diff") and t["samples"]]
     n_min = min((t["samples"] for t in auto), default=0)
     pass_at: dict[str, Any] = {}
@@ -117,7 +152,7 @@ def build_coding_report(run_dir: Path, revision: str | None = None) -> dict[str,
         "grade_revision": grade_revision,
         "ungraded": sum(1 for r in finals.values() if r.get("reason") == "ungraded"),
         "tasks": tasks,
-        "rubric": rubric_summary(run_dir, finals),
+        "rubric": rubric_summary(run_dir, finals, rubric_round),
         "served_models": dict(Counter(r.get("served_model") or "(not reported)"
                                       for r in finals.values() if not r.get("error"))),
         "warnings": manifest.get("warnings", []),

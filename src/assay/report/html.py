@@ -19,6 +19,7 @@ from typing import Any, Literal
 
 from jinja2 import Environment, StrictUndefined, Template
 
+from assay.report.coding_markdown import rubric_round_words
 from assay.report.html_cases import failures_view, latency_plot, wrong_view
 from assay.report.narrow import INVALID_COLUMN
 from assay.report.render_narrow import (
@@ -264,6 +265,15 @@ def _squares(passes: int, fails: int, infra: int) -> dict[str, Any]:
             "h": max(0, lines * (size + gap) - gap)}
 
 
+def _rubric_outcome(t: dict[str, Any]) -> str:
+    """A rubric task's cell: graded answers that pass, or how many wait for a grade."""
+    n, graded = t["rubric_answers"], t.get("rubric_graded", 0)
+    if not graded:
+        return f"{n} answer{'' if n == 1 else 's'} for grading"
+    return (f"{t.get('rubric_passes', 0)} of {graded} graded pass"
+            + (f", {n - graded} ungraded" if n > graded else ""))
+
+
 def _coding_view(rep: dict[str, Any]) -> dict[str, Any]:
     n_all = rep["pass_all_k"]
     at_least = [_figure("pass@1", rep["pass_at_1"], "mean pass rate over samples")]
@@ -283,9 +293,7 @@ def _coding_view(rep: dict[str, Any]) -> dict[str, Any]:
         tasks.append({
             "id": t["id"], "type": t["type"] or NA, "rubric": rubric,
             "mixed": t["id"] in mixed or bool(t.get("mixed")),
-            "outcome": (f"{t['rubric_answers']} answer{'' if t['rubric_answers'] == 1 else 's'}"
-                        " for grading" if rubric
-                        else f"{t['passes']} of {t['samples']}"),
+            "outcome": (_rubric_outcome(t) if rubric else f"{t['passes']} of {t['samples']}"),
             "squares": None if rubric else _squares(t["passes"], fails, t["infra_errors"]),
             "failures": list(t["failures"]), "infra_errors": t["infra_errors"],
             "state": ("rubric" if rubric else "none" if not t["samples"] else
@@ -298,6 +306,8 @@ def _coding_view(rep: dict[str, Any]) -> dict[str, Any]:
     if rub["answers"]:
         rubric = {"answers": rub["answers"], "graded": rub["graded"],
                   "ungraded": rub["ungraded"], "scale": rub.get("scale", "0-3"),
+                  "pass_score": rub.get("pass_score", 2), "passed": rub.get("passed", 0),
+                  "round_words": rubric_round_words(rub), "grades": rub.get("grades") or [],
                   "mean": NA if mean is None else f"{mean:.2f}",
                   "bar": None if mean is None else _interval_bar(mean / 3)}
     counts = {s: sum(1 for t in tasks if t["state"] == s) for s in ("pass", "mixed", "fail")}

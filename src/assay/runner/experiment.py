@@ -91,6 +91,10 @@ START_FAILURES_TO_STOP = 3
 
 
 class ExperimentProgress(Protocol):
+    """What a display is told. A display may also have ``watch_spend(read, cap, unpriced)``:
+    it is then handed, before ``started``, a function returning (USD spent by the whole run,
+    whether every cost was known), the run's cap and the arms' models with no price."""
+
     def started(self, total: int, done: int) -> None: ...
     def trial_done(self, key: TrialKey, outcome: str) -> None: ...
     def note(self, message: str) -> None: ...
@@ -420,6 +424,12 @@ class ExperimentRunner:
                     self._reverify(state, a)
                 counts = state.counts()
                 done = counts.trials.get("done", 0) + counts.trials.get("infra_error", 0)
+                watch = getattr(self.progress, "watch_spend", None)  # optional for a display
+                if watch is not None:
+                    watch(lambda: (prior + gateway.spent(),
+                                   prior_complete and gateway.spent_complete()),
+                          cap, sorted({a.model for a in self.access.values()
+                                       if a.model and a.model not in spec.prices}))
                 self.progress.started(len(self.plan), done)
                 self._schedule(state)
                 spent = prior + gateway.spent()
