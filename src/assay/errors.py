@@ -33,6 +33,10 @@ EXIT_BAD_INPUT = 2
 EXIT_INFRA = 3
 #: A CI gate (``--fail-under``, ``exp verdict`` reject) was not met: the run itself is fine.
 EXIT_BELOW_BAR = 1
+#: ``assay history --fail-on-drift``: the newest run of a series drifted from the run before it
+#: (the paired interval excludes zero by more than ``--drift-threshold``) or the served model
+#: changed under the same requested name. The runs themselves are fine.
+EXIT_DRIFT = 4
 EXIT_INTERRUPTED = 130
 
 
