@@ -132,11 +132,35 @@ class _LineProgress:
         err.print(message, highlight=False)
 
 
+def _exp_out_dir(experiment: Path, out_dir: Path | None, out_root: Path | None) -> Path:
+    """``--out`` as given, or a new directory claimed under ``--out-root``
+    (``records/run_dirs.py``): ``<experiment>-<arm models>-<UTC time>``."""
+    if (out_dir is None) == (out_root is None):
+        raise fail("give --out DIR (a run directory; the same one resumes) or --out-root DIR "
+                   "(a new run directory under it), not both")
+    if out_dir is not None:
+        return out_dir
+    from assay.errors import InputError
+    from assay.records.run_dirs import claim_run_dir
+    from assay.suites.experiment import load_experiment
+
+    try:
+        spec = load_experiment(experiment).spec
+        models = sorted({a.model.name for a in spec.arms.values() if a.model is not None})
+        return claim_run_dir(out_root, spec.name, "+".join(models) or "no-model")
+    except InputError as exc:
+        raise fail(str(exc)) from None
+
+
 @exp_app.command("run")
 def exp_run(
     experiment: Annotated[Path, typer.Argument(metavar="EXPERIMENT.yaml")],
-    out_dir: Annotated[Path, typer.Option("--out", help="The run directory; the same command "
-                                          "resumes it.")],
+    out_dir: Annotated[Path | None, typer.Option("--out", help="The run directory; the same "
+                                                 "command resumes it.")] = None,
+    out_root: Annotated[Path | None, typer.Option(
+        "--out-root", metavar="DIR", help="Instead of --out: a new run directory under DIR named "
+        "by experiment, models and UTC time (never an existing one), for cron and CI.")]
+    = None,
     jobs: Annotated[int | None, typer.Option("-j", "--jobs", min=1,
                                              help="Trials at once (overrides concurrency).")]
     = None,
@@ -184,6 +208,7 @@ def exp_run(
     from assay.runner.experiment import run_experiment
     from assay.runner.holdout import record_shown
 
+    out_dir = _exp_out_dir(experiment, out_dir, out_root)
     _require_sandbox("bwrap")
     old = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:

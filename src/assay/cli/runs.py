@@ -73,6 +73,10 @@ def run(
     = CODING_DEFAULTS["pids"],
     out_dir: Annotated[Path | None, typer.Option("--out", help="Run directory; reuse it to "
                                                  "resume.")] = None,
+    out_root: Annotated[Path | None, typer.Option(
+        "--out-root", metavar="DIR", help="Make a new run directory under DIR named by suite, "
+        "model and UTC time (never an existing one): for cron and CI; `assay history DIR` "
+        "finds them.")] = None,
     junit: Annotated[Path | None, typer.Option("--junit", metavar="FILE", help="Also write "
                                                "JUnit XML: a test case per case or task.")]
     = None,
@@ -99,11 +103,18 @@ def run(
     model_name, url, key, key_source = _resolve_endpoint(model, base_url, api_key_env)
     if kind == "coding":
         _require_sandbox(sandbox)
+    claimed = None
     try:
-        plan = api.prepare(suite, model_name, out=out_dir, base_url=url,
+        if out_root is not None:
+            claimed = _claim(out_root, out_dir, suite.name, model_name)
+        plan = api.prepare(suite, model_name, out=claimed or out_dir, base_url=url,
                            api_key=None if url is None else key, api_key_env=key_source,
                            **options)
     except InputError as exc:
+        if claimed is not None:
+            from assay.records.run_dirs import release_unused
+
+            release_unused(claimed)
         raise fail(str(exc)) from None
     for note in plan.notes:
         err.print(note, highlight=False)
@@ -120,6 +131,16 @@ def run(
                   f"assay run {suite_path} --out {run_dir}", highlight=False)
         raise typer.Exit(EXIT_INFRA)
     _gate_exit(checked)
+
+
+def _claim(out_root: Path, out_dir: Path | None, suite: str, model: str) -> Path:
+    """A new run directory under ``--out-root`` (``records/run_dirs.py``)."""
+    from assay.records.run_dirs import claim_run_dir
+
+    if out_dir is not None:
+        raise InputError("--out and --out-root: give one (--out resumes a run, --out-root "
+                         "always starts a new one)")
+    return claim_run_dir(out_root, suite, model)
 
 
 def _ci_outputs(run_dir: Path, rep: dict[str, Any], junit: Path | None,

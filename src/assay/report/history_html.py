@@ -61,7 +61,7 @@ def plot(group: dict[str, Any]) -> dict[str, Any]:
             if r.get("changed"):
                 markers.append({"x": x(i) - slot / 2, "title": "changed: "
                                 + ", ".join(r["changed"])})
-            if r.get("served_change"):
+            if r.get("served_change") and not r["served_change"].get("new_series"):
                 sc = r["served_change"]
                 what = "; ".join(f"{k}: {', '.join(d['before'])} → {', '.join(d['after'])}"
                                  for k, d in sc.items() if isinstance(d, dict))

@@ -10,7 +10,10 @@ and ``exp compare`` make (``compare_runs``, ``compare_coding_runs``, ``build_com
 the cases or tasks both answered. A pair is flagged when the 95% interval of the difference
 excludes zero by more than the threshold the user set beforehand: ``lo > t`` or ``hi < -t``.
 A changed served model id or system fingerprint under the same requested name is reported on
-its own, whatever the scores did: the same name no longer names the same model.
+its own, whatever the scores did: the same name no longer names the same model. (Where such a
+change coincides with a new series it is shown on the row, marked ``new_series``, but not
+counted: a new series is a new baseline, and its reason is already said. A built-in model's
+fingerprint is derived from the suite's files, so it changes with them.)
 """
 
 from __future__ import annotations
@@ -147,6 +150,8 @@ def build_history(roots: list[Path], *, threshold: float = 0.0) -> dict[str, Any
             if prev is None or prev.get("comparable") != row.get("comparable"):
                 why = None if prev is None else _why_new_series(prev, row)
                 series.append({"index": len(series), "started_because": why, "runs": []})
+                if row["served_change"]:  # shown, but a new series is a new baseline anyway
+                    row["served_change"]["new_series"] = True
             else:
                 row["drift"] = drift(prev, row, threshold)
             series[-1]["runs"].append(row)
@@ -154,7 +159,7 @@ def build_history(roots: list[Path], *, threshold: float = 0.0) -> dict[str, Any
             if row["drift"] and row["drift"]["flagged"]:
                 drifted.append({"group": list(key), "dir": row["dir"], "delta": row["drift"]
                                 ["delta"], "ci": row["drift"]["ci"]})
-            if row["served_change"]:
+            if row["served_change"] and not row["served_change"].get("new_series"):
                 served.append({"group": list(key), "dir": row["dir"], **row["served_change"]})
             prev = row
         runs[-1]["latest"] = True
@@ -164,7 +169,8 @@ def build_history(roots: list[Path], *, threshold: float = 0.0) -> dict[str, Any
                            "runs": len(runs), "series": series})
     latest = [r for g in out_groups for s in g["series"] for r in s["runs"] if r["latest"]]
     alarm = [r["dir"] for r in latest
-             if (r["drift"] and r["drift"]["flagged"]) or r["served_change"]]
+             if (r["drift"] and r["drift"]["flagged"])
+             or (r["served_change"] and not r["served_change"].get("new_series"))]
     return {"schema": SCHEMA, "roots": [str(r) for r in roots], "drift_threshold": threshold,
             "drift_rule": "flagged when the paired 95% interval of the difference excludes "
                           "zero by more than drift_threshold (lo > t or hi < -t)",
