@@ -35,8 +35,9 @@ EXIT_INFRA = 3
 EXIT_BELOW_BAR = 1
 #: ``assay history --fail-on-drift``: the newest run of a series drifted from the run before it
 #: (the paired interval excludes zero by more than ``--drift-threshold``) or the served model
-#: changed under the same requested name. The runs themselves are fine.
-EXIT_DRIFT = 4
+#: changed under the same requested name. The runs themselves are fine. (4 is taken by
+#: ``exp verdict`` inconclusive and ``task check`` unsupported.)
+EXIT_DRIFT = 5
 EXIT_INTERRUPTED = 130
 
 

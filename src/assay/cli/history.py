@@ -109,7 +109,7 @@ def history(
 ) -> None:
     """Every run (narrow, coding, experiment) under DIR..., grouped by suite and model or arm,
     in time order, with what changed and drift between consecutive comparable runs.
-    Exit 0, 2 bad input, 4 drift with --fail-on-drift."""
+    Exit 0, 2 bad input, 5 drift with --fail-on-drift."""
     from assay.report.history_series import build_history
 
     if not dirs:
