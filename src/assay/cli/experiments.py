@@ -132,7 +132,8 @@ class _LineProgress:
         err.print(message, highlight=False)
 
 
-def _exp_out_dir(experiment: Path, out_dir: Path | None, out_root: Path | None) -> Path:
+def _exp_out_dir(experiment: Path, out_dir: Path | None, out_root: Path | None,
+                 tier: str | None = None) -> Path:
     """``--out`` as given, or a new directory claimed under ``--out-root``
     (``records/run_dirs.py``): ``<experiment>-<arm models>-<UTC time>``."""
     if (out_dir is None) == (out_root is None):
@@ -145,9 +146,10 @@ def _exp_out_dir(experiment: Path, out_dir: Path | None, out_root: Path | None) 
     from assay.suites.experiment import load_experiment
 
     try:
-        spec = load_experiment(experiment).spec
+        spec = load_experiment(experiment, tier=tier).spec
         models = sorted({a.model.name for a in spec.arms.values() if a.model is not None})
-        return claim_run_dir(out_root, spec.name, "+".join(models) or "no-model")
+        name = spec.name if tier is None else f"{spec.name}-{tier}"
+        return claim_run_dir(out_root, name, "+".join(models) or "no-model")
     except InputError as exc:
         raise fail(str(exc)) from None
 
@@ -164,6 +166,9 @@ def exp_run(
     jobs: Annotated[int | None, typer.Option("-j", "--jobs", min=1,
                                              help="Trials at once (overrides concurrency).")]
     = None,
+    tier: Annotated[str | None, typer.Option(
+        "--tier", help="Run only this tier of the file's tiers: (its selection and "
+        "repetitions), e.g. smoke for a per-PR gate.")] = None,
     grace: Annotated[float, typer.Option(help="Seconds between the watchdog's SIGTERM and its "
                                          "SIGKILL at an agent's wall budget.")] = 10.0,
     total_cost_usd: Annotated[float | None, typer.Option(
@@ -208,7 +213,7 @@ def exp_run(
     from assay.runner.experiment import run_experiment
     from assay.runner.holdout import record_shown
 
-    out_dir = _exp_out_dir(experiment, out_dir, out_root)
+    out_dir = _exp_out_dir(experiment, out_dir, out_root, tier)
     _require_sandbox("bwrap")
     old = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
@@ -218,7 +223,8 @@ def exp_run(
                                 total_cost_usd=total_cost_usd,
                                 holdout_reuse=holdout_reuse, executor=executor,
                                 ray_address=ray_address, gateway_host=gateway_host,
-                                ray_transfer=ray_transfer, verify_jobs=verify_jobs)
+                                ray_transfer=ray_transfer, verify_jobs=verify_jobs,
+                                tier=tier)
         # the experiment's pairwise check, if any: never raises for the judge's trouble; an
         # interrupt stops it like the trials (the same command resumes both)
         pairwise = run_pairwise_check(out_dir, result.status, jobs=jobs or 2)

@@ -63,6 +63,8 @@ def run(
     = SHARED_DEFAULTS["max_tries"],
     split: Annotated[str | None, typer.Option(help="Narrow: a split named in suite.yaml.")]
     = None,
+    tier: Annotated[str | None, typer.Option(help="Narrow: run only this tier's cases "
+                                             "(tiers: in suite.yaml), e.g. smoke.")] = None,
     sandbox: Annotated[str, typer.Option(help="Coding: bwrap, or none (NOT ISOLATED, only "
                                          "when asked for).")] = CODING_DEFAULTS["sandbox"],
     exec_timeout: Annotated[float, typer.Option(help="Coding: seconds per execution.")]
@@ -97,9 +99,11 @@ def run(
     # One set of flags serves both kinds of suite; each takes its own and ignores the rest.
     options = {k: v for k, v in flags.items() if k in api.RUN_OPTIONS[kind]}
     try:
-        suite = api.load_suite(suite_path, split=options.get("split"))
+        suite = api.load_suite(suite_path, split=options.get("split"), tier=tier)
     except SuiteError as exc:
         raise fail(f"invalid suite:\n{exc}") from None
+    except InputError as exc:
+        raise fail(str(exc)) from None
     model_name, url, key, key_source = _resolve_endpoint(model, base_url, api_key_env)
     if kind == "coding":
         _require_sandbox(sandbox)

@@ -117,7 +117,7 @@ def narrow_rows(path: Path) -> list[dict[str, Any]]:
     usage = rep.get("usage") or {}
     return [{
         **_base(path, manifest), **_model(manifest),
-        "suite": suite["name"], "arm": None,
+        "suite": suite["name"], "tier": suite.get("tier"), "arm": None,
         "headline": {"name": "accuracy", "value": rep["accuracy"], "ci": rep["accuracy_ci95"],
                      "n": rep["n"], "interval": "wilson"},
         "invalid_rate": rep["invalid_remaining"] / rep["n"] if rep["n"] else None,
@@ -189,7 +189,7 @@ def experiment_rows(path: Path) -> list[dict[str, Any]]:
         rows.append({
             **_base(path, manifest), "started_at": manifest.get("created_at"),
             "model": info.get("model"), "served_models": [], "system_fingerprints": [],
-            "suite": manifest.get("name"), "arm": arm,
+            "suite": manifest.get("name"), "tier": settings.get("tier"), "arm": arm,
             "headline": {"name": "pass rate", "value": rate["pass_rate"], "ci": rate["ci"],
                          "n": rate["n_tasks"], "interval": "cluster t over tasks"},
             "invalid_rate": None,

@@ -30,8 +30,11 @@ SEED = 0
 
 
 def _group_key(row: dict[str, Any]) -> tuple[str, str, str]:
+    """Kind, suite (with its tier: a smoke run and a full one are two lines, not one line
+    broken at every other night) and arm or model."""
     who = row.get("arm") or row.get("model") or "?"
-    return str(row.get("kind")), str(row.get("suite")), str(who)
+    suite = str(row.get("suite")) + (f" [tier {row['tier']}]" if row.get("tier") else "")
+    return str(row.get("kind")), suite, str(who)
 
 
 def _order(row: dict[str, Any]) -> tuple[str, str]:

@@ -558,7 +558,8 @@ def run_experiment(path: Path, out: Path, *, jobs: int | None = None,
                    ray_address: str | None = None,
                    gateway_host: str | None = None,
                    ray_transfer: str | None = None,
-                   verify_jobs: int | None = None) -> ExperimentResult:
+                   verify_jobs: int | None = None,
+                   tier: str | None = None) -> ExperimentResult:
     """Run (or resume) the experiment in ``path`` into ``out``. ``total_cost_usd`` overrides
     the file's whole-run cap (to finish a run it stopped, without changing the file);
     ``holdout_reuse`` lets a new run look at a holdout past its allowance
@@ -568,7 +569,7 @@ def run_experiment(path: Path, out: Path, *, jobs: int | None = None,
     reach ``out`` (``shared_fs``, ``object_store``, ``auto``); ``verify_jobs`` how many
     local attempts verify at once (default: the usable cores, at most ``jobs``; 0: no gate,
     an attempt keeps its slot until it is graded; ``runner/slots.py``)."""
-    exp = load_experiment(Path(path))
+    exp = load_experiment(Path(path), tier=tier)  # tier: suites/tiers.py
     return ExperimentRunner(exp, Path(out), jobs=jobs, grace_seconds=grace_seconds,
                             progress=progress, total_cost_usd=total_cost_usd,
                             holdout_reuse=holdout_reuse, executor=executor,
