@@ -120,3 +120,17 @@ def test_exp_plan_tier_says_what_each_tier_can_detect(tmp_path: Path) -> None:
     assert res.code == 0 and res.stdout.startswith("tier smoke: 1 of 3 tasks × 1 repetition")
     res = run_cli(["exp", "plan", "--tier", "smoke", "--p-a", "0.5"])
     assert res.code == 2 and "--experiment" in res.stderr
+
+
+@needs_bwrap
+def test_task_check_on_a_tier_checks_only_its_bundles(tmp_path: Path) -> None:
+    """The per-PR gate's first half: the grader's self-checks on the smoke tier's bundles."""
+    exp = _experiment(tmp_path)
+    out = tmp_path / "check"
+    res = run_cli(["task", "check", "--experiment", str(exp), "--tier", "smoke", "--mutants",
+                   "--reruns", "1", "--out", str(out)])
+    assert res.code == 0, res.stderr + res.stdout
+    assert sorted(p.name for p in out.iterdir() if p.is_dir()) == ["calc-002"]
+    assert (out / "calc-002").is_dir() and any((out / "calc-002").glob("mutant-*"))
+    res = run_cli(["task", "check", "--tier", "smoke"])
+    assert res.code == 2 and "--experiment" in res.stderr
