@@ -266,3 +266,29 @@ def test_html_page_in_chromium(pile: dict[str, Any], tmp_path: Path) -> None:
     assert p["threshold"] == "0.0"
     assert "torn-run" in p["body"] and "another scorer" in p["body"]
     assert loaded.png[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+CODING_TASKS = [
+    {"id": "add", "type": "unit", "language": "python", "prompt": "Write add(a, b).",
+     "tests": "assert add(2, 3) == 5\n", "solution": "def add(a, b):\n    return a + b\n"},
+    {"id": "mul", "type": "unit", "language": "python", "prompt": "Write mul(a, b).",
+     "tests": "assert mul(2, 3) == 6\n", "solution": "def mul(a, b):\n    return a * b\n"},
+]
+
+
+def test_coding_runs_have_a_history_too(tmp_path: Path) -> None:
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text("".join(json.dumps(t) + "\n" for t in CODING_TASKS))
+    runs = tmp_path / "runs"
+    for _ in range(2):
+        res = run_cli(["run", str(tasks), "--model", "builtin/oracle", "--sandbox", "none",
+                       "--out-root", str(runs)])
+        assert res.code == 0, res.stderr
+    code, h = _history(str(runs))
+    assert code == 0 and h["unreadable"] == []
+    (g,) = h["groups"]
+    assert g["kind"] == "coding" and g["who"] == "builtin/oracle"
+    first, second = _runs(g)
+    assert first["headline"]["name"] == "pass@1" and first["headline"]["value"] == 1.0
+    assert second["drift"]["delta"] == 0.0 and not second["drift"]["flagged"]
+    assert second["drift"]["unit"] == "task" and second["drift"]["paired"] == 2

@@ -98,6 +98,14 @@ def test_experiment_tier_runs_only_its_selection(tmp_path: Path) -> None:
     assert man["identity"]["settings"]["tier"] == "smoke"
     assert man["identity"]["settings"]["repetitions"] == 1
     assert rep["arms"]["fixed"]["accepted"] == 1 and rep["arms"]["idle"]["accepted"] == 0
+    # history reads the experiment too: one row per arm, its pass rate from the trials
+    res = run_cli(["history", str(runs), "--json"])
+    h = json.loads(res.stdout)
+    arms = {g["who"]: g["series"][0]["runs"][0] for g in h["groups"]}
+    assert {g["suite"] for g in h["groups"]} == {"calc-tiers [tier smoke]"}
+    assert arms["fixed"]["headline"]["value"] == 1.0 and arms["idle"]["headline"]["value"] == 0.0
+    assert arms["fixed"]["fingerprints"]["agent_files"] != arms["idle"]["fingerprints"][
+        "agent_files"]
     res = run_cli(["exp", "run", str(exp), "--tier", "weekly", "--out-root", str(runs)])
     assert res.code == 2 and "unknown tier 'weekly' (full, smoke)" in " ".join(res.stderr.split())
 
