@@ -47,7 +47,7 @@ def _drift(row: dict[str, Any]) -> str:
 
 def _served(row: dict[str, Any]) -> str:
     served = ", ".join(row.get("served_models") or []) or "(not reported)"
-    text = f"{row.get('model')} → {served}"
+    text = f"{row.get('model') or '(no model)'} → {served}"
     if row.get("served_change"):
         text = "[bold yellow]" + escape(text) + " (CHANGED)[/]"
     else:

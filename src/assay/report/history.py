@@ -188,7 +188,8 @@ def experiment_rows(path: Path) -> list[dict[str, Any]]:
         agent = {k: info.get(k) for k in ("agent", "agent_identity", "script_sha256", "params")}
         rows.append({
             **_base(path, manifest), "started_at": manifest.get("created_at"),
-            "model": info.get("model"), "served_models": [], "system_fingerprints": [],
+            "model": info.get("model"), "served_models": arm_served_models(path, arm),
+            "system_fingerprints": [],
             "suite": manifest.get("name"), "tier": settings.get("tier"), "arm": arm,
             "headline": {"name": "pass rate", "value": rate["pass_rate"], "ci": rate["ci"],
                          "n": rate["n_tasks"], "interval": "cluster t over tasks"},
@@ -198,13 +199,29 @@ def experiment_rows(path: Path) -> list[dict[str, Any]]:
             "cost_note": None if cost.get("complete") else "lower bound or unknown",
             "tokens": None,
             "fingerprints": {"suite": _digest(settings), "prompt": None,
-                             "scorer": _digest(settings.get("bar")),
+                             "scorer": None,  # the verifier: in each task's fingerprint
                              "tasks": _digest(tasks), "agent_files": _digest(agent),
                              "image": _digest(images) if any(images.values()) else None},
             "comparable": _digest(tasks),
             "comparable_parts": {"tasks": _digest(tasks)},
         })
     return rows
+
+
+def arm_served_models(path: Path, arm: str) -> list[str]:
+    """The model ids the upstream said it served to an arm's attempts, in order of first call
+    (from each attempt's gateway ledger, ``model_calls.jsonl``)."""
+    from assay.records.io import iter_rows
+    from assay.records.ledger import ModelCall
+
+    first: dict[str, str] = {}
+    for ledger in sorted((path / "trials").glob(f"*/{arm}/*/*/{ModelCall.file}")):
+        for row in iter_rows(ledger):
+            served, when = row.get("model_served"), str(row.get("time") or "")
+            if isinstance(served, str) and served and (served not in first
+                                                        or when < first[served]):
+                first[served] = when
+    return sorted(first, key=lambda m: first[m])
 
 
 READERS = {"narrow": narrow_rows, "coding": coding_rows, "experiment": experiment_rows}

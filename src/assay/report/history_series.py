@@ -125,6 +125,9 @@ def drift(prev: dict[str, Any], cur: dict[str, Any], threshold: float) -> dict[s
     except AssayError as exc:
         return {**base, "flagged": False, "delta": None, "ci": None,
                 "error": str(exc).splitlines()[0]}
+    except (OSError, ValueError, KeyError, TypeError) as exc:  # a run torn since it was read
+        return {**base, "flagged": False, "delta": None, "ci": None,
+                "error": f"cannot be paired: {type(exc).__name__}: {exc}"}
     ci = res.get("ci")
     flagged = bool(ci) and (ci[0] > threshold or ci[1] < -threshold)
     direction = None if not flagged else ("up" if ci[0] > threshold else "down")
