@@ -108,6 +108,12 @@ def pile(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     data = json.loads((first / "manifest.json").read_text())
     data["schema"] = "assay.narrow.manifest/99"
     (newer / "manifest.json").write_text(json.dumps(data))
+    listed = runs / "list-manifest"
+    listed.mkdir()
+    (listed / "manifest.json").write_text("[1, 2, 3]")
+    linked = runs / "linked-run"
+    linked.mkdir()
+    (linked / "manifest.json").symlink_to(first / "manifest.json")
     yield {"runs": runs, "partial": partial, "tmp": tmp}
 
 
@@ -188,7 +194,10 @@ def test_unreadable_runs_are_listed_with_their_reason(pile: dict[str, Any]) -> N
     code, h = _history(str(pile["runs"]), str(pile["tmp"] / "no-such-dir"))
     assert code == 0
     reasons = {Path(r["dir"]).name: r["problem"] for r in h["unreadable"]}
-    assert set(reasons) == {"torn-run", "newer-run", "no-such-dir"}
+    assert set(reasons) == {"torn-run", "newer-run", "no-such-dir", "list-manifest",
+                            "linked-run"}
+    assert "expected a JSON object" in reasons["list-manifest"]
+    assert "symbolic link" in reasons["linked-run"]
     assert "corrupt" in reasons["torn-run"]
     assert "99" in reasons["newer-run"] and "newer" in reasons["newer-run"]
     assert reasons["no-such-dir"] == "not a directory"

@@ -77,8 +77,8 @@ def _walk(path: Path, depth: int, budget: list[int]) -> Iterator[Path]:
     budget[0] -= 1
     if budget[0] < 0:
         return
-    if (path / MANIFEST).is_file() or (path / MANIFEST).is_symlink():
-        yield path
+    if (path / MANIFEST).is_symlink() or (path / MANIFEST).is_file():
+        yield path  # a symlinked manifest is found, then refused (run_rows)
         return
     if depth >= MAX_DEPTH:
         return
@@ -198,7 +198,9 @@ def experiment_rows(path: Path) -> list[dict[str, Any]]:
             "cost_usd": cost.get("total_usd"),
             "cost_note": None if cost.get("complete") else "lower bound or unknown",
             "tokens": None,
-            "fingerprints": {"suite": _digest(settings), "prompt": None,
+            # the file's settings but the arms (each arm's own are its agent_files)
+            "fingerprints": {"suite": _digest({k: v for k, v in settings.items()
+                                               if k != "arms"}), "prompt": None,
                              "scorer": None,  # the verifier: in each task's fingerprint
                              "tasks": _digest(tasks), "agent_files": _digest(agent),
                              "image": _digest(images) if any(images.values()) else None},
@@ -234,6 +236,9 @@ def run_rows(found: Found) -> list[dict[str, Any]]:
               "suite": None, "arm": None, "model": None}
     if found.problem:
         return [broken]
+    if (path / MANIFEST).is_symlink():  # a run directory's records are files, never links out
+        broken["problem"] = f"{MANIFEST} is a symbolic link: not read"
+        return [broken]
     try:
         manifest = read_manifest(path)
         broken["kind"] = manifest.get("kind")
@@ -245,7 +250,7 @@ def run_rows(found: Found) -> list[dict[str, Any]]:
         return reader(path)
     except AssayError as exc:
         broken["problem"] = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
         # a torn file, a hand-edited manifest: said, never a traceback over the whole pile
         broken["problem"] = f"cannot be read: {type(exc).__name__}: {exc}"
     return [broken]
