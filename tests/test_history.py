@@ -217,6 +217,9 @@ def test_fail_on_drift_looks_at_the_newest_run_of_each_series(pile: dict[str, An
     code, h = _history(str(pile["partial"]), "--drift-threshold", "0.6")
     assert h["drift_threshold"] == 0.6 and h["drift_flags"] == []
     assert len(h["served_model_changes"]) == 1 and h["latest_alarms"]
+    res = run_cli(["history", str(pile["partial"]), "--drift-threshold", "0.6",
+                   "--fail-on-drift"])
+    assert res.code == EXIT_DRIFT, "a served-model change alone fails the gate too"
 
 
 def test_out_root_never_reuses_a_directory(pile: dict[str, Any]) -> None:
