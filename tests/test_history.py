@@ -304,3 +304,22 @@ def test_coding_runs_have_a_history_too(tmp_path: Path) -> None:
     assert first["headline"]["name"] == "pass@1" and first["headline"]["value"] == 1.0
     assert second["drift"]["delta"] == 0.0 and not second["drift"]["flagged"]
     assert second["drift"]["unit"] == "task" and second["drift"]["paired"] == 2
+
+
+def test_claimed_run_directories_never_collide(tmp_path: Path) -> None:
+    """Two jobs in the same second: each gets its own, empty directory; a taken name is never
+    handed out again, whatever it holds."""
+    from assay.records.run_dirs import claim_run_dir, release_unused
+
+    root = tmp_path / "nightly"
+    a = claim_run_dir(root, "triage", "Qwen/Qwen2.5 7B", stamp="20261201T030000Z")
+    b = claim_run_dir(root, "triage", "Qwen/Qwen2.5 7B", stamp="20261201T030000Z")
+    (a / "manifest.json").write_text("{}")
+    release_unused(a)  # not empty: kept
+    release_unused(b)  # empty: removed, and its name is free again
+    c = claim_run_dir(root, "triage", "Qwen/Qwen2.5 7B", stamp="20261201T030000Z")
+    assert a.name == "triage-Qwen_Qwen2.5_7B-20261201T030000Z" and a.is_dir()
+    assert b.name == c.name == "triage-Qwen_Qwen2.5_7B-20261201T030000Z-2"
+    assert (a / "manifest.json").read_text() == "{}"
+    d = claim_run_dir(root, "../../etc", "..", stamp="20261201T030000Z")
+    assert d.parent == root and d.name == "etc-x-20261201T030000Z"
