@@ -122,7 +122,10 @@ def history(
     if html is not None:
         from assay.report.history_html import write_history_html
 
-        write_history_html(html, h)
+        try:
+            write_history_html(html, h)
+        except OSError as exc:
+            raise fail(f"--html {html}: cannot be written: {exc.strerror or exc}") from None
         err.print(f"history page: {html}", highlight=False)
     if fail_on_drift and h["latest_alarms"]:
         err.print(f"[bold red]drift:[/] {len(h['latest_alarms'])} series' newest run drifted "
