@@ -55,7 +55,7 @@ def test_suite_yaml_typo_and_a_key_like_no_other(tmp_path: Path) -> None:
     assert "field 'temprature': unknown key 'temprature': did you mean 'temperature'?" \
         in flat(res.stderr)
     assert "unknown key 'colour' (allowed here: description, labels, max_tokens, " \
-        "output_field, repeats, scorer, splits, temperature)" in flat(res.stderr)
+        "output_field, repeats, scorer, splits, temperature, tiers)" in flat(res.stderr)
 
 
 def test_judge_yaml_typo(tmp_path: Path) -> None:

@@ -35,6 +35,11 @@ EXIT_BAD_INPUT = 2
 EXIT_INFRA = 3
 #: A CI gate (``--fail-under``, ``exp verdict`` reject) was not met: the run itself is fine.
 EXIT_BELOW_BAR = 1
+#: ``assay history --fail-on-drift``: the newest run of a series drifted from the run before it
+#: (the paired interval excludes zero by more than ``--drift-threshold``) or the served model
+#: changed under the same requested name. The runs themselves are fine. (4 is taken by
+#: ``exp verdict`` inconclusive and ``task check`` unsupported.)
+EXIT_DRIFT = 5
 EXIT_INTERRUPTED = 130
 
 

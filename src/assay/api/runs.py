@@ -85,7 +85,8 @@ class RunResult:
         return self.status != "aborted" and not self.infra_errors and not self.missing_rows
 
 
-def load_suite(path: PathLike, *, split: str | None = None) -> NarrowSuite | CodingSuite:
+def load_suite(path: PathLike, *, split: str | None = None,
+               tier: str | None = None) -> NarrowSuite | CodingSuite:
     """Load and validate the suite at ``path`` (a narrow suite folder, a coding ``tasks.jsonl``
     or a folder holding one); :class:`SuiteError` names every problem's file, line and field."""
     from assay.suites.cases import load_suite as load_narrow
@@ -95,8 +96,10 @@ def load_suite(path: PathLike, *, split: str | None = None) -> NarrowSuite | Cod
     if kind == "coding":
         if split is not None:
             raise InputError(f"split={split!r}: coding suites have no splits")
+        if tier is not None:
+            raise InputError(f"tier={tier!r}: coding task files have no tiers")
         return load_coding_suite(where)
-    return load_narrow(where, split=split)
+    return load_narrow(where, split=split, tier=tier)
 
 
 def _split_of(suite: NarrowSuite, split: str | None) -> str | None:

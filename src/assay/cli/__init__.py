@@ -13,6 +13,7 @@ from assay.cli import (  # noqa: F401  (registers the commands)
     analysis,
     experiments,
     grading,
+    history,
     judge,
     judge_pairwise,
     regrade,

@@ -106,9 +106,16 @@ def exp_plan(
                                                 "the N tasks needed instead.")] = None,
     seed: int = 0,
     as_json: Annotated[bool, typer.Option("--json")] = False,
+    tier: Annotated[list[str] | None, typer.Option(
+        "--tier", help="With --experiment: what this tier (repeat it; 'all' for every tier and "
+        "the whole file) can and cannot detect, sized as the file declares it.")] = None,
+    experiment: Annotated[Path | None, typer.Option(
+        "--experiment", metavar="EXPERIMENT.yaml", help="The file whose tiers: --tier "
+        "sizes.")] = None,
 ) -> None:
     """Before spending: the minimum detectable effect at 80% power (α = 0.05) for N tasks ×
-    K repetitions, or the N needed for --delta; by simulation of the compare analysis."""
+    K repetitions, or the N needed for --delta; by simulation of the compare analysis. With
+    --tier: the same for each CI tier of --experiment."""
     from assay.api.experiments import plan_experiment
 
     rates: list[float] | None = None
@@ -117,6 +124,9 @@ def exp_plan(
             rates = [float(x) for x in p_a.split(",") if x.strip()]
         except ValueError:
             raise fail(f"--p-a: not a rate or a comma-separated list of rates: {p_a!r}") from None
+    if tier or experiment is not None:
+        _plan_tiers(experiment, tier or ["all"], source, arm, rates, seed, as_json)
+        return
     try:
         result = plan_experiment(source, arm=arm, p_a=rates, tasks=tasks, reps=reps,
                                  delta=delta, seed=seed)
@@ -140,6 +150,27 @@ def exp_plan(
         typer.echo(json.dumps(result, indent=2))
     else:
         typer.echo(line)
+
+
+def _plan_tiers(experiment: Path | None, tiers: list[str], pilot: Path | None,
+                arm: str | None, rates: list[float] | None, seed: int, as_json: bool) -> None:
+    from assay.api.tiers import plan_tiers
+
+    if experiment is None:
+        raise fail("--tier: name the experiment file whose tiers to size (--experiment FILE)")
+    if pilot is None and rates is None:
+        raise fail("--tier: give a pilot (run directory or outcomes file) or assumed rates "
+                   "(--p-a RATE)")
+    try:
+        result = plan_tiers(experiment, tiers, pilot=pilot, arm=arm, p_a=rates, seed=seed)
+    except AssayError as exc:
+        raise fail(str(exc)) from None
+    if as_json:
+        typer.echo(json.dumps(result, indent=2))
+        return
+    for t in result["tiers"]:
+        typer.echo(f"tier {t['tier']}: {t['tasks']} of {t['of_tasks']} tasks × {t['reps']} "
+                   f"repetition(s); can detect {t['can']}; cannot detect {t['cannot']}")
 
 
 @exp_app.command("verdict")

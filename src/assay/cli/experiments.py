@@ -130,14 +130,43 @@ def _write_text(db: Any, fh: TextIO, *, show_all: bool) -> None:
         fh.write(f"{t.key.task}\t{t.key.arm}\t{t.key.rep}\t{t.state}\t{attempts}{extra}\n")
 
 
+def _exp_out_dir(experiment: Path, out_dir: Path | None, out_root: Path | None,
+                 tier: str | None = None) -> Path:
+    """``--out`` as given, or a new directory claimed under ``--out-root``
+    (``records/run_dirs.py``): ``<experiment>-<arm models>-<UTC time>``."""
+    if (out_dir is None) == (out_root is None):
+        raise fail("give --out DIR (a run directory; the same one resumes) or --out-root DIR "
+                   "(a new run directory under it), not both")
+    if out_dir is not None:
+        return out_dir
+    from assay.errors import InputError
+    from assay.records.run_dirs import claim_run_dir
+    from assay.suites.experiment import load_experiment
+
+    try:
+        spec = load_experiment(experiment, tier=tier).spec
+        models = sorted({a.model.name for a in spec.arms.values() if a.model is not None})
+        name = spec.name if tier is None else f"{spec.name}-{tier}"
+        return claim_run_dir(out_root, name, "+".join(models) or "no-model")
+    except InputError as exc:
+        raise fail(str(exc)) from None
+
+
 @exp_app.command("run")
 def exp_run(
     experiment: Annotated[Path, typer.Argument(metavar="EXPERIMENT.yaml")],
-    out_dir: Annotated[Path, typer.Option("--out", help="The run directory; the same command "
-                                          "resumes it.")],
+    out_dir: Annotated[Path | None, typer.Option("--out", help="The run directory; the same "
+                                                 "command resumes it.")] = None,
+    out_root: Annotated[Path | None, typer.Option(
+        "--out-root", metavar="DIR", help="Instead of --out: a new run directory under DIR named "
+        "by experiment, models and UTC time (never an existing one), for cron and CI.")]
+    = None,
     jobs: Annotated[int | None, typer.Option("-j", "--jobs", min=1, max=MAX_CONCURRENCY,
                                              help="Trials at once (overrides concurrency).")]
     = None,
+    tier: Annotated[str | None, typer.Option(
+        "--tier", help="Run only this tier of the file's tiers: (its selection and "
+        "repetitions), e.g. smoke for a per-PR gate.")] = None,
     grace: Annotated[float, typer.Option(help="Seconds between the watchdog's SIGTERM and its "
                                          "SIGKILL at an agent's wall budget.")] = 10.0,
     total_cost_usd: Annotated[float | None, typer.Option(
@@ -187,6 +216,7 @@ def exp_run(
     from assay.runner.experiment import run_experiment
     from assay.runner.holdout import record_shown
 
+    out_dir = _exp_out_dir(experiment, out_dir, out_root, tier)
     _require_sandbox("bwrap")
     progress = LineProgress(lambda: record_shown(out_dir, command="exp run"), out_dir=out_dir)
     old = signal.signal(signal.SIGTERM, _raise_interrupt)
@@ -197,7 +227,7 @@ def exp_run(
                                 holdout_reuse=holdout_reuse, executor=executor,
                                 ray_address=ray_address, gateway_host=gateway_host,
                                 ray_transfer=ray_transfer, verify_jobs=verify_jobs,
-                                allow_large_plan=allow_large_plan)
+                                allow_large_plan=allow_large_plan, tier=tier)
         # the experiment's pairwise check, if any: never raises for the judge's trouble; an
         # interrupt stops it like the trials (the same command resumes both)
         pairwise = run_pairwise_check(out_dir, result.status, jobs=jobs or 2)

@@ -64,6 +64,8 @@ def run(
     = SHARED_DEFAULTS["max_tries"],
     split: Annotated[str | None, typer.Option(help="Narrow: a split named in suite.yaml.")]
     = None,
+    tier: Annotated[str | None, typer.Option(help="Narrow: run only this tier's cases "
+                                             "(tiers: in suite.yaml), e.g. smoke.")] = None,
     sandbox: Annotated[str, typer.Option(help="Coding: bwrap, or none (NOT ISOLATED, only "
                                          "when asked for).")] = CODING_DEFAULTS["sandbox"],
     exec_timeout: Annotated[float, typer.Option(help="Coding: seconds per execution.")]
@@ -74,6 +76,10 @@ def run(
     = CODING_DEFAULTS["pids"],
     out_dir: Annotated[Path | None, typer.Option("--out", help="Run directory; reuse it to "
                                                  "resume.")] = None,
+    out_root: Annotated[Path | None, typer.Option(
+        "--out-root", metavar="DIR", help="Make a new run directory under DIR named by suite, "
+        "model and UTC time (never an existing one): for cron and CI; `assay history DIR` "
+        "finds them.")] = None,
     junit: Annotated[Path | None, typer.Option("--junit", metavar="FILE", help="Also write "
                                                "JUnit XML: a test case per case or task.")]
     = None,
@@ -97,17 +103,26 @@ def run(
     # One set of flags serves both kinds of suite; each takes its own and ignores the rest.
     options = {k: v for k, v in flags.items() if k in api.RUN_OPTIONS[kind]}
     try:
-        suite = api.load_suite(suite_path, split=options.get("split"))
+        suite = api.load_suite(suite_path, split=options.get("split"), tier=tier)
     except SuiteError as exc:
         raise fail(f"invalid suite:\n{exc}") from None
+    except InputError as exc:
+        raise fail(str(exc)) from None
     model_name, url, key, key_source = _resolve_endpoint(model, base_url, api_key_env)
     if kind == "coding":
         _require_sandbox(sandbox)
+    claimed = None
     try:
-        plan = api.prepare(suite, model_name, out=out_dir, base_url=url,
+        if out_root is not None:
+            claimed = _claim(out_root, out_dir, suite.name, model_name)
+        plan = api.prepare(suite, model_name, out=claimed or out_dir, base_url=url,
                            api_key=None if url is None else key, api_key_env=key_source,
                            **options)
     except InputError as exc:
+        if claimed is not None:
+            from assay.records.run_dirs import release_unused
+
+            release_unused(claimed)
         raise fail(str(exc)) from None
     for note in plan.notes:
         err.print(note, highlight=False)
@@ -125,6 +140,16 @@ def run(
                   f"{escape(resume)}", highlight=False, soft_wrap=True)
         raise typer.Exit(EXIT_INFRA)
     _gate_exit(checked)
+
+
+def _claim(out_root: Path, out_dir: Path | None, suite: str, model: str) -> Path:
+    """A new run directory under ``--out-root`` (``records/run_dirs.py``)."""
+    from assay.records.run_dirs import claim_run_dir
+
+    if out_dir is not None:
+        raise InputError("--out and --out-root: give one (--out resumes a run, --out-root "
+                         "always starts a new one)")
+    return claim_run_dir(out_root, suite, model)
 
 
 def _ci_outputs(run_dir: Path, rep: dict[str, Any], junit: Path | None,

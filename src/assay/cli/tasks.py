@@ -30,6 +30,18 @@ trial_app = typer.Typer(no_args_is_help=True, help="Run one agent trial on one t
 app.add_typer(trial_app, name="trial")
 
 
+def _experiment_bundles(experiment: Path | None, tier: str | None) -> list[Any]:
+    """The bundles an experiment (or one of its tiers, ``suites/tiers.py``) selects."""
+    from assay.errors import InputError
+    from assay.suites.experiment import load_experiment
+
+    assert experiment is not None
+    try:
+        return list(load_experiment(experiment, tier=tier).bundles.values())
+    except InputError as exc:
+        raise fail(str(exc)) from None
+
+
 def _load_bundles(dirs: list[Path]) -> list[Any]:
     from assay.suites.bundle import find_bundles, load_bundle
 
@@ -96,12 +108,18 @@ def task_lint(
 
 @task_app.command("check")
 def task_check(
-    dirs: Annotated[list[Path], typer.Argument(metavar="DIR...")],
+    dirs: Annotated[list[Path] | None, typer.Argument(metavar="DIR...")] = None,
     reruns: Annotated[int, typer.Option(min=1, help="Oracle runs per task.")] = 3,
     mutants: Annotated[bool, typer.Option("--mutants", help="Also run the built-in bad "
                                           "agents: every one must be rejected.")] = False,
     out_dir: Annotated[Path | None, typer.Option("--out", help="Where the trials go.")] = None,
     workers: Annotated[int, typer.Option(min=1, help="Trials at once.")] = 2,
+    experiment: Annotated[Path | None, typer.Option(
+        "--experiment", metavar="EXPERIMENT.yaml", help="Check the bundles this experiment "
+        "selects (instead of DIR...).")] = None,
+    tier: Annotated[str | None, typer.Option(
+        "--tier", help="With --experiment: the bundles of this tier only (the per-PR gate: "
+        "task check --mutants --experiment FILE --tier smoke).")] = None,
 ) -> None:
     """nop must fail, oracle must pass every time, mutants must all be rejected. Exit 1 when a
     task is broken, flaky or a grader defect; else 4 when a task's environment is unsupported
@@ -113,8 +131,12 @@ def task_check(
     from assay.records.io import atomic_write_json
     from assay.records.layout import run_stamp
 
+    if (experiment is None) == (not dirs):
+        raise fail("give bundle folders (DIR...) or --experiment FILE, one of the two")
+    if tier is not None and experiment is None:
+        raise fail("--tier: name the experiment whose tier to check (--experiment FILE)")
     _require_sandbox("bwrap")
-    bundles = _load_bundles(dirs)
+    bundles = _load_bundles(dirs) if dirs else _experiment_bundles(experiment, tier)
     root = out_dir or Path("runs") / f"task-check-{run_stamp()}"
     reports = check_tasks(bundles, root, reruns=reruns, mutants=mutants, workers=workers)
     table = Table(title=f"task check ({root})", title_justify="left")

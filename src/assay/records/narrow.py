@@ -93,6 +93,9 @@ class NarrowSuiteInfo(Record):
     """The cases file, relative to the suite."""
     split: str | None = None
     """The split of the cases that was run, if one was chosen."""
+    tier: str | None = None
+    """The tier of ``suite.yaml`` that was run (``--tier``), if one was chosen; its cases'
+    digest is ``cases_sha256``."""
     n_cases: int
     """Cases in the run (after the split)."""
     cases_sha256: str

@@ -696,7 +696,8 @@ def run_experiment(path: Path, out: Path, *, jobs: int | None = None,
                    gateway_host: str | None = None,
                    ray_transfer: str | None = None,
                    verify_jobs: int | None = None,
-                   allow_large_plan: bool = False) -> ExperimentResult:
+                   allow_large_plan: bool = False,
+                   tier: str | None = None) -> ExperimentResult:
     """Run (or resume) the experiment in ``path`` into ``out``. ``total_cost_usd`` overrides
     the file's whole-run cap (to finish a run it stopped, without changing the file);
     ``holdout_reuse`` lets a new run look at a holdout past its allowance
@@ -708,7 +709,7 @@ def run_experiment(path: Path, out: Path, *, jobs: int | None = None,
     an attempt keeps its slot until it is graded; ``runner/slots.py``). A plan of more than
     ``PLAN_TRIALS_DEFAULT_MAX`` trials is refused, before anything is written, unless
     ``allow_large_plan``."""
-    exp = load_experiment(Path(path))
+    exp = load_experiment(Path(path), tier=tier)  # tier: suites/tiers.py
     check_plan_size(exp, allow_large_plan=allow_large_plan)
     return ExperimentRunner(exp, Path(out), jobs=jobs, grace_seconds=grace_seconds,
                             progress=progress, total_cost_usd=total_cost_usd,

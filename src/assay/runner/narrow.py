@@ -68,6 +68,7 @@ def comparable_settings(suite: NarrowSuite, endpoint: Endpoint,
         "labels": list(suite.labels),
         "output_field": suite.config.output_field,
         "split": params.split,
+        **({"tier": suite.tier} if suite.tier is not None else {}),
         "model": endpoint.model,
         "temperature": params.temperature,
         "repeats": params.repeats,
@@ -92,6 +93,7 @@ def build_manifest(run_id: str, suite: NarrowSuite, endpoint: Endpoint,
             "path": str(suite.root.resolve()),
             "cases_file": str(suite.cases_path.relative_to(suite.root)),
             "split": params.split,
+            **({"tier": suite.tier} if suite.tier is not None else {}),
             "n_cases": len(suite.cases),
             "cases_sha256": suite.cases_sha256,
             "prompt_sha256": suite.prompt_sha256,
@@ -204,7 +206,8 @@ def narrow_spec(suite: NarrowSuite, endpoint: Endpoint, params: NarrowParams,
         directory alone."""
         snapshot = run_dir / CASES_SNAPSHOT
         if not snapshot.exists():
-            atomic_write_text(snapshot, suite.cases_path.read_text(encoding="utf-8"))
+            atomic_write_text(snapshot, suite.cases_text if suite.cases_text is not None
+                              else suite.cases_path.read_text(encoding="utf-8"))
 
     return RunSpec(
         kind="narrow", rows_file=RAW_PREDICTIONS, row_model=NarrowRow, units=suite.cases,

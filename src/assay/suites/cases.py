@@ -31,6 +31,7 @@ from assay.suites.scorer_config import (
     problems_at,
 )
 from assay.suites.textfile import read_text
+from assay.suites.tiers import SuiteTier, select_cases, selected_text, sha256_text, tier_named
 from assay.suites.yamlfile import key_lines, line_of, parse_yaml, unknown_key_message
 
 CASES_FILE = Path("data/cases.jsonl")
@@ -53,6 +54,8 @@ class SuiteConfig(BaseModel):
     splits: dict[str, str] = Field(default_factory=dict)
     scorer: Any = None
     """``label`` when absent; checked by ``parse_scorer`` (its errors name nested keys)."""
+    tiers: dict[str, SuiteTier | None] | None = None
+    """Named selections of the cases for ``assay run --tier`` (``suites/tiers.py``)."""
 
     @field_validator("labels")
     @classmethod
@@ -104,6 +107,10 @@ class NarrowSuite:
     train_path: Path | None
     train_sha256: str | None
     scorer: ScorerSpec = LABEL
+    tier: str | None = None
+    """The tier run (``--tier``), when one was chosen."""
+    cases_text: str | None = None
+    """With a tier: the exact lines of its cases (their digest is ``cases_sha256``)."""
 
     def train_cases(self) -> list[Case]:
         """Examples for the built-in baseline, validated like the cases themselves."""
@@ -199,7 +206,8 @@ def _load_cases(path: Path, labels: set[str] | None,
     return tuple(cases), problems
 
 
-def load_suite(root: Path, *, split: str | None = None) -> NarrowSuite:
+def load_suite(root: Path, *, split: str | None = None,
+               tier: str | None = None) -> NarrowSuite:
     """Load and validate a narrow-task suite directory; raise :class:`SuiteError` on any problem."""
     root = Path(root)
     if not root.is_dir():
@@ -236,6 +244,13 @@ def load_suite(root: Path, *, split: str | None = None) -> NarrowSuite:
         labels = tuple(sorted({str(c.expected) for c in cases}))
         source = "cases"
     train_path = root / TRAIN_FILE
+    cases_sha256, cases_text = sha256_file(cases_path), None
+    if tier is not None:
+        chosen = select_cases(cases, tier_named(config.tiers, tier, root / CONFIG_FILE), tier,
+                              root / CONFIG_FILE)
+        if len(chosen) != len(cases):  # a tier of every case runs the file as it is
+            cases, cases_text = tuple(chosen), selected_text(cases_path, chosen)
+            cases_sha256 = sha256_text(cases_text)
     return NarrowSuite(
         root=root,
         name=root.resolve().name,
@@ -246,9 +261,11 @@ def load_suite(root: Path, *, split: str | None = None) -> NarrowSuite:
         config=config,
         cases_path=cases_path,
         prompt_path=prompt_path,
-        cases_sha256=sha256_file(cases_path),
+        cases_sha256=cases_sha256,
         prompt_sha256=hashlib.sha256(system_prompt.encode("utf-8")).hexdigest(),
         train_path=train_path if train_path.is_file() else None,
         train_sha256=sha256_file(train_path) if train_path.is_file() else None,
         scorer=scorer,
+        tier=tier,
+        cases_text=cases_text,
     )

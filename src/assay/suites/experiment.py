@@ -271,6 +271,16 @@ def is_aa_arm(name: str) -> bool:
     return name.endswith(AA_SUFFIX)
 
 
+class Tier(_Strict):
+    """A named selection for ``--tier`` (``suites/tiers.py``): its ``select`` replaces the
+    file's, and it may ask for fewer repetitions; every other setting is the file's."""
+
+    select: Select | None = None
+    """The tasks this tier runs; absent: the file's ``select``."""
+    repetitions: int | None = Field(default=None, ge=1)
+    """Trials per (task, arm) in this tier; absent: the file's."""
+
+
 class ExperimentSpec(_Strict):
     """``experiment.yaml``, as written."""
 
@@ -305,6 +315,9 @@ class ExperimentSpec(_Strict):
     noise_floor: NoiseFloor | None = None
     """Run a second, interleaved copy of one arm and report the A/A difference: the noise
     floor of this setup (``exp verdict`` refuses to accept while it is not stable)."""
+    tiers: dict[str, Tier | None] | None = None
+    """Named selections (``smoke``, ``full``, …) that ``exp run --tier`` runs instead of the
+    whole file, and ``exp plan --tier`` sizes."""
 
 
 @dataclass(frozen=True)
@@ -321,9 +334,10 @@ class Experiment:
         return identity_sha256(self.identity)
 
 
-def load_experiment(path: Path) -> Experiment:
+def load_experiment(path: Path, tier: str | None = None) -> Experiment:
     """Validate the file, load and select its bundles and compute its identity; every problem
-    found is reported at once as a ``SuiteError``."""
+    found is reported at once as a ``SuiteError``. ``tier``: run only that tier of ``tiers:``
+    (its selection and repetitions; the tier is part of the identity)."""
     path = Path(path)
     if not path.exists():
         raise SuiteError.one(path, "experiment file not found")
@@ -340,6 +354,8 @@ def load_experiment(path: Path) -> Experiment:
     def problem(loc: tuple[str, ...], message: str) -> Problem:
         return Problem(path, line_of(lines, loc), ".".join(loc), message)
 
+    if tier is not None:
+        spec = _apply_tier(spec, tier, problem)
     problems = _check_names(spec, problem)
     found, load_problems = _load_tasks(path, spec, problem)
     problems += load_problems
@@ -374,6 +390,8 @@ def load_experiment(path: Path) -> Experiment:
     bundles = {b.id: b for b in sorted(selected, key=lambda b: b.id)}
     sha = hashlib.sha256(raw).hexdigest()
     settings = _settings(spec)
+    if tier is not None:
+        settings["tier"] = tier
     identity = {
         "file_sha256": sha,
         "settings": settings,
@@ -383,6 +401,21 @@ def load_experiment(path: Path) -> Experiment:
     }
     return Experiment(path=path, spec=spec, file_sha256=sha, bundles=bundles,
                       identity=identity)
+
+
+def _apply_tier(spec: ExperimentSpec, tier: str, problem: ProblemAt) -> ExperimentSpec:
+    if not spec.tiers or tier not in spec.tiers:
+        known = ", ".join(sorted(spec.tiers or {})) or "none defined"
+        raise SuiteError([problem(("tiers",), f"unknown tier {tier!r} ({known})")])
+    chosen = spec.tiers[tier]
+    if chosen is None:
+        return spec
+    update: dict[str, Any] = {}
+    if chosen.select is not None:
+        update["select"] = chosen.select
+    if chosen.repetitions is not None:
+        update["repetitions"] = chosen.repetitions
+    return spec.model_copy(update=update)
 
 
 def with_aa_copy(spec: ExperimentSpec) -> ExperimentSpec:
@@ -403,7 +436,7 @@ def _settings(spec: ExperimentSpec) -> dict[str, Any]:
     format are left out while unset (absent, not null), so a run begun before they existed
     still resumes with the same identity."""
     settings = spec.model_dump(mode="json")
-    for key in ("fork", "pairwise", "noise_floor"):
+    for key in ("fork", "pairwise", "noise_floor", "tiers"):
         if settings.get(key) is None:
             settings.pop(key, None)
     if settings["limits"].get("request_body_mib") is None:

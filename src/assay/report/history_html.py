@@ -1,0 +1,146 @@
+"""``assay history --html FILE``: one self-contained page, a trend plot per group.
+
+Each group's plot puts its runs in time order on the x axis (one slot per run, so a nightly
+series and a burst of runs in one afternoon read alike) and the headline on a 0–100% y axis:
+the interval as a shaded band per series (a new series breaks the band: its runs are not
+comparable with the ones before), the point estimate as a dot, a vertical marker where a
+fingerprint changed (its names in the marker's title), a diamond where the served model changed
+under the same name, and a red ring on a run flagged as drift. Geometry is computed here, as
+plain numbers; the template only draws, with autoescape on (every label is run data).
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from jinja2 import Environment, StrictUndefined, Template
+
+from assay.records.io import atomic_write_text
+
+PLOT_LEFT = 48
+PLOT_W = 760
+PLOT_TOP = 14
+PLOT_H = 180
+SLOT_MAX = 80
+
+
+def _y(v: float) -> float:
+    return round(PLOT_TOP + (1.0 - max(0.0, min(1.0, v))) * PLOT_H, 1)
+
+
+def _pct(v: float | None) -> str:
+    return "—" if v is None else f"{100 * v:.1f}%"
+
+
+def plot(group: dict[str, Any]) -> dict[str, Any]:
+    """The SVG geometry of one group's trend plot."""
+    runs = [r for s in group["series"] for r in s["runs"]]
+    n = len(runs)
+    slot = min(SLOT_MAX, PLOT_W / max(n, 1))
+
+    def x(i: int) -> float:
+        return round(PLOT_LEFT + slot * (i + 0.5), 1)
+
+    points, bands, markers, served, drifts = [], [], [], [], []
+    i = 0
+    for s in group["series"]:
+        upper, lower = [], []
+        for r in s["runs"]:
+            h = r.get("headline") or {}
+            v, ci = h.get("value"), h.get("ci")
+            label = f"{r.get('started_at')} {Path(r['dir']).name}: {_pct(v)}"
+            if ci:
+                label += f" [{_pct(ci[0])}, {_pct(ci[1])}]"
+                upper.append(f"{x(i)},{_y(ci[1])}")
+                lower.append(f"{x(i)},{_y(ci[0])}")
+            if v is not None:
+                points.append({"x": x(i), "y": _y(v), "title": label})
+            if r.get("changed"):
+                markers.append({"x": x(i) - slot / 2, "title": "changed: "
+                                + ", ".join(r["changed"])})
+            if r.get("served_change") and not r["served_change"].get("new_series"):
+                sc = r["served_change"]
+                what = "; ".join(f"{k}: {', '.join(d['before'])} → {', '.join(d['after'])}"
+                                 for k, d in sc.items() if isinstance(d, dict))
+                served.append({"x": x(i) - slot / 2, "y": PLOT_TOP + 4,
+                               "title": f"served model changed under {sc['requested']}: "
+                               + what})
+            d = r.get("drift")
+            if d and d.get("flagged") and v is not None:
+                drifts.append({"x": x(i), "y": _y(v), "title":
+                               f"drift {100 * d['delta']:+.1f} pts, 95% CI "
+                               f"[{100 * d['ci'][0]:+.1f}, {100 * d['ci'][1]:+.1f}]"})
+            i += 1
+        if len(upper) == 1:  # one run: a band of one slot's width
+            xs, (hi, lo) = float(upper[0].split(",")[0]), (upper[0], lower[0])
+            yh, yl = hi.split(",")[1], lo.split(",")[1]
+            w = slot * 0.3
+            upper = [f"{xs - w},{yh}", f"{xs + w},{yh}"]
+            lower = [f"{xs - w},{yl}", f"{xs + w},{yl}"]
+        if upper:
+            bands.append({"points": " ".join(upper + lower[::-1]),
+                          "title": f"series {s['index'] + 1}: 95% interval"})
+    line = " ".join(f"{p['x']},{p['y']}" for p in points)
+    return {"w": PLOT_LEFT + PLOT_W + 10, "h": PLOT_TOP + PLOT_H + 24, "left": PLOT_LEFT,
+            "right": PLOT_LEFT + PLOT_W, "top": PLOT_TOP, "bottom": PLOT_TOP + PLOT_H,
+            "grid": [{"y": _y(v), "label": f"{int(v * 100)}%"} for v in (0, .25, .5, .75, 1)],
+            "points": points, "bands": bands, "markers": markers, "served": served,
+            "drifts": drifts, "line": line}
+
+
+def _rows(group: dict[str, Any]) -> list[dict[str, Any]]:
+    out = []
+    for s in group["series"]:
+        for j, r in enumerate(s["runs"]):
+            h = r.get("headline") or {}
+            ci = h.get("ci")
+            d = r.get("drift") or {}
+            drift = ""
+            if d.get("error"):
+                drift = f"not paired: {d['error']}"
+            elif d:
+                drift = f"{100 * d['delta']:+.1f} pts" + (
+                    f" [{100 * d['ci'][0]:+.1f}, {100 * d['ci'][1]:+.1f}]" if d.get("ci") else "")
+            out.append({
+                "series": s["index"] + 1,
+                "series_note": s["started_because"] if j == 0 else None,
+                "when": r.get("started_at") or "?", "dir": r["dir"],
+                "name": Path(r["dir"]).name,
+                "headline": _pct(h.get("value")) + (f" [{_pct(ci[0])}, {_pct(ci[1])}]"
+                                                    if ci else ""),
+                "n": h.get("n"), "invalid": _pct(r.get("invalid_rate")),
+                "infra": _pct(r.get("infra_rate")),
+                "cost": (f"${r['cost_usd']:.4f}" if r.get("cost_usd") is not None
+                         else f"{r['tokens']} tokens" if r.get("tokens") is not None
+                         else "unknown"),
+                "asked": r.get("model") or "—",
+                "served": ", ".join(r.get("served_models") or []) or "(not reported)",
+                "served_changed": bool(r.get("served_change")),
+                "fingerprints": {k: v for k, v in (r.get("fingerprints") or {}).items() if v},
+                "changed": r.get("changed") or [], "drift": drift,
+                "flagged": bool(d.get("flagged"))})
+    return out
+
+
+@lru_cache(maxsize=1)
+def _template() -> Template:
+    env = Environment(autoescape=True, undefined=StrictUndefined, trim_blocks=True,
+                      lstrip_blocks=True, keep_trailing_newline=True)
+    source = resources.files("assay.report").joinpath("templates/history.html.j2")
+    return env.from_string(source.read_text(encoding="utf-8"))
+
+
+def render_history_html(h: dict[str, Any]) -> str:
+    groups = [{"title": f"{g['kind']} · {g['suite']} · {g['who']}", "runs": g["runs"],
+               "plot": plot(g), "rows": _rows(g)} for g in h["groups"]]
+    return _template().render(h=h, groups=groups)
+
+
+def write_history_html(path: Path, h: dict[str, Any]) -> Path:
+    """Write the page atomically (derived data: replaced at will)."""
+    path = Path(path)
+    atomic_write_text(path, render_history_html(h))
+    return path

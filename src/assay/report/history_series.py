@@ -1,0 +1,185 @@
+"""``assay history``'s decisions: groups, series, what changed, and drift.
+
+Rows (``report/history.py``) are grouped by kind, suite or experiment and model or arm, and put
+in time order. Within a group a new *series* starts when two runs cannot be paired (other
+cases, labels or scorer for a narrow suite; another task file or task set otherwise): the same
+rule ``compare`` refuses by, so a series never draws one line through two measurements.
+
+Between consecutive runs of a series the drift test is the paired comparison ``assay compare``
+and ``exp compare`` make (``compare_runs``, ``compare_coding_runs``, ``build_comparison``), on
+the cases or tasks both answered. A pair is flagged when the 95% interval of the difference
+excludes zero by more than the threshold the user set beforehand: ``lo > t`` or ``hi < -t``.
+A changed served model id or system fingerprint under the same requested name is reported on
+its own, whatever the scores did: the same name no longer names the same model. (Where such a
+change coincides with a new series it is shown on the row, marked ``new_series``, but not
+counted: a new series is a new baseline, and its reason is already said. A built-in model's
+fingerprint is derived from the suite's files, so it changes with them.)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from assay.errors import AssayError
+from assay.report.history import FINGERPRINTS, collect
+
+SCHEMA = "assay.history/1"
+SEED = 0
+
+
+def _group_key(row: dict[str, Any]) -> tuple[str, str, str]:
+    """Kind, suite (with its tier: a smoke run and a full one are two lines, not one line
+    broken at every other night) and arm or model."""
+    who = row.get("arm") or row.get("model") or "?"
+    suite = str(row.get("suite")) + (f" [tier {row['tier']}]" if row.get("tier") else "")
+    return str(row.get("kind")), suite, str(who)
+
+
+def _order(row: dict[str, Any]) -> tuple[str, str]:
+    return str(row.get("started_at") or ""), str(row.get("dir"))
+
+
+def _why_new_series(prev: dict[str, Any], cur: dict[str, Any]) -> str:
+    a, b = prev.get("comparable_parts") or {}, cur.get("comparable_parts") or {}
+    names = {"cases": "other cases (another suite revision)", "labels": "other labels",
+             "scorer": "another scorer or scorer options",
+             "tasks": "another task set (another suite revision)"}
+    parts = [names.get(k, k) for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
+    return "not comparable with the run before: " + (", ".join(parts) or "other fingerprint")
+
+
+def _changed(prev: dict[str, Any], cur: dict[str, Any]) -> list[str]:
+    fa, fb = prev.get("fingerprints") or {}, cur.get("fingerprints") or {}
+    return [k for k in FINGERPRINTS if fa.get(k) != fb.get(k)]
+
+
+def served_change(prev: dict[str, Any], cur: dict[str, Any]) -> dict[str, Any] | None:
+    """The served model id or system fingerprint changed under the same requested name."""
+    if prev.get("model") != cur.get("model") or prev.get("model") is None:
+        return None
+    out: dict[str, Any] = {}
+    for key in ("served_models", "system_fingerprints"):
+        a, b = prev.get(key) or [], cur.get(key) or []
+        if a and b and a != b:
+            out[key] = {"before": a, "after": b}
+    if not out:
+        return None
+    return {"requested": cur.get("model"), **out}
+
+
+def _narrow_pair(prev: dict[str, Any], cur: dict[str, Any]) -> dict[str, Any]:
+    from assay.report.compare_narrow import compare_runs
+
+    c = compare_runs(Path(prev["dir"]), Path(cur["dir"]), seed=SEED)
+    return {"delta": c["accuracy_diff_b_minus_a"], "ci": c["diff_ci95"], "paired": c["paired"],
+            "unit": "case", "method": "paired bootstrap by case (assay compare)",
+            "mcnemar_p": c["mcnemar_p"], "warnings": c["warnings"]}
+
+
+def _coding_pair(prev: dict[str, Any], cur: dict[str, Any]) -> dict[str, Any]:
+    from assay.report.compare_coding import compare_coding_runs
+
+    c = compare_coding_runs(Path(prev["dir"]), Path(cur["dir"]), seed=SEED)
+    return {"delta": c["pass_at_1_diff_b_minus_a"], "ci": c["diff_ci95"], "paired": c["tasks"],
+            "unit": "task", "method": "paired bootstrap by task (assay compare)",
+            "warnings": c["warnings"]}
+
+
+def _experiment_pair(prev: dict[str, Any], cur: dict[str, Any]) -> dict[str, Any]:
+    """One arm in two experiment runs, as two arms of one table: ``exp compare``'s statistics
+    over the tasks both runs planned."""
+    from assay.report.abcompare import build_comparison
+    from assay.report.outcomes import OutcomeSet, load_run_outcomes
+
+    before, after = "before", "after"
+    sides = []
+    for row, name in ((prev, before), (cur, after)):
+        data = load_run_outcomes(Path(row["dir"]))
+        sides.append((data, [t for t in data.arm_trials(row["arm"])], name))
+    shared = [t for t in sides[0][0].tasks if t in set(sides[1][0].tasks)]
+    trials = []
+    for _data, ts, name in sides:
+        for t in ts:
+            if t.outcome.task in shared:
+                t2 = type(t)(outcome=t.outcome.model_copy(update={"arm": name}),
+                             attempts=t.attempts, state=t.state)
+                trials.append(t2)
+    table = OutcomeSet(source=Path(cur["dir"]), kind="file", trials=trials, tasks=shared,
+                       arms=[before, after], weights=sides[1][0].weights)
+    c = build_comparison(table, a=before, b=after, seed=SEED)
+    return {"delta": c["delta"], "ci": c["ci"], "paired": c["n_tasks"], "unit": "task",
+            "method": f"{c['method']} over tasks (exp compare)", "warnings": c["notes"]}
+
+
+PAIRS: dict[str, Callable[[dict[str, Any], dict[str, Any]], dict[str, Any]]] = {
+    "narrow": _narrow_pair, "coding": _coding_pair, "experiment": _experiment_pair}
+
+
+def drift(prev: dict[str, Any], cur: dict[str, Any], threshold: float) -> dict[str, Any]:
+    """The paired comparison of ``cur`` against ``prev`` and whether it is flagged."""
+    base = {"from": prev["dir"], "to": cur["dir"], "threshold": threshold}
+    try:
+        res = PAIRS[str(cur["kind"])](prev, cur)
+    except AssayError as exc:
+        return {**base, "flagged": False, "delta": None, "ci": None,
+                "error": str(exc).splitlines()[0]}
+    except (OSError, ValueError, KeyError, TypeError) as exc:  # a run torn since it was read
+        return {**base, "flagged": False, "delta": None, "ci": None,
+                "error": f"cannot be paired: {type(exc).__name__}: {exc}"}
+    ci = res.get("ci")
+    flagged = bool(ci) and (ci[0] > threshold or ci[1] < -threshold)
+    direction = None if not flagged else ("up" if ci[0] > threshold else "down")
+    return {**base, **res, "flagged": flagged, "direction": direction}
+
+
+def build_history(roots: list[Path], *, threshold: float = 0.0) -> dict[str, Any]:
+    """The whole history object (``assay history --json``)."""
+    rows = collect(roots)
+    unreadable = sorted((r for r in rows if r.get("problem")), key=_order)
+    groups: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+    for row in rows:
+        if not row.get("problem"):
+            groups.setdefault(_group_key(row), []).append(row)
+    out_groups = []
+    drifted: list[dict[str, Any]] = []
+    served: list[dict[str, Any]] = []
+    for key in sorted(groups):
+        runs = sorted(groups[key], key=_order)
+        series: list[dict[str, Any]] = []
+        prev: dict[str, Any] | None = None
+        for row in runs:
+            row["changed"] = _changed(prev, row) if prev else []
+            row["served_change"] = served_change(prev, row) if prev else None
+            row["drift"] = None
+            if prev is None or prev.get("comparable") != row.get("comparable"):
+                why = None if prev is None else _why_new_series(prev, row)
+                series.append({"index": len(series), "started_because": why, "runs": []})
+                if row["served_change"]:  # shown, but a new series is a new baseline anyway
+                    row["served_change"]["new_series"] = True
+            else:
+                row["drift"] = drift(prev, row, threshold)
+            series[-1]["runs"].append(row)
+            row["latest"] = False
+            if row["drift"] and row["drift"]["flagged"]:
+                drifted.append({"group": list(key), "dir": row["dir"], "delta": row["drift"]
+                                ["delta"], "ci": row["drift"]["ci"]})
+            if row["served_change"] and not row["served_change"].get("new_series"):
+                served.append({"group": list(key), "dir": row["dir"], **row["served_change"]})
+            prev = row
+        runs[-1]["latest"] = True
+        kind, suite, who = key
+        out_groups.append({"kind": kind, "suite": suite, "who": who,
+                           "model": runs[-1].get("model"), "arm": runs[-1].get("arm"),
+                           "runs": len(runs), "series": series})
+    latest = [r for g in out_groups for s in g["series"] for r in s["runs"] if r["latest"]]
+    alarm = [r["dir"] for r in latest
+             if (r["drift"] and r["drift"]["flagged"])
+             or (r["served_change"] and not r["served_change"].get("new_series"))]
+    return {"schema": SCHEMA, "roots": [str(r) for r in roots], "drift_threshold": threshold,
+            "drift_rule": "flagged when the paired 95% interval of the difference excludes "
+                          "zero by more than drift_threshold (lo > t or hi < -t)",
+            "groups": out_groups, "unreadable": unreadable,
+            "drift_flags": drifted, "served_model_changes": served,
+            "latest_alarms": alarm}
