@@ -190,6 +190,53 @@ def test_caches_in_the_pristine_tree_are_not_changes(tmp_path: Path) -> None:
     assert res.passed and res.changes.all == []
 
 
+# ------------------------------------------------------------- extraction stays inside
+
+def _tar(path: Path, members: list[tuple[str, str, str]]) -> None:
+    """A hand-written archive: (name, kind, data or link target)."""
+    import io
+    import tarfile
+
+    with tarfile.open(path, "w") as tar:
+        for name, kind, data in members:
+            ti = tarfile.TarInfo(name)
+            if kind == "file":
+                ti.size = len(data)
+                tar.addfile(ti, io.BytesIO(data.encode()))
+            else:
+                ti.type = tarfile.SYMTYPE if kind == "symlink" else tarfile.LNKTYPE
+                ti.linkname = data
+                tar.addfile(ti)
+
+
+@pytest.mark.parametrize("members", [
+    [("../escaped", "file", "x")],
+    [("/tmp/escaped-abs", "file", "x")],
+    [("lnk", "symlink", "{outside}"), ("lnk/escaped", "file", "x")],
+    [("plink/escaped", "file", "x")],  # through a link of the pristine tree
+    [("hard", "hardlink", "../{outside_name}/escaped")],
+], ids=["dotdot", "absolute", "through-own-link", "through-pristine-link", "hard-link-out"])
+def test_extraction_never_writes_outside_the_tree(members: list[tuple[str, str, str]],
+                                                  tmp_path: Path) -> None:
+    from assay.records.artifact import extract_paths
+
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "escaped").write_text("original")
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    (dest / "plink").symlink_to(outside)
+    trial = tmp_path / "trial"
+    trial.mkdir()
+    members = [(n, k, d.format(outside=outside, outside_name="outside")) for n, k, d in members]
+    _tar(trial / "artifact.tar", members)
+    with pytest.raises(ValueError, match="refusing to extract"):
+        extract_paths(trial, dest, {m[0] for m in members})
+    assert sorted(p.name for p in outside.iterdir()) == ["escaped"]
+    assert (outside / "escaped").read_text() == "original"
+    assert not (tmp_path / "escaped").exists() and not Path("/tmp/escaped-abs").exists()
+
+
 # ------------------------------------------------------------- the walk and its bounds
 
 def test_walk_is_bounded_and_iterative(tmp_path: Path) -> None:

@@ -22,6 +22,7 @@ from typing import Any
 
 from assay.grading.canaries import Canary, is_js_test_file, is_test_file, plant
 from assay.grading.reward import read_reward
+from assay.records.workspace import copy_tree, scratch_beside
 from assay.sandbox import ExecResult, Limits, Mount, run_sandboxed
 from assay.suites.bundle import Bundle, RewardFile
 from assay.suites.patterns import matches_any
@@ -117,10 +118,11 @@ def run_command(command: str, workspace: Path, bundle: Bundle, *, record_dir: Pa
     enabled and (``canaries``) a canary pair is planted in every test file. With ``reward`` an
     empty directory of this run's own is mounted at ``reward.dir`` and read once it ended."""
     spec = bundle.spec
-    with tempfile.TemporaryDirectory(prefix="assay-verify-") as tmp_name:
+    with tempfile.TemporaryDirectory(prefix="assay-verify-",
+                                     dir=scratch_beside(workspace)) as tmp_name:
         tmp = Path(tmp_name)
         work, home, tests = tmp / "work", tmp / "home", tmp / "tests"
-        shutil.copytree(workspace, work, symlinks=True)
+        copy_tree(workspace, work)  # cp -a: a large tree costs a copy, not a Python loop
         if bundle.tests_dir.is_dir():
             shutil.copytree(bundle.tests_dir, tests, symlinks=True)
         else:

@@ -12,7 +12,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from assay.records.workspace import BESIDE_SOURCE_RULE, is_ignored
+from assay.records.workspace import BESIDE_SOURCE_RULE, ignored_test
 from assay.suites.patterns import glob_match, matches_any
 
 __all__ = ["ChangeSet", "IntegrityResult", "check_integrity", "diff_trees", "glob_match",
@@ -122,11 +122,11 @@ def without_ignored(entries: list[dict[str, Any]],
     patterns ``artifact.json`` recorded; the bytecode-beside-its-source rule included)."""
     if not ignored:
         return entries
-    patterns = [p for p in ignored if p != BESIDE_SOURCE_RULE]
+    left_out = ignored_test([p for p in ignored if p != BESIDE_SOURCE_RULE], glob_match)
     paths = {e["path"] for e in entries}
     beside = BESIDE_SOURCE_RULE in ignored
     return [e for e in entries
-            if not is_ignored(e["path"], patterns, glob_match)
+            if not left_out(e["path"])
             and not (beside and e["type"] == "file" and e["path"].endswith((".pyc", ".pyo"))
                      and e["path"][:-1] in paths)]
 

@@ -29,6 +29,7 @@ from assay.records.artifact import ARTIFACT_JSON, ARTIFACT_TAR, extract_paths, l
 from assay.records.io import write_new_text
 from assay.records.manifest import utc_now
 from assay.records.trial import GRADES, Grade, grade_json
+from assay.records.workspace import scratch_dir
 from assay.suites.bundle import Bundle, Command, check_starting_tree
 
 __all__ = ["HOME_MOUNT", "TESTS_MOUNT", "grade_path", "run_check", "verify"]
@@ -196,7 +197,8 @@ def verify(bundle: Bundle, trial_dir: Path, *, revision: str, trial_id: str,
             if hashlib.file_digest(fh, "sha256").hexdigest() != frozen["tar_sha256"]:
                 raise VerifierError("artifact.tar does not match the digest in artifact.json")
         artifact = frozen["entries"]
-        with tempfile.TemporaryDirectory(prefix="assay-verifier-") as tmp:
+        with tempfile.TemporaryDirectory(prefix="assay-verifier-", dir=scratch_dir(
+                len(artifact), frozen.get("bytes"))) as tmp:
             pristine = Path(tmp) / "pristine"
             bundle.export_starting_tree(pristine)
             check = check_starting_tree(bundle, pristine)

@@ -221,7 +221,8 @@ def run_trial(bundle: Bundle, agent: Agent, trial_dir: Path, *, rep: int = 0,
                 raise TrialRefused("the agent could not be run: "
                                    f"{record['execution'].get('detail') or run.detail}")
             hooks.before("freeze")
-            stages.run("freeze", lambda: _freeze(bundle, workspace, trial_dir, record))
+            stages.run("freeze", lambda: _freeze(bundle, workspace, trial_dir, record,
+                                                 stages.save))
         except TrialRefused as exc:
             record.update(status="infra_error", error=str(exc), ended_at=utc_now())
             stages.save()
@@ -248,10 +249,12 @@ def run_trial(bundle: Bundle, agent: Agent, trial_dir: Path, *, rep: int = 0,
     return TrialResult(trial_dir, "graded", grade, record)
 
 
-def _freeze(bundle: Bundle, workspace: Path, trial_dir: Path,
-            record: dict[str, Any]) -> dict[str, Any]:
+def _freeze(bundle: Bundle, workspace: Path, trial_dir: Path, record: dict[str, Any],
+            save: Callable[[], None]) -> dict[str, Any]:
     """Freeze within the task's workspace bounds. Over them, no tar is written: the
-    ``artifact.json`` holds the figure and the execution becomes ``resource_limit``."""
+    ``artifact.json`` holds the figure and the execution becomes ``resource_limit``, saved in
+    ``trial.json`` before ``artifact.json`` exists (a runner that restarts verifies a frozen
+    attempt from the execution it finds there)."""
     limits = bundle.workspace_limits()
     execution = record["execution"]
     applied = execution.setdefault("limits_applied", {})
@@ -268,6 +271,7 @@ def _freeze(bundle: Bundle, workspace: Path, trial_dir: Path,
         execution.update(status="resource_limit", reason="workspace_limit",
                          detail=str(over), workspace_limit=over.figure,
                          status_before_freeze=execution.get("status"))
+        save()
         return refuse(trial_dir, over, limits)
 
 
