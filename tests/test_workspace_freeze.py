@@ -237,6 +237,48 @@ def test_extraction_never_writes_outside_the_tree(members: list[tuple[str, str, 
     assert not (tmp_path / "escaped").exists() and not Path("/tmp/escaped-abs").exists()
 
 
+def test_bulk_extraction_rebuilds_the_tree_exactly(tmp_path: Path) -> None:
+    """Past BULK_EXTRACT_MIN paths GNU tar unpacks and the paths are moved into place: the
+    rebuilt tree lists exactly as the frozen one (types, modes, digests, links, hard links),
+    and a name below a link of the pristine tree is still refused."""
+    from assay.records.artifact import BULK_EXTRACT_MIN, extract_paths, list_tree
+
+    ws = tmp_path / "ws"
+    for i in range(BULK_EXTRACT_MIN + 100):
+        d = ws / "src" / f"d{i // 500}"
+        d.mkdir(parents=True, exist_ok=True)
+        (d / f"f{i}.txt").write_text(str(i))
+    (ws / "src" / "run.sh").write_text("#!/bin/sh\n")
+    (ws / "src" / "run.sh").chmod(0o755)
+    (ws / "src" / "lnk").symlink_to("d0/f0.txt")
+    os.link(ws / "src" / "d0" / "f1.txt", ws / "src" / "hard.txt")
+    (ws / "src" / "locked").mkdir()
+    (ws / "src" / "locked" / "inside.txt").write_text("in")
+    (ws / "src" / "locked").chmod(0o555)
+    trial = tmp_path / "trial"
+    trial.mkdir()
+    manifest = freeze(ws, trial)
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    extract_paths(trial, dest, {e["path"] for e in manifest["entries"]})
+
+    def strip(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [{k: v for k, v in e.items() if k != "inode"} for e in entries]
+
+    assert strip(list_tree(dest)) == strip(manifest["entries"])
+    assert os.stat(dest / "src" / "hard.txt").st_ino == os.stat(dest / "src/d0/f1.txt").st_ino
+
+    other = tmp_path / "dest2"
+    other.mkdir()
+    (other / "src").symlink_to(tmp_path / "outside")
+    (tmp_path / "outside").mkdir()
+    with pytest.raises(ValueError, match="refusing to extract"):
+        extract_paths(trial, other, {e["path"] for e in manifest["entries"]} - {"src"})
+    assert list((tmp_path / "outside").iterdir()) == []
+    (ws / "src" / "locked").chmod(0o755)
+    (dest / "src" / "locked").chmod(0o755)
+
+
 # ------------------------------------------------------------- the walk and its bounds
 
 def test_walk_is_bounded_and_iterative(tmp_path: Path) -> None:
