@@ -85,20 +85,23 @@ def test_in_process_attacks_are_caught_and_work_without_the_defence(
 
 
 @needs_bwrap
-def test_shadow_bytecode_is_refused_and_never_run_even_when_allowed(tmp_path: Path) -> None:
+def test_shadow_bytecode_is_left_out_and_never_run_even_when_allowed(tmp_path: Path) -> None:
     b = make_bundle(tmp_path / "b")
     g = _mutant(b, "shadow_bytecode", tmp_path / "t1")
-    assert g["failure_code"] == "compiled_code_added"
-    codes = [p for p in g["details"]["integrity"]["problems"] if p["code"] ==
-             "compiled_code_added"]
-    assert codes and codes[0]["path"].startswith("src/calc/__pycache__/")
+    # __pycache__ is a regenerable cache: left out of the artifact and listed as excluded, so
+    # the verifier's tree holds the untouched source only and nothing changed
+    assert g["failure_code"] == "no_change"
+    excluded = json.loads((tmp_path / "t1" / "artifact.json").read_text())["excluded"]
+    assert [r["path"] for r in excluded["paths"]] == ["src/calc/__pycache__"]
+    assert excluded["files"] == 1 and excluded["bytes"] > 0
 
     allowed = make_bundle(tmp_path / "allowed")
     _edit_yaml(allowed, '  allowed_paths: ["src/**"]',
-               '  allowed_paths: ["src/**"]\n  allowed_binaries: ["**/__pycache__/**"]')
+               '  allowed_paths: ["src/**"]\n  allowed_binaries: ["**/__pycache__/**"]\n'
+               '  ignored_paths: [.pytest_cache]')
     g2 = _mutant(allowed, "shadow_bytecode", tmp_path / "t2")
-    # integrity lets the file through, but the verifier never reads workspace bytecode: the
-    # untouched (buggy) source runs, and the hidden tests fail honestly
+    # the task narrowed the caches and allowed the file through integrity, but the verifier
+    # never reads workspace bytecode: the untouched (buggy) source runs and fails honestly
     assert g2["checks"]["integrity"] == "pass"
     assert g2["failure_code"] == "behavior_failed"
     assert any(r.startswith("src/calc/__pycache__") for r in

@@ -345,11 +345,12 @@ EXPECTED_MUTANT_CODES = {
     "fake_summary_exit": "test_runner_tampered",
     "noop_test_calls": "test_runner_tampered",
     "flip_failed_reports": "test_runner_tampered",
-    "shadow_bytecode": "compiled_code_added",
+    # bytecode in __pycache__ is a cache: left out of the artifact, never read by the verifier
+    "shadow_bytecode": "no_change",
 }
 EXPECTED_OPEN_CODES = {"fake_output": "behavior_failed", "shadow_pytest": "test_tooling_changed",
                        "noop_test_calls": "test_runner_tampered",
-                       "shadow_bytecode": "compiled_code_added"}
+                       "shadow_bytecode": "no_change"}
 MUTANT_CASES = ([("calc-001", m, c) for m, c in EXPECTED_MUTANT_CODES.items()]
                 + [("calc-open", m, c) for m, c in EXPECTED_OPEN_CODES.items()])
 

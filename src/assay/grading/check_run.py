@@ -22,6 +22,7 @@ from typing import Any
 
 from assay.grading.canaries import Canary, is_js_test_file, is_test_file, plant
 from assay.grading.reward import read_reward
+from assay.records.workspace import copy_tree, scratch_beside, verify_prefix
 from assay.sandbox import ExecResult, Limits, Mount, run_sandboxed
 from assay.suites.bundle import Bundle, RewardFile
 from assay.suites.patterns import matches_any
@@ -95,19 +96,29 @@ class CheckRun:
         return self.report_text if self.runner != "node" else self.tap_text
 
 
+def _test_files(root: Path) -> list[str]:
+    """Test files below ``root`` (links not followed, ``node_modules`` skipped), relative and
+    sorted. Names are tested before anything is asked of the file system: this runs over every
+    file of the candidate's tree, which may hold a hundred thousand."""
+    base = str(root)
+    found = []
+    for dirpath, dirnames, filenames in os.walk(base, followlinks=False):
+        dirnames[:] = [d for d in dirnames if d != "node_modules"]
+        rel_dir = dirpath[len(base) + 1:]
+        for name in filenames:
+            rel = f"{rel_dir}/{name}" if rel_dir else name
+            if is_test_file(rel) or is_js_test_file(rel):
+                full = os.path.join(dirpath, name)
+                if os.path.isfile(full) and not os.path.islink(full):
+                    found.append(rel)
+    return sorted(found)
+
+
 def canary_targets(bundle: Bundle, work: Path, tests: Path) -> tuple[list[str], list[str]]:
     """The files canaries go into: every test file of the hidden tests, and every test file
     of the workspace under the task's protected paths."""
-    def wanted(root: Path, p: Path) -> bool:
-        rel = p.relative_to(root).as_posix()
-        return p.is_file() and not p.is_symlink() and "node_modules" not in rel.split("/") \
-            and (is_test_file(rel) or is_js_test_file(rel))
-
-    hidden = sorted(p.relative_to(tests).as_posix() for p in tests.rglob("*") if wanted(tests, p))
     protected = bundle.spec.acceptance.protected_paths
-    own = sorted(p.relative_to(work).as_posix() for p in work.rglob("*")
-                 if wanted(work, p) and matches_any(p.relative_to(work).as_posix(), protected))
-    return hidden, own
+    return _test_files(tests), [r for r in _test_files(work) if matches_any(r, protected)]
 
 
 def run_command(command: str, workspace: Path, bundle: Bundle, *, record_dir: Path | None,
@@ -117,10 +128,11 @@ def run_command(command: str, workspace: Path, bundle: Bundle, *, record_dir: Pa
     enabled and (``canaries``) a canary pair is planted in every test file. With ``reward`` an
     empty directory of this run's own is mounted at ``reward.dir`` and read once it ended."""
     spec = bundle.spec
-    with tempfile.TemporaryDirectory(prefix="assay-verify-") as tmp_name:
+    with tempfile.TemporaryDirectory(prefix=verify_prefix("verify"),
+                                     dir=scratch_beside(workspace)) as tmp_name:
         tmp = Path(tmp_name)
         work, home, tests = tmp / "work", tmp / "home", tmp / "tests"
-        shutil.copytree(workspace, work, symlinks=True)
+        copy_tree(workspace, work)  # cp -a: a large tree costs a copy, not a Python loop
         if bundle.tests_dir.is_dir():
             shutil.copytree(bundle.tests_dir, tests, symlinks=True)
         else:

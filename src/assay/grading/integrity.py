@@ -12,6 +12,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
+from assay.records.workspace import BESIDE_SOURCE_RULE, ignored_test
 from assay.suites.patterns import glob_match, matches_any
 
 __all__ = ["ChangeSet", "IntegrityResult", "check_integrity", "diff_trees", "glob_match",
@@ -115,9 +116,30 @@ class IntegrityResult:
                 "problems": self.problems, "changes": self.changes.to_record()}
 
 
+def without_ignored(entries: list[dict[str, Any]],
+                    ignored: list[str] | None) -> list[dict[str, Any]]:
+    """``entries`` less the regenerable caches the freeze leaves out (``ignored``: the
+    patterns ``artifact.json`` recorded; the bytecode-beside-its-source rule included)."""
+    if not ignored:
+        return entries
+    left_out = ignored_test([p for p in ignored if p != BESIDE_SOURCE_RULE], glob_match)
+    paths = {e["path"] for e in entries}
+    beside = BESIDE_SOURCE_RULE in ignored
+    return [e for e in entries
+            if not left_out(e["path"])
+            and not (beside and e["type"] == "file" and e["path"].endswith((".pyc", ".pyo"))
+                     and e["path"][:-1] in paths)]
+
+
 def check_integrity(pristine: list[dict[str, Any]], artifact: list[dict[str, Any]], *,
                     protected: list[str], allowed: list[str] | None,
-                    allowed_binaries: list[str] | None = None) -> IntegrityResult:
+                    allowed_binaries: list[str] | None = None,
+                    ignored: list[str] | None = None) -> IntegrityResult:
+    """The integrity verdict. Paths matching ``ignored`` (regenerable caches, which the
+    freeze leaves out) are dropped from both sides first: they are neither changed protected
+    paths nor changes outside the allowed paths."""
+    pristine = without_ignored(pristine, ignored)
+    artifact = without_ignored(artifact, ignored)
     protected_paths = {e["path"] for e in pristine + artifact
                        if matches_any(e["path"], protected)}
     changes = diff_trees(pristine, artifact, strict_mode=protected_paths)

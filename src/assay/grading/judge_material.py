@@ -148,7 +148,9 @@ def rebuilt_tree(bundle: Bundle, trial_dir: Path, dest: Path, *,
     acc = bundle.spec.acceptance
     integrity = check_integrity(list_tree(pristine), frozen["entries"],
                                 protected=acc.protected_paths, allowed=acc.allowed_paths,
-                                allowed_binaries=acc.allowed_binaries)
+                                allowed_binaries=acc.allowed_binaries,
+                                ignored=frozen.get("excluded", {}).get("patterns",
+                                                                       bundle.ignored_paths))
     candidate = dest / "candidate"
     build_workspace(pristine, trial_dir, integrity, candidate)
     return candidate

@@ -29,12 +29,17 @@ from assay.records.artifact import ARTIFACT_JSON, ARTIFACT_TAR, extract_paths, l
 from assay.records.io import write_new_text
 from assay.records.manifest import utc_now
 from assay.records.trial import GRADES, Grade, grade_json
+from assay.records.workspace import scratch_dir, verify_prefix
 from assay.suites.bundle import Bundle, Command, check_starting_tree
 
 __all__ = ["HOME_MOUNT", "TESTS_MOUNT", "grade_path", "run_check", "verify"]
 
 # Execution outcomes that fail a trial whatever the artifact holds.
 EXECUTION_FAILURES = {"agent_timeout", "budget_exhausted", "resource_limit"}
+
+
+class _NothingFrozen(Exception):  # noqa: N818 - a control-flow signal, caught below
+    """The freeze refused the workspace (over its bounds): there is nothing to check."""
 
 
 def grade_path(trial_dir: Path, revision: str) -> Path:
@@ -185,11 +190,15 @@ def verify(bundle: Bundle, trial_dir: Path, *, revision: str, trial_id: str,
     validity: dict[str, Any] = {"status": "valid"}
     try:
         frozen = json.loads((trial_dir / ARTIFACT_JSON).read_text())
+        if frozen.get("refused") is not None:  # the execution says resource_limit
+            details["workspace_refused"] = frozen["refused"]
+            raise _NothingFrozen
         with open(trial_dir / ARTIFACT_TAR, "rb") as fh:
             if hashlib.file_digest(fh, "sha256").hexdigest() != frozen["tar_sha256"]:
                 raise VerifierError("artifact.tar does not match the digest in artifact.json")
         artifact = frozen["entries"]
-        with tempfile.TemporaryDirectory(prefix="assay-verifier-") as tmp:
+        with tempfile.TemporaryDirectory(prefix=verify_prefix("verifier"), dir=scratch_dir(
+                len(artifact), frozen.get("bytes"))) as tmp:
             pristine = Path(tmp) / "pristine"
             bundle.export_starting_tree(pristine)
             check = check_starting_tree(bundle, pristine)
@@ -199,7 +208,9 @@ def verify(bundle: Bundle, trial_dir: Path, *, revision: str, trial_id: str,
             integrity = check_integrity(list_tree(pristine), artifact,
                                         protected=acc.protected_paths,
                                         allowed=acc.allowed_paths,
-                                        allowed_binaries=acc.allowed_binaries)
+                                        allowed_binaries=acc.allowed_binaries,
+                                        ignored=frozen.get("excluded", {}).get(
+                                            "patterns", bundle.ignored_paths))
             details["integrity"] = integrity.to_record()
             checks["integrity"] = "pass" if integrity.passed else "fail"
             workspace = Path(tmp) / "candidate"
@@ -236,6 +247,8 @@ def verify(bundle: Bundle, trial_dir: Path, *, revision: str, trial_id: str,
                     subject={"trial_id": trial_id, "task": spec.id, "verifier_revision":
                              revision})
                 checks["judge"] = details["judge"]["status"]
+    except _NothingFrozen:
+        pass
     except (VerifierError, OSError, ValueError, KeyError, json.JSONDecodeError) as exc:
         validity = {"status": "invalid", "reason": "grader_error",
                     "detail": f"{type(exc).__name__}: {exc}"}

@@ -18,16 +18,17 @@ from pathlib import Path
 from typing import Any
 
 from assay.agents import Agent, AgentContext, AgentRun
-from assay.agents.mutants import clear_tree
 from assay.errors import NeverOverwrite, TrialRefused
 from assay.grading.verifier import verify
-from assay.records.artifact import freeze
+from assay.records.artifact import freeze, refuse
 from assay.records.failures import AGENT_START_FAILED, INFRA_CODES, start_failure, stderr_tail
 from assay.records.io import atomic_write_json
 from assay.records.manifest import tool_identity, utc_now
 from assay.records.trial import TRIAL_JSON, read_trial, trial_json
+from assay.records.workspace import WorkspaceOverLimit, remove_tree
 from assay.sandbox import KILL_GRACE_SECONDS, Limits, run_sandboxed
 from assay.suites.bundle import Bundle, check_starting_tree, tree_digest
+from assay.suites.patterns import glob_match
 
 # One sandbox call checks every requirement: an executable on PATH, else a Python module.
 _REQUIRE_SCRIPT = r"""
@@ -255,7 +256,8 @@ def run_trial(bundle: Bundle, agent: Agent, trial_dir: Path, *, rep: int = 0,
                 raise TrialRefused("the agent could not be run: "
                                    f"{record['execution'].get('detail') or run.detail}")
             hooks.before("freeze")
-            stages.run("freeze", lambda: freeze(workspace, trial_dir))
+            stages.run("freeze", lambda: _freeze(bundle, workspace, trial_dir, record,
+                                                 stages.save))
         except TrialRefused as exc:
             record.update(status="infra_error", error=str(exc), ended_at=utc_now())
             stages.save()
@@ -266,7 +268,8 @@ def run_trial(bundle: Bundle, agent: Agent, trial_dir: Path, *, rep: int = 0,
             stages.save()
             return TrialResult(trial_dir, "infra_error", None, record)
         finally:
-            clear_tree(workspace)
+            remove_tree(workspace)  # however deep or unreadable the agent left it
+            remove_tree(home)
     revision = hooks.verifier_revision or spec.acceptance.verifier_revision
     hooks.before("verify")
     queued = time.perf_counter()
@@ -279,6 +282,32 @@ def run_trial(bundle: Bundle, agent: Agent, trial_dir: Path, *, rep: int = 0,
                          "accepted": grade["accepted"], "failure_code": grade["failure_code"]})
     stages.save()
     return TrialResult(trial_dir, "graded", grade, record)
+
+
+def _freeze(bundle: Bundle, workspace: Path, trial_dir: Path, record: dict[str, Any],
+            save: Callable[[], None]) -> dict[str, Any]:
+    """Freeze within the task's workspace bounds. Over them, no tar is written: the
+    ``artifact.json`` holds the figure and the execution becomes ``resource_limit``, saved in
+    ``trial.json`` before ``artifact.json`` exists (a runner that restarts verifies a frozen
+    attempt from the execution it finds there)."""
+    limits = bundle.workspace_limits()
+    execution = record["execution"]
+    applied = execution.setdefault("limits_applied", {})
+    note = ("measured when the workspace is frozen (apparent sizes; folders and links count "
+            "as files); over it no artifact is written")
+    applied["workspace_mib"] = {"value": bundle.spec.resources.workspace_mib,
+                                "mechanism": "freeze", "note": note}
+    applied["workspace_files"] = {"value": bundle.spec.resources.workspace_files,
+                                  "mechanism": "freeze", "note": note}
+    try:
+        return freeze(workspace, trial_dir, limits=limits, ignored=bundle.ignored_paths,
+                      match=glob_match)
+    except WorkspaceOverLimit as over:
+        execution.update(status="resource_limit", reason="workspace_limit",
+                         detail=str(over), workspace_limit=over.figure,
+                         status_before_freeze=execution.get("status"))
+        save()
+        return refuse(trial_dir, over, limits)
 
 
 def regrade(trial_dir: Path, bundle: Bundle, revision: str) -> dict[str, Any]:

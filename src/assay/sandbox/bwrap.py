@@ -44,6 +44,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from assay.errors import SandboxUnavailable
+from assay.records.workspace import owner_tag
 
 #: Where the caller's work directory appears inside the sandbox; cwd and $HOME of the command.
 SANDBOX_WORKDIR = "/work"
@@ -185,13 +186,10 @@ _ETC_PREFIX = "assay-sandbox-etc-"
 
 
 def _etc_owner() -> str:
-    """``<pid namespace>.<pid>``: a process id means something only within its namespace (a
-    container sharing ``/tmp`` has its own), so only copies made in ours are ever swept."""
-    try:
-        ns = str(os.stat("/proc/self/ns/pid").st_ino)
-    except OSError:
-        ns = "0"
-    return f"{ns}.{os.getpid()}"
+    """``<pid namespace>.<pid>`` (``records.workspace.owner_tag``): a process id means
+    something only within its namespace (a container sharing ``/tmp`` has its own), so only
+    copies made in ours are ever swept."""
+    return owner_tag()
 
 
 def _sweep_dead_etc(tmp: Path) -> None:

@@ -21,6 +21,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from assay.records.workspace import DEFAULT_IGNORED_PATHS, WorkspaceLimits
 from assay.suites import limits
 from assay.suites.confine import links_out, path_problem
 from assay.suites.errors import Problem, SuiteError
@@ -61,6 +62,11 @@ class Resources(_Strict):
     cpu_cores: float = Field(default=1, gt=0)
     memory_limit_mib: int = Field(default=2048, ge=16)
     pids: int = Field(default=256, ge=4)
+    # What the freeze keeps of the workspace: its apparent size (a sparse file counts at its
+    # length) and how many files, folders and links it holds. Over either, no artifact is
+    # written and the attempt ends as resource_limit.
+    workspace_mib: int = Field(default=1024, ge=1)
+    workspace_files: int = Field(default=100_000, ge=1)
 
 
 class Budget(_Strict):
@@ -155,7 +161,21 @@ class Acceptance(_Strict):
     allowed_paths: list[str] | None = None
     # Compiled files (bytecode, native extensions) the deliverable may add, by pattern.
     allowed_binaries: list[str] = Field(default_factory=list)
+    # Regenerable caches the freeze leaves out (and lists); None: the defaults
+    # (records.workspace.DEFAULT_IGNORED_PATHS). A list replaces them: to extend, repeat them.
+    ignored_paths: list[str] | None = None
     judge: JudgeCheck | None = None
+
+    @field_validator("ignored_paths")
+    @classmethod
+    def _ignored_ok(cls, v: list[str] | None) -> list[str] | None:
+        for pattern in v or []:
+            clean = pattern.strip("/")
+            if not clean or clean in ("*", "**", "**/*", "*/**", "**/**", ".") \
+                    or ".." in clean.split("/"):
+                raise ValueError(f"{pattern!r} would leave out the deliverable itself: name "
+                                 "a cache folder or file pattern (e.g. .tox, **/*.log)")
+        return v
 
     @field_validator("required")
     @classmethod
@@ -195,6 +215,17 @@ class Bundle:
     @property
     def instruction_path(self) -> Path:
         return self.root / self.spec.instruction
+
+    @property
+    def ignored_paths(self) -> list[str]:
+        """What the freeze leaves out: the task's ``acceptance.ignored_paths`` or the defaults."""
+        own = self.spec.acceptance.ignored_paths
+        return list(DEFAULT_IGNORED_PATHS) if own is None else list(own)
+
+    def workspace_limits(self) -> WorkspaceLimits:
+        res = self.spec.resources
+        return WorkspaceLimits(max_bytes=res.workspace_mib << 20,
+                               max_entries=res.workspace_files)
 
     @property
     def tests_dir(self) -> Path:
