@@ -33,22 +33,38 @@ CHECKS = ("behavior", "regression", "integrity")
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # Attribute docstrings become the field descriptions docs/reference/task.md shows.
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
 
 class Environment(_Strict):
+    """What the task needs of the machine."""
+
     requires: list[str] = Field(default_factory=list)
-    # Why this machine cannot give the task the environment it needs (a container image, a
-    # GPU...): the bundle is kept, but no trial runs and ``task check`` reports the reason.
+    """Commands or Python modules the task needs inside the sandbox (``python3``, ``pytest``,
+    ``node``...): a trial on a machine that lacks one is refused before the agent starts, and
+    the versions found are recorded."""
     unsupported: str | None = Field(default=None, min_length=1)
+    """Why this machine cannot give the task the environment it needs (a container image, a
+    GPU...): the bundle is kept, but no trial runs and ``task check`` reports the reason."""
 
 
 class InitialState(_Strict):
+    """The tree the agent starts from and what it may reach."""
+
     repository: str
+    """The starting tree: a folder inside the bundle (a git repository when
+    ``repository_commit`` is set)."""
     repository_commit: str | None = None
+    """A commit of ``repository`` to start from (``git archive``); null: the folder as it is."""
     fixture_digest: str | None = None
+    """``sha256:<64 hex>`` of the starting tree: a trial refuses a tree that does not match, so
+    two trials of the same task really start from the same bytes."""
     network_policy: Literal["none", "model-proxy-only"] = "none"
+    """``none``: no network at all; ``model-proxy-only``: only assay's gateway to the arm's
+    model. An arm with a model needs ``model-proxy-only`` (refused at load otherwise)."""
     environment: Environment = Field(default_factory=Environment)
+    """What the task needs of the machine."""
 
     @field_validator("fixture_digest")
     @classmethod
@@ -59,21 +75,33 @@ class InitialState(_Strict):
 
 
 class Resources(_Strict):
+    """Limits of the agent's sandbox, recorded as applied in every trial."""
+
     cpu_cores: float = Field(default=1, gt=0)
+    """CPU share of the agent's sandbox (cgroup quota where available)."""
     memory_limit_mib: int = Field(default=2048, ge=16)
+    """Memory of the agent's sandbox; past it the attempt ends as ``resource_limit``."""
     pids: int = Field(default=256, ge=4)
-    # What the freeze keeps of the workspace: its apparent size (a sparse file counts at its
-    # length) and how many files, folders and links it holds. Over either, no artifact is
-    # written and the attempt ends as resource_limit.
+    """Processes the agent's sandbox may hold at once."""
     workspace_mib: int = Field(default=1024, ge=1)
+    """What the freeze keeps of the workspace, by apparent size (a sparse file counts at its
+    length): over it no artifact is written and the attempt ends as ``resource_limit``."""
     workspace_files: int = Field(default=100_000, ge=1)
+    """Files, folders and links the frozen workspace may hold; over it, as above."""
 
 
 class Budget(_Strict):
+    """Time and steps."""
+
     agent_wall_seconds: float = Field(default=900, gt=0, le=limits.MAX_AGENT_WALL_SECONDS)
+    """The agent's wall-clock budget; past it the agent is stopped and the trial is
+    ``agent_timeout`` (a failure, never retried)."""
     assistant_steps: int | None = Field(default=None, ge=1, le=limits.MAX_ASSISTANT_STEPS)
+    """Model calls the agent may make; past it the gateway refuses (``budget_exhausted``)."""
     verifier_wall_seconds: float = Field(default=120, gt=0,
                                          le=limits.MAX_VERIFIER_WALL_SECONDS)
+    """Wall-clock limit of each verifier check; a candidate that makes a check exceed it
+    fails that check."""
 
 
 #: Top-level folders a reward directory may not be mounted in: the workspace, assay's own
@@ -85,10 +113,11 @@ _SYSTEM_DIRS = frozenset({"work", "assay", "proc", "dev", "tmp", "usr", "etc", "
 class RewardFile(_Strict):
     """Where the check's script writes its reward, and the least reward that passes."""
 
-    # Absolute path inside the verifier's sandbox; an empty directory only that one check run
-    # sees is mounted there, and only the verifier reads what is left in it.
     dir: str = "/logs/verifier"
+    """Absolute path inside the verifier's sandbox; an empty directory only that one check run
+    sees is mounted there, and only the verifier reads what is left in it."""
     threshold: float = Field(default=1.0, allow_inf_nan=False)
+    """The least reward that passes."""
 
     @field_validator("dir")
     @classmethod
@@ -106,18 +135,21 @@ class RewardFile(_Strict):
 
 
 class Command(_Strict):
+    """One check: a shell command run on a fresh copy of the delivered tree."""
+
     command: str = Field(min_length=1)
-    # "required": the output must show a test runner's summary with at least one passed test
-    # and none failed; exiting 0 is not enough (a candidate can exit before any test runs).
-    # "optional": for commands that are not test runners; the exit code decides.
+    """The shell command; ``$ASSAY_TESTS`` names the hidden tests' folder."""
     counts: Literal["required", "optional"] = "required"
-    # A test-runner check is decided from assay's structured report, the expected ids learned
-    # on trusted code and canary tests; opt out only for a command that is not a test runner
-    # (the grade then says the check is not tamper-evident).
+    """``required``: the output must show a test runner's summary with at least one passed
+    test and none failed; exiting 0 is not enough (a candidate can exit before any test
+    runs). ``optional``: for commands that are not test runners; the exit code decides."""
     tamper_evident: bool = True
-    # Set: the command's verdict is the number it writes into a directory the verifier mounts
-    # fresh for this one run (Harbor's ``reward.txt`` / ``reward.json``), not its exit code.
+    """A test-runner check is decided from assay's structured report, the expected ids learned
+    on trusted code and canary tests; opt out only for a command that is not a test runner
+    (the grade then says the check is not tamper-evident)."""
     reward: RewardFile | None = None
+    """Set: the command's verdict is the number it writes into a directory the verifier mounts
+    fresh for this one run (Harbor's ``reward.txt`` / ``reward.json``), not its exit code."""
 
     @model_validator(mode="after")
     def _reward_not_tamper_evident(self) -> Command:
@@ -133,8 +165,11 @@ class JudgePass(_Strict):
     ``at_least`` (an integer scale) or one of ``one_of`` (a label scale)."""
 
     criterion: str = Field(min_length=1)
+    """The judge's criterion whose score decides."""
     at_least: int | None = None
+    """The least score that passes (an integer scale)."""
     one_of: list[str] | None = Field(default=None, min_length=1)
+    """The labels that pass (a label scale)."""
 
 
 class JudgeCheck(_Strict):
@@ -147,24 +182,38 @@ class JudgeCheck(_Strict):
     judge: str = Field(min_length=1)
     """The judge.yaml, relative to the bundle (outside the starting tree)."""
     required: bool = False
+    """True: a failing judgement rejects the trial; false: it is recorded only."""
     pass_: JudgePass = Field(alias="pass")
+    """What the judgement must say to pass."""
     show: list[Literal["diff", "files", "trajectory", "answer"]] = Field(
         default_factory=lambda: ["diff", "trajectory"], min_length=1)
+    """What the judge reads of the trial."""
 
 
 class Acceptance(_Strict):
+    """Who decides whether the delivered tree is accepted."""
+
     verifier_revision: str = Field(min_length=1, pattern=r"^[A-Za-z0-9._-]+$")
+    """Names the grading rules; a new revision is graded beside the old one, never over it."""
     required: list[Literal["behavior", "regression", "integrity"]]
+    """The checks that must all pass for the trial to be accepted."""
     behavior: Command | None = None
+    """The hidden tests that show the task is done (they fail on the starting tree)."""
     regression: Command | None = None
+    """The tests that must keep passing."""
     protected_paths: list[str] = Field(default_factory=list)
+    """Globs the agent must not change (the public tests, say)."""
     allowed_paths: list[str] | None = None
-    # Compiled files (bytecode, native extensions) the deliverable may add, by pattern.
+    """Globs the agent may change; null: anywhere outside ``protected_paths``."""
     allowed_binaries: list[str] = Field(default_factory=list)
-    # Regenerable caches the freeze leaves out (and lists); None: the defaults
-    # (records.workspace.DEFAULT_IGNORED_PATHS). A list replaces them: to extend, repeat them.
+    """Compiled files (bytecode, native extensions) the deliverable may add, by glob."""
     ignored_paths: list[str] | None = None
+    """Regenerable caches the freeze leaves out of the artifact (and lists in
+    ``artifact.json``); null: the defaults (``__pycache__``, ``.pytest_cache``,
+    ``.mypy_cache``, ``.ruff_cache``, ``.hypothesis``, a ``.pyc`` beside its source). A list
+    replaces them: to extend, repeat them."""
     judge: JudgeCheck | None = None
+    """A pinned judge's check of the frozen artifact (``acceptance.judge``)."""
 
     @field_validator("ignored_paths")
     @classmethod
@@ -188,18 +237,29 @@ class Acceptance(_Strict):
 
 
 class TaskSpec(_Strict):
+    """``task.yaml``, as written."""
+
     id: str = Field(min_length=1, pattern=r"^[A-Za-z0-9._-]+$")
+    """The task's id, unique within an experiment."""
     revision: int = Field(ge=0)
+    """Raised whenever the task changes; part of its fingerprint."""
     family: str | None = None
+    """Tasks of one family are correlated: intervals cluster by family."""
     split: Literal["dev", "validation", "holdout"] = "dev"
-    # True: no family may have tasks in both dev and holdout (a holdout task whose siblings
-    # are tuned on in dev is not held out); ``task lint`` warns when one does.
+    """Which split the task belongs to; experiments run dev tasks unless they name a split."""
     family_must_not_cross_splits: bool = False
+    """True: no family may have tasks in both dev and holdout (a holdout task whose siblings
+    are tuned on in dev is not held out); ``task lint`` warns when one does."""
     instruction: str = "instruction.md"
+    """The file the agent is given as its task, inside the bundle."""
     initial_state: InitialState
+    """The starting tree and what the agent may reach."""
     resources: Resources = Field(default_factory=Resources)
+    """Limits of the agent's sandbox."""
     budget: Budget = Field(default_factory=Budget)
+    """Time and steps."""
     acceptance: Acceptance
+    """Who decides acceptance."""
 
 
 @dataclass(frozen=True)

@@ -43,17 +43,28 @@ CONFIG_FILE = Path("suite.yaml")
 class SuiteConfig(BaseModel):
     """``suite.yaml``. Unknown keys are refused: a misspelt ``temprature`` must not be ignored."""
 
-    model_config = ConfigDict(extra="forbid")
+    # Attribute docstrings become the field descriptions docs/reference/suite.md shows.
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
     description: str | None = None
+    """What the suite is for, shown in reports."""
     labels: list[str] | None = None
+    """The allowed labels (compared stripped and lower-cased); null: the set of ``expected``
+    values. Only with the ``label`` scorer."""
     output_field: str = "label"
+    """The JSON field of the answer that holds the label."""
     temperature: float = Field(default=0.0, ge=0.0, le=2.0)
+    """Sampling temperature (``--temperature`` overrides)."""
     repeats: int = Field(default=1, ge=1, le=100)
+    """Answers per case (``--repeats`` overrides); a case's repeats are one cluster, not new
+    cases, in every interval."""
     max_tokens: int | None = Field(default=None, ge=1)
+    """Passed to the endpoint; null: the endpoint's default."""
     splits: dict[str, str] = Field(default_factory=dict)
+    """Other case files by name (``--split NAME``), relative to the suite."""
     scorer: Any = None
-    """``label`` when absent; checked by ``parse_scorer`` (its errors name nested keys)."""
+    """Who decides that an answer is right: ``label`` when absent; checked by
+    ``parse_scorer`` (its errors name nested keys). See the README's Scorers section."""
     tiers: dict[str, SuiteTier | None] | None = None
     """Named selections of the cases for ``assay run --tier`` (``suites/tiers.py``)."""
 
