@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from assay.errors import NeverOverwrite, VerifierError
-from assay.grading.check_run import HOME_MOUNT, TESTS_MOUNT, run_command
+from assay.grading.check_run import HOME_MOUNT, TESTS_MOUNT, run_command, runner_shadows
 from assay.grading.expected_tests import expected_tests
 from assay.grading.integrity import IntegrityResult, check_integrity
 from assay.grading.judge_check import run_judge_check
@@ -205,6 +205,9 @@ def verify(bundle: Bundle, trial_dir: Path, *, revision: str, trial_id: str,
             workspace = Path(tmp) / "candidate"
             build_workspace(pristine, trial_dir, integrity, workspace)
             details["suspicious"] = scan_workspace(workspace, integrity.changes)
+            # named like pytest's own modules: never imported by a check (the start-up guard
+            # resolves those from the interpreter), listed for a reader
+            details["runner_modules_shadowed"] = runner_shadows(workspace)
             tampered: list[str] = []
             for name in ("behavior", "regression"):
                 cmd = getattr(acc, name)
