@@ -20,6 +20,7 @@ deliverable; :func:`runner_shadows` lists what of the deliverable it shadowed, f
 from __future__ import annotations
 
 import os
+import random
 import secrets
 import shutil
 import tempfile
@@ -27,13 +28,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from assay.grading.canaries import Canary, is_js_test_file, is_test_file, plant
+from assay.grading.canaries import TESTS_MOUNT, Canary, is_js_test_file, is_test_file, plant
+from assay.grading.canary_derive import Mutation, draw, plant_for_validation, text_sha256
 from assay.grading.reward import read_reward
 from assay.sandbox import ExecResult, Limits, Mount, run_sandboxed
 from assay.suites.bundle import Bundle, RewardFile
 from assay.suites.patterns import matches_any
 
-TESTS_MOUNT = "/assay/tests"
 HOME_MOUNT = "/assay/home"
 PYUSER_MOUNT = "/assay/pyuser"
 REPORTER_MODULE = "assay_verifier_reporter"
@@ -115,6 +116,48 @@ def _user_site(base: Path, reporter: str | None) -> None:
 
 
 @dataclass
+class DerivedPlan:
+    """Derived canaries for one run: per planted file (``tests/<rel>`` or ``work/<rel>``) the
+    text digest they were made from and the copies; ``validate`` plants every copy (on the
+    trusted tree), ``draw`` one verification's draw from ``seed``."""
+
+    files: dict[str, tuple[str, list[Mutation]]]
+    mode: str
+    seed: int
+
+
+def _plant_derived(root: Path, label: str, rels: list[str], plan: DerivedPlan,
+                   ) -> tuple[list[Canary], dict[str, Mutation]]:
+    rng = random.Random(plan.seed)
+    planted: list[Canary] = []
+    sources: dict[str, Mutation] = {}
+    for rel in rels:
+        key = f"{label}/{rel}"
+        entry = plan.files.get(key)
+        path = root / rel
+        if entry is None or path.is_symlink() or not path.is_file():
+            continue
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            continue
+        digest, mutations = entry
+        if text_sha256(text) != digest or not mutations:
+            continue  # not the file the copies were made from (a changed protected test)
+        if plan.mode == "validate":
+            new, names = plant_for_validation(text, mutations, rng)
+            chosen = list(names.items())
+        else:
+            new, chosen = draw(text, mutations, rng)
+        path.write_text(new, encoding="utf-8")
+        for name, m in chosen:
+            sources[name] = m
+            planted.append(Canary(name, key, "fail", kind="derived", origin=m.origin,
+                                  change=m.kind, items=m.fail_items))
+    return planted, sources
+
+
+@dataclass
 class CheckRun:
     """One command's execution and what the reporters wrote (None: no report file at all):
     assay's pytest reporter, and node's TAP reporter."""
@@ -126,6 +169,8 @@ class CheckRun:
     tap_text: str | None = None
     #: what :func:`assay.grading.reward.read_reward` found, for a check with a reward file
     reward: dict[str, Any] | None = None
+    #: the derived canaries' copies by planted name (validation reads their outcomes)
+    derived_sources: dict[str, Mutation] | None = None
 
     @property
     def runner(self) -> str | None:
@@ -158,9 +203,10 @@ def canary_targets(bundle: Bundle, work: Path, tests: Path) -> tuple[list[str], 
 
 def run_command(command: str, workspace: Path, bundle: Bundle, *, record_dir: Path | None,
                 tamper_evident: bool, mode: str = "run", canaries: bool = True,
-                reward: RewardFile | None = None) -> CheckRun:
+                reward: RewardFile | None = None, derived: DerivedPlan | None = None) -> CheckRun:
     """``command`` under ``sh -c`` over private copies; with ``tamper_evident`` the reporter is
-    enabled and (``canaries``) a canary pair is planted in every test file. With ``reward`` an
+    enabled, (``canaries``) a random canary pair is planted in every test file and
+    (``derived``) the derived canaries of the plan. With ``reward`` an
     empty directory of this run's own is mounted at ``reward.dir`` and read once it ended."""
     spec = bundle.spec
     with tempfile.TemporaryDirectory(prefix="assay-verify-") as tmp_name:
@@ -185,6 +231,7 @@ def run_command(command: str, workspace: Path, bundle: Bundle, *, record_dir: Pa
         mounts = [Mount(tests, TESTS_MOUNT, writable=False), Mount(home, HOME_MOUNT, writable=True),
                   Mount(pyuser, PYUSER_MOUNT, writable=False)]
         planted: list[Canary] = []
+        sources: dict[str, Mutation] = {}
         report_file: Path | None = None
         tap_file: Path | None = None
         if tamper_evident:
@@ -203,9 +250,16 @@ def run_command(command: str, workspace: Path, bundle: Bundle, *, record_dir: Pa
                                         f" --test-reporter=tap --test-reporter-destination="
                                         f"{out_mount}/{tap_name}"})
             report_file, tap_file = out / report_name, out / tap_name
+            hidden, own = canary_targets(bundle, work, tests)
+            if derived is not None:
+                # the copies first: they are made from (and checked against) the files as the
+                # task wrote them, before a random pair goes in
+                for root, label, rels in ((tests, "tests", hidden), (work, "work", own)):
+                    got, src = _plant_derived(root, label, rels, derived)
+                    planted += got
+                    sources.update(src)
             if canaries:
-                hidden, own = canary_targets(bundle, work, tests)
-                planted = plant(tests, "tests", hidden) + plant(work, "work", own)
+                planted += plant(tests, "tests", hidden) + plant(work, "work", own)
         reward_dir: Path | None = None
         if reward is not None:
             reward_dir = tmp / "reward"
@@ -220,7 +274,7 @@ def run_command(command: str, workspace: Path, bundle: Bundle, *, record_dir: Pa
         tap = _read(tap_file) if tap_file is not None else None
         found = (read_reward(reward_dir, reward.threshold)
                  if reward is not None and reward_dir is not None else None)
-    return CheckRun(result, text, planted, removed, tap, found)
+    return CheckRun(result, text, planted, removed, tap, found, sources)
 
 
 def _read(path: Path) -> str | None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import secrets
 import shutil
 import tempfile
 from pathlib import Path
@@ -19,7 +20,7 @@ from typing import Any
 
 from assay.errors import NeverOverwrite, VerifierError
 from assay.grading.check_run import HOME_MOUNT, TESTS_MOUNT, run_command, runner_shadows
-from assay.grading.expected_tests import expected_tests
+from assay.grading.expected_tests import derived_plan, expected_tests, timeout_owner, trusted_timing
 from assay.grading.integrity import IntegrityResult, check_integrity
 from assay.grading.judge_check import run_judge_check
 from assay.grading.tamper_scan import scan_workspace
@@ -96,8 +97,12 @@ def run_check(name: str, command: Command, workspace: Path, bundle: Bundle,
                              f"(exit {trusted.get('exit_code')}): neither pytest nor node's "
                              "test runner ran, so its exit code and summary decide")
             trusted = None
+    seed = secrets.randbits(62) if trusted is not None and trusted.get("runner") == "pytest" \
+        else None
     run = run_command(command.command, workspace, bundle, record_dir=record_dir,
-                      tamper_evident=trusted is not None, reward=command.reward)
+                      tamper_evident=trusted is not None, reward=command.reward,
+                      derived=derived_plan(trusted, seed) if trusted and seed is not None
+                      else None)
     result = run.result
     output = result.stdout_tail + "\n" + result.stderr_tail
     summary = parse_counts(output)
@@ -127,6 +132,10 @@ def run_check(name: str, command: Command, workspace: Path, bundle: Bundle,
                   "tampered": verdict["tampered"], "problems": verdict["problems"],
                   "failure": verdict.get("failure"), "canaries": verdict.get("canaries", []),
                   "canaries_planted": len(run.canaries),
+                  # how many canaries of each kind ran, and how this verification drew them
+                  "canary_counts": verdict.get("canary_counts"),
+                  "derived_seed": seed,
+                  "derived_pool": trusted.get("derived_stats"),
                   "expected_ids_source": trusted["source"],
                   "expected_ids": len(trusted["ids"]),
                   "expected_ids_partial": bool(trusted["collect_errors"]),
@@ -136,6 +145,25 @@ def run_check(name: str, command: Command, workspace: Path, bundle: Bundle,
                   "failed_ids": verdict.get("failed_ids", [])}
         if not canaries:
             tamper["why_weaker"] = "no test file of this check collects a canary"
+        elif not (verdict.get("canary_counts") or {}).get("derived"):
+            tamper["why_weaker"] = ("no derived canary: none could be made from this check's "
+                                    "test files, or none failed with the reference solution; "
+                                    "only the random-shape canaries speak for the runner")
+    if result.reason == "timeout":
+        # whose time-out: the candidate's when the trusted tree runs the same check well
+        # inside the limit (a failed check, graded), else the grader's (no grade)
+        timing = (trusted or {}).get("trusted_run") if trusted is not None else None
+        if timing is None and pristine is not None and fixture_digest is not None:
+            timing = trusted_timing(bundle, command.command, pristine, fixture_digest)
+        owner, why = timeout_owner(timing, bundle.spec.budget.verifier_wall_seconds)
+        record["timeout"] = {"owner": owner, "why": why, "trusted_run": timing}
+        if owner == "candidate":
+            status = "fail"
+            record["failure"] = "candidate_timeout"
+            if tamper.get("applied"):
+                # a run cut short leaves canaries unreported: not evidence of tampering
+                tamper["tampered_before_timeout"] = tamper["tampered"]
+                tamper["tampered"] = []
     record.update({
         "status": status, "counts": counts, "stdout_counts": summary,
         "tamper_evident": tamper, "bytecode_removed": run.bytecode_removed,
@@ -144,6 +172,19 @@ def run_check(name: str, command: Command, workspace: Path, bundle: Bundle,
         "limits_applied": {k: v.to_record() for k, v in result.limits_applied.items()},
         "evidence": dict(result.evidence)})
     return record
+
+
+def _check_failures(details: dict[str, Any]) -> dict[str, str]:
+    """The checks whose failure has a more exact code than ``<check>_failed``: a time-out the
+    candidate's code caused, expected tests that were never reported."""
+    out: dict[str, str] = {}
+    for n in ("behavior", "regression"):
+        rec = details.get(n, {})
+        if rec.get("failure") == "candidate_timeout":
+            out[n] = "candidate_timeout"
+        elif rec.get("tamper_evident", {}).get("failure") == "tests_missing":
+            out[n] = "tests_missing"
+    return out
 
 
 def _first_failure(validity: dict[str, Any], exec_status: str, checks: dict[str, str],
@@ -218,8 +259,11 @@ def verify(bundle: Bundle, trial_dir: Path, *, revision: str, trial_id: str,
                                 fixture_digest=digest)
                 details[name] = res
                 if res["status"] == "error":
+                    # the grader's own failure (the trusted tree could not be run, the sandbox
+                    # failed, a time-out not the candidate's): no grade, verified again later
                     validity = {"status": "invalid", "reason": "grader_error",
-                                "detail": f"{name} command: {res['reason']}"}
+                                "detail": f"{name} command: {res['reason']}"
+                                + (f" ({res['timeout']['why']})" if "timeout" in res else "")}
                 checks[name] = res["status"]
                 tampered += [f"{name}: {why}" for why in res["tamper_evident"].get("tampered", [])]
             details["not_tamper_evident"] = {
@@ -257,9 +301,7 @@ def verify(bundle: Bundle, trial_dir: Path, *, revision: str, trial_id: str,
     failure = _first_failure(validity, execution.get("status", "succeeded"), checks, required,
                              details.get("integrity", {}).get("failure_code"),
                              changed=changed,
-                             missing={n: "tests_missing" for n in ("behavior", "regression")
-                                      if details.get(n, {}).get("tamper_evident", {})
-                                      .get("failure") == "tests_missing"})
+                             missing=_check_failures(details))
     accepted = failure is None and required_pass
     details["ended_at"] = utc_now()
     grade = {
