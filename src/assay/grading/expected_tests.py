@@ -33,6 +33,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from assay.grading import canaries, canary_derive
 from assay.grading.canaries import id_in_file
 from assay.grading.canary_derive import Mutation, derive, text_sha256
 from assay.grading.check_run import DerivedPlan, canary_targets, reporter_source, run_command
@@ -59,6 +60,9 @@ def cache_key(bundle: Bundle, command: str, fixture_digest: str) -> str:
     parts = {
         "version": CACHE_VERSION,
         "reporter": hashlib.sha256(reporter_source()).hexdigest(),
+        # how canaries are made and validated: a change there is a new validation
+        "canaries": hashlib.sha256(b"".join(Path(m.__file__).read_bytes()
+                                            for m in (canaries, canary_derive))).hexdigest(),
         "command": command,
         "fixture_digest": fixture_digest,
         "tests": tree_digest(bundle.tests_dir) if bundle.tests_dir.is_dir() else None,
