@@ -306,3 +306,47 @@ def test_bytecode_never_stands_in_for_a_deleted_source(tmp_path: Path) -> None:
     assert "src/calc/__init__.pyc" in g["details"]["behavior"]["bytecode_removed"]
     beh = g["details"]["behavior"]
     assert beh["counts"]["passed"] == 0 and beh["counts"]["errors"] >= 1
+
+
+@needs_bwrap
+def test_a_candidate_timeout_counts_as_a_failure_and_is_not_verified_again(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Through the experiment runner: the hanging arm's trial is graded (in the denominator, as a
+    failure), the run completes, and a resume leaves it alone (no second grade)."""
+    import json
+    import sqlite3
+
+    from conftest import run_cli
+
+    from assay.suites.bundle import set_fixture_digest, tree_digest
+
+    monkeypatch.setenv("ASSAY_CACHE_DIR", str(tmp_path / "cache"))
+    bundle = make_bundle(tmp_path / "tasks" / "calc", verifier_seconds=HANG_SECONDS)
+    set_fixture_digest(bundle, tree_digest(bundle / "repo"))
+    hang = _candidate("    while True:\\n        time.sleep(1)")
+    exp = tmp_path / "experiment.yaml"
+    exp.write_text(f"""name: hang-ab
+tasks: [tasks]
+repetitions: 1
+seed: 3
+concurrency: 2
+arms:
+  hangs:
+    agent: {json.dumps(hang)}
+  fixes:
+    agent: {json.dumps(FIX)}
+""")
+    out = tmp_path / "run"
+    res = run_cli(["exp", "run", str(exp), "--out", str(out)])
+    assert res.code == 0, res.stderr
+    rep = json.loads((out / "report.json").read_text())
+    assert rep["arms"]["hangs"]["graded"] == 1 and rep["arms"]["hangs"]["accepted"] == 0
+    assert rep["arms"]["hangs"]["failure_codes"] == {"candidate_timeout": 1}
+    assert rep["arms"]["fixes"]["accepted"] == 1
+    assert run_cli(["exp", "run", str(exp), "--out", str(out)]).code == 0
+    grades = sorted(p.name for p in out.glob("trials/calc-001/hangs/0/a1/grades/*.json"))
+    assert grades == ["v1.json"]  # never verified again
+    with sqlite3.connect(out / "state.sqlite") as c:
+        states = dict(c.execute("SELECT t.arm, a.state FROM attempts a JOIN trials t "
+                                "ON t.id = a.trial"))
+    assert states == {"hangs": "done", "fixes": "done"}
