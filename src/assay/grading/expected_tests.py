@@ -155,8 +155,12 @@ def _validate_derived(bundle: Bundle, command: str, tree: Path) -> dict[str, Any
             items = _failed_beside_passing_original(rep, c.file, c.name, m.origin)
             if items:
                 kept.setdefault(c.file, []).append(Mutation(m.origin, m.kind, m.source, items))
-    stats = {"generated": generated, "kept": sum(len(v) for v in kept.values())}
-    stats["dropped"] = generated - stats["kept"]
+    collected = {last_name(i).split("[", 1)[0] for i in (rep.collected if rep else [])}
+    ran = sum(1 for c in run.canaries if c.name in collected)
+    # made: from every test file a check may plant into; ran: those this check's command
+    # collects; dropped: ran but did not fail beside a passing original
+    stats = {"generated": generated, "ran": ran, "kept": sum(len(v) for v in kept.values())}
+    stats["dropped"] = ran - stats["kept"]
     return {"trusted_run": trusted_run, "derived_stats": stats,
             "derived": {f: {"sha256": files[f][0], "mutations": [m.to_record() for m in ms]}
                         for f, ms in sorted(kept.items())}}
