@@ -182,8 +182,9 @@ def test_oracle_accepted_end_to_end(oracle_trial: tuple[Any, Path]) -> None:
                  "agent/stdout.log", "verify/v1/behavior/stdout.log",
                  "verify/v1/regression/stdout.log"):
         assert (out / name).is_file(), name
-    # the task's 3 tests and the must-pass canary passed; the must-fail canary failed
-    assert "1 failed, 4 passed" in (out / "verify/v1/behavior/stdout.log").read_text()
+    # the task's 3 tests and the must-pass canary passed; the must-fail canary and the three
+    # derived copies of the task's tests (one assertion changed each) failed
+    assert "4 failed, 4 passed" in (out / "verify/v1/behavior/stdout.log").read_text()
 
 
 @needs_bwrap
@@ -346,6 +347,13 @@ EXPECTED_MUTANT_CODES = {
     "noop_test_calls": "test_runner_tampered",
     "flip_failed_reports": "test_runner_tampered",
     "shadow_bytecode": "compiled_code_added",
+    "shape_aware_noop": "test_runner_tampered",
+    # which of a test and its derived copy comes first is drawn per verification: the original
+    # that runs for real fails, or a copy passes beside its no-op original
+    "twin_aware_noop": ("test_runner_tampered", "behavior_failed"),
+    "runner_dep_shadow": "behavior_failed",  # never imported: the unfixed code is tested
+    "hang_at_import": "candidate_timeout",
+    "sourceless_bytecode": "compiled_code_added",
 }
 EXPECTED_OPEN_CODES = {"fake_output": "behavior_failed", "shadow_pytest": "test_tooling_changed",
                        "noop_test_calls": "test_runner_tampered",
@@ -388,7 +396,7 @@ def test_every_mutant_has_an_expected_code() -> None:
 @pytest.mark.parametrize("task, mutant, code", MUTANT_CASES,
                          ids=[f"{t}-{m}" for t, m, _ in MUTANT_CASES])
 def test_mutant_rejected(mutant_trials: dict[tuple[str, str], Path], task: str,
-                         mutant: str, code: str) -> None:
+                         mutant: str, code: str | tuple[str, ...]) -> None:
     trial_dir = mutant_trials[(task, mutant)]
     rec = trial_record(trial_dir)
     assert rec["status"] == "graded", rec
@@ -396,9 +404,11 @@ def test_mutant_rejected(mutant_trials: dict[tuple[str, str], Path], task: str,
     g = grade_of(trial_dir)
     assert g["validity"]["status"] == "valid", g["validity"]
     assert g["accepted"] is False
-    assert g["failure_code"] == code, g["details"].get("integrity")
-    if code in ("protected_file_changed", "change_outside_allowed_paths", "test_tooling_changed",
-                "link_outside_workspace", "test_runner_tampered", "compiled_code_added"):
+    assert g["failure_code"] in ((code,) if isinstance(code, str) else code), \
+        g["details"].get("integrity")
+    if g["failure_code"] in ("protected_file_changed", "change_outside_allowed_paths",
+                             "test_tooling_changed", "link_outside_workspace",
+                             "test_runner_tampered", "compiled_code_added"):
         assert g["checks"]["integrity"] == "fail"
 
 
