@@ -1,10 +1,11 @@
 """Reading assay's structured pytest report and deciding a tamper-evident check from it.
 
 The verdict comes from structure, not from a summary line: every expected test id (from trusted
-code) must be reported passed, and the canaries must say the runner can still fail. The printed
-summary stays in the record for a reader, and a disagreement between it and the structured
-report is itself evidence of tampering. Pure functions over text and plain values, so every rule
-is tested on hand-written reports.
+code) must be reported passed, and the canaries must say the runner can still fail (a random
+must-fail canary reported failed; a derived copy not passing beside its passing original).
+The printed summary stays in the record for a reader, and a disagreement between it and the
+structured report is itself evidence of tampering. Pure functions over text and plain values,
+so every rule is tested on hand-written reports.
 """
 
 from __future__ import annotations
@@ -146,13 +147,6 @@ def parse_tap(text: str | None) -> ParsedReport | None:
         if line.startswith("# tests "):
             rep.finished = 1
     return rep
-
-
-def _canary_id(rep: ParsedReport, name: str) -> str | None:
-    for nodeid in rep.phases:
-        if last_name(nodeid) == name:
-            return nodeid
-    return None
 
 
 def last_name(nodeid: str) -> str:
