@@ -845,7 +845,10 @@ def test_task_check_good_bundle(good_check: tuple[Any, Path]) -> None:
     [rep] = json.loads((out / "task-check.json").read_text())
     assert rep["status"] == "ok" and rep["digest"] == "ok" and rep["problems"] == []
     assert rep["nop"] == "fails behavior" and rep["oracle"] == "2/2"
-    assert rep["mutants"] == {m: f"rejected:{c}" for m, c in EXPECTED_MUTANT_CODES.items()}
+    assert set(rep["mutants"]) == set(EXPECTED_MUTANT_CODES)
+    for m, c in EXPECTED_MUTANT_CODES.items():
+        assert rep["mutants"][m] in {f"rejected:{code}" for code in
+                                     ((c,) if isinstance(c, str) else c)}, m
     for rep_no in ("0", "1"):
         assert grade_of(out / "calc-001" / "oracle" / rep_no)["accepted"] is True
 
