@@ -3,8 +3,11 @@
 It rebuilds the workspace from the pristine starting tree plus the changes recorded in the
 artifact (never the live workspace), checks integrity first, then runs ``behavior`` and
 ``regression`` as separate commands in fresh sandboxes, with the hidden tests mounted read-only
-outside the workspace only now. The candidate's code is still untrusted here. A verifier that
-crashes or runs out of time yields an invalid grade, never a pass. A task's ``acceptance.judge``
+outside the workspace only now. The candidate's code is still untrusted here. A check that runs
+out of time on the candidate's tree while the trusted tree runs it well inside the limit fails
+with ``candidate_timeout`` (a graded failure, never verified again); a verifier that crashes, a
+trusted tree that cannot be run, or a time-out not shown to be the candidate's yields an invalid
+grade (``grader_error``), never a pass. A task's ``acceptance.judge``
 runs last, on the same rebuilt tree and the recorded trajectory (``grading/judge_check.py``).
 """
 
