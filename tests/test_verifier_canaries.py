@@ -19,7 +19,7 @@ from support.bundles import make_bundle
 from assay.agents import parse_agent
 from assay.agents.mutants import BY_NAME, MutantAgent
 from assay.grading import check_run
-from assay.grading.canary_derive import NAME_SLOT, Mutation, derive, draw, test_functions
+from assay.grading.canary_derive import NAME_SLOT, Mutation, derive, draw, top_level_tests
 from assay.grading.test_report import judge
 from assay.runner.trial import run_trial
 from assay.sandbox import bwrap_available
@@ -78,8 +78,8 @@ def test_copies_keep_the_text_and_change_one_assertion() -> None:
     assert ("test_truthy", "truth") in kinds and ("test_rejects", "exception") in kinds
     for m in made:
         body = m.source.replace(NAME_SLOT, "test_x")
-        fn = test_functions(ast.parse(body))[0]
-        original = next(f for f in test_functions(ast.parse(SAMPLE)) if f.name == m.origin)
+        fn = top_level_tests(ast.parse(body))[0]
+        original = next(f for f in top_level_tests(ast.parse(SAMPLE)) if f.name == m.origin)
         # same statements but one, and the formatting (the comment) kept
         assert ast.dump(fn) != ast.dump(original).replace(f"'{m.origin}'", "'test_x'")
         if m.origin == "test_small":
@@ -96,7 +96,7 @@ def test_a_draw_is_one_copy_per_test_placed_on_both_sides_and_new_each_time() ->
         new, chosen = draw(SAMPLE, pool, random.Random(seed))
         compile(new, "test_sample.py", "exec")
         tree = ast.parse(new)
-        order = [f.name for f in test_functions(tree)]
+        order = [f.name for f in top_level_tests(tree)]
         assert sorted(m.origin for _, m in chosen) == sorted(
             {m.origin for m in pool})  # one copy per original, no more
         before = [order.index(n) < order.index(m.origin) for n, m in chosen]

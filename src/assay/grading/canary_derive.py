@@ -94,7 +94,7 @@ class _Source:
         return self.data[start:end].decode("utf-8")
 
 
-def test_functions(tree: ast.Module) -> list[ast.FunctionDef]:
+def top_level_tests(tree: ast.Module) -> list[ast.FunctionDef]:
     """Top-level ``def test*`` functions (pytest's default ``python_functions``)."""
     return [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name.startswith("test")]
 
@@ -251,7 +251,7 @@ def derive(text: str, *, seed: int, per_test: int = PER_TEST) -> list[Mutation]:
     pool = _literals(tree)
     rng = random.Random(seed)
     out: list[Mutation] = []
-    for fn in test_functions(tree):
+    for fn in top_level_tests(tree):
         start = src.offset(_func_start(fn), 0)
         end = src.offset(fn.end_lineno or fn.lineno, fn.end_col_offset or 0)
         edits = _mutations_of(fn, src, pool, rng)
@@ -331,7 +331,7 @@ def draw_name(text: str, origin: str, taken: set[str], rng: random.Random) -> st
     """A test name made of the words of the file's own test names (the original's, with one
     word swapped, added or dropped), not yet used in the file."""
     tree = ast.parse(text)
-    words = sorted({w for fn in test_functions(tree) for w in fn.name.split("_")[1:] if w})
+    words = sorted({w for fn in top_level_tests(tree) for w in fn.name.split("_")[1:] if w})
     mine = [w for w in origin.split("_")[1:] if w] or ["case"]
     vocab = [w for w in words if w not in mine] or list(_FILLER_WORDS)
     for _ in range(200):
@@ -374,7 +374,7 @@ def plant_for_validation(text: str, mutations: list[Mutation],
     """Every copy right after its original (the one place sure to define it as the original
     is defined), under a throwaway name; returns the new text and name -> mutation."""
     tree = ast.parse(text)
-    ends = {fn.name: fn.end_lineno or fn.lineno for fn in test_functions(tree)}
+    ends = {fn.name: fn.end_lineno or fn.lineno for fn in top_level_tests(tree)}
     taken = taken_names(text)
     blocks, names = [], {}
     for m in mutations:

@@ -15,9 +15,11 @@ process it starts (they inherit ``PYTHONUSERBASE``). It does two things:
 2. **No bytecode of the deliverable is ever read or written.** Every directory outside the
    interpreter's installation gets an import finder that loads ``.py`` sources (compiled afresh
    each time, never cached) and extension modules only: no ``__pycache__`` lookup, no sourceless
-   ``.pyc``, no zip archives. The interpreter's own bytecode caches stay in use, which keeps the
-   start-up cost of pytest what it always is (an empty ``PYTHONPYCACHEPREFIX`` would discard
-   those too and recompile the standard library and pytest in every check).
+   ``.pyc`` (a zip archive on the path, which only code can put there, keeps Python's own
+   importer, so ``python3 app.zip`` still runs). The interpreter's own bytecode caches stay in
+   use, which keeps the start-up cost of pytest what it always is (an empty
+   ``PYTHONPYCACHEPREFIX`` would discard those too and recompile the standard library and pytest
+   in every check).
 
 Standard library only, and cheap: nothing is imported here that ``site`` has not imported.
 """
@@ -87,29 +89,16 @@ class SourceOnlyLoader(_machinery.SourceFileLoader):
         return None
 
 
-class _NoFinder:
-    """What an untrusted non-directory on the path (a zip archive) gets: nothing is found."""
-
-    def __init__(self, path: str) -> None:
-        self.path = path
-
-    def find_spec(self, fullname: str, target: object = None) -> None:
-        return None
-
-    def invalidate_caches(self) -> None:
-        return None
-
-
 _LOADERS = ((_machinery.ExtensionFileLoader, _machinery.EXTENSION_SUFFIXES),
             (SourceOnlyLoader, _machinery.SOURCE_SUFFIXES))
 
 
 def source_only_hook(path: str) -> object:
-    if _trusted_dir(path):
-        raise ImportError("the interpreter's own directories keep the default finders")
-    if _os.path.isdir(path or "."):
-        return _machinery.FileFinder(path, *_LOADERS)
-    return _NoFinder(path)
+    # Not a directory (a script being run, a zip archive): the next hooks decide, as always;
+    # ``python3 app.py`` asks the hooks about the script's own path first.
+    if _trusted_dir(path) or not _os.path.isdir(path or "."):
+        raise ImportError("the default finders handle this path")
+    return _machinery.FileFinder(path, *_LOADERS)
 
 
 def install() -> None:
