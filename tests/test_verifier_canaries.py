@@ -350,3 +350,61 @@ arms:
         states = dict(c.execute("SELECT t.arm, a.state FROM attempts a JOIN trials t "
                                 "ON t.id = a.trial"))
     assert states == {"hangs": "done", "fixes": "done"}
+
+
+RUNTIME_PYC_INIT = '''\
+import importlib.util
+import marshal
+import os
+import struct
+
+# Bytecode for helper.py, written while the check runs, with a header that matches the source:
+# Python's own import would run it instead of the (unfixed) source beside it.
+_src = os.path.join(os.path.dirname(__file__), "helper.py")
+_st = os.stat(_src)
+_code = compile("def add(a, b):\\n    return a + b\\n", _src, "exec")
+_pyc = importlib.util.cache_from_source(_src)
+os.makedirs(os.path.dirname(_pyc), exist_ok=True)
+with open(_pyc, "wb") as _fh:
+    _fh.write(importlib.util.MAGIC_NUMBER + struct.pack(
+        "<III", 0, int(_st.st_mtime) & 0xFFFFFFFF, _st.st_size & 0xFFFFFFFF)
+        + marshal.dumps(_code))
+
+from calc.helper import add  # noqa: E402
+
+
+def mul(a, b):
+    return a * b
+'''
+
+
+@needs_bwrap
+def test_bytecode_written_while_the_check_runs_is_never_loaded(tmp_path: Path) -> None:
+    import base64
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    files = {"src/calc/__init__.py": RUNTIME_PYC_INIT,
+             "src/calc/helper.py": "def add(a, b):\n    return a - b\n"}
+    script = "".join(f"open({k!r}, 'w').write({v!r})\n" for k, v in files.items())
+    agent = parse_agent("command:python3 -c \"import base64; exec(base64.b64decode('"
+                        + base64.b64encode(script.encode()).decode() + "'))\"")
+    b = make_bundle(tmp_path / "b")
+    g = _grade(b, agent, tmp_path / "t")
+    assert g["checks"]["integrity"] == "pass"
+    assert g["failure_code"] == "behavior_failed"  # the source's add ran: a - b
+    beh = g["details"]["behavior"]
+    assert beh["counts"]["failed"] == 3 and beh["counts"]["errors"] == 0, beh["stdout_tail"]
+    # the same tree, imported twice by a plain interpreter: the second import runs the bytecode
+    # the first one wrote, and the unfixed source "works"
+    plain = tmp_path / "plain"
+    shutil.copytree(b / "repo", plain)
+    for rel, text in files.items():
+        (plain / rel).write_text(text)
+    env = {**os.environ, "PYTHONPATH": "src", "PYTHONDONTWRITEBYTECODE": "1"}
+    probe = [sys.executable, "-c", "import calc; print(calc.add(2, 3))"]
+    subprocess.run(probe, cwd=plain, env=env, capture_output=True, check=True)
+    out = subprocess.run(probe, cwd=plain, env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "5"
