@@ -29,7 +29,14 @@ from pathlib import Path
 from typing import Any
 
 from assay.grading.canaries import TESTS_MOUNT, Canary, is_js_test_file, is_test_file, plant
-from assay.grading.canary_derive import Mutation, draw, plant_for_validation, text_sha256
+from assay.grading.canary_derive import (
+    MAX_PER_FILE,
+    MAX_PER_KNOWN_FILE,
+    Mutation,
+    draw,
+    plant_for_validation,
+    text_sha256,
+)
 from assay.grading.reward import read_reward
 from assay.sandbox import ExecResult, Limits, Mount, run_sandboxed
 from assay.suites.bundle import Bundle, RewardFile
@@ -148,7 +155,8 @@ def _plant_derived(root: Path, label: str, rels: list[str], plan: DerivedPlan,
             new, names = plant_for_validation(text, mutations, rng)
             chosen = list(names.items())
         else:
-            new, chosen = draw(text, mutations, rng)
+            new, chosen = draw(text, mutations, rng, MAX_PER_FILE if label == "tests"
+                               else MAX_PER_KNOWN_FILE)
         path.write_text(new, encoding="utf-8")
         for name, m in chosen:
             sources[name] = m
