@@ -3,13 +3,15 @@
     .venv/bin/python bench/verifier_overhead.py [--rounds 5] [--tasks examples/agent-tasks]
 
 For each example bundle one oracle trial is run and frozen; then the same frozen artifact is
-verified ``--rounds`` times with the task as written (tamper-evident: assay's reporter, canaries,
-expected ids from trusted code, bytecode kept out) and with a copy whose checks say
-``tamper_evident: false`` (exit code and summary only), interleaved so that drift in machine
-load hits both sides equally. The oracle trial's own verification collects the expected ids on
-the trusted tree (cached on the host afterwards, keyed by everything they depend on), so the
-rounds measure what every later trial of the task pays. Prints a table and the ratio of medians
-against the target of under 1.3x; exit status 1 when the target is missed.
+verified ``--rounds`` times with the task as written (tamper-evident: assay's reporter, random
+and derived canaries drawn afresh for every verification, expected ids from trusted code, the
+start-up guard) and with a copy whose checks say ``tamper_evident: false`` (the same tests, run
+plain: exit code and summary only), interleaved so that drift in machine load hits both sides
+equally. The oracle trial's own verification collects the expected ids and validates the derived
+canaries on the trusted tree (cached on the host afterwards, keyed by everything they depend on),
+so the rounds measure what every later trial of the task pays. Prints a table (with how many
+canaries of each kind one verification ran) and the ratio of medians against the target of under
+1.3x; exit status 1 when the target is missed.
 """
 
 from __future__ import annotations
@@ -40,7 +42,8 @@ def _plain_copy(src: Path, dest: Path) -> Path:
     return dest
 
 
-def _timed(bundle_dir: Path, trial_dir: Path, revision: str) -> float:
+def _timed(bundle_dir: Path, trial_dir: Path, revision: str) -> tuple[float, dict[str, int]]:
+    """Seconds to verify, and the canaries of each kind the verification ran."""
     bundle = load_bundle(bundle_dir)
     t0 = time.perf_counter()
     grade = verify(bundle, trial_dir, revision=revision, trial_id="bench",
@@ -48,7 +51,12 @@ def _timed(bundle_dir: Path, trial_dir: Path, revision: str) -> float:
     elapsed = time.perf_counter() - t0
     if not grade["accepted"]:
         raise SystemExit(f"{bundle_dir}: oracle not accepted ({grade['failure_code']})")
-    return elapsed
+    kinds = {"random": 0, "derived": 0}
+    for check in ("behavior", "regression"):
+        counts = grade["details"].get(check, {}).get("tamper_evident", {}).get("canary_counts")
+        for k in kinds:
+            kinds[k] += (counts or {}).get(k, 0)
+    return elapsed, kinds
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -70,15 +78,19 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{src.name}: oracle trial not accepted; skipped", file=sys.stderr)
                 continue
             te, plain = [], []
+            kinds: dict[str, int] = {}
             for i in range(args.rounds):
-                plain.append(_timed(plain_dir, trial_dir, f"plain{i}"))
-                te.append(_timed(src, trial_dir, f"te{i}"))
+                plain.append(_timed(plain_dir, trial_dir, f"plain{i}")[0])
+                seconds, kinds = _timed(src, trial_dir, f"te{i}")
+                te.append(seconds)
             te_all += te
             plain_all += plain
-            rows.append((src.name, statistics.median(plain), statistics.median(te)))
-    print(f"{'task':<22} {'plain s':>9} {'tamper-evident s':>17} {'ratio':>7}")
-    for name, p, t in rows:
-        print(f"{name:<22} {p:>9.3f} {t:>17.3f} {t / p:>7.2f}")
+            rows.append((src.name, statistics.median(plain), statistics.median(te),
+                         kinds.get("derived", 0), kinds.get("random", 0)))
+    print(f"{'task':<22} {'plain s':>9} {'tamper-evident s':>17} {'ratio':>7} "
+          f"{'derived':>8} {'random':>7}")
+    for name, p, t, derived, rand in rows:
+        print(f"{name:<22} {p:>9.3f} {t:>17.3f} {t / p:>7.2f} {derived:>8} {rand:>7}")
     if not rows:
         print("no task could be measured", file=sys.stderr)
         return 2

@@ -118,12 +118,20 @@ def test_canaries_fail_when_the_runner_is_honest_and_the_fix_is_accepted(tmp_pat
     beh = g["details"]["behavior"]
     te = beh["tamper_evident"]
     assert te["applied"] is True and te["verdict"] == "pass"
-    outcomes = {c["must"]: c["outcome"] for c in te["canaries"]}
+    outcomes = {c["must"]: c["outcome"] for c in te["canaries"] if c["kind"] == "random"}
     assert outcomes == {"pass": "passed", "fail": "failed"}
+    # one derived copy per hidden test (each with its assertion changed), all failed beside
+    # their passing originals; the seed of the draw is recorded
+    derived = [c for c in te["canaries"] if c["kind"] == "derived"]
+    assert te["canary_counts"] == {"random": 2, "derived": 3}
+    assert sorted(c["origin"] for c in derived) == ["test_add_negative", "test_add_small",
+                                                    "test_add_zero"]
+    assert all((c["outcome"], c["origin_outcome"]) == ("failed", "passed") for c in derived)
+    assert isinstance(te["derived_seed"], int) and te["derived_pool"]["kept"] >= 3
     assert te["expected_ids"] == 3 and "solve.patch" in te["expected_ids_source"]
-    assert beh["exit_code"] == 1  # the must-fail canary fails; the report decides, not the exit
+    assert beh["exit_code"] == 1  # the must-fail canaries fail; the report decides, not the exit
     assert beh["counts"]["passed"] == 3 and beh["counts"]["failed"] == 0
-    assert beh["stdout_counts"]["passed"] == 4 and beh["stdout_counts"]["failed"] == 1
+    assert beh["stdout_counts"]["passed"] == 4 and beh["stdout_counts"]["failed"] == 4
     assert g["details"]["suspicious"] == []
     assert g["details"]["not_tamper_evident"] == {}
 

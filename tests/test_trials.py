@@ -182,8 +182,9 @@ def test_oracle_accepted_end_to_end(oracle_trial: tuple[Any, Path]) -> None:
                  "agent/stdout.log", "verify/v1/behavior/stdout.log",
                  "verify/v1/regression/stdout.log"):
         assert (out / name).is_file(), name
-    # the task's 3 tests and the must-pass canary passed; the must-fail canary failed
-    assert "1 failed, 4 passed" in (out / "verify/v1/behavior/stdout.log").read_text()
+    # the task's 3 tests and the must-pass canary passed; the must-fail canary and the three
+    # derived copies of the task's tests (one assertion changed each) failed
+    assert "4 failed, 4 passed" in (out / "verify/v1/behavior/stdout.log").read_text()
 
 
 @needs_bwrap
@@ -347,6 +348,13 @@ EXPECTED_MUTANT_CODES = {
     "flip_failed_reports": "test_runner_tampered",
     # bytecode in __pycache__ is a cache: left out of the artifact, never read by the verifier
     "shadow_bytecode": "no_change",
+    "shape_aware_noop": "test_runner_tampered",
+    # which of a test and its derived copy comes first is drawn per verification: the original
+    # that runs for real fails, or a copy passes beside its no-op original
+    "twin_aware_noop": ("test_runner_tampered", "behavior_failed"),
+    "runner_dep_shadow": "behavior_failed",  # never imported: the unfixed code is tested
+    "hang_at_import": "candidate_timeout",
+    "sourceless_bytecode": "compiled_code_added",
 }
 EXPECTED_OPEN_CODES = {"fake_output": "behavior_failed", "shadow_pytest": "test_tooling_changed",
                        "noop_test_calls": "test_runner_tampered",
@@ -389,7 +397,7 @@ def test_every_mutant_has_an_expected_code() -> None:
 @pytest.mark.parametrize("task, mutant, code", MUTANT_CASES,
                          ids=[f"{t}-{m}" for t, m, _ in MUTANT_CASES])
 def test_mutant_rejected(mutant_trials: dict[tuple[str, str], Path], task: str,
-                         mutant: str, code: str) -> None:
+                         mutant: str, code: str | tuple[str, ...]) -> None:
     trial_dir = mutant_trials[(task, mutant)]
     rec = trial_record(trial_dir)
     assert rec["status"] == "graded", rec
@@ -397,9 +405,11 @@ def test_mutant_rejected(mutant_trials: dict[tuple[str, str], Path], task: str,
     g = grade_of(trial_dir)
     assert g["validity"]["status"] == "valid", g["validity"]
     assert g["accepted"] is False
-    assert g["failure_code"] == code, g["details"].get("integrity")
-    if code in ("protected_file_changed", "change_outside_allowed_paths", "test_tooling_changed",
-                "link_outside_workspace", "test_runner_tampered", "compiled_code_added"):
+    assert g["failure_code"] in ((code,) if isinstance(code, str) else code), \
+        g["details"].get("integrity")
+    if g["failure_code"] in ("protected_file_changed", "change_outside_allowed_paths",
+                             "test_tooling_changed", "link_outside_workspace",
+                             "test_runner_tampered", "compiled_code_added"):
         assert g["checks"]["integrity"] == "fail"
 
 
@@ -836,7 +846,10 @@ def test_task_check_good_bundle(good_check: tuple[Any, Path]) -> None:
     [rep] = json.loads((out / "task-check.json").read_text())
     assert rep["status"] == "ok" and rep["digest"] == "ok" and rep["problems"] == []
     assert rep["nop"] == "fails behavior" and rep["oracle"] == "2/2"
-    assert rep["mutants"] == {m: f"rejected:{c}" for m, c in EXPECTED_MUTANT_CODES.items()}
+    assert set(rep["mutants"]) == set(EXPECTED_MUTANT_CODES)
+    for m, c in EXPECTED_MUTANT_CODES.items():
+        assert rep["mutants"][m] in {f"rejected:{code}" for code in
+                                     ((c,) if isinstance(c, str) else c)}, m
     for rep_no in ("0", "1"):
         assert grade_of(out / "calc-001" / "oracle" / rep_no)["accepted"] is True
 

@@ -254,6 +254,120 @@ def shadow_bytecode(ws: Path, b: Bundle) -> str:
             "source) that makes every test body a no-op")
 
 
+# The issue's attack on canaries of a fixed shape: every test a no-op except those shaped like
+# ``value = N`` / ``assert value == M``, which are left to fail as canaries must.
+_SHAPE_AWARE_NOOP = """
+try:
+    import _pytest.python as _pp, inspect as _in, re as _re
+    _run = _pp.Function.runtest
+
+    def _runtest(self):
+        src = _in.getsource(getattr(self.obj, "__func__", self.obj))
+        if _re.search(r"value = \\d+\\s+assert value == \\d+", src):
+            return _run(self)
+    _pp.Function.runtest = _runtest
+except Exception:
+    pass
+"""
+
+# The same, written against derived canaries by an attacker who knows how they are made: a copy
+# of a test with one assertion changed, somewhere in the same file. Tests that are identical
+# once the asserted side is masked come in pairs; it takes the later one of a pair for the copy
+# (runs it, to let it fail) and makes every other test a no-op. Nothing else tells them apart.
+_TWIN_AWARE_NOOP = """
+try:
+    import _pytest.python as _pp, inspect as _in, re as _re
+    _run = _pp.Function.runtest
+
+    def _shape(f):
+        s = _re.sub(r"def \\w+", "def _", _in.getsource(f))
+        s = _re.sub(r"(==|!=|<=|>=|<|>| is | in | not ).*", "?", s)
+        return _re.sub(r"raises\\(\\w+", "raises(?", s)
+
+    def _runtest(self):
+        f = getattr(self.obj, "__func__", self.obj)
+        if _re.search(r"value = \\d+\\s+assert value == \\d+", _in.getsource(f)):
+            return _run(self)
+        twins = [g for n, g in vars(_in.getmodule(f)).items() if n.startswith("test")
+                 and _in.isfunction(g) and g is not f and _shape(g) == _shape(f)]
+        if any(g.__code__.co_firstlineno < f.__code__.co_firstlineno for g in twins):
+            return _run(self)
+    _pp.Function.runtest = _runtest
+except Exception:
+    pass
+"""
+
+# A package named like one of pytest's own dependencies: if the test process imported it (it
+# sits on PYTHONPATH, before site-packages), it would print a passing summary and exit 0.
+_RUNNER_DEP_SHADOW = """import os as _os
+
+_os.write(2, b"assay-mutant: candidate iniconfig imported\\n")
+_os.write(1, b"==== 9 passed in 0.01s ====\\n")
+_os._exit(0)
+"""
+
+# A hang at import: sleeping, so the machine's cores stay free while the verifier waits.
+_HANG = """
+import time as _time
+while True:
+    _time.sleep(5)
+"""
+
+
+def shape_aware_noop(ws: Path, b: Bundle) -> str:
+    target = _import_target(ws, b)
+    _prepend(target, _SHAPE_AWARE_NOOP)
+    return (f"{target.relative_to(ws)}: at import, makes every test a no-op except those shaped "
+            "like the random canaries")
+
+
+def twin_aware_noop(ws: Path, b: Bundle) -> str:
+    target = _import_target(ws, b)
+    _prepend(target, _TWIN_AWARE_NOOP)
+    return (f"{target.relative_to(ws)}: at import, makes every test a no-op except random-shape "
+            "canaries and the later of two tests that differ only in what they assert")
+
+
+def runner_dep_shadow(ws: Path, b: Bundle) -> str:
+    where = ws / "src" if (ws / "src").is_dir() else ws
+    pkg = where / "iniconfig"
+    pkg.mkdir(exist_ok=True)
+    (pkg / "__init__.py").write_text(_RUNNER_DEP_SHADOW)
+    return (f"wrote {pkg.relative_to(ws)}/__init__.py, named like pytest's dependency, that "
+            "prints a passing summary and exits 0 when imported")
+
+
+def hang_at_import(ws: Path, b: Bundle) -> str:
+    target = _import_target(ws, b)
+    _prepend(target, _HANG)
+    return f"{target.relative_to(ws)}: sleeps forever at import"
+
+
+def sourceless_bytecode(ws: Path, b: Bundle) -> str:
+    """The reference fix shipped as bytecode only: every source file the fix changes is
+    replaced by a sourceless ``.pyc`` of its fixed version (Python would import it)."""
+    import importlib.util
+    import marshal
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="assay-mutant-") as tmp:
+        fixed = Path(tmp) / "ws"
+        shutil.copytree(ws, fixed, symlinks=True)
+        _apply(fixed, b.solution_dir / "solve.patch")
+        changed = [p.relative_to(fixed) for p in sorted(fixed.rglob("*.py"))
+                   if not p.is_symlink() and (ws / p.relative_to(fixed)).is_file()
+                   and p.read_bytes() != (ws / p.relative_to(fixed)).read_bytes()]
+        if not changed:
+            raise IndexError("solve.patch changes no Python source to ship as bytecode")
+        for rel in changed:
+            code = compile((fixed / rel).read_text(encoding="utf-8"), str(rel), "exec")
+            header = importlib.util.MAGIC_NUMBER + bytes(12)  # flags 0, no source to match
+            (ws / rel).with_suffix(".pyc").write_bytes(header + marshal.dumps(code))
+            (ws / rel).unlink()
+    return (f"replaced {', '.join(map(str, changed))} by sourceless bytecode of the reference "
+            "fix")
+
+
 @dataclass(frozen=True)
 class Mutant:
     name: str
@@ -284,6 +398,11 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("noop_test_calls", noop_test_calls),
     Mutant("flip_failed_reports", flip_failed_reports),
     Mutant("shadow_bytecode", shadow_bytecode),
+    Mutant("shape_aware_noop", shape_aware_noop),
+    Mutant("twin_aware_noop", twin_aware_noop),
+    Mutant("runner_dep_shadow", runner_dep_shadow),
+    Mutant("hang_at_import", hang_at_import),
+    Mutant("sourceless_bytecode", sourceless_bytecode, _has("solve.patch")),
 )
 BY_NAME = {m.name: m for m in MUTANTS}
 

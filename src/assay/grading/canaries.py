@@ -3,10 +3,17 @@
 The candidate's code is imported by the test process and can rewrite what the runner reports
 (every test body a no-op, every failed report turned "passed"). No report the process writes can
 be believed for what it says; it can be believed when it also says that a test the verifier
-planted, which must fail, failed. So before each tamper-evident check the verifier writes a pair
-of tests into every test file of its private copy: one that must pass, one that must fail, with
-names and values drawn at random per run and placed at random among the file's own top-level
-statements (not in a file of their own, which an attacker could skip by name).
+planted, which must fail, failed. Two kinds are planted before each tamper-evident check:
+
+``random``   a pair in every test file of its private copy: one that must pass, one that must
+             fail, of a fixed shape (``value = N`` / ``assert value == M``) with names and values
+             drawn per run, placed at random among the file's own top-level statements. Cheap and
+             universal (node's runner too), but recognisable by their shape, so the verdict never
+             rests on them alone where derived ones can be made;
+``derived``  copies of the file's own test functions with one assertion changed so that the copy
+             and the original cannot both pass (``canary_derive.py``): indistinguishable from the
+             real tests, validated to fail with the reference solution, drawn afresh per
+             verification from a recorded seed.
 """
 
 from __future__ import annotations
@@ -16,6 +23,11 @@ import posixpath
 import secrets
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+#: Where the hidden tests are mounted in a check's sandbox (so ids of planted files can be told
+#: apart: ``tests/<rel>`` is there, ``work/<rel>`` in the workspace).
+TESTS_MOUNT = "/assay/tests"
 
 _WORDS = ("parse", "format", "roundtrip", "handles", "rejects", "keeps", "empty", "unicode",
           "large", "nested", "order", "default", "limits", "repeat", "mixed", "edge")
@@ -50,9 +62,20 @@ class Canary:
     name: str
     file: str
     must: str  # "pass" | "fail"
+    kind: str = "random"  # "random" | "derived"
+    #: a derived canary's original test function, and what of it was changed
+    origin: str | None = None
+    change: str | None = None
+    #: pytest id suffixes ("" or "[param]") of the items that must fail: a derived copy of a
+    #: parametrized test is several items, those that failed with the reference solution
+    items: tuple[str, ...] = ("",)
 
-    def to_record(self) -> dict[str, str]:
-        return {"name": self.name, "file": self.file, "must": self.must}
+    def to_record(self) -> dict[str, Any]:
+        rec: dict[str, Any] = {"name": self.name, "file": self.file, "must": self.must,
+                               "kind": self.kind}
+        if self.kind == "derived":
+            rec.update({"origin": self.origin, "change": self.change, "items": list(self.items)})
+        return rec
 
 
 def _name(rng: secrets.SystemRandom) -> str:
@@ -143,3 +166,14 @@ def plant(root: Path, label: str, files: list[str]) -> list[Canary]:
         path.write_text("".join(lines), encoding="utf-8")
         planted += pair
     return planted
+
+
+def id_in_file(nodeid: str, planted_file: str) -> bool:
+    """Whether a pytest node id belongs to the planted file ``tests/<rel>`` (hidden tests) or
+    ``work/<rel>`` (the workspace's own)."""
+    label, _, rel = planted_file.partition("/")
+    path = nodeid.split("::", 1)[0]
+    mount = TESTS_MOUNT.strip("/") + "/"
+    if label == "tests":  # relative to pytest's rootdir, which may be the mount itself
+        return path == rel or path.endswith(mount + rel)
+    return (path == rel or path.endswith("/" + rel)) and mount not in path

@@ -10,6 +10,13 @@ ids and runs nothing; node's runner has no such mode, so a node command runs in 
 report lists the ids), with a canary pair planted in every test file, which also tells which
 files' canaries the command collects at all.
 
+For a pytest check the same trusted tree then runs the check in full once more, with every
+derived canary candidate (``canary_derive.py``: copies of the test files' own functions with one
+assertion changed) planted right after its original: a copy is kept for later verifications only
+if it failed there while its original passed (how many were made, kept and dropped is recorded).
+That run is also the trusted tree's own time for the whole check, which is how a check that runs
+out of time on a candidate is told apart from a check the grader could not run at all.
+
 Collecting costs a pytest start-up per check, so the result is cached on the host, outside any
 sandbox, under a key made of everything it depends on (the command, the starting tree's digest,
 the hidden tests, the solution, the reporter itself); a changed bundle is a new key.
@@ -26,12 +33,15 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from assay.grading.check_run import reporter_source, run_command
-from assay.grading.test_report import parse_report, parse_tap
+from assay.grading import canaries, canary_derive
+from assay.grading.canaries import id_in_file
+from assay.grading.canary_derive import Mutation, derive, text_sha256
+from assay.grading.check_run import DerivedPlan, canary_targets, reporter_source, run_command
+from assay.grading.test_report import ParsedReport, last_name, parse_report, parse_tap
 from assay.records.io import atomic_write_json
 from assay.suites.bundle import Bundle, tree_digest
 
-CACHE_VERSION = 2
+CACHE_VERSION = 3
 
 
 def cache_dir() -> Path:
@@ -50,6 +60,9 @@ def cache_key(bundle: Bundle, command: str, fixture_digest: str) -> str:
     parts = {
         "version": CACHE_VERSION,
         "reporter": hashlib.sha256(reporter_source()).hexdigest(),
+        # how canaries are made and validated: a change there is a new validation
+        "canaries": hashlib.sha256(b"".join(Path(m.__file__).read_bytes()
+                                            for m in (canaries, canary_derive))).hexdigest(),
         "command": command,
         "fixture_digest": fixture_digest,
         "tests": tree_digest(bundle.tests_dir) if bundle.tests_dir.is_dir() else None,
@@ -73,8 +86,9 @@ def _apply_solution(tree: Path, patch: Path) -> str | None:
 
 
 def collect(bundle: Bundle, command: str, pristine: Path) -> dict[str, Any]:
-    """Run the collection (no cache): ``{"report": bool, "ids", "canary_files",
-    "collect_errors", "source"}``."""
+    """Run the collection and, for pytest, the validation of derived canaries (no cache):
+    ``{"report": bool, "ids", "canary_files", "collect_errors", "source", "derived",
+    "trusted_run"}``."""
     patch = _solution(bundle)
     with tempfile.TemporaryDirectory(prefix="assay-collect-") as tmp:
         tree = Path(tmp) / "tree"
@@ -86,24 +100,94 @@ def collect(bundle: Bundle, command: str, pristine: Path) -> dict[str, Any]:
                       else f"pristine starting tree (solve.patch did not apply: {why})")
         run = run_command(command, tree, bundle, record_dir=None, tamper_evident=True,
                           mode="collect")
-    runner = run.runner
-    rep = parse_tap(run.tap_text) if runner == "node" else parse_report(run.report_text)
-    if rep is None or rep.sessions == 0:
-        return {"report": False, "runner": None, "ids": [], "canary_files": [],
-                "collect_errors": [], "source": source, "exit_code": run.result.exit_code,
-                "reason": run.result.reason, "wall_seconds": round(run.result.wall_seconds, 3)}
-    names = {c.name: c for c in run.canaries}
-    ids, files = [], set()
-    for nodeid in rep.collected:
-        name = nodeid.rsplit("::", 1)[-1].rsplit(" > ", 1)[-1]
-        if name in names:
-            files.add(names[name].file)
-        else:
-            ids.append(nodeid)
-    return {"report": True, "runner": runner, "ids": sorted(set(ids)),
-            "canary_files": sorted(files),
-            "collect_errors": rep.collect_errors, "source": source,
-            "exit_code": run.result.exit_code, "reason": run.result.reason}
+        runner = run.runner
+        rep = parse_tap(run.tap_text) if runner == "node" else parse_report(run.report_text)
+        if rep is None or rep.sessions == 0:
+            return {"report": False, "runner": None, "ids": [], "canary_files": [],
+                    "collect_errors": [], "source": source, "exit_code": run.result.exit_code,
+                    "reason": run.result.reason,
+                    "wall_seconds": round(run.result.wall_seconds, 3)}
+        names = {c.name: c for c in run.canaries}
+        ids, files = [], set()
+        for nodeid in rep.collected:
+            name = last_name(nodeid)
+            if name in names:
+                files.add(names[name].file)
+            else:
+                ids.append(nodeid)
+        found: dict[str, Any] = {
+            "report": True, "runner": runner, "ids": sorted(set(ids)),
+            "canary_files": sorted(files), "collect_errors": rep.collect_errors,
+            "source": source, "exit_code": run.result.exit_code, "reason": run.result.reason}
+        if runner == "pytest":
+            found.update(_validate_derived(bundle, command, tree))
+    return found
+
+
+def _validate_derived(bundle: Bundle, command: str, tree: Path) -> dict[str, Any]:
+    """Make the derived canary candidates of every test file the check plants into, run the
+    check in full on the trusted tree with all of them, keep those that failed while their
+    original passed."""
+    hidden, own = canary_targets(bundle, tree, bundle.tests_dir)
+    files: dict[str, tuple[str, list[Mutation]]] = {}
+    for root, label, rels in ((bundle.tests_dir, "tests", hidden), (tree, "work", own)):
+        for rel in rels:
+            try:
+                text = (root / rel).read_text(encoding="utf-8")
+            except (OSError, UnicodeDecodeError):
+                continue
+            digest = text_sha256(text)
+            made = derive(text, seed=int(digest[:12], 16))
+            if made:
+                files[f"{label}/{rel}"] = (digest, made)
+    generated = sum(len(m) for _, m in files.values())
+    run = run_command(command, tree, bundle, record_dir=None, tamper_evident=True,
+                      canaries=False, derived=DerivedPlan(files, "validate", 0))
+    trusted_run = {"reason": run.result.reason, "exit_code": run.result.exit_code,
+                   "wall_seconds": round(run.result.wall_seconds, 3)}
+    rep = parse_report(run.report_text)
+    kept: dict[str, list[Mutation]] = {}
+    if rep is not None and run.result.reason not in ("timeout", "sandbox_error"):
+        for c in run.canaries:
+            m = (run.derived_sources or {}).get(c.name)
+            if m is None:
+                continue
+            items = _failed_beside_passing_original(rep, c.file, c.name, m.origin)
+            if items:
+                kept.setdefault(c.file, []).append(Mutation(m.origin, m.kind, m.source, items))
+    collected = {last_name(i).split("[", 1)[0] for i in (rep.collected if rep else [])}
+    ran = sum(1 for c in run.canaries if c.name in collected)
+    # made: from every test file a check may plant into; ran: those this check's command
+    # collects; dropped: ran but did not fail beside a passing original
+    stats = {"generated": generated, "ran": ran, "kept": sum(len(v) for v in kept.values())}
+    stats["dropped"] = ran - stats["kept"]
+    return {"trusted_run": trusted_run, "derived_stats": stats,
+            "derived": {f: {"sha256": files[f][0], "mutations": [m.to_record() for m in ms]}
+                        for f, ms in sorted(kept.items())}}
+
+
+def _failed_beside_passing_original(rep: ParsedReport, planted_file: str, name: str,
+                                    origin: str) -> tuple[str, ...]:
+    """The id suffixes (``""``, ``"[param]"``) of a copy's items that failed on the trusted
+    tree while the same item of the original passed."""
+    outcomes = {nodeid: rep.outcome(nodeid) for nodeid in rep.phases
+                if id_in_file(nodeid, planted_file)}
+    by_name = {last_name(i): o for i, o in outcomes.items()}
+    out = []
+    for full, outcome in sorted(by_name.items()):
+        if full.split("[", 1)[0] != name or outcome != "failed":
+            continue
+        suffix = full[len(name):]
+        if by_name.get(origin + suffix) == "passed":
+            out.append(suffix)
+    return tuple(out)
+
+
+def derived_plan(trusted: dict[str, Any], seed: int) -> DerivedPlan | None:
+    """One verification's plan from the cached validation (None when nothing was kept)."""
+    files = {f: (str(v["sha256"]), [Mutation.from_record(m) for m in v["mutations"]])
+             for f, v in (trusted.get("derived") or {}).items()}
+    return DerivedPlan(files, "draw", seed) if files else None
 
 
 #: Commands that ran cleanly on the trusted tree without writing a structured report (not a
@@ -131,9 +215,62 @@ def expected_tests(bundle: Bundle, command: str, pristine: Path,
     found["key"] = key
     if not found["report"] and found["reason"] == "ok" and found["exit_code"] == 0:
         _NO_REPORT[key] = found
-    if found["report"] and found["reason"] not in ("timeout", "sandbox_error"):
+    validated = (found.get("trusted_run") or {}).get("reason") not in ("timeout",
+                                                                        "sandbox_error")
+    if found["report"] and found["reason"] not in ("timeout", "sandbox_error") and validated:
         try:
             atomic_write_json(path, found)
         except OSError:
             pass  # a read-only cache only costs time
     return {**found, "cache": "miss"}
+
+
+#: The trusted tree must finish a check within this share of ``verifier_wall_seconds`` for a
+#: time-out on the candidate's tree to be the candidate's: closer to the limit, machine load
+#: alone could explain it, and the grader does not know.
+TRUSTED_SHARE = 0.5
+
+
+def trusted_timing(bundle: Bundle, command: str, pristine: Path,
+                   fixture_digest: str) -> dict[str, Any]:
+    """How the check runs on the trusted tree (reason, exit code, wall seconds): from the
+    tamper-evident collection's validation run when there was one, else one plain run of the
+    command there, cached on the host like the expected ids."""
+    key = cache_key(bundle, command, fixture_digest) + "-timing"
+    path = cache_dir() / f"{key}.json"
+    try:
+        cached = json.loads(path.read_text(encoding="utf-8"))
+        if isinstance(cached, dict) and cached.get("key") == key:
+            return {**cached, "cache": "hit"}
+    except (OSError, ValueError):
+        pass
+    patch = _solution(bundle)
+    with tempfile.TemporaryDirectory(prefix="assay-timing-") as tmp:
+        tree = Path(tmp) / "tree"
+        shutil.copytree(pristine, tree, symlinks=True)
+        if patch is not None:
+            _apply_solution(tree, patch)
+        run = run_command(command, tree, bundle, record_dir=None, tamper_evident=False)
+    found = {"key": key, "reason": run.result.reason, "exit_code": run.result.exit_code,
+             "wall_seconds": round(run.result.wall_seconds, 3)}
+    if found["reason"] not in ("timeout", "sandbox_error"):
+        try:
+            atomic_write_json(path, found)
+        except OSError:
+            pass
+    return {**found, "cache": "miss"}
+
+
+def timeout_owner(trusted_run: dict[str, Any] | None, limit: float) -> tuple[str, str]:
+    """Whose fault a check's time-out is: ``("candidate", why)`` when the trusted tree ran the
+    same check well inside the limit, else ``("grader", why)``."""
+    if not trusted_run:
+        return "grader", "the check's time on the trusted tree is unknown"
+    reason, wall = trusted_run.get("reason"), trusted_run.get("wall_seconds")
+    if reason in ("timeout", "sandbox_error") or wall is None:
+        return "grader", f"the same check on the trusted tree ended in {reason}"
+    if wall > TRUSTED_SHARE * limit:
+        return "grader", (f"the trusted tree needs {wall:.1f}s of the {limit:g}s limit: too "
+                          "close to it to blame the candidate")
+    return "candidate", (f"the same check finished in {wall:.1f}s on the trusted tree "
+                         f"(limit {limit:g}s); the candidate's tree did not finish")

@@ -1,10 +1,11 @@
 """Reading assay's structured pytest report and deciding a tamper-evident check from it.
 
 The verdict comes from structure, not from a summary line: every expected test id (from trusted
-code) must be reported passed, and the canaries must say the runner can still fail. The printed
-summary stays in the record for a reader, and a disagreement between it and the structured
-report is itself evidence of tampering. Pure functions over text and plain values, so every rule
-is tested on hand-written reports.
+code) must be reported passed, and the canaries must say the runner can still fail (a random
+must-fail canary reported failed; a derived copy not passing beside its passing original).
+The printed summary stays in the record for a reader, and a disagreement between it and the
+structured report is itself evidence of tampering. Pure functions over text and plain values,
+so every rule is tested on hand-written reports.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from assay.grading.canaries import Canary
+from assay.grading.canaries import Canary, id_in_file
 
 REPORT_SCHEMA = "assay.pytest_report/1"
 _EVENTS = {"start", "collect_error", "collected", "test", "finish"}
@@ -148,16 +149,33 @@ def parse_tap(text: str | None) -> ParsedReport | None:
     return rep
 
 
-def _canary_id(rep: ParsedReport, name: str) -> str | None:
-    for nodeid in rep.phases:
-        if _last_name(nodeid) == name:
-            return nodeid
-    return None
-
-
-def _last_name(nodeid: str) -> str:
+def last_name(nodeid: str) -> str:
     """The test's own name: after pytest's last ``::`` or node's last `` > ``."""
     return nodeid.rsplit("::", 1)[-1].rsplit(" > ", 1)[-1]
+
+
+def _same_file(nodeid: str, planted_file: str) -> bool:
+    return id_in_file(nodeid + "::x", planted_file)
+
+
+def _judge_derived(c: Canary, rep: ParsedReport, find: Any,
+                   out: dict[str, Any]) -> list[dict[str, Any]]:
+    """A derived canary, item by item: its original and it cannot both pass, so "the original
+    passed and the copy was not reported failed" is tampering. A copy that passes beside a
+    failing original is an honest wrong answer, already failed by the original."""
+    seen = []
+    for suffix in c.items:
+        copy_id = find(c.name + suffix, c.file)
+        orig_id = find(f"{c.origin}{suffix}", c.file)
+        got = rep.outcome(copy_id) if copy_id else None
+        orig = rep.outcome(orig_id) if orig_id else None
+        seen.append({**c.to_record(), "item": suffix, "outcome": got, "origin_outcome": orig})
+        if orig == "passed" and got not in ("failed", "error"):
+            out["tampered"].append(
+                f"derived canary {c.name}{suffix} (a copy of {c.origin}{suffix} with its "
+                f"{c.change} changed, which the reference solution fails) was reported "
+                f"{got or 'missing'} while {c.origin}{suffix} passed")
+    return seen
 
 
 def judge(text: str | None, *, exit_code: int | None, canaries: list[Canary],
@@ -185,21 +203,41 @@ def judge(text: str | None, *, exit_code: int | None, canaries: list[Canary],
             out["problems"].append("the test session ended before it finished")
 
     canary_names = {c.name for c in canaries}
+    by_last: dict[str, list[str]] = {}
+    for nodeid in rep.phases:
+        by_last.setdefault(last_name(nodeid), []).append(nodeid)
+
+    def find(name: str, planted_file: str | None = None) -> str | None:
+        ids = by_last.get(name, [])
+        if planted_file is not None and runner == "pytest":
+            ids = [i for i in ids if id_in_file(i, planted_file)]
+        return ids[0] if ids else None
+
+    broken = [e["nodeid"] for e in rep.collect_errors]
     seen: list[dict[str, Any]] = []
     for c in canaries:
-        nodeid = _canary_id(rep, c.name)
+        if c.kind == "derived":
+            seen += _judge_derived(c, rep, find, out)
+            continue
+        nodeid = find(c.name)
         got = rep.outcome(nodeid) if nodeid else None
         seen.append({**c.to_record(), "outcome": got})
         if got is None:
-            out["tampered"].append(f"canary {c.name} (must {c.must}) is missing from the "
-                                   "report")
+            if runner == "pytest" and any(_same_file(b, c.file) for b in broken):
+                out["problems"].append(f"canary {c.name} is missing: its file did not collect")
+            else:
+                out["tampered"].append(f"canary {c.name} (must {c.must}) is missing from the "
+                                       "report")
         elif c.must == "fail" and got != "failed":
             out["tampered"].append(f"canary {c.name} must fail but was reported {got}")
         elif c.must == "pass" and got != "passed":
             out["problems"].append(f"canary {c.name} must pass but was reported {got}")
     out["canaries"] = seen
+    out["canary_counts"] = {kind: sum(1 for c in canaries if c.kind == kind)
+                            for kind in ("random", "derived")}
 
-    own = {i: rep.outcome(i) for i in rep.phases if _last_name(i) not in canary_names}
+    own = {i: rep.outcome(i) for i in rep.phases
+           if last_name(i).split("[", 1)[0] not in canary_names}
     counts = {"runner": runner, "source": "structured", "passed": 0, "failed": 0, "errors": 0,
               "skipped": 0, "xfailed": 0, "xpassed": 0}
     for o in own.values():

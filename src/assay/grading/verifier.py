@@ -3,8 +3,11 @@
 It rebuilds the workspace from the pristine starting tree plus the changes recorded in the
 artifact (never the live workspace), checks integrity first, then runs ``behavior`` and
 ``regression`` as separate commands in fresh sandboxes, with the hidden tests mounted read-only
-outside the workspace only now. The candidate's code is still untrusted here. A verifier that
-crashes or runs out of time yields an invalid grade, never a pass. A task's ``acceptance.judge``
+outside the workspace only now. The candidate's code is still untrusted here. A check that runs
+out of time on the candidate's tree while the trusted tree runs it well inside the limit fails
+with ``candidate_timeout`` (a graded failure, never verified again); a verifier that crashes, a
+trusted tree that cannot be run, or a time-out not shown to be the candidate's yields an invalid
+grade (``grader_error``), never a pass. A task's ``acceptance.judge``
 runs last, on the same rebuilt tree and the recorded trajectory (``grading/judge_check.py``).
 """
 
@@ -12,14 +15,15 @@ from __future__ import annotations
 
 import hashlib
 import json
+import secrets
 import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
 
 from assay.errors import NeverOverwrite, VerifierError
-from assay.grading.check_run import HOME_MOUNT, TESTS_MOUNT, run_command
-from assay.grading.expected_tests import expected_tests
+from assay.grading.check_run import HOME_MOUNT, TESTS_MOUNT, run_command, runner_shadows
+from assay.grading.expected_tests import derived_plan, expected_tests, timeout_owner, trusted_timing
 from assay.grading.integrity import IntegrityResult, check_integrity
 from assay.grading.judge_check import run_judge_check
 from assay.grading.tamper_scan import scan_workspace
@@ -101,8 +105,12 @@ def run_check(name: str, command: Command, workspace: Path, bundle: Bundle,
                              f"(exit {trusted.get('exit_code')}): neither pytest nor node's "
                              "test runner ran, so its exit code and summary decide")
             trusted = None
+    seed = secrets.randbits(62) if trusted is not None and trusted.get("runner") == "pytest" \
+        else None
     run = run_command(command.command, workspace, bundle, record_dir=record_dir,
-                      tamper_evident=trusted is not None, reward=command.reward)
+                      tamper_evident=trusted is not None, reward=command.reward,
+                      derived=derived_plan(trusted, seed) if trusted and seed is not None
+                      else None)
     result = run.result
     output = result.stdout_tail + "\n" + result.stderr_tail
     summary = parse_counts(output)
@@ -132,6 +140,10 @@ def run_check(name: str, command: Command, workspace: Path, bundle: Bundle,
                   "tampered": verdict["tampered"], "problems": verdict["problems"],
                   "failure": verdict.get("failure"), "canaries": verdict.get("canaries", []),
                   "canaries_planted": len(run.canaries),
+                  # how many canaries of each kind ran, and how this verification drew them
+                  "canary_counts": verdict.get("canary_counts"),
+                  "derived_seed": seed,
+                  "derived_pool": trusted.get("derived_stats"),
                   "expected_ids_source": trusted["source"],
                   "expected_ids": len(trusted["ids"]),
                   "expected_ids_partial": bool(trusted["collect_errors"]),
@@ -141,6 +153,25 @@ def run_check(name: str, command: Command, workspace: Path, bundle: Bundle,
                   "failed_ids": verdict.get("failed_ids", [])}
         if not canaries:
             tamper["why_weaker"] = "no test file of this check collects a canary"
+        elif not (verdict.get("canary_counts") or {}).get("derived"):
+            tamper["why_weaker"] = ("no derived canary: none could be made from this check's "
+                                    "test files, or none failed with the reference solution; "
+                                    "only the random-shape canaries speak for the runner")
+    if result.reason == "timeout":
+        # whose time-out: the candidate's when the trusted tree runs the same check well
+        # inside the limit (a failed check, graded), else the grader's (no grade)
+        timing = (trusted or {}).get("trusted_run") if trusted is not None else None
+        if timing is None and pristine is not None and fixture_digest is not None:
+            timing = trusted_timing(bundle, command.command, pristine, fixture_digest)
+        owner, why = timeout_owner(timing, bundle.spec.budget.verifier_wall_seconds)
+        record["timeout"] = {"owner": owner, "why": why, "trusted_run": timing}
+        if owner == "candidate":
+            status = "fail"
+            record["failure"] = "candidate_timeout"
+            if tamper.get("applied"):
+                # a run cut short leaves canaries unreported: not evidence of tampering
+                tamper["tampered_before_timeout"] = tamper["tampered"]
+                tamper["tampered"] = []
     record.update({
         "status": status, "counts": counts, "stdout_counts": summary,
         "tamper_evident": tamper, "bytecode_removed": run.bytecode_removed,
@@ -149,6 +180,19 @@ def run_check(name: str, command: Command, workspace: Path, bundle: Bundle,
         "limits_applied": {k: v.to_record() for k, v in result.limits_applied.items()},
         "evidence": dict(result.evidence)})
     return record
+
+
+def _check_failures(details: dict[str, Any]) -> dict[str, str]:
+    """The checks whose failure has a more exact code than ``<check>_failed``: a time-out the
+    candidate's code caused, expected tests that were never reported."""
+    out: dict[str, str] = {}
+    for n in ("behavior", "regression"):
+        rec = details.get(n, {})
+        if rec.get("failure") == "candidate_timeout":
+            out[n] = "candidate_timeout"
+        elif rec.get("tamper_evident", {}).get("failure") == "tests_missing":
+            out[n] = "tests_missing"
+    return out
 
 
 def _first_failure(validity: dict[str, Any], exec_status: str, checks: dict[str, str],
@@ -216,6 +260,9 @@ def verify(bundle: Bundle, trial_dir: Path, *, revision: str, trial_id: str,
             workspace = Path(tmp) / "candidate"
             build_workspace(pristine, trial_dir, integrity, workspace)
             details["suspicious"] = scan_workspace(workspace, integrity.changes)
+            # named like pytest's own modules: never imported by a check (the start-up guard
+            # resolves those from the interpreter), listed for a reader
+            details["runner_modules_shadowed"] = runner_shadows(workspace)
             tampered: list[str] = []
             for name in ("behavior", "regression"):
                 cmd = getattr(acc, name)
@@ -226,8 +273,11 @@ def verify(bundle: Bundle, trial_dir: Path, *, revision: str, trial_id: str,
                                 fixture_digest=digest)
                 details[name] = res
                 if res["status"] == "error":
+                    # the grader's own failure (the trusted tree could not be run, the sandbox
+                    # failed, a time-out not the candidate's): no grade, verified again later
                     validity = {"status": "invalid", "reason": "grader_error",
-                                "detail": f"{name} command: {res['reason']}"}
+                                "detail": f"{name} command: {res['reason']}"
+                                + (f" ({res['timeout']['why']})" if "timeout" in res else "")}
                 checks[name] = res["status"]
                 tampered += [f"{name}: {why}" for why in res["tamper_evident"].get("tampered", [])]
             details["not_tamper_evident"] = {
@@ -267,9 +317,7 @@ def verify(bundle: Bundle, trial_dir: Path, *, revision: str, trial_id: str,
     failure = _first_failure(validity, execution.get("status", "succeeded"), checks, required,
                              details.get("integrity", {}).get("failure_code"),
                              changed=changed,
-                             missing={n: "tests_missing" for n in ("behavior", "regression")
-                                      if details.get(n, {}).get("tamper_evident", {})
-                                      .get("failure") == "tests_missing"})
+                             missing=_check_failures(details))
     accepted = failure is None and required_pass
     details["ended_at"] = utc_now()
     grade = {
