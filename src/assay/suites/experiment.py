@@ -305,6 +305,10 @@ class ExperimentSpec(_Strict):
     noise_floor: NoiseFloor | None = None
     """Run a second, interleaved copy of one arm and report the A/A difference: the noise
     floor of this setup (``exp verdict`` refuses to accept while it is not stable)."""
+    transcripts: bool = True
+    """Keep the bodies of every model call (what each call sent and received) in the
+    attempt's ``transcript.jsonl``, content-addressed; ``false`` keeps only the ledger's
+    figures and digests (each ledger row then says ``transcript: off``)."""
 
 
 @dataclass(frozen=True)
