@@ -1,0 +1,184 @@
+"""A trial opened, end to end with real parts: the pinned Qwen Code CLI (``scripts/agents/qwen.sh``)
+in the bubblewrap sandbox, through the real gateway, against a scripted upstream that holds the
+real key; ``exp run`` through the CLI. One run (module fixture) of two arms that disagree on one
+task: ``fix`` looks, fixes and is accepted; ``note`` looks, writes a note outside the allowed
+paths and is rejected.
+
+Checked: the gateway transcript of a real agent is content-addressed (the store holds each
+distinct message once: fewer entries than the histories sent, and exactly the distinct ones),
+rebuilds what the upstream received, and holds no secret (the real key, the scoped token);
+``transcripts: false`` keeps no bodies and the ledger says ``off``; ``assay trial show`` prints
+the instruction, the diff, each check, the steps with tokens, the ledger and the timings, from
+the agent's stream and, with the stream gone, from the gateway transcript.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import SECRET, run_cli
+from support import agent_cli
+from support.scripted_server import Answer, RecordedRequest, ScriptedServer
+
+from assay.records.io import iter_rows
+from assay.records.transcript import BLOBS_FILE, CALLS_FILE, TranscriptBlob, load_transcript
+from assay.sandbox import bwrap_available
+
+qwen_bin = agent_cli.install_fixture(agent_cli.SCRIPTS / "qwen.sh", "qwen-code")
+
+FIX_CMD = ("python3 -c \"import pathlib; p = pathlib.Path('src/calc/__init__.py'); "
+           "p.write_text(p.read_text().replace('a - b', 'a + b'))\"")
+NOTE_CMD = "echo remember to fix add > NOTES.txt"
+
+
+def _tool(n: int, command: str, text: str = "") -> Answer:
+    return Answer(text, model="scripted", tool_calls=[{
+        "id": f"call_{n}", "type": "function",
+        "function": {"name": "run_shell_command", "arguments": json.dumps({"command": command})}}],
+        finish_reason="tool_calls")
+
+
+def _upstream(req: RecordedRequest, n: int) -> Answer:
+    """Each arm's model by its pinned name; the step is the number of tool results so far."""
+    body = req.body or {}
+    done = sum(1 for m in body.get("messages", []) if m.get("role") == "tool")
+    if done == 0:
+        return _tool(0, "ls src/calc")
+    if done == 1:
+        if body.get("model") == "qw-fix":
+            return _tool(1, FIX_CMD, "I will fix add.")
+        return _tool(1, NOTE_CMD, "I will leave a note.")
+    return Answer("Fixed add()." if body.get("model") == "qw-fix" else "Left a note.",
+                  model="scripted")
+
+
+def _experiment(root: Path, qwen: Path, extra: str = "") -> Path:
+    agent_cli.proxy_bundle(root / "tasks" / "calc")
+    exp = root / "experiment.yaml"
+    arms = "".join(f"  {arm}:\n    agent: \"qwen:{qwen}\"\n    model: {{name: {model}, "
+                   "base_url_env: TV_UPSTREAM, api_key_env: TV_KEY}\n"
+                   for arm, model in (("note", "qw-note"), ("fix", "qw-fix")))
+    exp.write_text(f"name: trialview\ntasks: [tasks]\nseed: 3\nconcurrency: 2\narms:\n{arms}"
+                   "bar: {hoped_improvement: 0.1, max_regression: 0.05, baseline: note, "
+                   f"candidate: fix}}\n{extra}")
+    return exp
+
+
+def run_pair(root: Path, qwen: Path, extra: str = "") -> tuple[Path, list[RecordedRequest]]:
+    with ScriptedServer(_upstream) as srv, pytest.MonkeyPatch.context() as mp:
+        mp.setenv("TV_UPSTREAM", srv.base_url)
+        mp.setenv("TV_KEY", SECRET)
+        out = root / "run"
+        res = run_cli(["exp", "run", str(_experiment(root, qwen, extra)), "--out", str(out)])
+        assert res.code == 0, res.stdout + res.stderr
+        return out, srv.chat_requests()
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory: pytest.TempPathFactory, qwen_bin: Path) -> Iterator[
+        tuple[Path, list[RecordedRequest]]]:
+    if not bwrap_available():
+        pytest.skip("bubblewrap cannot run here")
+    yield run_pair(tmp_path_factory.mktemp("pair"), qwen_bin)
+
+
+def _trial(out: Path, arm: str) -> tuple[Path, dict[str, Any]]:
+    return agent_cli.trial_of(out, arm)
+
+
+def test_a_real_agents_transcript_is_content_addressed_and_secret_free(pair: Any) -> None:
+    out, sent = pair
+    for arm, accepted in (("fix", True), ("note", False)):
+        adir, trial = _trial(out, arm)
+        assert trial["grade"]["accepted"] is accepted, trial["grade"]
+        rows = agent_cli.ledger(adir)
+        calls = [r for r in rows if r.endpoint == "chat.completions"]
+        assert len(calls) == 3 and {r.transcript for r in calls} == {"kept"}
+        mine = [r.body for r in sent if (r.body or {}).get("model") == f"qw-{arm}"]
+        assert len(mine) == len(calls)
+        histories = sum(len(b["messages"]) for b in mine)
+        blobs = [TranscriptBlob.read(r, adir) for r in iter_rows(adir / BLOBS_FILE)]
+        messages = [b for b in blobs if b.kind == "message"]
+        distinct = {json.dumps(m, sort_keys=True) for b in mine for m in b["messages"]}
+        # each distinct message once; far fewer entries than the histories resent
+        assert len(messages) == len(distinct) < histories, (len(messages), histories)
+        assert len(list(iter_rows(adir / CALLS_FILE))) == len(calls)
+        # the store is smaller than one copy of every request the agent sent
+        assert (adir / BLOBS_FILE).stat().st_size < sum(len(json.dumps(b)) for b in mine)
+        transcript = load_transcript(adir)
+        assert transcript is not None
+        for call, body in zip(transcript.calls, mine, strict=True):
+            assert call.messages == body["messages"]  # rebuilt whole (nothing to redact here)
+            assert call.request is not None and call.request["tools"] == body["tools"]
+        last = transcript.calls[-1].row.response["choices"][0]["message"]["content"]
+        assert last == ("Fixed add()." if accepted else "Left a note.")
+    agent_cli.assert_no_secret(out)
+    for path in out.rglob("*"):  # nor any scoped token (the gateway's "sk-assay-" prefix)
+        if path.is_file():
+            assert b"sk-assay-" not in path.read_bytes(), path
+
+
+def test_trial_show_prints_the_whole_trial(pair: Any) -> None:
+    out, _ = pair
+    adir, _ = _trial(out, "fix")
+    res = run_cli(["trial", "show", str(adir.parent)], env={"COLUMNS": "160"})
+    assert res.code == 0, res.stderr
+    text = res.stdout
+    for needle in ("trial calc-001/fix/0", "accepted", "Fix `calc.add`",  # the instruction
+                   "--- a/src/calc/__init__.py", "+    return a + b", "-    return a - b",
+                   "pass behavior", "$ PYTHONPATH=src python3 -m pytest",
+                   "steps (from the agent's stream)", "step 1", "step 3",
+                   "tool run_shell_command", "ls src/calc", "result:", "Fixed add().",
+                   "model calls", "transcript", "kept", "stage agent", "stage verify"):
+        assert needle in text, (needle, text)
+    # tokens of each step come from the ledger (the scripted server's counts)
+    rows = [r for r in agent_cli.ledger(adir) if r.assistant_step]
+    assert f"in {rows[0].input_tokens} · out {rows[0].output_tokens} tokens" in text
+
+    adir, _ = _trial(out, "note")
+    text = run_cli(["trial", "show", str(adir)], env={"COLUMNS": "160"}).stdout
+    assert "rejected: change_outside_allowed_paths" in text
+    assert "added NOTES.txt" in text and "+remember to fix add" in text
+    assert "change_outside_allowed_paths: NOTES.txt" in text
+
+
+def test_without_the_agents_stream_the_steps_come_from_the_gateway(pair: Any,
+                                                                   tmp_path: Path) -> None:
+    out, _ = pair
+    adir, _ = _trial(out, "fix")
+    copy = tmp_path / "a1"
+    shutil.copytree(adir, copy)
+    (copy / "agent" / "stdout.log").unlink()
+    res = run_cli(["trial", "show", str(copy)], env={"COLUMNS": "160"})
+    assert res.code == 0, res.stderr
+    text = res.stdout
+    assert "steps (from the gateway transcript)" in text
+    assert "step 3" in text and "Fixed add()." in text and "I will fix add." in text
+    assert FIX_CMD.split("'")[1] in text  # the tool call's arguments
+    assert "result: Command: ls src/calc" in text  # what the agent sent back
+
+
+def test_trial_show_refuses_a_folder_without_a_trial(tmp_path: Path) -> None:
+    res = run_cli(["trial", "show", str(tmp_path)])
+    assert res.code == 2 and "no trial.json" in res.stderr
+    res = run_cli(["trial", "show", str(tmp_path / "missing")])
+    assert res.code == 2 and "not a directory" in res.stderr
+
+
+@agent_cli.needs_bwrap
+def test_transcripts_false_keeps_no_bodies_and_the_ledger_says_so(tmp_path: Path,
+                                                                  qwen_bin: Path) -> None:
+    out, _ = run_pair(tmp_path, qwen_bin, "transcripts: false\n")
+    for arm in ("fix", "note"):
+        adir, _ = _trial(out, arm)
+        rows = [r for r in agent_cli.ledger(adir) if r.endpoint == "chat.completions"]
+        assert rows and {r.transcript for r in rows} == {"off"}
+        assert not (adir / CALLS_FILE).exists() and not (adir / BLOBS_FILE).exists()
+    text = run_cli(["trial", "show", str(adir)], env={"COLUMNS": "160"}).stdout
+    assert "off (the experiment set transcripts: false)" in text
+    assert "steps (from the agent's stream)" in text  # the agent's own record still shows
