@@ -182,3 +182,97 @@ def test_transcripts_false_keeps_no_bodies_and_the_ledger_says_so(tmp_path: Path
     text = run_cli(["trial", "show", str(adir)], env={"COLUMNS": "160"}).stdout
     assert "off (the experiment set transcripts: false)" in text
     assert "steps (from the agent's stream)" in text  # the agent's own record still shows
+
+
+# --------------------------------------------------------------- the pages, in Chromium
+
+PAGE_PROBE = """(() => {
+  const q = s => document.querySelectorAll(s).length;
+  const t = s => { const e = document.querySelector(s);
+                   return e ? e.textContent.replace(/\\s+/g, ' ').trim() : null; };
+  return {url: location.href, title: document.title, h1: t('h1'), scripts: q('script'),
+          outcome: t('#outcome'), steps: q('#steps .step'), diffAdd: q('pre.diff .add'),
+          diffDel: q('pre.diff .del'), checks: q('#checks .check'), diverge: t('#divergence'),
+          divergeRows: q('tr.step-row.diverge'), marked: t('tr.diverge td.n'),
+          stepRows: q('tr.step-row'), compareLinks: q('a.compare'),
+          pageLinks: q('table.tasks a.trial-page'),
+          scrollWidth: document.documentElement.scrollWidth,
+          body: document.body.textContent.replace(/\\s+/g, ' ')};
+})()"""
+WIDTH = 1200
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    from support.cdp import Browser, chromium
+
+    exe = chromium()
+    if exe is None:
+        pytest.skip("Debian's chromium is not installed (make test installs it: "
+                    "scripts/bootstrap.sh)")
+    b = Browser(exe, tmp_path_factory.mktemp("chromium") / "profile")
+    try:
+        yield b
+    finally:
+        b.close()
+
+
+def _clean(res: Any, shot: Path, pages: int = 1) -> dict[str, Any]:
+    """No error, no script, nothing fetched but the page(s) themselves; a real screenshot."""
+    from test_browser_reports import png_facts
+
+    shot.write_bytes(res.png)
+    assert res.errors == [], res.errors
+    assert res.refused == [] and len(res.requests) == pages, res.requests
+    assert all(r.startswith("file://") for r in res.requests)
+    p = res.probe
+    assert p["scripts"] == 0 and p["scrollWidth"] <= WIDTH
+    facts = png_facts(res.png)
+    assert facts["width"] == WIDTH and facts["distinct_rows"] > 100, facts
+    return p
+
+
+def test_the_trial_page_in_a_browser(pair: Any, browser: Any, tmp_path: Path) -> None:
+    out, _ = pair
+    page = out / "pages" / "trials" / "calc-001" / "fix" / "0" / "a1.html"
+    p = _clean(browser.load(page, PAGE_PROBE, width=WIDTH), tmp_path / "trial-page.png")
+    assert p["h1"] == "calc-001/fix/0" and p["outcome"] == "accepted"
+    assert p["steps"] == 3 and p["checks"] == 3
+    assert p["diffAdd"] == 1 and p["diffDel"] == 1  # the fix: one line out, one line in
+    for needle in ("Fix `calc.add`", "return a + b", "run_shell_command", "Fixed add().",
+                   "model calls", "stage verify", "from the agent's stream"):
+        assert needle in p["body"], needle
+
+
+def test_the_side_by_side_page_marks_where_the_arms_part(pair: Any, browser: Any,
+                                                         tmp_path: Path) -> None:
+    out, _ = pair
+    page = out / "pages" / "compare" / "calc-001.html"
+    p = _clean(browser.load(page, PAGE_PROBE, width=WIDTH), tmp_path / "side-by-side.png")
+    # both looked first (step 1 the same), then one fixed and one wrote a note: step 2
+    assert p["stepRows"] == 3 and p["divergeRows"] == 1
+    assert p["diverge"] == "The trials first differ at step 2."
+    assert p["marked"].startswith("2") and "diverges" in p["marked"]
+    assert "rejected: change_outside_allowed_paths" in p["body"] and "accepted" in p["body"]
+    assert "echo remember to fix add > NOTES.txt" in p["body"]
+
+
+def test_a_click_from_the_per_task_table_opens_the_trial_page(pair: Any, browser: Any,
+                                                               tmp_path: Path) -> None:
+    """From the report's verdict page, the per-task table's link of the rejected trial, then
+    (second load) the task's side-by-side link: each a real mouse click followed to the page."""
+    out, _ = pair
+    report = out / "report.html"
+    first = browser.load(report, PAGE_PROBE, width=WIDTH)
+    assert first.probe["pageLinks"] == 2 and first.probe["compareLinks"] == 1
+    res = browser.load(report, PAGE_PROBE, width=WIDTH, allow_under=out,
+                       click='table.tasks a.trial-page[href*="/note/"]')
+    p = _clean(res, tmp_path / "clicked-trial.png", pages=2)
+    assert p["url"].endswith("/pages/trials/calc-001/note/0/a1.html"), p["url"]
+    assert p["h1"] == "calc-001/note/0"
+    assert p["outcome"] == "rejected: change_outside_allowed_paths"
+    assert "added NOTES.txt" in p["body"]
+    res = browser.load(report, PAGE_PROBE, width=WIDTH, allow_under=out,
+                       click="table.tasks a.compare")
+    p = _clean(res, tmp_path / "clicked-compare.png", pages=2)
+    assert p["url"].endswith("/pages/compare/calc-001.html") and p["divergeRows"] == 1
