@@ -27,6 +27,14 @@ Use (the runner's side)::
         usage = gw.attempt_usage(attempt_id)  # exhausted, cost_complete, unreachable calls ...
         if gw.total_exhausted: ...            # start no new attempt
 
+Each call's bodies (what the agent sent, what came back, a stream reassembled) are also kept
+in the attempt's transcript beside the ledger (``gateway_transcript``): content-addressed, so the
+history an agent resends on every call is stored once and the transcript grows linearly with the
+new messages of each step (plus a 64-byte digest per message per call), not with the square of
+the steps; redacted of the scoped token and the real key; bounded per piece and per attempt;
+off with ``open_attempt(..., transcripts=False)`` (the experiment's ``transcripts: false``),
+when each ledger row says ``transcript: "off"``.
+
 This module is over 400 lines: it is the server's request path, from authentication through
 budget to forwarding and the ledger row, kept whole so the order of those steps (which the
 guarantees depend on) reads top to bottom. Protocol details live in ``gateway_protocols``,
