@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import openai
+import pytest
 from support.scripted_server import Answer, ScriptedServer
 
 from assay.models.gateway import Gateway, Upstream
@@ -164,3 +165,24 @@ def test_transcripts_off_keeps_no_bodies_and_the_ledger_says_so(tmp_path: Path) 
     assert sorted(p.name for p in adir.iterdir()) == ["model_calls.jsonl"]
     assert load_transcript(adir) is None
     assert b"careful coding agent" not in _all_bytes(adir)
+
+
+def test_the_transcripts_key_leaves_older_identities_alone(tmp_path: Path) -> None:
+    """Unset (the default, on), ``transcripts`` is absent from the identity's settings, so a run
+    begun before the key existed resumes; ``false`` is read and frozen like any setting."""
+    from support.bundles import make_bundle
+
+    from assay.suites.experiment import load_experiment
+
+    make_bundle(tmp_path / "tasks" / "t0", task_id="t0")
+    exp = tmp_path / "experiment.yaml"
+    body = "name: ident\ntasks: [tasks]\narms:\n  a: {agent: nop}\n"
+    exp.write_text(body)
+    on = load_experiment(exp)
+    assert on.spec.transcripts is True and "transcripts" not in on.identity["settings"]
+    exp.write_text(body + "transcripts: false\n")
+    off = load_experiment(exp)
+    assert off.spec.transcripts is False and off.identity["settings"]["transcripts"] is False
+    exp.write_text(body + "transcripts: nope\n")
+    with pytest.raises(Exception, match="transcripts"):
+        load_experiment(exp)

@@ -150,7 +150,7 @@ def load_trial_view(path: Path) -> TrialView:
     if (adir / "transcript.jsonl").is_file():
         tstate = "kept"
     elif any(r.get("transcript") == "off" for r in rows):
-        tstate = "off (the experiment set transcripts: false)"
+        tstate = "off (transcripts: false in the experiment or the task)"
     else:
         tstate = "none (no model call went through the gateway)" if not rows else "not kept"
     timings = [(str(s.get("name")), s.get("seconds"), str(s.get("status")))

@@ -410,6 +410,8 @@ def _settings(spec: ExperimentSpec) -> dict[str, Any]:
     for key in ("fork", "pairwise", "noise_floor"):
         if settings.get(key) is None:
             settings.pop(key, None)
+    if settings.get("transcripts") is True:  # the default, added later: absent as before
+        settings.pop("transcripts")
     if settings["limits"].get("request_body_mib") is None:
         settings["limits"].pop("request_body_mib", None)
     for arm in settings["arms"].values():
