@@ -180,10 +180,10 @@ class TaskSpec(_Strict):
     resources: Resources = Field(default_factory=Resources)
     budget: Budget = Field(default_factory=Budget)
     acceptance: Acceptance
-    transcripts: bool = True
-    """Keep the bodies of this task's model calls in each attempt's transcript (``false``:
-    only the ledger's figures and digests, e.g. for a task whose prompts must not be kept; the
-    experiment's ``transcripts: false`` turns them off for every task)."""
+    transcripts: bool = Field(default=True, description=(
+        "Keep the bodies of this task's model calls in each attempt's transcript (``false``: "
+        "only the ledger's figures and digests, e.g. for a task whose prompts must not be kept; "
+        "the experiment's ``transcripts: false`` turns them off for every task)."))
 
 
 @dataclass(frozen=True)
