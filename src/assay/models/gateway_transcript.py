@@ -11,16 +11,20 @@ the agent's own logs. Two append-only files sit beside the ledger in the attempt
   a request body (tools, system prompt, settings: everything but that list), in canonical JSON
   (sorted keys, no spaces), redacted before it is hashed.
 - ``transcript.jsonl``: one row per call (``TranscriptCall``), ``{"seq", "request":
-  <digest of the rest>, "messages": [<digest>, ...], "response": ...}``; a streamed answer is
-  reassembled into the shape of a plain one (``StreamCollector``).
+  <digest of the rest>, "prefix_seq", "prefix_count", "messages": [<digest>, ...],
+  "response": ...}``: the history is the first ``prefix_count`` messages of call
+  ``prefix_seq``'s history, then ``messages``; a streamed answer is reassembled into the shape
+  of a plain one (``StreamCollector``).
 
 How it grows: agents resend the whole history on every call, so storing bodies as sent costs
-O(steps²). Here a call adds one row of digests (64 bytes a message: the only per-call cost that
-grows with the history) plus the pieces never seen before in this attempt: its new messages, its
-answer (stored once in its call row, and once more as a message when the agent sends it back),
-and the rest of the request only when the tools or system prompt changed. The bytes of bodies
-stored are linear in what is new at each step; only the digest lists grow with the history
-(64 bytes a message a call).
+O(steps²). Here a call adds one row naming the part of its history it shares with the previous
+call by reference (a seq and a count) and listing the digests of the rest, plus the pieces never
+seen before in this attempt: its new messages, its answer (stored once in its call row, and once
+more as a message when the agent sends it back), and the rest of the request only when the tools
+or system prompt changed. So the files grow linearly in the new messages of each step; an agent
+that rewrites its history (compaction) costs one full list of digests (64 bytes a message) at
+that call. ``bench/transcript_growth.py`` measures it. The work per call is linear in the
+request (every message is serialized and hashed), as the gateway's own parsing already is.
 
 Bounds: a piece over ``MAX_PIECE_BYTES`` is stored as its first bytes with ``truncated`` set and
 its full size; a response over ``MAX_RESPONSE_BYTES`` likewise; past ``MAX_ATTEMPT_BYTES`` of
@@ -95,6 +99,9 @@ class TranscriptWriter:
         self.redact = Redactor(secrets)
         self.seen: set[str] = set()
         self.stored = 0
+        # the previous call's whole history, as digests, and its seq: the next call names the
+        # part it shares by reference instead of listing it again
+        self.last: tuple[int, list[str]] | None = None
         self._lock = threading.Lock()
         for row in _rows(attempt_dir / BLOBS_FILE):  # a reopened attempt keeps its store
             if isinstance(row.get("sha256"), str):
@@ -128,7 +135,8 @@ class TranscriptWriter:
         with self._lock:
             row: dict[str, Any] = {"seq": seq, "time": time, "endpoint": endpoint,
                                    "protocol": protocol, "status": status,
-                                   "bodies": "kept", "request": None, "messages": [],
+                                   "bodies": "kept", "request": None, "prefix_seq": None,
+                                   "prefix_count": 0, "messages": [],
                                    "request_note": None, "response": None,
                                    "response_truncated": False, "response_bytes": None,
                                    "response_note": response_note}
@@ -143,7 +151,13 @@ class TranscriptWriter:
                 history = body.get(key)
                 if isinstance(history, list):
                     rest = {k: v for k, v in body.items() if k != key}
-                    row["messages"] = [self._piece("message", m) for m in history]
+                    digests = [self._piece("message", m) for m in history]
+                    shared = _common_prefix(self.last[1], digests) if self.last else 0
+                    if shared:
+                        assert self.last is not None
+                        row["prefix_seq"], row["prefix_count"] = self.last[0], shared
+                    row["messages"] = digests[shared:]
+                    self.last = (seq, digests)
                 else:
                     rest = body
                 row["request"] = self._piece("request", rest)
@@ -159,6 +173,15 @@ class TranscriptWriter:
                 row["response_note"] = self.redact.text(row["response_note"])[:2000]
             self.calls.append(row)
             return "kept"
+
+
+def _common_prefix(a: list[str], b: list[str]) -> int:
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
 
 
 def _json(data: bytes) -> Any:

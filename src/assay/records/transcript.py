@@ -3,8 +3,9 @@
 Written by ``assay.models.gateway_transcript`` beside ``model_calls.jsonl``, append-only, in two
 files: ``transcript_blobs.jsonl`` holds each distinct piece once by the SHA-256 of its canonical
 JSON (a message of the resent history, or the rest of a request body: tools, system prompt,
-settings), and ``transcript.jsonl`` one row per call naming its pieces by digest, with the
-answer (a streamed one reassembled). So the history an agent resends on every call is stored
+settings), and ``transcript.jsonl`` one row per call naming its pieces by digest (the part of
+its history it shares with the previous call by that call's seq and a count), with the answer (a
+streamed one reassembled). So the history an agent resends on every call is stored
 once, and the files grow with what is new at each step, not with the square of the steps.
 Secrets (the scoped token, the real key) are replaced by ``***`` before anything is hashed or
 written. ``load_transcript`` rebuilds each call's full request from the two files.
@@ -70,8 +71,15 @@ class TranscriptCall(Record):
     request: str | None
     """Digest of the request body without its history list (a ``request`` blob); null when the
     body was not a JSON object (see ``request_note``) or not kept."""
+    prefix_seq: int | None = None
+    """The call whose history this one's begins with (the previous call, when the agent
+    resent it): its first ``prefix_count`` messages are this call's first ones. Null: none
+    shared, ``messages`` is the whole history."""
+    prefix_count: int = 0
+    """How many messages of call ``prefix_seq``'s history this one begins with."""
     messages: list[str]
-    """Digests of the history the request carried, in order (``message`` blobs)."""
+    """Digests of the rest of the history the request carried (after the shared prefix), in
+    order (``message`` blobs)."""
     request_note: str | None
     """What the body was when it was not a JSON object: its size and first bytes."""
     response: Any
@@ -127,9 +135,15 @@ def load_transcript(attempt_dir: Path) -> Transcript | None:
         return store.get(digest, {"missing_blob": digest})
 
     calls = []
+    history: dict[int, list[str]] = {}  # each call's whole history, as digests
     for raw in iter_rows(calls_path, on_torn=on_torn):
         row = TranscriptCall.read(raw, calls_path)
         request = get(row.request) if row.request else None
+        shared = history.get(row.prefix_seq, []) if row.prefix_seq is not None else []
+        whole = shared[:row.prefix_count] + row.messages
+        if row.prefix_seq is not None and len(shared) < row.prefix_count:
+            whole = [f"missing-prefix:{row.prefix_seq}"] + row.messages  # a torn reference
+        history[row.seq] = whole
         calls.append(CallBodies(row, request if isinstance(request, dict) else None,
-                                [get(d) for d in row.messages]))
+                                [get(d) for d in whole]))
     return Transcript(calls, len(store), size, torn[0])
