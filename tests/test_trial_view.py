@@ -34,6 +34,9 @@ qwen_bin = agent_cli.install_fixture(agent_cli.SCRIPTS / "qwen.sh", "qwen-code")
 FIX_CMD = ("python3 -c \"import pathlib; p = pathlib.Path('src/calc/__init__.py'); "
            "p.write_text(p.read_text().replace('a - b', 'a + b'))\"")
 NOTE_CMD = "echo remember to fix add > NOTES.txt"
+# Without bytecode and the cache: on this main a tests/__pycache__ left by the agent is graded
+# protected_file_changed (the verifier's business, not this module's).
+TEST_CMD = "PYTHONDONTWRITEBYTECODE=1 PYTHONPATH=src python3 -m pytest -q -p no:cacheprovider tests"
 
 
 def _tool(n: int, command: str, text: str = "") -> Answer:
@@ -53,6 +56,8 @@ def _upstream(req: RecordedRequest, n: int) -> Answer:
         if body.get("model") == "qw-fix":
             return _tool(1, FIX_CMD, "I will fix add.")
         return _tool(1, NOTE_CMD, "I will leave a note.")
+    if done == 2 and body.get("model") == "qw-fix":  # an honest agent runs the tests
+        return _tool(2, TEST_CMD, "Running the tests.")
     return Answer("Fixed add()." if body.get("model") == "qw-fix" else "Left a note.",
                   model="scripted")
 
@@ -103,7 +108,7 @@ def test_a_real_agents_transcript_is_content_addressed_and_secret_free(pair: Any
         assert trial["grade"]["accepted"] is accepted, trial["grade"]
         rows = agent_cli.ledger(adir)
         calls = [r for r in rows if r.endpoint == "chat.completions"]
-        assert len(calls) == 3 and {r.transcript for r in calls} == {"kept"}
+        assert len(calls) == (4 if accepted else 3) and {r.transcript for r in calls} == {"kept"}
         mine = [r.body for r in sent if (r.body or {}).get("model") == f"qw-{arm}"]
         assert len(mine) == len(calls)
         histories = sum(len(b["messages"]) for b in mine)
@@ -131,16 +136,17 @@ def test_a_real_agents_transcript_is_content_addressed_and_secret_free(pair: Any
 def test_trial_show_prints_the_whole_trial(pair: Any) -> None:
     out, _ = pair
     adir, _ = _trial(out, "fix")
-    res = run_cli(["trial", "show", str(adir.parent)], env={"COLUMNS": "160"})
+    res = run_cli(["trial", "show", str(adir.parent)], env={"COLUMNS": "400"})
     assert res.code == 0, res.stderr
     text = res.stdout
     for needle in ("trial calc-001/fix/0", "accepted", "Fix `calc.add`",  # the instruction
                    "--- a/src/calc/__init__.py", "+    return a + b", "-    return a - b",
                    "pass behavior", "$ PYTHONPATH=src python3 -m pytest",
-                   "steps (from the agent's stream)", "step 1", "step 3",
+                   "steps (from the agent's stream)", "step 1", "step 4", TEST_CMD,
                    "tool run_shell_command", "ls src/calc", "result:", "Fixed add().",
                    "model calls", "transcript", "kept", "stage agent", "stage verify"):
-        assert needle in text, (needle, text)
+        # read unwrapped: the console wraps long lines at its width, anywhere
+        assert "".join(needle.split()) in "".join(text.split()), (needle, text)
     # tokens of each step come from the ledger (the scripted server's counts)
     rows = [r for r in agent_cli.ledger(adir) if r.assistant_step]
     assert f"in {rows[0].input_tokens} · out {rows[0].output_tokens} tokens" in text
@@ -163,7 +169,7 @@ def test_without_the_agents_stream_the_steps_come_from_the_gateway(pair: Any,
     assert res.code == 0, res.stderr
     text = res.stdout
     assert "steps (from the gateway transcript)" in text
-    assert "step 3" in text and "Fixed add()." in text and "I will fix add." in text
+    assert "step 4" in text and "Fixed add()." in text and "I will fix add." in text
     assert FIX_CMD.split("'")[1] in text  # the tool call's arguments
     assert "result: Command: ls src/calc" in text  # what the agent sent back
 
@@ -247,7 +253,7 @@ def test_the_trial_page_in_a_browser(pair: Any, browser: Any, tmp_path: Path) ->
     page = out / "pages" / "trials" / "calc-001" / "fix" / "0" / "a1.html"
     p = _clean(browser.load(page, PAGE_PROBE, width=WIDTH), tmp_path / "trial-page.png")
     assert p["h1"] == "calc-001/fix/0" and p["outcome"] == "accepted"
-    assert p["steps"] == 3 and p["checks"] == 3
+    assert p["steps"] == 4 and p["checks"] == 3
     assert p["diffAdd"] == 1 and p["diffDel"] == 1  # the fix: one line out, one line in
     for needle in ("Fix `calc.add`", "return a + b", "run_shell_command", "Fixed add().",
                    "model calls", "stage verify", "from the agent's stream"):
@@ -260,7 +266,7 @@ def test_the_side_by_side_page_marks_where_the_arms_part(pair: Any, browser: Any
     page = out / "pages" / "compare" / "calc-001.html"
     p = _clean(browser.load(page, PAGE_PROBE, width=WIDTH), tmp_path / "side-by-side.png")
     # both looked first (step 1 the same), then one fixed and one wrote a note: step 2
-    assert p["stepRows"] == 3 and p["divergeRows"] == 1
+    assert p["stepRows"] == 4 and p["divergeRows"] == 1
     assert p["diverge"] == "The trials first differ at step 2."
     assert p["marked"].startswith("2") and "diverges" in p["marked"]
     assert "rejected: change_outside_allowed_paths" in p["body"] and "accepted" in p["body"]

@@ -29,6 +29,7 @@ from urllib.parse import quote
 from jinja2 import DictLoader, Environment, StrictUndefined, Template
 
 from assay.records.io import atomic_write_text
+from assay.report.experiment_html import trial_href
 from assay.report.trial_view import Step, TrialView, first_divergence, load_trial_view
 
 PAGES = "pages"
@@ -155,8 +156,8 @@ def write_trial_pages(run_dir: Path, rep: dict[str, Any]) -> dict[str, Any]:
         for a in t.get("attempts") or []:
             link = f"trials/{t['task']}/{t['arm']}/{t['rep']}/{a['attempt']}"
             adir = run_dir / link
-            if not (adir / "trial.json").is_file():
-                continue
+            if trial_href(link) is None or not (adir / "trial.json").is_file():
+                continue  # a name that is not one plain path segment gets no page
             try:
                 view = load_trial_view(adir)
             except (OSError, ValueError):  # one unreadable trial costs its page only

@@ -32,6 +32,8 @@ from assay.records.transcript import load_transcript
 MAX_TEXT = 4000
 MAX_DIFF = 200_000
 MAX_STEPS = 400
+#: changed paths listed one by one (a tree of caches can have thousands); the rest are counted
+MAX_LISTED = 300
 TAIL_LINES = 25
 
 
@@ -228,6 +230,8 @@ def _changes(bundle: Any, adir: Path, trial: dict[str, Any],
             if not same:
                 how = "added" if b is None else "deleted" if a is None else "modified"
                 out.append(FileChange(rel, how, note="excluded: not carried to the verifier"))
+    if len(out) > MAX_LISTED:
+        return out[:MAX_LISTED], f"{len(out) - MAX_LISTED} more changed paths not listed"
     return out, None
 
 
