@@ -292,3 +292,23 @@ def test_a_click_from_the_per_task_table_opens_the_trial_page(pair: Any, browser
                        click="table.tasks a.compare")
     p = _clean(res, tmp_path / "clicked-compare.png", pages=2)
     assert p["url"].endswith("/pages/compare/calc-001.html") and p["divergeRows"] == 1
+
+
+def test_a_second_report_redraws_only_the_pages_whose_trial_changed(pair: Any,
+                                                                    tmp_path: Path) -> None:
+    import os
+
+    out, _ = pair
+    run = tmp_path / "run"
+    shutil.copytree(out, run, ignore=shutil.ignore_patterns("*.sock", "state.lock"))
+    fix = run / "pages" / "trials" / "calc-001" / "fix" / "0" / "a1.html"
+    note = run / "pages" / "trials" / "calc-001" / "note" / "0" / "a1.html"
+    before = {p: p.stat().st_mtime_ns for p in (fix, note)}
+    assert run_cli(["exp", "report", str(run)]).code == 0
+    assert {p: p.stat().st_mtime_ns for p in (fix, note)} == before  # current: not redrawn
+    grade = next((run / "trials" / "calc-001" / "note" / "0" / "a1" / "grades").glob("*.json"))
+    later = before[note] + 1_000_000  # a grade written after the page, as a regrade would
+    os.utime(grade, ns=(later, later))
+    assert run_cli(["exp", "report", str(run)]).code == 0
+    assert fix.stat().st_mtime_ns == before[fix] and note.stat().st_mtime_ns != before[note]
+    assert "rejected: change_outside_allowed_paths" in note.read_text()

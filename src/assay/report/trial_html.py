@@ -31,8 +31,11 @@ from jinja2 import DictLoader, Environment, StrictUndefined, Template
 from assay.records.io import atomic_write_text
 from assay.report.experiment_html import trial_href
 from assay.report.trial_view import Step, TrialView, first_divergence, load_trial_view
+from assay.version import __version__
 
 PAGES = "pages"
+#: in each page's head: a page written by another version of assay is drawn again
+_STAMP = f'<meta name="generator" content="assay {__version__}">'
 _NA = "n/a"
 
 
@@ -113,6 +116,7 @@ def _template(name: str) -> Template:
                       lstrip_blocks=True, keep_trailing_newline=True,
                       loader=DictLoader({"steps": steps}))
     env.globals["css"] = base.joinpath("trial.css").read_text(encoding="utf-8")
+    env.globals["stamp"] = _STAMP
     return env.from_string(base.joinpath(name).read_text(encoding="utf-8"))
 
 
@@ -145,37 +149,65 @@ def _compared_arms(rep: dict[str, Any]) -> tuple[str, str] | None:
     return (arms[0], arms[1]) if len(arms) >= 2 else None
 
 
+#: what a trial page is drawn from: a page newer than all of them (and written by this version
+#: of assay) is current and is not drawn again, so a report of a large run costs little when
+#: few trials changed since the last one
+_INPUTS = ("trial.json", "artifact.json", "model_calls.jsonl", "transcript.jsonl",
+           "agent/stdout.log", "agent/trajectory.json")
+
+
+def _current(dest: Path, adir: Path) -> bool:
+    try:
+        made = dest.stat().st_mtime
+        with dest.open("rb") as fh:
+            head = fh.read(600)
+    except OSError:
+        return False
+    if _STAMP.encode() not in head:
+        return False
+    inputs = [adir / name for name in _INPUTS] + list((adir / "grades").glob("*.json"))
+    return all(made > q.stat().st_mtime for q in inputs if q.exists())
+
+
 def write_trial_pages(run_dir: Path, rep: dict[str, Any]) -> dict[str, Any]:
-    """Write a page for every attempt with a ``trial.json`` and a side-by-side page for every
-    task where the two compared arms have graded trials with different outcomes. Returns what
-    the experiment page links: ``{"pages": {link: href}, "compare": {task: href}}``."""
+    """Write a page for every attempt with a ``trial.json`` (unless its page is current) and a
+    side-by-side page for every task where the two compared arms have graded trials with
+    different outcomes. Returns what the experiment page links: ``{"pages": {link: href},
+    "compare": {task: href}}``."""
     run_dir = Path(run_dir)
     pages: dict[str, str] = {}
     views: dict[str, TrialView] = {}
+
+    def view_of(link: str) -> TrialView | None:
+        if link not in views:
+            try:
+                views[link] = load_trial_view(run_dir / link)
+            except (OSError, ValueError):  # one unreadable trial costs its page only
+                return None
+        return views[link]
+
     for t in rep.get("trials") or []:
         for a in t.get("attempts") or []:
             link = f"trials/{t['task']}/{t['arm']}/{t['rep']}/{a['attempt']}"
             adir = run_dir / link
             if trial_href(link) is None or not (adir / "trial.json").is_file():
                 continue  # a name that is not one plain path segment gets no page
-            try:
-                view = load_trial_view(adir)
-            except (OSError, ValueError):  # one unreadable trial costs its page only
-                continue
-            rel = page_rel(t["task"], t["arm"], t["rep"], a["attempt"])
             dest = run_dir / PAGES / "trials" / t["task"] / t["arm"] / str(t["rep"]) / \
                 f"{a['attempt']}.html"
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            atomic_write_text(dest, render_trial_page(view))
-            pages[link] = rel
-            views[link] = view
+            if not _current(dest, adir):
+                view = view_of(link)
+                if view is None:
+                    continue
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                atomic_write_text(dest, render_trial_page(view))
+            pages[link] = page_rel(t["task"], t["arm"], t["rep"], a["attempt"])
     compare: dict[str, str] = {}
     arms = _compared_arms(rep)
     if arms is not None:
         graded: dict[str, dict[str, list[dict[str, Any]]]] = defaultdict(lambda:
                                                                          defaultdict(list))
         for t in rep.get("trials") or []:
-            if t.get("state") == "graded" and t.get("link") in views:
+            if t.get("state") == "graded" and t.get("link") in pages:
                 graded[t["task"]][t["arm"]].append(t)
         for task, by_arm in graded.items():
             pair = next(((x, y) for x in sorted(by_arm.get(arms[0], []), key=lambda t: t["rep"])
@@ -184,12 +216,15 @@ def write_trial_pages(run_dir: Path, rep: dict[str, Any]) -> dict[str, Any]:
             if pair is None:
                 continue
             x, y = pair
+            vx, vy = view_of(x["link"]), view_of(y["link"])
+            if vx is None or vy is None:
+                continue
             dest = run_dir / PAGES / "compare" / f"{task}.html"
             dest.parent.mkdir(parents=True, exist_ok=True)
             links = ("../trials/" + pages[x["link"]].split("/trials/", 1)[1],
                      "../trials/" + pages[y["link"]].split("/trials/", 1)[1])
-            atomic_write_text(dest, render_compare_page(
-                task, (arms[0], views[x["link"]]), (arms[1], views[y["link"]]), links))
+            atomic_write_text(dest, render_compare_page(task, (arms[0], vx), (arms[1], vy),
+                                                        links))
             compare[task] = compare_rel(task)
     return {"pages": pages, "compare": compare}
 
