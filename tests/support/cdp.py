@@ -158,11 +158,18 @@ class Browser:
     # ------------------------------------------------------------------ pages
 
     def load(self, path: Path, probe_js: str, width: int = 1200,
-             height: int = 900) -> PageResult:
+             height: int = 900, click: str | None = None,
+             allow_under: Path | None = None) -> PageResult:
         """Open ``path`` (file://) in a new tab; record every console message, exception and
         request until the load event; evaluate ``probe_js`` (its JSON value is returned); take a
-        full-page PNG screenshot; close the tab."""
+        full-page PNG screenshot; close the tab.
+
+        ``click``: a CSS selector; after the load, the element is scrolled into view and
+        clicked with the mouse (real input events at its centre), the navigation it starts is
+        followed to its load event, and the probe and screenshot are of the page it led to.
+        Files below ``allow_under`` may then load (every other request is still refused)."""
         url = path.resolve().as_uri()
+        allowed = allow_under.resolve().as_uri() + "/" if allow_under is not None else None
         res = PageResult(url)
         target = self.call("Target.createTarget", {"url": "about:blank"})["targetId"]
         sid = self.call("Target.attachToTarget", {"targetId": target, "flatten": True})[
@@ -189,7 +196,8 @@ class Browser:
                 res.requests.append(p["request"]["url"])
             elif m == "Fetch.requestPaused":
                 rid, rurl = p["requestId"], p["request"]["url"]
-                if rurl.split("#")[0] == url:
+                if rurl.split("#")[0] == url or (allowed and rurl.startswith(allowed)
+                                                  and ".." not in rurl[len(allowed):]):
                     self._send("Fetch.continueRequest", {"requestId": rid}, sid)
                 else:
                     res.refused.append(rurl)
@@ -216,6 +224,24 @@ class Browser:
             msg = self._read_one(deadline)
             if "method" in msg:
                 on_event(msg)
+        if click is not None:
+            where = self.call("Runtime.evaluate", {"returnByValue": True, "expression": (
+                f"(() => {{ const e = document.querySelector({json.dumps(click)}); if (!e) "
+                "return null; e.scrollIntoView({block: 'center'}); const r = "
+                "e.getBoundingClientRect(); return [r.x + r.width / 2, r.y + r.height / 2];"
+                " })()")}, sid, on_event)["result"].get("value")
+            if where is None:
+                raise CDPError(f"nothing on the page matches {click!r}")
+            loaded.clear()
+            for kind in ("mousePressed", "mouseReleased"):
+                self.call("Input.dispatchMouseEvent", {"type": kind, "x": where[0],
+                                                       "y": where[1], "button": "left",
+                                                       "clickCount": 1}, sid, on_event)
+            deadline = time.monotonic() + self.timeout
+            while not loaded:
+                msg = self._read_one(deadline)
+                if "method" in msg:
+                    on_event(msg)
         # A round trip after the load event, so late console messages are in.
         value = self.call("Runtime.evaluate", {"expression": probe_js, "returnByValue": True},
                           sid, on_event)

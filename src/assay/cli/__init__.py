@@ -19,6 +19,7 @@ from assay.cli import (  # noqa: F401  (registers the commands)
     regrade,
     runs,
     tasks,
+    trials,
 )
 from assay.cli.app import app, err
 from assay.errors import EXIT_OK, AssayError

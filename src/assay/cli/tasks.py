@@ -26,7 +26,8 @@ EXIT_UNSUPPORTED = 4
 
 task_app = typer.Typer(no_args_is_help=True, help="Agent task bundles: lint and check.")
 app.add_typer(task_app, name="task")
-trial_app = typer.Typer(no_args_is_help=True, help="Run one agent trial on one task.")
+trial_app = typer.Typer(no_args_is_help=True,
+                        help="Run one agent trial on one task, or open one (show).")
 app.add_typer(trial_app, name="trial")
 
 

@@ -27,6 +27,14 @@ Use (the runner's side)::
         usage = gw.attempt_usage(attempt_id)  # exhausted, cost_complete, unreachable calls ...
         if gw.total_exhausted: ...            # start no new attempt
 
+Each call's bodies (what the agent sent, what came back, a stream reassembled) are also kept
+in the attempt's transcript beside the ledger (``gateway_transcript``): content-addressed, so the
+history an agent resends on every call is stored once and the transcript grows linearly with the
+new messages of each step (plus a 64-byte digest per message per call), not with the square of
+the steps; redacted of the scoped token and the real key; bounded per piece and per attempt;
+off with ``open_attempt(..., transcripts=False)`` (the experiment's ``transcripts: false``),
+when each ledger row says ``transcript: "off"``.
+
 This module is over 400 lines: it is the server's request path, from authentication through
 budget to forwarding and the ledger row, kept whole so the order of those steps (which the
 guarantees depend on) reads top to bottom. Protocol details live in ``gateway_protocols``,
@@ -113,6 +121,7 @@ from assay.models.gateway_protocols import (
     WireProtocol,
     family_paths,
 )
+from assay.models.gateway_transcript import StreamCollector, TranscriptWriter, plain_response
 from assay.models.gateway_wire import ErrorShape, error_body, error_shape
 from assay.models.ledger import LedgerFile, Syncer
 from assay.models.prices import ModelPrice, call_cost, price_table
@@ -194,6 +203,8 @@ class _Attempt:
     # agent connections counted against CONNECTIONS_PER_ATTEMPT
     connections: int = 0
     inflight: set[asyncio.Task[Any]] = field(default_factory=set)
+    # the attempt's transcript files (``gateway_transcript``); None with transcripts off
+    transcript: TranscriptWriter | None = None
 
 
 def _now() -> str:
@@ -300,6 +311,8 @@ class Gateway:
     def _close_files(self) -> None:
         for attempt in list(self._attempts.values()):
             attempt.ledger.close()
+            if attempt.transcript is not None:
+                attempt.transcript.close()
         if self._log is not None:
             self._log.close()
         if self._syncer is not None:
@@ -371,9 +384,11 @@ class Gateway:
     def open_attempt(self, attempt_id: str, *, ledger_path: Path, upstream: Upstream,
                      model: str, limits: Limits | None = None,
                      prices: dict[str, ModelPrice] | dict[str, dict[str, float]] | None = None,
-                     protocol: Family = "chat") -> str:
+                     protocol: Family = "chat", transcripts: bool = True) -> str:
         """A new scoped token for one attempt, valid until ``close_attempt``; its agent speaks
-        ``protocol`` (``chat``, ``responses`` or ``anthropic``), and so does the upstream."""
+        ``protocol`` (``chat``, ``responses`` or ``anthropic``), and so does the upstream.
+        ``transcripts``: keep each model call's bodies beside the ledger
+        (``gateway_transcript``); False keeps none and each ledger row says ``"off"``."""
         if self._thread is None:
             raise ValueError("gateway not started")
         if protocol not in FAMILIES:
@@ -394,6 +409,10 @@ class Gateway:
             token = "sk-assay-" + secrets.token_urlsafe(32)
             attempt = _Attempt(attempt_id, LedgerFile(Path(ledger_path), self._syncer_()),
                                upstream, pool, model, Budget(limits, price), protocol)
+            if transcripts:
+                attempt.transcript = TranscriptWriter(
+                    Path(ledger_path).parent, self._syncer_(),
+                    [token, upstream.api_key.reveal()])
             self._attempts[attempt_id] = attempt
             self._tokens[token] = attempt
         return token
@@ -416,6 +435,8 @@ class Gateway:
         loop = self._loop
         if loop is None or self._thread is None or not self._thread.is_alive():
             attempt.ledger.close()
+            if attempt.transcript is not None:
+                attempt.transcript.close()
             return
         if threading.current_thread() is self._thread:
             raise ValueError("close_attempt must not be called from the gateway's own thread")
@@ -428,6 +449,8 @@ class Gateway:
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
         await asyncio.get_running_loop().run_in_executor(None, attempt.ledger.close)
+        if attempt.transcript is not None:
+            await asyncio.get_running_loop().run_in_executor(None, attempt.transcript.close)
 
     def attempt_usage(self, token_or_id: str) -> AttemptUsage:
         """``{calls, input, cached_input, cache_write_input, output, reasoning, tokens, cost_usd,
@@ -706,6 +729,8 @@ class Gateway:
                 return await _send(writer, status, _JSON, out, keep)
             if not ok:  # the upstream's own words on why, for the ledger row
                 call.error = error_excerpt(upstream.status, data, (key,))
+            if protocol is not None and call.attempt.transcript is not None:
+                call.response, call.response_note = plain_response(data)
             if protocol is not None and ok:
                 try:
                     payload = json.loads(data)
@@ -725,8 +750,12 @@ class Gateway:
         call.status = upstream.status
         writer.write(response_head(upstream.status, passed, length=None,
                                    close=not call.request.keep_alive))
+        if call.attempt.transcript is not None:
+            call.collector = StreamCollector(call.attempt.protocol)
         try:
             async for piece in upstream.iter_body():
+                if call.collector is not None:
+                    call.collector.feed(piece)
                 out = meter.feed(piece)
                 if meter.done and not call.finished:
                     call.outcome = meter.outcome()
@@ -806,8 +835,30 @@ class Gateway:
             "finish_reason": outcome.finish_reason if outcome else None,
             "exhausted": call.exhausted or reached, "upstream_unreachable": call.unreachable,
             "error": _scrub(call.error, attempt.upstream.api_key),
+            "transcript": self._transcribe(call, status),
         }
         attempt.ledger.append(row)
+
+    def _transcribe(self, call: _Call, status: int) -> str | None:
+        """Write the call's bodies to the attempt's transcript; what the ledger row says of
+        them (None for a call that is no model call: ``models``, an unknown route)."""
+        attempt = call.attempt
+        if call.prepared is None:
+            return None
+        if attempt.transcript is None:
+            return "off"
+        response, note = call.response, call.response_note
+        if call.collector is not None:
+            response, note = call.collector.result()
+        if call.error and response is None:
+            note = f"{note}; {call.error}" if note else call.error
+        try:
+            return attempt.transcript.record(
+                seq=call.seq, time=call.at, endpoint=call.endpoint, protocol=attempt.protocol,
+                request_body=call.request.body, response=response, response_note=note,
+                status=status)
+        except (OSError, ValueError):  # a full disk costs the transcript, never the call
+            return "failed"
 
 
 @dataclass
@@ -839,6 +890,10 @@ class _Call:
     finished: bool = False
     # the query string forwarded upstream, "?..." or ""
     query: str = ""
+    # what the transcript keeps of the answer: a plain answer's JSON, or a stream's pieces
+    response: Any = None
+    response_note: str | None = None
+    collector: StreamCollector | None = None
 
 
 def _connection_ceiling() -> int:

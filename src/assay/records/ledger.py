@@ -11,7 +11,9 @@ no usage instead of writing a zero, and never holds the real key, the scoped tok
 request body (only its digest).
 
 Schema 2 added ``protocol`` and ``cache_write_input_tokens``; a schema-1 row (chat only, no
-cache writes) reads with their defaults.
+cache writes) reads with their defaults. Schema 3 added ``transcript`` (whether the call's bodies
+were kept in the attempt's transcript, ``transcript.jsonl``; the bodies are typed in
+``records/transcript.py``).
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ class ModelCall(Record):
     reason, never a silent zero."""
 
     schema_name = "assay.model_call"
-    schema_version = 2
+    schema_version = 3
     file = "model_calls.jsonl"
 
     time: str
@@ -117,6 +119,12 @@ class ModelCall(Record):
     """What went wrong, readable, when something did; for an upstream error answer
     ``upstream HTTP <status>: `` and the first 512 bytes of its body. Never holds a key or
     token (the real key and anything credential-shaped are replaced by ``***``)."""
+    transcript: Literal["kept", "off", "over_limit", "failed"] | None = None
+    """What the attempt's transcript (``transcript.jsonl``) holds of this call's bodies:
+    ``kept``; ``off`` when the experiment set ``transcripts: false`` (only this row's figures
+    and digest exist); ``over_limit`` when the attempt had already stored its most transcript
+    bytes; ``failed`` when writing it failed (a full disk). Null for a call that is not a model
+    call (``models``, an unknown route) and in rows older than schema 3."""
 
 
 class GatewayEvent(Record):

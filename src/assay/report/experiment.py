@@ -41,6 +41,7 @@ from assay.report.outcomes import (
     load_run_outcomes,
 )
 from assay.report.render_narrow import NA, pct
+from assay.report.trial_html import write_trial_pages
 from assay.report.verdict import decide
 from assay.suites.experiment import ExperimentSpec, bar_sha256, pairwise_arms
 
@@ -476,7 +477,8 @@ def write_experiment_report(run_dir: Path, *, data: OutcomeSet | None = None,
     write_outcomes(dest, data)
     atomic_write_text(dest / "report.json", json.dumps(rep, indent=2) + "\n")
     atomic_write_text(dest / "report.md", experiment_markdown(rep))
-    write_experiment_html(dest, rep)
+    pages = write_trial_pages(dest, rep) if data.kind == "run" and dest == run_dir else None
+    write_experiment_html(dest, rep, pages)
     return rep
 
 

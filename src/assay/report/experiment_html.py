@@ -358,8 +358,12 @@ def _holdout(rep: dict[str, Any]) -> dict[str, Any] | None:
                    for b in h.get("by") or []]}
 
 
-def _tasks(rep: dict[str, Any]) -> dict[str, Any]:
-    """One row per task, a cell per arm with each trial's outcome linked to its record."""
+def _tasks(rep: dict[str, Any], pages: dict[str, Any] | None = None) -> dict[str, Any]:
+    """One row per task, a cell per arm with each trial's outcome linked to its record and,
+    when ``pages`` (``trial_html.write_trial_pages``) has them, to its trial page; a task
+    where the compared arms disagree links to its side-by-side page."""
+    page_of = (pages or {}).get("pages") or {}
+    compare = (pages or {}).get("compare") or {}
     arms = list(rep["arms"])
     cmp = rep.get("comparison") or {}
     diffs = {t["task"]: t for t in cmp.get("per_task") or []}
@@ -385,8 +389,8 @@ def _tasks(rep: dict[str, Any]) -> dict[str, Any]:
                          f"failed: {t.get('failure_code') or NA}" if kind == "fail" else
                          t["state"])
                 items.append({"rep": t["rep"], "kind": kind, "label": label,
-                              "links": [{"href": trial_href(li), "text": li.split("/")[-1]}
-                                        for li in links],
+                              "links": [{"href": trial_href(li), "text": li.split("/")[-1],
+                                         "page": page_of.get(li)} for li in links],
                               "attempts": len(t["attempts"])})
             graded = [t for t in trials if t["state"] == "graded"]
             cells.append({"arm": arm, "trials": items,
@@ -395,7 +399,7 @@ def _tasks(rep: dict[str, Any]) -> dict[str, Any]:
         d = diffs.get(task)
         cluster = (d or left.get(task) or {}).get("cluster")
         rows.append({"task": task, "cluster": NA if cluster is None else str(cluster),
-                     "cells": cells,
+                     "cells": cells, "compare": compare.get(task),
                      "diff": pts(None if d is None else d.get("diff")),
                      "left_out": task in left, "sign": _sign(None if d is None else
                                                              d.get("diff"))})
@@ -440,8 +444,9 @@ def _template() -> Template:
     return env.from_string(source.read_text(encoding="utf-8"))
 
 
-def render_experiment_html(report: dict[str, Any]) -> str:
-    """The experiment report dict as one self-contained HTML page."""
+def render_experiment_html(report: dict[str, Any], pages: dict[str, Any] | None = None) -> str:
+    """The experiment report dict as one self-contained HTML page; ``pages``: the trial and
+    side-by-side pages written beside it (``trial_html.write_trial_pages``), to link."""
     schema = report.get("schema")
     if schema != SCHEMA:
         raise ValueError(f"an experiment report of schema {SCHEMA!r} is needed, not {schema!r}")
@@ -457,14 +462,15 @@ def render_experiment_html(report: dict[str, Any]) -> str:
             if report.get("noise_floor") else None}
     view = {"verdict": _verdict(report), "bar": _bar(report), "cmp": _comparison(report),
             "arms": _arms(report), "runtime": _runtimes(report), "holdout": _holdout(report),
-            "tasks": _tasks(report)}
+            "tasks": _tasks(report, pages)}
     return _template().render(page=page, v=view, na=NA)
 
 
-def write_experiment_html(run_dir: Path, report: dict[str, Any]) -> Path:
+def write_experiment_html(run_dir: Path, report: dict[str, Any],
+                          pages: dict[str, Any] | None = None) -> Path:
     """Write ``run_dir/report.html`` atomically (a report is derived data, replaced at will)."""
     path = Path(run_dir) / "report.html"
-    atomic_write_text(path, render_experiment_html(report))
+    atomic_write_text(path, render_experiment_html(report, pages))
     return path
 
 

@@ -549,6 +549,7 @@ class ExperimentRunner:
                 token = self.gateway.open_attempt(
                     attempt_id, ledger_path=attempt_dir / "model_calls.jsonl",
                     upstream=upstream, model=access.model or "", protocol=access.protocol,
+                    transcripts=self.exp.spec.transcripts and bundle.spec.transcripts,
                     limits=BudgetLimits(tokens=limits.tokens, cost_usd=limits.cost_usd,
                                         assistant_steps=bundle.spec.budget.assistant_steps),
                     prices={k: v.model_dump() for k, v in self.exp.spec.prices.items()})

@@ -221,6 +221,7 @@ class ForkPrefixes:
                     f"fork:{task}/{rep}/{label}", ledger_path=fork_dir / "model_calls.jsonl",
                     upstream=self.access.upstream, model=self.access.model or "",
                     limits=BudgetLimits(tokens=limits.tokens, cost_usd=limits.cost_usd),
+                    transcripts=self.exp.spec.transcripts and bundle.spec.transcripts,
                     prices={k: v.model_dump() for k, v in self.exp.spec.prices.items()})
                 url = proxy.base_url + "/v1"
                 env.update(OPENAI_BASE_URL=url, OPENAI_API_BASE=url, OPENAI_API_KEY=token,

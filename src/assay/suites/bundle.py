@@ -260,6 +260,10 @@ class TaskSpec(_Strict):
     """Time and steps."""
     acceptance: Acceptance
     """Who decides acceptance."""
+    transcripts: bool = True
+    """Keep the bodies of this task's model calls in each attempt's transcript (``false``: only
+    the ledger's figures and digests, e.g. for a task whose prompts must not be kept; the
+    experiment's ``transcripts: false`` turns them off for every task)."""
 
 
 @dataclass(frozen=True)

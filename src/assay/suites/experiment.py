@@ -318,6 +318,10 @@ class ExperimentSpec(_Strict):
     tiers: dict[str, Tier | None] | None = None
     """Named selections (``smoke``, ``full``, …) that ``exp run --tier`` runs instead of the
     whole file, and ``exp plan --tier`` sizes."""
+    transcripts: bool = True
+    """Keep the bodies of every model call (what each call sent and received) in the
+    attempt's ``transcript.jsonl``, content-addressed; ``false`` keeps only the ledger's
+    figures and digests (each ledger row then says ``transcript: off``)."""
 
 
 @dataclass(frozen=True)
@@ -439,6 +443,8 @@ def _settings(spec: ExperimentSpec) -> dict[str, Any]:
     for key in ("fork", "pairwise", "noise_floor", "tiers"):
         if settings.get(key) is None:
             settings.pop(key, None)
+    if settings.get("transcripts") is True:  # the default, added later: absent as before
+        settings.pop("transcripts")
     if settings["limits"].get("request_body_mib") is None:
         settings["limits"].pop("request_body_mib", None)
     for arm in settings["arms"].values():
