@@ -401,3 +401,30 @@ def test_a_killed_runners_verifier_trees_are_swept_and_live_ones_kept(tmp_path: 
     left = {p.name for p in tmp_path.iterdir()}
     assert left == {names["mine"], names["alive"], names["other_ns"], names["unrelated"]}
     assert names["mine"].startswith(f"assay-verifier-{ns}.{me}-")
+
+
+@needs_bwrap
+def test_a_tree_too_large_to_prepare_in_the_verifier_time_fails_as_the_candidates(
+        tmp_path: Path) -> None:
+    """Rebuilding a delivered tree of many files on the host counts against the candidate: over
+    ``verifier_wall_seconds`` every check fails with ``candidate_timeout`` without running, the
+    trial is graded (never retried), and the record says how long it took. Reduced form: 40,000
+    files against a 0.3 s limit (the issue's scenario is 100,000 files against 15 s)."""
+    bundle = _bundle(tmp_path)
+    yaml_path = bundle / "task.yaml"
+    yaml_path.write_text(yaml_path.read_text().replace("verifier_wall_seconds: 60",
+                                                       "verifier_wall_seconds: 0.3"))
+    out = tmp_path / "trial"
+    res = _run(bundle, _fix_script() + "mkdir -p src/many && cd src/many && "
+               "seq 1 40000 | xargs touch", out)
+    g = res.grade
+    assert g is not None and g["validity"] == {"status": "valid"}, g
+    prep = g["details"]["preparation"]
+    if not prep["over"]:
+        pytest.skip(f"this machine rebuilt 40,000 files in {prep['seconds']} s, inside 0.3 s, "
+                    f"or the starting tree took {prep['pristine_seconds']} s")
+    assert g["accepted"] is False and g["failure_code"] == "candidate_timeout"
+    assert prep["entries"] > 40_000 and prep["seconds"] > 0.3 > 2 * prep["pristine_seconds"]
+    for name in ("behavior", "regression"):
+        assert g["details"][name]["reason"] == "not_run"
+        assert "preparing the delivered tree" in g["details"][name]["why"]

@@ -18,6 +18,7 @@ import json
 import secrets
 import shutil
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -182,6 +183,25 @@ def run_check(name: str, command: Command, workspace: Path, bundle: Bundle,
     return record
 
 
+def _preparation_over(seconds: float, pristine_seconds: float, entries: int,
+                      limit: float) -> dict[str, Any]:
+    """Whether rebuilding the delivered tree on the host used up ``verifier_wall_seconds``
+    (``limit``) before any check could start. The tree is the candidate's (an agent can leave
+    up to ``resources.workspace_files`` entries), so its preparation counts against the
+    candidate like a check that hangs: over the limit, every check fails with
+    ``candidate_timeout``, graded and never retried. Only when the starting tree was prepared
+    well inside the limit: a machine too slow to prepare even that is the grader's trouble."""
+    out: dict[str, Any] = {"seconds": round(seconds, 3),
+                           "pristine_seconds": round(pristine_seconds, 3),
+                           "entries": entries, "limit_seconds": limit, "over": False}
+    if seconds > limit and pristine_seconds < limit / 2:
+        out["over"] = True
+        out["why"] = (f"preparing the delivered tree ({entries} entries) took {seconds:.1f} s, "
+                      f"over verifier_wall_seconds ({limit:g} s), while the starting tree took "
+                      f"{pristine_seconds:.2f} s")
+    return out
+
+
 def _check_failures(details: dict[str, Any]) -> dict[str, str]:
     """The checks whose failure has a more exact code than ``<check>_failed``: a time-out the
     candidate's code caused, expected tests that were never reported."""
@@ -244,8 +264,10 @@ def verify(bundle: Bundle, trial_dir: Path, *, revision: str, trial_id: str,
         with tempfile.TemporaryDirectory(prefix=verify_prefix("verifier"), dir=scratch_dir(
                 len(artifact), frozen.get("bytes"))) as tmp:
             pristine = Path(tmp) / "pristine"
+            started = time.monotonic()
             bundle.export_starting_tree(pristine)
             check = check_starting_tree(bundle, pristine)
+            pristine_seconds = time.monotonic() - started
             digest = details["fixture_digest"] = check.digest
             if check.problem:
                 raise VerifierError(check.problem)
@@ -258,7 +280,11 @@ def verify(bundle: Bundle, trial_dir: Path, *, revision: str, trial_id: str,
             details["integrity"] = integrity.to_record()
             checks["integrity"] = "pass" if integrity.passed else "fail"
             workspace = Path(tmp) / "candidate"
+            started = time.monotonic()
             build_workspace(pristine, trial_dir, integrity, workspace)
+            over = _preparation_over(time.monotonic() - started, pristine_seconds,
+                                     len(artifact), spec.budget.verifier_wall_seconds)
+            details["preparation"] = over
             details["suspicious"] = scan_workspace(workspace, integrity.changes)
             # named like pytest's own modules: never imported by a check (the start-up guard
             # resolves those from the interpreter), listed for a reader
@@ -267,6 +293,18 @@ def verify(bundle: Bundle, trial_dir: Path, *, revision: str, trial_id: str,
             for name in ("behavior", "regression"):
                 cmd = getattr(acc, name)
                 if cmd is None:
+                    continue
+                if over["over"]:
+                    # the delivered tree alone took the check's whole time limit to prepare:
+                    # the candidate's time-out, as if the check had run and hung (not run)
+                    details[name] = {"command": cmd.command, "counts_rule": cmd.counts,
+                                     "status": "fail", "failure": "candidate_timeout",
+                                     "reason": "not_run", "why": over["why"],
+                                     "exit_code": None, "counts": None, "stdout_counts": None,
+                                     "wall_seconds": None, "stdout_tail": "", "stderr_tail": "",
+                                     "bytecode_removed": [], "limits_applied": {},
+                                     "tamper_evident": {"applied": False, "why": over["why"]}}
+                    checks[name] = "fail"
                     continue
                 res = run_check(name, cmd, workspace, bundle,
                                 trial_dir / "verify" / revision / name, pristine=pristine,
