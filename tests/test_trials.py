@@ -922,8 +922,10 @@ EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "agent-tasks"
 def test_examples_pass_task_check(tmp_path: Path) -> None:
     assert EXAMPLES.is_dir()
     out = tmp_path / "check"
+    # six trials at once: the hang_at_import mutants spend the examples' whole
+    # verifier_wall_seconds (60 s) asleep in each check, which the others' work overlaps
     res = run_cli(["task", "check", str(EXAMPLES), "--mutants", "--reruns", "1",
-                   "--out", str(out)])
+                   "--workers", "6", "--out", str(out)])
     assert res.code == 0, (res.stdout, res.stderr)
     reports = json.loads((out / "task-check.json").read_text())
     assert len(reports) >= 5
