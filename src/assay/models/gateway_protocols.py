@@ -22,7 +22,7 @@ from assay.models.gateway_wire import (
     Prepared,
     StreamMeter,
     WireProtocol,
-    event_end,
+    whole_events,
 )
 from assay.models.gateway_wire import as_int as _int
 from assay.models.prices import Usage
@@ -114,16 +114,11 @@ class ChatStreamMeter:
     def feed(self, chunk: bytes) -> bytes:
         buf = self._buf + chunk if self._buf else chunk
         out: list[bytes] = []
-        start = 0
-        while True:
-            end, sep = event_end(buf, start)
-            if end < 0:
-                break
-            event = buf[start:end + sep]
-            if self._read(buf[start:end]):
-                out.append(event)
-            start = end + sep
-        self._buf = buf[start:]
+        spans, rest = whole_events(buf)
+        for begin, end, after in spans:
+            if self._read(buf[begin:end]):
+                out.append(buf[begin:after])
+        self._buf = buf[rest:]
         return b"".join(out)
 
     def pending(self) -> int:

@@ -43,7 +43,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from assay.models.gateway_wire import Family, event_end
+from assay.models.gateway_wire import Family, whole_events
 from assay.models.ledger import LedgerFile, Syncer
 from assay.records.transcript import BLOBS_FILE, CALLS_FILE
 
@@ -235,14 +235,10 @@ class StreamCollector:
 
     def feed(self, piece: bytes) -> None:
         buf = self._buf + piece if self._buf else piece
-        start = 0
-        while True:
-            end, sep = event_end(buf, start)
-            if end < 0:
-                break
-            self._event(buf[start:end])
-            start = end + sep
-        self._buf = buf[start:]
+        spans, rest = whole_events(buf)
+        for begin, end, _ in spans:
+            self._event(buf[begin:end])
+        self._buf = buf[rest:]
         if len(self._buf) > MAX_RESPONSE_BYTES:
             self._buf, self.cut = b"", True
 

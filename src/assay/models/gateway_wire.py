@@ -123,6 +123,19 @@ def event_end(buf: bytes, start: int) -> tuple[int, int]:
     return (lf, 2) if lf >= 0 else (-1, 0)
 
 
+def whole_events(buf: bytes) -> tuple[list[tuple[int, int, int]], int]:
+    """The whole events in ``buf`` as ``(start, end, next)`` (the event is ``buf[start:end]``,
+    its separator runs to ``next``), and where the unfinished rest begins."""
+    spans: list[tuple[int, int, int]] = []
+    start = 0
+    while True:
+        end, sep = event_end(buf, start)
+        if end < 0:
+            return spans, start
+        spans.append((start, end, end + sep))
+        start = end + sep
+
+
 class EventMeter:
     """An SSE meter that hands every event on unchanged and gives each one's JSON ``data`` to
     ``read`` (it must see whole events to read them, so a partial event waits for its end)."""
@@ -133,15 +146,11 @@ class EventMeter:
 
     def feed(self, chunk: bytes) -> bytes:
         buf = self._buf + chunk if self._buf else chunk
-        start = 0
-        while True:
-            end, sep = event_end(buf, start)
-            if end < 0:
-                break
-            self._event(buf[start:end])
-            start = end + sep
-        self._buf = buf[start:]
-        return buf[:start]
+        spans, rest = whole_events(buf)
+        for begin, end, _ in spans:
+            self._event(buf[begin:end])
+        self._buf = buf[rest:]
+        return buf[:rest]
 
     def pending(self) -> int:
         return len(self._buf)
