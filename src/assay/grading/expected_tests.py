@@ -198,6 +198,18 @@ def derived_plan(trusted: dict[str, Any], seed: int) -> DerivedPlan | None:
 _NO_REPORT: dict[str, dict[str, Any]] = {}
 
 
+def _cached(path: Path, key: str) -> dict[str, Any] | None:
+    """A host-cache entry written for ``key`` (marked as a hit), or None: a missing, torn or
+    foreign file only costs a new run on the trusted tree."""
+    try:
+        cached = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if isinstance(cached, dict) and cached.get("key") == key:
+        return {**cached, "cache": "hit"}
+    return None
+
+
 def expected_tests(bundle: Bundle, command: str, pristine: Path,
                    fixture_digest: str) -> dict[str, Any]:
     """The trusted collection for ``command``, from the cache when it is there."""
@@ -205,12 +217,9 @@ def expected_tests(bundle: Bundle, command: str, pristine: Path,
     if key in _NO_REPORT:
         return {**_NO_REPORT[key], "cache": "hit (this process)"}
     path = cache_dir() / f"{key}.json"
-    try:
-        cached = json.loads(path.read_text(encoding="utf-8"))
-        if isinstance(cached, dict) and cached.get("key") == key:
-            return {**cached, "cache": "hit"}
-    except (OSError, ValueError):
-        pass
+    cached = _cached(path, key)
+    if cached is not None:
+        return cached
     found = collect(bundle, command, pristine)
     found["key"] = key
     if not found["report"] and found["reason"] == "ok" and found["exit_code"] == 0:
@@ -238,12 +247,9 @@ def trusted_timing(bundle: Bundle, command: str, pristine: Path,
     command there, cached on the host like the expected ids."""
     key = cache_key(bundle, command, fixture_digest) + "-timing"
     path = cache_dir() / f"{key}.json"
-    try:
-        cached = json.loads(path.read_text(encoding="utf-8"))
-        if isinstance(cached, dict) and cached.get("key") == key:
-            return {**cached, "cache": "hit"}
-    except (OSError, ValueError):
-        pass
+    cached = _cached(path, key)
+    if cached is not None:
+        return cached
     patch = _solution(bundle)
     with tempfile.TemporaryDirectory(prefix="assay-timing-") as tmp:
         tree = Path(tmp) / "tree"

@@ -24,7 +24,13 @@ from typing import Any
 
 from assay.errors import NeverOverwrite, VerifierError
 from assay.grading.check_run import HOME_MOUNT, TESTS_MOUNT, run_command, runner_shadows
-from assay.grading.expected_tests import derived_plan, expected_tests, timeout_owner, trusted_timing
+from assay.grading.expected_tests import (
+    TRUSTED_SHARE,
+    derived_plan,
+    expected_tests,
+    timeout_owner,
+    trusted_timing,
+)
 from assay.grading.integrity import IntegrityResult, check_integrity
 from assay.grading.judge_check import run_judge_check
 from assay.grading.tamper_scan import scan_workspace
@@ -190,11 +196,12 @@ def _preparation_over(seconds: float, pristine_seconds: float, entries: int,
     up to ``resources.workspace_files`` entries), so its preparation counts against the
     candidate like a check that hangs: over the limit, every check fails with
     ``candidate_timeout``, graded and never retried. Only when the starting tree was prepared
-    well inside the limit: a machine too slow to prepare even that is the grader's trouble."""
+    well inside the limit (``TRUSTED_SHARE`` of it): a machine too slow to prepare even that is
+    the grader's trouble."""
     out: dict[str, Any] = {"seconds": round(seconds, 3),
                            "pristine_seconds": round(pristine_seconds, 3),
                            "entries": entries, "limit_seconds": limit, "over": False}
-    if seconds > limit and pristine_seconds < limit / 2:
+    if seconds > limit and pristine_seconds < limit * TRUSTED_SHARE:
         out["over"] = True
         out["why"] = (f"preparing the delivered tree ({entries} entries) took {seconds:.1f} s, "
                       f"over verifier_wall_seconds ({limit:g} s), while the starting tree took "
