@@ -2,7 +2,7 @@
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup setup-test demo rehearsal test test-ray-full lint bench
+.PHONY: setup setup-test demo rehearsal test test-full test-durations test-ray-full lint lint-checks bench
 
 setup:
 	@bash scripts/bootstrap.sh
@@ -11,7 +11,8 @@ setup:
 # tests/test_ray_executor.py starts a two-node cluster on this machine); the demo needs neither.
 setup-test:
 	@ASSAY_BOOTSTRAP_BROWSER=1 bash scripts/bootstrap.sh
-	@$(BIN)/python -c 'import ray' 2>/dev/null || $(BIN)/python -m pip install -q -e '.[dev,ray]'
+	@$(BIN)/python -c 'import ray, xdist, pytest_timeout, mypy' 2>/dev/null || \
+	  $(BIN)/python -m pip install -q -e '.[dev,ray]'
 
 demo: setup
 	$(BIN)/assay run examples/triage --model builtin/baseline
@@ -23,16 +24,41 @@ rehearsal: setup
 	@# exit 4 (inconclusive) is the rehearsal's honest answer on four tasks; 1 (reject) fails
 	@$(BIN)/assay exp verdict runs/rehearsal; code=$$?; [ $$code -eq 0 ] || [ $$code -eq 4 ]
 
-test: setup-test
-	$(BIN)/python -m pytest -q
+# Eight workers on two cores: most of the suite's wall time is spent waiting (real budgets, kills,
+# fsyncs, a Ray cluster, a browser, image builds), not computing: the CPU stays under one core on
+# average. Units and their order: tests/support/schedule.py. Serial: `make test TEST_WORKERS=0`.
+# tests/README.md has the figures.
+TEST_WORKERS ?= 8
 
-# The full Ray cluster scenario (tests/test_ray_executor.py, marker ray_full): about two minutes.
-# CI runs it as part of make test (.ci/run sets ASSAY_RAY_FULL=1).
+# mypy runs as one of the tests (tests/test_type_check.py), beside the others.
+test: setup-test
+	$(BIN)/ruff check src tests bench
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
+
+# Every slow scenario in its full form (make test runs their reduced forms; tests/README.md lists
+# them): the Ray cluster scenario and the image builds that fail, several minutes more.
+test-full: setup-test
+	$(BIN)/ruff check src tests bench
+	ASSAY_RAY_FULL=1 ASSAY_ENV_BUILD_FULL=1 $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
+
+# Measure every test's wall seconds again and rewrite tests/durations.json, which orders the
+# units of make test longest first (tests/support/schedule.py).
+test-durations: setup-test
+	rm -f .test-durations.jsonl
+	ASSAY_TEST_CPU_LOG=$(CURDIR)/.test-durations.jsonl $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
+	cd tests && ../$(BIN)/python -m support.schedule ../.test-durations.jsonl
+
+# The full Ray cluster scenario alone (tests/test_ray_executor.py, marker ray_full): two minutes.
 test-ray-full: setup-test
 	ASSAY_RAY_FULL=1 $(BIN)/python -m pytest -q -m ray_full tests/test_ray_executor.py
 
-lint: setup
+# ruff, then mypy on src/assay (its settings: [tool.mypy] in pyproject.toml); make test runs
+# both (mypy as tests/test_type_check.py)
+lint: setup lint-checks
+
+lint-checks:
 	$(BIN)/ruff check src tests bench
+	$(BIN)/python -m mypy
 
 bench: setup
 	$(BIN)/python bench/narrow_throughput.py

@@ -36,7 +36,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "src"))
 
-from assay.models.gateway import Gateway, Limits, Upstream  # noqa: E402
+from assay.models.gateway.service import Gateway, Limits, Upstream  # noqa: E402
 from assay.records.io import iter_rows  # noqa: E402
 
 CONTENT = '{"label": "bug"}'

@@ -10,8 +10,10 @@ for assay its records and report), interleaved over several rounds; the medians 
    retries and report must cost less than what assay saves by not building the official
    client's request transform and response objects (see models/client.py).
 2. time to first request: process spawn to the first chat request reaching the server.
-3. peak RSS of ``assay run`` (os.wait4 ru_maxrss) on N cases and on a big suite (default
-   100,000 cases); target < 300 MB on the big one, and it should be flat.
+3. peak RSS of ``assay run`` (os.wait4 ru_maxrss) on N cases, on a mid suite (default 10,000
+   cases) and on a big suite (default 100,000 cases); target < 300 MB on the big one, and it
+   should be flat: the table prints the slope between the mid and the big run (MB per 10,000
+   cases; the per-case state a run still holds).
 4. correctness of every assay run: exactly N rows with the generated ids, report.json n == N and
    the known accuracy (the server always answers "bug"; a third of the cases expect it), and
    the server saw exactly N chat requests (no hidden retries). A fast-but-wrong run fails.
@@ -19,7 +21,7 @@ for assay its records and report), interleaved over several rounds; the medians 
 Usage::
 
     .venv/bin/python bench/narrow_throughput.py [--n 2000] [--concurrency 64] [--rounds 3]
-                                                [--big 100000 | --skip-big]
+                                                [--mid 10000] [--big 100000 | --skip-big]
 
 Exits 0 when every check passes, 1 otherwise.
 """
@@ -384,7 +386,7 @@ def verdict(ok: bool) -> str:
 
 
 def print_table(args: argparse.Namespace, bare: Contender, assay: Contender,
-                big: ProcResult | None, big_error: str | None) -> bool:
+                sized: dict[int, ProcResult | None], big_error: str | None) -> bool:
     from rich.console import Console
     from rich.table import Table
 
@@ -423,17 +425,24 @@ def print_table(args: argparse.Namespace, bare: Contender, assay: Contender,
     if args.skip_big:
         table.add_row("peak RSS, big suite (MB)", "", "skipped", "", f"< {TARGET_RSS_MB:.0f}",
                       "")
-    elif big is None:
-        all_ok = False
-        table.add_row(f"peak RSS, N={args.big:,} (MB)", "", "error", "",
-                      f"< {TARGET_RSS_MB:.0f}", verdict(False))
-    else:
-        ok_rss = mb(big.maxrss_kib) < TARGET_RSS_MB
+    for size, res in sized.items():
+        is_big = size == args.big
+        if res is None:
+            all_ok = False
+            table.add_row(f"peak RSS, N={size:,} (MB)", "", "error", "",
+                          f"< {TARGET_RSS_MB:.0f}" if is_big else "", verdict(False))
+            continue
+        ok_rss = mb(res.maxrss_kib) < TARGET_RSS_MB or not is_big
         all_ok = all_ok and ok_rss
-        table.add_row(f"peak RSS, N={args.big:,} (MB)", "", f"{mb(big.maxrss_kib):.0f}", "",
-                      f"< {TARGET_RSS_MB:.0f}", verdict(ok_rss))
-        table.add_row("big run throughput (cases/s)", "",
-                      f"{args.big / big.wall_s:,.0f}", "", "", "")
+        table.add_row(f"peak RSS, N={size:,} (MB)", "", f"{mb(res.maxrss_kib):.0f}", "",
+                      f"< {TARGET_RSS_MB:.0f}" if is_big else "",
+                      verdict(ok_rss) if is_big else "")
+        table.add_row(f"throughput, N={size:,} (cases/s)", "", f"{size / res.wall_s:,.0f}",
+                      "", "", "")
+    mid, big = sized.get(args.mid), sized.get(args.big)
+    if mid is not None and big is not None and args.big > args.mid:
+        slope = (mb(big.maxrss_kib) - mb(mid.maxrss_kib)) / (args.big - args.mid) * 10_000
+        table.add_row("RSS slope (MB per 10,000 cases)", "", f"{slope:.1f}", "", "", "")
     table.add_row("answers verified", "ok", "ok" if big_error is None else "WRONG", "",
                   "all runs", verdict(big_error is None))
     all_ok = all_ok and big_error is None
@@ -478,11 +487,13 @@ def main() -> int:
     parser.add_argument("--n", type=int, default=2000, help="cases in the throughput suite")
     parser.add_argument("--concurrency", "-j", type=int, default=64)
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds; median kept")
+    parser.add_argument("--mid", type=int, default=10_000,
+                        help="cases in the smaller RSS suite (the slope's start)")
     parser.add_argument("--big", type=int, default=100_000, help="cases in the RSS suite")
     parser.add_argument("--skip-big", action="store_true", help="skip the big-suite RSS run")
     args = parser.parse_args()
-    if args.n < 1 or args.rounds < 1 or args.concurrency < 1 or args.big < 1:
-        parser.error("--n, --rounds, --concurrency and --big must be >= 1")
+    if args.n < 1 or args.rounds < 1 or args.concurrency < 1 or args.big < 1 or args.mid < 1:
+        parser.error("--n, --rounds, --concurrency, --mid and --big must be >= 1")
     if not ASSAY.exists():
         parser.error(f"{ASSAY} not found: run with the project's venv python")
 
@@ -514,19 +525,21 @@ def main() -> int:
                 contender.results.append(res)
                 say(f"  {res.wall_s:.2f}s, {args.n / res.wall_s:,.0f} cases/s")
 
-        big: ProcResult | None = None
+        sized: dict[int, ProcResult | None] = {}
         big_error: str | None = None
-        if not args.skip_big:
-            say(f"big suite: generating {args.big:,} cases ...")
-            big_suite = make_suite(work / "big", args.big, seed=2)
-            say(f"big suite: assay run on {args.big:,} cases (peak RSS) ...")
+        for size in ([] if args.skip_big else sorted({args.mid, args.big})):
+            say(f"RSS suite: generating {size:,} cases ...")
+            rss_suite = make_suite(work / f"rss-{size}", size, seed=2)
+            say(f"RSS suite: assay run on {size:,} cases (peak RSS) ...")
             try:
-                big = run_assay(server, big_suite, args.big, args.concurrency, work, "big")
-                say(f"  {big.wall_s:.1f}s, peak RSS {mb(big.maxrss_kib):.0f} MB")
+                res = run_assay(server, rss_suite, size, args.concurrency, work, f"rss-{size}")
+                sized[size] = res
+                say(f"  {res.wall_s:.1f}s, peak RSS {mb(res.maxrss_kib):.0f} MB")
             except CheckFailed as exc:
-                big, big_error = exc.result, f"big run: {exc}"
-            shutil.rmtree(big_suite, ignore_errors=True)
-        ok = print_table(args, bare, assay, big, big_error)
+                sized[size] = exc.result
+                big_error = f"{size:,}-case run: {exc}"
+            shutil.rmtree(rss_suite, ignore_errors=True)
+        ok = print_table(args, bare, assay, sized, big_error)
         return 0 if ok else 1
     except CheckFailed as exc:
         print(f"FAIL: {exc}", file=sys.stderr)

@@ -31,7 +31,7 @@ import httpx
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "src"))
 
-from assay.models.gateway import Gateway, Upstream  # noqa: E402
+from assay.models.gateway.service import Gateway, Upstream  # noqa: E402
 
 TOOL_RESULT = "x" * 2000
 SYSTEM = "You are a careful coding agent. " * 200

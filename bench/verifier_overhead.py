@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 from assay.agents import parse_agent
-from assay.grading.verifier import verify
+from assay.grading.verify.verifier import verify
 from assay.runner.trial import run_trial
 from assay.suites.bundle import find_bundles, load_bundle
 
@@ -49,11 +49,12 @@ def _timed(bundle_dir: Path, trial_dir: Path, revision: str) -> tuple[float, dic
     grade = verify(bundle, trial_dir, revision=revision, trial_id="bench",
                    execution={"status": "succeeded"})
     elapsed = time.perf_counter() - t0
-    if not grade["accepted"]:
-        raise SystemExit(f"{bundle_dir}: oracle not accepted ({grade['failure_code']})")
+    if not grade.accepted:
+        raise SystemExit(f"{bundle_dir}: oracle not accepted ({grade.failure_code})")
     kinds = {"random": 0, "derived": 0}
     for check in ("behavior", "regression"):
-        counts = grade["details"].get(check, {}).get("tamper_evident", {}).get("canary_counts")
+        record = getattr(grade.details, check) or {}
+        counts = record.get("tamper_evident", {}).get("canary_counts")
         for k in kinds:
             kinds[k] += (counts or {}).get(k, 0)
     return elapsed, kinds
@@ -74,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
             plain_dir = _plain_copy(src, root / f"plain-{src.name}")
             trial_dir = root / f"trial-{src.name}"
             res = run_trial(load_bundle(src), parse_agent("oracle"), trial_dir)
-            if res.grade is None or not res.grade["accepted"]:
+            if res.grade is None or not res.grade.accepted:
                 print(f"{src.name}: oracle trial not accepted; skipped", file=sys.stderr)
                 continue
             te, plain = [], []

@@ -11,6 +11,8 @@ need_apt=()
 command -v bwrap >/dev/null 2>&1 || need_apt+=(bubblewrap)
 command -v node >/dev/null 2>&1 || need_apt+=(nodejs)
 command -v git >/dev/null 2>&1 || need_apt+=(git)
+# Pinned environments: `assay env build` makes Debian images with mmdebstrap (its tests build one).
+command -v mmdebstrap >/dev/null 2>&1 || need_apt+=(mmdebstrap)
 # Task verifiers run `python3 -m pytest` with the system interpreter inside the sandbox, which
 # sees /usr but not this project's virtualenv.
 /usr/bin/python3 -c 'import pytest' >/dev/null 2>&1 || need_apt+=(python3-pytest)

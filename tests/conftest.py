@@ -8,6 +8,7 @@ import tempfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from support.scripted_server import ScriptedServer  # noqa: E402
@@ -57,6 +58,15 @@ def run_cli(args: Sequence[str], env: dict[str, str] | None = None) -> CliResult
     return CliResult(result.exit_code, result.stdout, result.stderr)
 
 
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """The session's shared test images (tests/support/images.py) go with the session; the
+    pytest-xdist workers leave them to the controller."""
+    if not hasattr(config, "workerinput"):
+        from support.images import remove_session_store
+
+        remove_session_store()
+
+
 @pytest.fixture
 def server() -> Iterator[ScriptedServer]:
     with ScriptedServer() as srv:
@@ -85,3 +95,67 @@ def assert_no_secret(path: Path) -> None:
 
 
 os.environ.setdefault("NO_COLOR", "1")
+# An xdist worker starts with COLUMNS=80 in its environment, which a serial run does not have,
+# and its temporary paths are longer (…/popen-gwN/…): the CLI would wrap its one-line messages
+# (at 80 columns, or at 120 without COLUMNS: cli/app.py) elsewhere than in a serial run, and the
+# tests that look for a phrase in a message naming a temporary path would see it cut by a line
+# break. Wide enough for any of those paths.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ["COLUMNS"] = "200"
+    os.environ.pop("LINES", None)
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under xdist the longest units start first (tests/support/schedule.py: a unit is a file,
+    or a single test of a file whose tests share no costly fixture), by the seconds measured in
+    tests/durations.json, so the short ones fill the workers around them instead of a long one
+    starting last. A serial run keeps the collected order (moving a test out of its module
+    would set the module's fixtures up twice)."""
+    # only in an xdist worker (the controller collects nothing): ``numprocesses`` is not set
+    # there, so an earlier check on it never sorted anything
+    if hasattr(config, "workerinput"):
+        from support.schedule import load_durations, scope_of, unit_seconds
+
+        seconds = unit_seconds((item.nodeid for item in items), load_durations())
+        items.sort(key=lambda item: -seconds[scope_of(item.nodeid)])
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``--dist loadfile`` with the units and order of tests/support/schedule.py."""
+    if getattr(config.option, "dist", None) != "loadfile":
+        return None
+    from support.schedule import MeasuredScheduling
+
+    return MeasuredScheduling(config, log)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """With ``ASSAY_TEST_CPU_LOG=FILE``: one JSON line a test with the CPU seconds it cost (this
+    process and the children it waited for: sandboxes, agent CLIs, pytest inside the verifier)
+    and the 512-byte blocks they wrote, next to its wall seconds, for placing tests by
+    measurement (tests/README.md). Threads another test left running count against this one,
+    so the figures are approximate."""
+    log = os.environ.get("ASSAY_TEST_CPU_LOG")
+    if not log:
+        return (yield)
+    import resource
+    import time
+
+    def cpu() -> tuple[float, int]:
+        """CPU seconds, and blocks written to disk (fsyncs and builds wait on those)."""
+        own, kids = (resource.getrusage(resource.RUSAGE_SELF),
+                     resource.getrusage(resource.RUSAGE_CHILDREN))
+        return (own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime,
+                own.ru_oublock + kids.ru_oublock)
+
+    (cpu0, out0), wall0, started = cpu(), time.monotonic(), time.time()
+    try:
+        return (yield)
+    finally:
+        cpu1, out1 = cpu()
+        row = {"test": item.nodeid, "cpu": round(cpu1 - cpu0, 2), "blocks_out": out1 - out0,
+               "wall": round(time.monotonic() - wall0, 2), "started": round(started, 2),
+               "worker": os.environ.get("PYTEST_XDIST_WORKER", "")}
+        with open(log, "a", encoding="utf-8") as fh:
+            fh.write(json.dumps(row) + "\n")

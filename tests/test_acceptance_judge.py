@@ -64,7 +64,7 @@ def _trial(bundle: Path, marker: str, out: Path) -> dict:
 
     res = run_trial(bundle, agent(marker), out)
     assert res.grade is not None, res.record
-    return res.grade
+    return res.grade.model_dump(mode="json", by_alias=True)  # the grade as written
 
 
 @needs_bwrap
@@ -127,7 +127,7 @@ def test_regrade_judges_the_same_frozen_material(tmp_path: Path, judge_server) -
     first = _trial(bundle, "GOODFIX", tmp_path / "t")
     # the live workspace is long gone: the second judgement reads the same frozen artifact
     again = regrade(tmp_path / "t", load_bundle(bundle), "v2")
-    assert again["details"]["judge"]["material"]["sha256"] == \
+    assert again.details.judge["material"]["sha256"] == \
         first["details"]["judge"]["material"]["sha256"]
     assert len((tmp_path / "t" / "judgements.jsonl").read_text().splitlines()) == 2
 
@@ -210,7 +210,7 @@ def test_an_injection_in_the_artifact_reaches_the_judge_as_quoted_data(tmp_path:
     from assay.api.tasks import run_trial
 
     grade = run_trial(judged_bundle(tmp_path / "b", required=True), cmd, tmp_path / "t").grade
-    assert grade is not None and grade["failure_code"] == "judge_failed"
+    assert grade is not None and grade.failure_code == "judge_failed"
     (req,) = judge_server.requests
     block = req.case_input or ""
     begin, end = block.splitlines()[0], block.splitlines()[-1]

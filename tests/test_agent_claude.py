@@ -28,8 +28,8 @@ from support.protocol_server import ProtocolServer, Turn
 from support.scripted_server import RecordedRequest, Status
 
 from assay.agents import parse_agent
-from assay.agents.claude import ClaudeCode, time_limit
-from assay.agents.claude_stream import ANOMALIES, read_stream, usage_check
+from assay.agents.claude.adapter import ClaudeCode, time_limit
+from assay.agents.claude.stream import ANOMALIES, read_stream, usage_check
 
 INSTALL = agent_cli.SCRIPTS / "claude.sh"
 PINNED = "2.1.332"

@@ -95,7 +95,7 @@ arms:
     assert report["agent_status"] == "turn.completed"
     assert report["cli_version"] == f"codex-cli {VERSION}"
     assert report["argv"][-2:] == ["--", "<prompt>"] and "--skip-git-repo-check" in report["argv"]
-    assert report["timeout_seconds"] < 30  # below the watchdog (agent_wall_seconds: 30)
+    assert report["timeout_seconds"] < agent_cli.AGENT_SECONDS  # below the watchdog
     [tool] = report["stream"]["items"]["tool_calls"]
     assert "sed -i" in tool["command"] and tool["exit_code"] == 0
     assert report["stream"]["items"]["final_message"] == "Fixed add()."
@@ -202,7 +202,7 @@ def test_auth_failure_and_the_agents_own_time_limit(tmp_path: Path, codex_bin: P
                                "OPENAI_API_KEY": "scoped-token", "ASSAY_MODEL": model,
                                "ASSAY_MODEL_PROTOCOL": "responses"}
             res = run_trial(bundle, agent, tmp_path / model, hooks=hooks)
-            ex = res.record["execution"]
+            ex = res.record.execution
             assert ex["status"] == status, (model, ex)
             assert ex["ended_by"] == "agent", (model, ex)  # not the watchdog
             if status == "agent_timeout":
@@ -217,14 +217,14 @@ def test_auth_failure_and_the_agents_own_time_limit(tmp_path: Path, codex_bin: P
         hooks = TrialHooks()
         hooks.model_env = {"OPENAI_BASE_URL": "http://127.0.0.1:9/v1", "OPENAI_API_KEY": "t",
                            "ASSAY_MODEL": "m", "ASSAY_MODEL_PROTOCOL": "chat"}
-        ex = run_trial(quick, agent, tmp_path / "chat", hooks=hooks).record["execution"]
+        ex = run_trial(quick, agent, tmp_path / "chat", hooks=hooks).record.execution
         assert ex["status"] == "infra_error" and "protocol to responses" in ex["detail"]
     assert {r.headers.get("authorization") for r in upstream.requests} == {"Bearer scoped-token"}
 
 
 def test_stream_reader_names_what_a_healthy_cli_does_not_write() -> None:
     """Breaks codex has no reason to make, built by hand from the shape the real CLI wrote."""
-    from assay.agents.codex_stream import ANOMALIES, read_codex_stream
+    from assay.agents.codex.stream import ANOMALIES, read_codex_stream
 
     good = [{"type": "thread.started", "thread_id": "t1"}, {"type": "turn.started"},
             {"type": "item.started", "item": {"id": "i0", "type": "command_execution",
@@ -247,10 +247,10 @@ def test_stream_reader_names_what_a_healthy_cli_does_not_write() -> None:
                                   "events_after_terminal", "item_not_completed",
                                   "truncated_last_line"}, bad.notes
     assert set(bad.anomalies) <= set(ANOMALIES)
-    readme = (ROOT / "README.md").read_text()
-    section = readme[readme.index("### Codex (`agent: codex`)"):]
-    section = section[:section.index("\n### ", 1)]
-    assert all(f"`{name}`" in section for name in ANOMALIES)  # the README names each one
+    guide = (ROOT / "docs" / "guide" / "agents.md").read_text()
+    section = guide[guide.index("## Codex (`agent: codex`)"):]
+    section = section[:section.index("\n## ", 1)]
+    assert all(f"`{name}`" in section for name in ANOMALIES)  # the agents guide names each one
     killed = read_codex_stream(b"\n".join(lines[:3]) + b"\n")
     assert "missing_terminal_event" in killed.anomalies and killed.usage is None
 
@@ -258,7 +258,7 @@ def test_stream_reader_names_what_a_healthy_cli_does_not_write() -> None:
 def test_which_cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """``codex:<path>``, else ``$ASSAY_CODEX_BIN``, else the pinned install under
     ``$ASSAY_AGENTS_DIR``; a missing one says how to install it."""
-    from assay.agents.codex import INSTALL_REL, Codex
+    from assay.agents.codex.adapter import INSTALL_REL, Codex
 
     fake = tmp_path / "agents" / INSTALL_REL
     fake.parent.mkdir(parents=True)

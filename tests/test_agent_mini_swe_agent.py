@@ -40,7 +40,7 @@ def test_the_script_installs_the_pin_once_and_mini_runs(mini_bin: Path, tmp_path
                            stdin=subprocess.DEVNULL)
     assert again.returncode == 0 and again.stdout.strip().splitlines()[-1] == str(mini_bin)
     # the whole venv is what the sandbox must see, read-only, at its own path
-    from assay.agents.mini_swe_agent import MiniSweAgent
+    from assay.agents.mini_swe_agent.adapter import MiniSweAgent
 
     [mount] = MiniSweAgent(mini_bin)._mounts()
     assert mount.source == prefix and mount.target == str(prefix) and not mount.writable
@@ -145,7 +145,9 @@ def test_an_upstream_that_refuses_ends_with_the_right_codes(
     from conftest import SECRET, run_cli
 
     monkeypatch.setenv("ASSAY_MINI_SWE_AGENT_BIN", str(mini_bin))
-    _bundle(tmp_path, agent_seconds=20)
+    # 40 s: mini must start, be refused and exit before it on a loaded machine (20 s was not
+    # always enough); the 400 arm waits it out
+    _bundle(tmp_path, agent_seconds=40)
     exp = tmp_path / "experiment.yaml"
     arms = "".join(f"  {m}:\n    agent: mini-swe-agent\n    model: {{name: {m}, "
                    "base_url_env: TEST_UPSTREAM, api_key_env: TEST_KEY}\n"
@@ -171,7 +173,7 @@ def test_an_upstream_that_refuses_ends_with_the_right_codes(
     ex4 = retried["execution"]
     assert ex4["status"] == "agent_timeout" and ex4["ended_by"] == "watchdog", ex4
     assert retried["grade"]["failure_code"] == "agent_timeout"
-    assert ex4["wall_seconds"] < 20 + 15
+    assert ex4["wall_seconds"] < 40 + 15
     # the ledger holds every call mini made, each as the upstream answered it
     for arm, code in (("mini-401", 401), ("mini-400", 400)):
         ledgers = sorted(out.glob(f"trials/calc-001/{arm}/*/a*/model_calls.jsonl"))
@@ -191,14 +193,16 @@ def test_budgets_that_run_out_mid_task_end_as_budget_exhausted(
     """The task's ``assistant_steps`` as mini's own ``step_limit`` (it stops itself), and an
     experiment's ``limits.tokens`` that the first answer spends: the gateway refuses every
     later call with a 403, which litellm maps to a retryable APIError, so mini backs off and
-    retries until the runner's watchdog ends it (a short wall budget keeps that quick)."""
+    retries until the runner's watchdog ends it. The wall budget must let mini start, take the
+    first answer, run the fix and save its trajectory before the watchdog fires: 12 s was too
+    short on a loaded CI machine (the trajectory was never saved), so it is 30 s."""
     from conftest import run_cli
 
     monkeypatch.setenv("ASSAY_MINI_SWE_AGENT_BIN", str(mini_bin))
     (tmp_path / "fix.yaml").write_text(FIX_SCRIPT)
     runs = {}
     for kind, steps, limits, wall in (("steps", 1, "cost_usd: 1.0", 60),
-                                      ("tokens", 10, "tokens: 50", 12)):
+                                      ("tokens", 10, "tokens: 50", 30)):
         root = tmp_path / kind
         _bundle(root, steps=steps, agent_seconds=wall)
         exp = root / "experiment.yaml"
@@ -235,7 +239,7 @@ prices:
     assert steps["model_usage"]["exhausted"] == "assistant_steps" and steps["ended_by"] == "agent"
     tokens = json.loads((runs["tokens"] / "trial.json").read_text())["execution"]
     assert tokens["model_usage"]["exhausted"] == "tokens"
-    assert tokens["ended_by"] == "watchdog" and tokens["wall_seconds"] < 12 + 15
+    assert tokens["ended_by"] == "watchdog" and tokens["wall_seconds"] < 30 + 15
 
 
 # --------------------------------------------------------------- without the CLI
@@ -246,7 +250,7 @@ def test_a_missing_cli_is_refused_at_load_with_the_install_hint(
     from conftest import run_cli
 
     from assay.agents import MiniSweAgent, parse_agent
-    from assay.agents.mini_swe_agent import default_bin
+    from assay.agents.mini_swe_agent.adapter import default_bin
 
     monkeypatch.delenv("ASSAY_MINI_SWE_AGENT_BIN", raising=False)
     monkeypatch.setenv("ASSAY_AGENTS_DIR", str(tmp_path / "agents"))
@@ -299,7 +303,7 @@ def _traj(exit_status: str, *, commands: tuple[str, ...] = (), calls: int | None
 def test_the_trajectory_decides_how_the_run_ended() -> None:
     """Each exit status onto the taxonomy, and a sandbox verdict outranking all of them."""
     from assay.agents.base import AgentRun
-    from assay.agents.mini_swe_agent import _collect
+    from assay.agents.mini_swe_agent.adapter import _collect
 
     def status(raw: bytes | None, code: int | None = 1, reason: str = "nonzero_exit",
                sandbox: str = "exited_nonzero") -> AgentRun:
@@ -333,7 +337,7 @@ def test_the_trajectory_decides_how_the_run_ended() -> None:
 
 
 def test_usage_is_checked_against_the_gateway() -> None:
-    from assay.agents.mini_swe_agent import MiniSweAgent
+    from assay.agents.mini_swe_agent.adapter import MiniSweAgent
 
     agent = MiniSweAgent(Path("/bin/true"))
     claim = {"usage": {"input": 20, "output": 6}, "usage_missing_turns": 0}

@@ -24,8 +24,8 @@ from support.bundles import make_bundle
 from support.scripted_server import Answer, RecordedRequest, ScriptedServer, Status
 
 from assay.agents import parse_agent
-from assay.agents.qwen import Qwen
-from assay.agents.qwen_stream import ANOMALIES, usage_check
+from assay.agents.qwen.adapter import Qwen
+from assay.agents.qwen.stream import ANOMALIES, usage_check
 from assay.records.ledger import ModelCall
 
 INSTALL = agent_cli.SCRIPTS / "qwen.sh"
@@ -128,7 +128,7 @@ def test_a_scripted_fix_is_accepted_and_a_refusing_upstream_fails(
     assert report["stream"]["tool_calls"] == {"run_shell_command": 1}
     assert report["stream"]["cli_version"] == VERSION
     assert "--max-wall-time" in report["argv"] and "--yolo" in report["argv"]
-    assert report["max_wall_time_seconds"] < 30  # below the watchdog (agent_wall_seconds: 30)
+    assert report["max_wall_time_seconds"] < agent_cli.AGENT_SECONDS  # below the watchdog
     # the raw stream as received, and the settings that turned the outbound switches off
     raw = (adir / "agent" / "stdout.log").read_bytes()
     assert raw and hashlib.sha256(raw).hexdigest() == report["stream_sha256"]
@@ -195,7 +195,7 @@ def _loop(req: RecordedRequest, n: int) -> Answer:
     comes after the CLI's wall-time limit)."""
     model = (req.body or {}).get("model", "")
     if model == "qw-slow":
-        return Answer("too late", model=model, delay=25)
+        return Answer("too late", model=model, delay=60)  # after the CLI's 28 s, and the 40 s
     return Answer("again", model=model, tool_calls=[{
         "id": f"c{n}", "type": "function",
         "function": {"name": "run_shell_command", "arguments": '{"command": "true"}'}}])
@@ -222,22 +222,26 @@ def test_the_task_budgets_are_the_cli_limits(tmp_path: Path, qwen_bin: Path) -> 
                            "OPENAI_API_KEY": "scoped-token", "ASSAY_MODEL": "qw-loop"}
         res = run_trial(load_bundle(root), agent, tmp_path / "t", hooks=hooks)
         calls = srv.chat_requests()
-        slow = load_bundle(make_bundle(tmp_path / "slow", agent_seconds=20))
+        # 40 s: the CLI's own limit (28 s) must come before the watchdog even when node starts
+        # slowly on a loaded machine (with 20 s, 10 s for the CLI, it sometimes did not); the
+        # slow answer comes after both
+        slow = load_bundle(make_bundle(tmp_path / "slow", agent_seconds=40))
         hooks.model_env = {**hooks.model_env, "ASSAY_MODEL": "qw-slow"}
         late = run_trial(slow, agent, tmp_path / "late", hooks=hooks)
-    ex = late.record["execution"]
+    ex = late.record.execution
     assert ex["status"] == "agent_timeout" and ex["exit_code"] == 55, ex
     assert ex["ended_by"] == "agent", ex  # the CLI's limit, not the watchdog
-    assert ex["agent_report"]["max_wall_time_seconds"] == 10  # 20 - 2 margin - 8 startup
+    # 40 less the margin timeout_seconds keeps (4 s: a tenth of the budget here) less 8 startup
+    assert ex["agent_report"]["max_wall_time_seconds"] == 28
     assert "--max-wall-time" in ex["agent_report"]["stderr_tail"]
-    assert late.grade is not None and late.grade["failure_code"] == "agent_timeout"
-    ex = res.record["execution"]
+    assert late.grade is not None and late.grade.failure_code == "agent_timeout"
+    ex = res.record.execution
     assert ex["status"] == "budget_exhausted" and ex["exit_code"] == 53, ex
     assert ex["ended_by"] == "agent" and ex["anomalies"] == {"missing_result": 1}, ex
     assert ex["agent_report"]["max_session_turns"] == 2
     assert ex["agent_report"]["stream"]["tool_calls"] == {"run_shell_command": 2}
     assert ex["agent_usage"] is None  # no result, no claim: unknown, not zero
-    assert res.grade is not None and res.grade["failure_code"] == "budget_exhausted"
+    assert res.grade is not None and res.grade.failure_code == "budget_exhausted"
     assert len(calls) == 2
     # qwen streams with usage asked for, and declares its shell tool
     assert all(c.body["stream"] is True and c.body["stream_options"]["include_usage"]
@@ -266,7 +270,7 @@ FAILED = {"type": "result", "subtype": "error_during_execution", "session_id": "
 
 def test_the_end_of_a_run_maps_onto_the_failure_taxonomy(tmp_path: Path) -> None:
     from assay.agents.base import AgentRun
-    from assay.agents.qwen import collect
+    from assay.agents.qwen.adapter import collect
 
     cases: list[tuple[bytes, int | None, str, str, set[str]]] = [
         (_stream(INIT, TOOL, OK), 0, "nonzero_exit", "succeeded", set()),

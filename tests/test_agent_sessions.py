@@ -116,6 +116,7 @@ def test_codex_session_is_accepted(tmp_path: Path, codex_bin: Path) -> None:
     assert trial["execution"]["tool_calls"] == len(_session())
 
 
+@pytest.mark.slow  # scheduled first under xdist (conftest.py): a minute or more
 @agent_cli.needs_bwrap
 def test_qwen_code_session_is_accepted(tmp_path: Path, qwen_bin: Path) -> None:
     trial = _accepted_with_caches(tmp_path, _experiment(

@@ -299,11 +299,15 @@ def test_check_suite_and_trials_through_the_api(tmp_path: Path) -> None:
     assert [(c.task.id, c.status) for c in checks] == [("py-add", "ok"), ("py-mul", "ok")]
     with pytest.raises(InputError, match="not a coding tasks file"):
         assay.check_suite(write_suite(tmp_path / "narrow", CASES))
+    with pytest.raises(InputError, match="not a coding tasks file"):  # what load_suite gave
+        assay.check_suite(assay.load_suite(tmp_path / "narrow"))
     bundle = make_bundle(tmp_path / "bundles" / "calc-001")
     with pytest.raises(InputError, match="unknown agent"):
         assay.run_trial(bundle, "wizard", tmp_path / "t0")
     result = assay.run_trial(bundle, "oracle", tmp_path / "t1")
-    assert result.grade is not None and result.grade["accepted"] is True
+    assert result.grade is not None and result.grade.accepted is True
+    assert result.record.status == "graded" and result.record.grade is not None
+    assert result.record.grade.revision == "v1"
     with pytest.raises(NeverOverwrite):
         assay.run_trial(bundle, "oracle", tmp_path / "t1")
     reports = assay.check_tasks([tmp_path / "bundles"], tmp_path / "check", reruns=1)
@@ -354,3 +358,17 @@ def test_cli_and_library_make_the_same_run(tmp_path: Path) -> None:
         k: v for k, v in lib.report.items() if k not in drop}
     assert sorted(p.name for p in (tmp_path / "c").iterdir()) == sorted(
         p.name for p in (tmp_path / "l").iterdir())
+
+
+def test_an_experiment_option_the_cli_does_not_have_is_refused(tmp_path: Path) -> None:
+    """``run_experiment`` takes the flags of ``exp run`` as one ``ExperimentOptions`` or as
+    keywords; a misspelt one (``job=4`` for ``jobs``) is refused before anything is written,
+    not run at the file's concurrency unnoticed."""
+    exp = tmp_path / "experiment.yaml"
+    exp.write_text("name: x\ntasks: [tasks]\narms:\n  a:\n    agent: oracle\n")
+    with pytest.raises(InputError, match=r"unknown experiment option\(s\): job "):
+        assay.run_experiment(exp, tmp_path / "run", job=4)
+    assert not (tmp_path / "run").exists()
+    opts = assay.ExperimentOptions(jobs=2, tier="smoke")
+    assert assay.ExperimentOptions.of(opts, jobs=4) == assay.ExperimentOptions(jobs=4,
+                                                                              tier="smoke")

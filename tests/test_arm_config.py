@@ -1,13 +1,13 @@
 """An arm's configuration checked before the first trial, and its own files in the sandbox:
 through the CLI, with real sandboxes, the real gateway and the scripted upstream.
 
-- the README's experiment example, copied into a temporary folder beside a copy of the
-  example bundles and an ``agents/my_agent.py``, runs as written: the agent starts from
-  ``/assay/agent``, asks the model through the gateway, and a changed agent file is refused on
-  resume;
+- the experiments guide's example (docs/guide/experiments.md), copied into a temporary folder
+  beside a copy of the example bundles and an ``agents/my_agent.py``, runs as written: the
+  agent starts from ``/assay/agent``, asks the model through the gateway, and a changed agent
+  file is refused on resume;
 - each misconfiguration is refused before anything is written, with its message and exit 2.
 
-Full form of the README run: the file as written (4 dev tasks x 3 repetitions x 3 arms, the
+Full form of the guide's run: the file as written (4 dev tasks x 3 repetitions x 3 arms, the
 third being the noise floor's A/A copy of the baseline, = 36 trials). That is the default here
 too: the file is not edited, only run.
 """
@@ -41,11 +41,11 @@ except OSError as exc:
 """
 
 
-def readme_experiment() -> str:
-    """The README's experiment.yaml block, as printed."""
-    text = (REPO / "README.md").read_text()
+def guide_experiment() -> str:
+    """The experiments guide's experiment.yaml block, as printed."""
+    text = (REPO / "docs" / "guide" / "experiments.md").read_text()
     block = re.search(r"```yaml\n(# experiment\.yaml\n.*?)```", text, re.S)
-    assert block is not None, "the README's experiment example is gone"
+    assert block is not None, "the experiments guide's example is gone"
     return block.group(1)
 
 
@@ -57,19 +57,20 @@ def upstream(monkeypatch: pytest.MonkeyPatch):
         yield srv
 
 
-def _readme_folder(tmp: Path) -> Path:
+def _guide_folder(tmp: Path) -> Path:
     shutil.copytree(REPO / "examples" / "agent-tasks", tmp / "examples" / "agent-tasks")
     (tmp / "agents").mkdir()
     (tmp / "agents" / "my_agent.py").write_text(MY_AGENT)
     (tmp / "agents" / "prompts.txt").write_text("be brief\n")
     exp = tmp / "experiment.yaml"
-    exp.write_text(readme_experiment())
+    exp.write_text(guide_experiment())
     return exp
 
 
+@pytest.mark.slow  # scheduled first under xdist (conftest.py): a minute or more
 @needs_bwrap
-def test_the_readme_experiment_runs_as_written(tmp_path: Path, upstream) -> None:
-    exp = _readme_folder(tmp_path)
+def test_the_guide_experiment_runs_as_written(tmp_path: Path, upstream) -> None:
+    exp = _guide_folder(tmp_path)
     out = tmp_path / "runs" / "exp1"
     res = run_cli(["exp", "run", str(exp), "--out", str(out), "-j", "4"])
     assert res.code == 0, res.stdout + res.stderr
@@ -110,7 +111,7 @@ def _refused(exp: Path, out: Path) -> str:
 
 def test_an_agent_script_beside_the_file_without_agent_files_is_refused(
         tmp_path: Path, upstream) -> None:
-    exp = _readme_folder(tmp_path)
+    exp = _guide_folder(tmp_path)
     text = exp.read_text()
     exp.write_text(text.replace("    agent_files: [agents/]           # beside this file; "
                                 "read-only at /assay/agent in the sandbox\n", ""))
@@ -125,7 +126,7 @@ def test_an_agent_script_beside_the_file_without_agent_files_is_refused(
 
 def test_a_missing_agent_file_and_missing_programs_are_refused(tmp_path: Path,
                                                                upstream) -> None:
-    exp = _readme_folder(tmp_path)
+    exp = _guide_folder(tmp_path)
     text = exp.read_text()
     exp.write_text(text.replace("agents/my_agent.py --checkpoint v1", "agents/gone.py")
                    .replace("python3 agents/my_agent.py --checkpoint v2",
@@ -173,7 +174,7 @@ arms:
 ])
 def test_bad_agent_files_entries_are_refused(tmp_path: Path, upstream, entry: str,
                                              message: str) -> None:
-    exp = _readme_folder(tmp_path)
+    exp = _guide_folder(tmp_path)
     exp.write_text(exp.read_text().replace("agent_files: [agents/]           #",
                                            f"agent_files: [{entry}]           #"))
     err = " ".join(_refused(exp, tmp_path / "out").split())

@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 from conftest import run_cli
 
-from assay.grading.diff import grade_diff, normalize_diff
-from assay.grading.extract import extract_code
-from assay.grading.unit import program_text, run_unit
+from assay.grading.answers.diff import grade_diff, normalize_diff
+from assay.grading.answers.extract import extract_code
+from assay.grading.answers.unit import program_text, run_unit
 from assay.runner.coding import CodingParams, grade_answer
 from assay.sandbox import bwrap_available
 from assay.suites.coding import CodingTask, infer_language, load_coding_suite

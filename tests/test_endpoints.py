@@ -16,7 +16,7 @@ import pytest
 from conftest import read_rows, run_cli, write_suite
 from support.scripted_server import Answer, ScriptedServer
 
-from assay.grading.labels import parse_answer
+from assay.grading.answers.labels import parse_answer
 
 REPO = Path(__file__).resolve().parents[1]
 TRIAGE = REPO / "examples" / "triage"

@@ -35,6 +35,7 @@ def test_library_example_runs_compares_and_prints_the_verdict(tmp_path: Path) ->
     assert done.stderr == ""  # the library is silent unless given a progress display
 
 
+@pytest.mark.slow  # scheduled first under xdist (conftest.py): a minute or more
 def test_the_rehearsal_experiment_runs_with_a_real_agent(tmp_path: Path) -> None:
     """``make rehearsal``'s experiment end to end: the real Qwen Code CLI (installed by
     tests/test_agent_qwen.py through scripts/agents/qwen.sh, which runs earlier) on the four
@@ -46,7 +47,7 @@ def test_the_rehearsal_experiment_runs_with_a_real_agent(tmp_path: Path) -> None
     below -10: inconclusive (exit 4). No holdout task is looked at."""
     import os
 
-    from assay.agents.qwen import default_bin
+    from assay.agents.qwen.adapter import default_bin
     from assay.sandbox import bwrap_available
 
     if not bwrap_available():

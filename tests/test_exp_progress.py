@@ -15,6 +15,7 @@ import pytest
 from conftest import run_cli
 from support.bundles import make_bundle
 
+from assay.api import TrialDone
 from assay.cli.exp_progress import LineProgress, clock_text, spend_text
 from assay.sandbox import bwrap_available
 from assay.suites.experiment import TrialKey
@@ -70,15 +71,15 @@ def test_fast_trials_are_folded_never_hundreds_of_lines_a_minute() -> None:
     progress = LineProgress(write=lines.append, clock=lambda: now[0], min_gap=1.0)
     spent = [0.0]
     progress.watch_spend(lambda: (spent[0], True), 2.0)
-    progress.started(600, 0)
+    progress.start(600, 0)
     for i in range(600):  # 600 trials in one minute
         now[0] = i * 0.1
         spent[0] += 0.001
         arm = "a" if i % 2 else "b"
         outcome = "accepted" if arm == "a" else ("rejected:tests_failed" if i % 3 else
                                                  "infra_error (will retry)")
-        progress.trial_done(TrialKey(f"t{i}", arm, 0), outcome)
-    progress.flush()
+        progress.advance(TrialDone(TrialKey(f"t{i}", arm, 0), outcome))
+    progress.finish()
     trial = [line for line in lines if line.startswith("[")]
     assert len(trial) <= 61  # at most one a second, plus the last trial's
     # the first trial is to be retried: not done, no pace yet to estimate from

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from conftest import run_cli
+from support.other_user import readable_install, run_as_nobody
 
 from assay.runner.state import DB_FILE, StateDB
 from assay.suites.experiment import TrialKey
@@ -115,7 +116,9 @@ def test_status_never_writes(run_dir: Path) -> None:
 
 def test_status_of_an_archived_read_only_run() -> None:
     """A directory the reader cannot write to (an archived run, after a clean shutdown so no
-    -shm file exists): still readable. As root, the reader runs as nobody."""
+    -shm file exists): still readable. As root, the reader runs as nobody, against a readable
+    copy of what the command imports (support/other_user.py), so the test also passes from a
+    checkout in a directory nobody cannot enter."""
     import shutil
     import tempfile
 
@@ -127,14 +130,21 @@ def test_status_of_an_archived_read_only_run() -> None:
         base.chmod(0o755)
         build(base / "run").close()
         assert not (base / "run" / f"{DB_FILE}-shm").exists()
+        argv = ["exp", "status", str(base / "run"), "--json"]
+        if as_root:
+            build(base / "probe").close()
+            lib = readable_install(["exp", "status", str(base / "probe"), "--json"],
+                                   base / "install")
         (base / "run").chmod(0o555)
-        prefix = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"] if as_root \
-            else []
-        res = subprocess.run([*prefix, sys.executable, "-m", "assay", "exp", "status",
-                              str(base / "run"), "--json"], capture_output=True, text=True,
-                             timeout=60, check=False, env={**os.environ, "PYTHONPATH": SRC})
+        if as_root:
+            res = run_as_nobody(lib, argv, cwd=base)
+        else:
+            res = subprocess.run([sys.executable, "-m", "assay", *argv], capture_output=True,
+                                 text=True, timeout=60, check=False,
+                                 env={**os.environ, "PYTHONPATH": SRC})
         assert res.returncode == 0, res.stderr
         assert len(json.loads(res.stdout)["trials"]) == 12
+        assert not (base / "run" / f"{DB_FILE}-shm").exists()
     finally:
         (base / "run").chmod(0o755)
         shutil.rmtree(base)

@@ -18,7 +18,7 @@ import openai
 import pytest
 from support.scripted_server import Answer, Drop, ScriptedServer, Status, by_input
 
-from assay.models.gateway import Gateway, Limits, Upstream
+from assay.models.gateway.service import Gateway, Limits, Upstream
 from assay.records.io import iter_rows
 from assay.records.ledger import GatewayEvent, ModelCall
 

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from assay.models.gateway_protocols import ChatCompletions, ChatStreamMeter, chat_usage
+from assay.models.gateway.protocols import ChatCompletions, ChatStreamMeter, chat_usage
 from assay.models.prices import ModelPrice, Usage, call_cost, price_table
 
 

@@ -15,9 +15,9 @@ import pytest
 from support.protocol_server import ProtocolServer, Turn, anthropic_events, responses_events
 from support.scripted_server import Status
 
-from assay.models.gateway import Gateway, Limits, Upstream
-from assay.models.gateway_anthropic import AnthropicStreamMeter
-from assay.models.gateway_responses import ResponsesStreamMeter
+from assay.models.gateway.anthropic import AnthropicStreamMeter
+from assay.models.gateway.responses import ResponsesStreamMeter
+from assay.models.gateway.service import Gateway, Limits, Upstream
 from assay.models.prices import Usage
 from assay.records.io import iter_rows
 from assay.records.ledger import ModelCall

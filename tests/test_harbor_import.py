@@ -19,14 +19,14 @@ from assay.agents import parse_agent
 from assay.agents.base import SOLUTION_MOUNT
 from assay.api import import_harbor
 from assay.errors import NeverOverwrite, SuiteError
-from assay.grading.check_run import TESTS_MOUNT
-from assay.grading.reward import read_reward
+from assay.grading.verify.check_run import TESTS_MOUNT
+from assay.grading.verify.reward import read_reward
 from assay.runner.trial import run_trial
 from assay.sandbox import bwrap_available
 from assay.sandbox.bwrap import SANDBOX_WORKDIR
 from assay.suites.bundle import load_bundle, tree_digest
-from assay.suites.harbor_docker import read_dockerfile
-from assay.suites.harbor_task import SandboxPaths, path_rewriter, strip_canary
+from assay.suites.harbor.docker import read_dockerfile
+from assay.suites.harbor.task import SandboxPaths, path_rewriter, strip_canary
 
 needs_bwrap = pytest.mark.skipif(not bwrap_available(), reason="bubblewrap cannot run here")
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "harbor-tasks" / "csv-column-total"
@@ -117,7 +117,14 @@ def test_a_converted_task_carries_every_part_over_and_passes_task_check(tmp_path
     spec = yaml.safe_load((bundle / "task.yaml").read_text())
     assert spec["budget"] == {"agent_wall_seconds": 90.0, "verifier_wall_seconds": 45.0}
     assert spec["resources"] == {"cpu_cores": 1.0, "memory_limit_mib": 768}
-    assert spec["initial_state"]["environment"] == {"requires": ["python3"]}
+    assert spec["initial_state"]["environment"] == {"requires": ["python3"],
+                                                    "image": "environment/recipe.yaml"}
+    recipe = yaml.safe_load((bundle / "environment" / "recipe.yaml").read_text())
+    assert (recipe["suite"], recipe["python"], recipe["workdir"]) == ("bookworm", "3.13", "/work")
+    assert "python-is-python3" in recipe["packages"]  # `python` exists, as in python:3.13
+    assert recipe["steps"] == [{"workdir": "/work"}, {"copy": {
+        "src": "context/greet.py", "dest": "/work/greet.py", "mode": None}}]
+    assert (bundle / "environment" / "context" / "Dockerfile").read_text() == DOCKERFILE
     behavior = spec["acceptance"]["behavior"]
     assert behavior["reward"] == {"dir": "/logs/verifier", "threshold": 1.0}
     assert behavior["tamper_evident"] is False
@@ -136,7 +143,9 @@ def test_a_converted_task_carries_every_part_over_and_passes_task_check(tmp_path
     report = json.loads((bundle / "harbor-import.json").read_text())
     assert report["environment"]["status"] == "supported"
     assert report["path_rewrites"] == {"tests/test.sh": 1, "solution/solve.harbor.sh": 1,
-                                       "instruction.md": 1}
+                                       "environment/recipe.yaml": 3, "instruction.md": 1}
+    assert report["environment"]["substitutions"] == [
+        "FROM python:3.13-slim -> Debian bookworm's python3 3.11"]
     assert not list(out.glob(".*"))  # no temporary folder left beside the bundle
 
     code, text, records = task_check(out, tmp_path / "check")
@@ -150,9 +159,16 @@ def test_a_converted_task_carries_every_part_over_and_passes_task_check(tmp_path
     assert "reward" in grade["details"]["not_tamper_evident"]["behavior"]
 
 
+@pytest.mark.slow  # scheduled first under xdist (conftest.py): a minute or more
 @needs_bwrap
 def test_the_example_harbor_task_converts_and_its_oracle_and_mutants_check_out(
         tmp_path: Path) -> None:
+    """Reduced form: every mutant but hang_at_import, which would sleep out the task's whole
+    60 s verifier limit twice (tests/test_verifier_canaries.py covers it on a short limit).
+    Full form: ``assay task import-harbor examples/harbor-tasks/csv-column-total --out /tmp/b &&
+    assay task check /tmp/b --mutants --reruns 1`` (exit 0, every mutant rejected)."""
+    from assay.agents import MUTANTS
+
     [done] = import_harbor([EXAMPLE], tmp_path / "bundles")
     assert (done.task_id, done.status) == ("csv-column-total", "supported")
     spec = load_bundle(done.bundle).spec
@@ -163,10 +179,13 @@ def test_the_example_harbor_task_converts_and_its_oracle_and_mutants_check_out(
                                                                   "total.py"]
     assert f"{TESTS_MOUNT}/test_outputs.py" in (done.bundle / "tests" / "test.sh").read_text()
     assert 'Path("/work")' in (done.bundle / "tests" / "test_outputs.py").read_text()
-    assert any("pytest==8.3.4" in n and "not enforced" in n for n in done.notes)
-    code, text, [rec] = task_check(tmp_path / "bundles", tmp_path / "check", "--mutants")
+    recipe = yaml.safe_load((done.bundle / "environment" / "recipe.yaml").read_text())
+    assert recipe["pip"] == ["pytest==8.3.4"]  # the image holds the pinned version
+    picks = [a for m in MUTANTS if m.name != "hang_at_import" for a in ("--mutant", m.name)]
+    code, text, [rec] = task_check(tmp_path / "bundles", tmp_path / "check", *picks)
     assert code == 0, text
     assert rec["status"] == "ok" and rec["oracle"] == "1/1" and rec["mutants"]
+    assert "hang_at_import" not in rec["mutants"] and len(rec["mutants"]) >= 10, rec["mutants"]
     assert all(v.startswith("rejected") for v in rec["mutants"].values()), rec["mutants"]
 
 
@@ -186,35 +205,37 @@ def test_a_reward_the_agent_writes_itself_is_never_believed(tmp_path: Path) -> N
     entries = {e["path"] for e in json.loads((tmp_path / "forged" / "artifact.json")
                                               .read_text())["entries"]}
     assert {"logs/verifier/reward.txt", "reward.txt", "reward.json"} <= entries
-    assert res.grade["accepted"] is False
-    assert res.grade["checks"]["behavior"] == "fail"
-    reward = res.grade["details"]["behavior"]["reward"]
+    assert res.grade.accepted is False
+    assert res.grade.checks["behavior"] == "fail"
+    reward = res.grade.details.behavior["reward"]
     assert reward["value"] is None and "wrote no reward" in reward["detail"]
     # the same forgery beside the real fix: the script's own reward decides, and passes
     fix = "cat > greet.py <<'PY'\ndef greet(name):\n    return f'Hello, {name}!'\nPY\n"
     res = run_trial(bundle, parse_agent("command:" + fix + forge), tmp_path / "fixed")
-    assert res.grade is not None and res.grade["accepted"] is True
+    assert res.grade is not None and res.grade.accepted is True
 
 
 @needs_bwrap
 def test_an_environment_that_needs_a_container_is_converted_marked_and_reported(
         tmp_path: Path) -> None:
-    docker = ("FROM ubuntu:24.04\nRUN apt-get update && apt-get install -y gcc\n"
+    docker = ("FROM alpine:3.20\nRUN apk add --no-cache gcc\n"
               "WORKDIR /app\nCOPY greet.py /app/\n")
     src = harbor_task(tmp_path / "harbor", "needs-gcc", dockerfile=docker)
     ok = harbor_task(tmp_path / "harbor", "greet-task")
     out = tmp_path / "bundles"
     res = run_cli(["task", "import-harbor", str(src), str(ok), "--out", str(out)])
     assert res.code == 0, res.stdout
-    assert squash("unsupported environment: environment/Dockerfile:2: RUN apt-get update") in \
-        squash(res.stdout)
+    assert squash("unsupported environment: environment/Dockerfile:1: FROM alpine:3.20: not "
+                  "a Debian or Python base") in squash(res.stdout)
     spec = yaml.safe_load((out / "needs-gcc" / "task.yaml").read_text())
     why = spec["initial_state"]["environment"]["unsupported"]
-    assert "RUN apt-get update && apt-get install -y gcc: needs a container image" in why
-    assert (out / "needs-gcc" / "repo" / "greet.py").read_text() == BUGGY  # still converted
+    # the refused line alone: nothing about the apk line after it, no image named
+    assert why.startswith("environment/Dockerfile:1: FROM alpine:3.20: not a Debian or ")
+    assert ";" not in why and "image" not in spec["initial_state"]["environment"]
+    assert (out / "needs-gcc" / "instruction.md").is_file()  # still converted
     report = json.loads((out / "needs-gcc" / "harbor-import.json").read_text())
     assert report["environment"]["status"] == "unsupported"
-    assert report["environment"]["base_image"] == "ubuntu:24.04"
+    assert report["environment"]["base_image"] == "alpine:3.20"
 
     code, text, records = task_check(out, tmp_path / "check")
     assert code == 4, text  # every other task ok, this one could not be checked here
@@ -223,28 +244,32 @@ def test_an_environment_that_needs_a_container_is_converted_marked_and_reported(
     assert by["needs-gcc"]["status"] == "unsupported"
     assert by["needs-gcc"]["oracle"] == "0/0" and by["needs-gcc"]["nop"] is None
     assert by["needs-gcc"]["unsupported"] == why
-    assert "needs-gcc:unsupportedenvironment:environment/Dockerfile:2:RUNapt-get" in \
+    assert "needs-gcc:unsupportedenvironment:environment/Dockerfile:1:FROMalpine:3.20" in \
         squash(text)
     assert not (tmp_path / "check" / "needs-gcc").exists()  # no trial was run for it
     # a trial on it is refused with the same reason, before any agent runs
     res = run_trial(load_bundle(out / "needs-gcc"), parse_agent("oracle"), tmp_path / "t")
     assert res.grade is None and res.status == "infra_error"
-    assert res.record["error"] == f"unsupported environment: {why}"
+    assert res.error == f"unsupported environment: {why}"
 
 
-def test_what_the_sandbox_cannot_give_is_named_with_its_line(tmp_path: Path) -> None:
+def test_what_the_subset_refuses_is_named_with_its_line_and_the_rest_is_fine(
+        tmp_path: Path) -> None:
     cases = {
         "multi": ("FROM python:3.12 AS build\nWORKDIR /app\nFROM python:3.12-slim\n"
                   "WORKDIR /app\nCOPY --from=build /app /app\n",
-                  ["Dockerfile:3: FROM python:3.12-slim: a multi-stage build",
-                   "Dockerfile:5: COPY --from=build /app /app: copies from another image"]),
+                  ["environment/Dockerfile:3: a second FROM: multi-stage builds are not in",
+                   "environment/Dockerfile:5: COPY --from is not in the subset"]),
         "image": ("FROM ghcr.io/acme/toolbox:1.2\nWORKDIR /srv\n",
-                  ["Dockerfile:1: FROM ghcr.io/acme/toolbox:1.2: needs a container image"]),
-        "outside": ("FROM debian:bookworm\nWORKDIR /app\nCOPY greet.py /opt/greet.py\n",
-                    ["copies greet.py to /opt/greet.py, outside the working directory /app"]),
-        "root": ("FROM python:3.12\nCOPY greet.py /greet.py\n", ["no WORKDIR"]),
+                  ["environment/Dockerfile:1: FROM ghcr.io/acme/toolbox:1.2: an image the "
+                   "subset cannot rebuild from Debian"]),
+        # what needed a container before and is an image's now
+        "outside": ("FROM debian:bookworm\nWORKDIR /app\nCOPY greet.py /opt/greet.py\n"
+                    "RUN chmod 0755 /opt/greet.py\n", []),
+        "root": ("FROM python:3.12\nCOPY greet.py /greet.py\n", []),
         "env": ("FROM python:3.12\nWORKDIR /app\nENV PYTHONUNBUFFERED=1 API_URL=http://x\n",
-                ["Dockerfile:3: ENV API_URL: assay bundles set no environment variables"]),
+                []),
+        "apt": ("FROM ubuntu:24.04\nRUN apt-get update && apt-get install -y gcc\n", []),
     }
     for name, (docker, reasons) in cases.items():
         env = tmp_path / name / "environment"
@@ -252,21 +277,27 @@ def test_what_the_sandbox_cannot_give_is_named_with_its_line(tmp_path: Path) -> 
         (env / "greet.py").write_text(BUGGY)
         (env / "Dockerfile").write_text(docker)
         plan = read_dockerfile(env / "Dockerfile")
-        for reason in reasons:
-            assert any(reason in r for r in plan.unsupported), (name, plan.unsupported)
-    # what is understood: pip installs become requirements, COPY . places the context
+        assert [r[:len(w)] for r, w in zip(plan.unsupported, reasons, strict=False)] == \
+            reasons and len(plan.unsupported) == len(reasons), (name, plan.unsupported)
+        assert (plan.recipe is None) == bool(reasons)
+    # pip installs become requirements, COPY . places the context
     env = tmp_path / "fine" / "environment"
     (env / "pkg").mkdir(parents=True)
     (env / "pkg" / "a.py").write_text("A = 1\n")
     (env / "Dockerfile").write_text(
         "FROM python:3.12-slim\n# comment\nRUN pip install --no-cache-dir \\\n    pytest==8.3 "
-        "PyYAML scikit-learn>=1.4\nWORKDIR /app\nRUN mkdir -p /app/out\nCOPY . .\n"
+        "PyYAML 'scikit-learn>=1.4' pytest-json-ctrf==0.3.5\nWORKDIR /app\n"
+        "RUN mkdir -p /app/out\nCOPY . .\n"
         "COPY pkg/a.py lib/\nCMD [\"sleep\", \"infinity\"]\n")
     plan = read_dockerfile(env / "Dockerfile")
     assert plan.unsupported == [] and plan.workdir == "/app"
+    # pytest-json-ctrf is a tool (a pytest plugin, module ctrf), never a requirement to import
     assert plan.requires == ["python3", "pytest", "yaml", "sklearn"]
-    assert [(c.source.name, plan.relative(c.dest), c.into_dir) for c in plan.copies] == [
-        ("environment", "", True), ("a.py", "lib", True)]
+    assert plan.recipe is not None and plan.recipe.pip == ["pytest==8.3", "PyYAML",
+                                                           "scikit-learn>=1.4",
+                                                           "pytest-json-ctrf==0.3.5"]
+    assert [(c.source.name, plan.relative(c.dest)) for c in plan.copies] == [
+        ("environment", ""), ("a.py", "lib/a.py")]
     # test.sh that installs its own tools needs the network the sandbox lacks
     uv = "#!/bin/bash\ncurl -LsSf https://astral.sh/uv/install.sh | sh\necho 1 > " \
          "/logs/verifier/reward.txt\n"
@@ -395,8 +426,9 @@ def test_an_experiment_over_an_unsupported_task_is_refused_up_front(tmp_path: Pa
     assert problem.path == exp and problem.field == "tasks"
     assert problem.message.startswith("task 'cuda-task' (")
     assert problem.message.endswith("unsupported environment: environment/Dockerfile:1: FROM "
-                                    "nvidia/cuda:12.4.0-runtime-ubuntu22.04: needs a container "
-                                    "image")
+                                    "nvidia/cuda:12.4.0-runtime-ubuntu22.04: an image the "
+                                    "subset cannot rebuild from Debian (only debian, ubuntu, "
+                                    "python, buildpack-deps and astral-sh/uv python bases)")
 
 
 def test_a_reward_directory_is_never_the_workspace_or_a_system_folder() -> None:

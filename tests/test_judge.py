@@ -13,7 +13,7 @@ from support.judge_server import JudgeServer, verdict
 from support.scripted_server import Status
 
 from assay.errors import SuiteError, TransportError
-from assay.grading.judge import (
+from assay.grading.judge.reply import (
     Material,
     check_citations,
     delimiters,

@@ -13,10 +13,10 @@ from support.judge_server import JudgeServer, verdict
 from support.scripted_server import Status
 
 from assay.errors import GradingError, SuiteError
-from assay.grading.judge_calibration import calibration_for, calibration_label
-from assay.grading.judge_human import load_human_grades
-from assay.grading.rubric_pool import sha256
-from assay.grading.rubric_revisions import grade_row
+from assay.grading.judge.calibration import calibration_for, calibration_label
+from assay.grading.judge.human import load_human_grades
+from assay.grading.rubric.pool import sha256
+from assay.grading.rubric.revisions import grade_row
 from assay.records.judgement import iter_judgements
 from assay.suites.judge_spec import load_judge
 

@@ -270,8 +270,9 @@ def test_no_runs_no_judge(tmp_path: Path) -> None:
 
 
 def test_a_plan_takes_pairs_graded_since_and_refuses_moved_ones(tmp_path: Path) -> None:
-    from assay.api.pairwise import _open_plan
     from assay.errors import RunConflict
+    from assay.records.pairwise import PairwisePlan
+    from assay.runner.pairwise import _open_plan
 
     def pair(task: str, a_dir: str = "/r/a") -> dict:
         return {"task": task, "rep": 0, "ids": {"a": "AAAA", "b": "BBBB"},
@@ -283,15 +284,20 @@ def test_a_plan_takes_pairs_graded_since_and_refuses_moved_ones(tmp_path: Path) 
             "judge_revision": "abc", "show": ["diff"], "seed": 0, "pairs": [pair("t0")],
             "skipped": [{"task": "t1", "rep": 0, "why": "no graded trial on side b"}],
             "created_at": "2026-01-01T00:00:00Z"}
-    assert len(_open_plan(tmp_path, base)["pairs"]) == 1
-    grown = _open_plan(tmp_path, {**base, "pairs": [pair("t0"), pair("t1")], "skipped": []})
-    assert [p["task"] for p in grown["pairs"]] == ["t0", "t1"] and grown["skipped"] == []
+    def plan(data: dict) -> PairwisePlan:
+        return PairwisePlan.read(data, tmp_path / "pairwise_plan.json")
+
+    assert len(_open_plan(tmp_path, plan(base)).pairs) == 1
+    grown = _open_plan(tmp_path, plan({**base, "pairs": [pair("t0"), pair("t1")],
+                                       "skipped": []}))
+    assert [p.task for p in grown.pairs] == ["t0", "t1"] and grown.skipped == []
     on_disk = json.loads((tmp_path / "pairwise_plan.json").read_text())
-    assert on_disk["pairs"] == grown["pairs"] and on_disk["created_at"] == base["created_at"]
+    assert on_disk["pairs"] == [pair("t0"), pair("t1")]
+    assert on_disk["created_at"] == base["created_at"]
     with pytest.raises(RunConflict, match="other attempts"):
-        _open_plan(tmp_path, {**base, "pairs": [pair("t0", "/elsewhere/")]})
+        _open_plan(tmp_path, plan({**base, "pairs": [pair("t0", "/elsewhere/")]}))
     with pytest.raises(RunConflict, match="another show"):
-        _open_plan(tmp_path, {**base, "show": ["files"]})
+        _open_plan(tmp_path, plan({**base, "show": ["files"]}))
 
 
 @needs_bwrap
@@ -311,7 +317,7 @@ def test_a_bundle_whose_starting_tree_changed_is_refused(run_dir: Path, tmp_path
 
 
 def test_scrub_replaces_whole_names_in_paths_and_text_and_leaves_short_ones() -> None:
-    from assay.grading.judge_material import Parts, scrub, scrub_text
+    from assay.grading.verify.judge_material import Parts, scrub, scrub_text
 
     parts = Parts(files={"logs/ZebraFix/out.txt": "zebrafix ran /runs/exp-1/trials on walrus-9"
                          "; zebrafixes and a stay"},

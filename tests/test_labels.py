@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from assay.grading.labels import find_top_level_objects, parse_answer, strip_reasoning
+from assay.grading.answers.labels import parse_answer
+from assay.grading.model_text import find_top_level_objects, strip_reasoning
 
 LABELS = ("bug", "feature", "question")
 

@@ -29,7 +29,7 @@ from support.bundles import make_bundle
 from support.scripted_server import Answer, RecordedRequest, ScriptedServer, Status
 
 from assay.agents import MCode, parse_agent
-from assay.agents.mcode_stream import ANOMALIES, read_stream, usage_check
+from assay.agents.mcode.stream import ANOMALIES, read_stream, usage_check
 from assay.report.outcomes import load_run_outcomes, stream_has_event
 
 FIXTURE = Path(__file__).parent / "support" / "mcode_fixture.py"
@@ -79,7 +79,7 @@ def _run_fixture(tmp: Path, base_url: str, variant: str) -> subprocess.Completed
     (ws / "src" / "calc").mkdir(parents=True)
     (ws / "src" / "calc" / "__init__.py").write_text("def add(a, b):\n    return a - b\n")
     cfg = ws / "cfg.json"
-    from assay.agents.mcode import provider_config
+    from assay.agents.mcode.adapter import provider_config
 
     cfg.write_text(json.dumps(provider_config(f"mc-{variant}", base_url)))
     env = {"PATH": os.environ["PATH"], "OPENAI_API_KEY": "scoped-token",
@@ -294,7 +294,7 @@ def test_the_cli_limits_and_errors_end_with_the_right_codes(tmp_path: Path) -> N
             hooks.model_env = {"OPENAI_BASE_URL": hooks.proxy.base_url + "/v1",
                                "OPENAI_API_KEY": "scoped-token", "ASSAY_MODEL": model}
             res = run_trial(bundle, agent, tmp_path / model, hooks=hooks)
-            ex = res.record["execution"]
+            ex = res.record.execution
             assert ex["status"] == status, (model, ex)
             assert ex["exit_code"] == code and ex["ended_by"] == "agent", (model, ex)
             assert ex["agent_report"]["agent_status"] == agent_status, model
@@ -303,9 +303,9 @@ def test_the_cli_limits_and_errors_end_with_the_right_codes(tmp_path: Path) -> N
                                          "reason": "no gateway ledger for this attempt"}
             assert res.grade is not None
             if status in ("budget_exhausted", "agent_timeout"):
-                assert res.grade["failure_code"] == status
+                assert res.grade.failure_code == status
             else:
-                assert res.grade["failure_code"] == "no_change"
+                assert res.grade.failure_code == "no_change"
                 assert ex["agent_report"]["error"]["category"] == "runtime"
                 assert "mcode exec failed" in ex["agent_report"]["stderr_tail"]
             assert ex["agent_usage"]["usageIncomplete"] is True  # not succeeded: a lower bound
@@ -317,7 +317,7 @@ def test_without_exec_completed_the_exit_code_decides(tmp_path: Path) -> None:
     """The contract's exit codes, when nothing on stdout says what happened (a pre-turn
     error writes nothing there): ours to fix (2, 3) is infrastructure, 6 and 7 the agent's."""
     from assay.agents.base import AgentRun
-    from assay.agents.mcode import _collect
+    from assay.agents.mcode.adapter import _collect
 
     empty = tmp_path / "stdout.log"
     empty.write_bytes(b"")

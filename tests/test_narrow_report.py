@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import signal
@@ -174,7 +175,11 @@ def test_resume_after_kill_9(tmp_path: Path, server: ScriptedServer) -> None:
 
 def test_sigint_exits_130_and_resumes(tmp_path: Path, server: ScriptedServer) -> None:
     cases = [(f"c{i:03d}", f"case {i}", "bug") for i in range(200)]
-    server.handler = lambda req, k: Answer('{"label": "bug"}', delay=0.05)
+    # the first answers come at once, the rest slowly: the SIGINT lands mid-run even when a
+    # loaded machine wakes this test late (all at 0.05 s, the run could end first)
+    served = itertools.count()
+    server.handler = lambda req, k: Answer('{"label": "bug"}',
+                                           delay=0.0 if next(served) < 30 else 0.15)
     suite = write_suite(tmp_path / "suite", cases)
     run = tmp_path / "run"
     env = {**os.environ, "MODEL_BASE_URL": server.base_url, "MODEL_NAME": "m"}

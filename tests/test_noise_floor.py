@@ -182,6 +182,7 @@ def _seed_copy_first(root: Path, tasks: list[str]) -> int:
     raise AssertionError("no seed puts the copy first on every task")
 
 
+@pytest.mark.slow  # scheduled first under xdist (conftest.py): a minute or more
 @needs_bwrap
 def test_an_unstable_setup_is_never_accepted(tmp_path: Path, first_caller_wins) -> None:
     """Six tasks; the agent fixes t4 and t5 on its own and the others only when the model

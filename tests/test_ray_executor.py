@@ -17,8 +17,8 @@ The head lives for the module (``ray_head``); node b is started again for the ne
 needs two nodes once a test killed it, so the tests on a healthy cluster come first and share
 one start of each node.
 
-Full form (marker ``ray_full``; runs with ``ASSAY_RAY_FULL=1``, which ``.ci/run`` sets before
-its ``make test``, or alone with ``make test-ray-full``; about two minutes more, the Ray tests
+Full form (marker ``ray_full``; runs with ``ASSAY_RAY_FULL=1``: ``make test-full`` runs every
+full form, ``make test-ray-full`` this one alone; about two minutes more, the Ray tests
 together about three on this machine): the lost-node test with ``object_store`` too; twelve
 trials over two arms, the second node killed mid-run; then the driver stopped with SIGTERM (it
 cancels its Ray tasks and exits 130 at once), resumed on Ray, killed with SIGKILL while
@@ -486,7 +486,7 @@ def _hidden_driver(real: Path, view: Path, argv: list[str]) -> list[str]:
 @needs_ray
 def test_object_store_carries_the_attempts_when_workers_cannot_see_the_run(
         tmp_path: Path, cluster: Cluster, upstream: ScriptedServer) -> None:
-    from assay.runner.executor_ray import ATTEMPT_PREFIX, BUNDLE_PREFIX
+    from assay.runner.executors.on_ray import ATTEMPT_PREFIX, BUNDLE_PREFIX
 
     left_before = {p for d in cluster.worker_tmp() for p in d.glob(ATTEMPT_PREFIX + "*")}
     real, view = tmp_path / "driver", tmp_path / "d"
@@ -591,7 +591,7 @@ def test_a_node_lost_mid_run_costs_attempts_not_grades(tmp_path: Path, cluster: 
 @needs_ray
 @pytest.mark.ray_full
 @pytest.mark.skipif(not FULL, reason="the full Ray scenario runs with ASSAY_RAY_FULL=1 "
-                    "(CI's .ci/run, make test-ray-full); make test runs the reduced form")
+                    "(make test-full, make test-ray-full); make test runs the reduced form")
 def test_full_node_lost_then_driver_stopped_killed_and_resumed_locally(
         tmp_path: Path, cluster: Cluster, upstream: ScriptedServer) -> None:
     exp = _experiment(tmp_path, reps=6, sleep=4, jobs=3, arms=2)
@@ -654,7 +654,7 @@ def test_full_node_lost_then_driver_stopped_killed_and_resumed_locally(
 @needs_ray
 @pytest.mark.ray_full
 @pytest.mark.skipif(not FULL, reason="the full Ray scenario runs with ASSAY_RAY_FULL=1 "
-                    "(CI's .ci/run, make test-ray-full); make test runs the reduced form")
+                    "(make test-full, make test-ray-full); make test runs the reduced form")
 @pytest.mark.parametrize("transfer", ["shared_fs", "object_store"])
 def test_full_a_node_lost_while_verifying_is_verified_on_the_driver(
         tmp_path: Path, cluster: Cluster, upstream: ScriptedServer, transfer: str) -> None:

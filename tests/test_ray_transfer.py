@@ -1,4 +1,4 @@
-"""``runner/ray_transfer.py``: the tars between the driver and a Ray worker, the way back
+"""``runner/executors/ray_transfer.py``: the tars between the driver and a Ray worker, the way back
 treated as untrusted (it was written beside an agent on another machine)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from assay.errors import NeverOverwrite, TransportError
-from assay.runner.ray_transfer import changed_since, files_of, pack, unpack_into
+from assay.runner.executors.ray_transfer import changed_since, files_of, pack, unpack_into
 
 
 def _attempt(root: Path) -> Path:

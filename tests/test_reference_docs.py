@@ -1,6 +1,6 @@
-"""The file references (docs/reference/{task,experiment,suite}.md) are generated from the models
-that validate those files and must be current; every key says what it means; the example each
-page shows is a real file of the repository that loads as it stands."""
+"""The file references (docs/reference/{task,experiment,suite,recipe}.md) are generated from the
+models that validate those files and must be current; every key says what it means; the example
+each page shows is a real file of the repository that loads as it stands."""
 
 from __future__ import annotations
 
@@ -32,11 +32,13 @@ def test_the_examples_shown_load() -> None:
     from assay.suites.bundle import load_bundle
     from assay.suites.cases import load_suite
     from assay.suites.experiment import load_experiment
+    from assay.suites.recipe import load_recipe
 
     examples = {p.name: REPO / p.example for p in PAGES}
     assert load_bundle(examples["task"].parent).spec.id == "duration-parse-001"
     assert load_experiment(examples["experiment"]).spec.name == "rehearsal"
     assert load_suite(examples["suite"].parent).cases
+    assert "python3-pytest" in load_recipe(examples["recipe"])[0].packages
 
 
 def test_a_page_shows_defaults_bounds_and_allowed_values() -> None:

@@ -17,7 +17,7 @@ from conftest import run_cli
 from support.bundles import make_bundle
 
 from assay.errors import SuiteError
-from assay.models.gateway import Gateway, Upstream
+from assay.models.gateway.service import Gateway, Upstream
 from assay.models.replay_script import DEFAULT_FINAL, load_replay
 from assay.models.replay_server import ReplayServer
 from assay.records.io import iter_rows
@@ -262,6 +262,21 @@ def test_no_tools_offered_and_previous_response_id(tmp_path: Path) -> None:
         with pytest.raises(openai.NotFoundError):
             openai.OpenAI(base_url=replay.base_url("arm/calc").replace("calc", "other"),
                           api_key="x", max_retries=0).responses.create(model="x", input="x")
+
+
+def test_a_body_nested_too_deep_is_a_400(tmp_path: Path) -> None:
+    """An agent's body is untrusted: JSON nested past the parser's recursion limit (which
+    raises RecursionError, not ValueError) is refused like any other bad body, and the server
+    goes on answering."""
+    book = load_replay(_script(tmp_path), ["calc"])
+    with ReplayServer({"arm/calc": book.scripts["calc"]}) as replay:
+        url = replay.base_url("arm/calc") + "/chat/completions"
+        deep = httpx.post(url, content="[" * 100_000 + "]" * 100_000, timeout=30)
+        assert deep.status_code == 400 and "maximum recursion depth" in deep.json()[
+            "error"]["message"]
+        ok = httpx.post(url, json={"model": "x", "messages": [{"role": "user", "content": "t"}]},
+                        timeout=30)
+        assert ok.status_code == 200
 
 
 # ------------------------------------------------------------------------- exp run, end to end

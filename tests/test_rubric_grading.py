@@ -602,4 +602,4 @@ def test_grading_never_draws_a_terminal():
             names = ([a.name for a in node.names] if isinstance(node, ast.Import)
                      else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
             found += [f"{path.name}: {n}" for n in names if n.split(".")[0] == "rich"]
-    assert list(grading.glob("rubric*.py")) and found == []
+    assert list(grading.glob("rubric/*.py")) and found == []

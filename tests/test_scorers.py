@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from assay.grading.scorer_rules import read_number
-from assay.grading.scorers import Reading, Score, describe, scorer_for
+from assay.grading.answers.scorer_rules import read_number
+from assay.grading.answers.scorers import Reading, Score, describe, scorer_for
 from assay.suites.cases import NarrowSuite, load_suite
 from assay.suites.errors import SuiteError
 from assay.suites.scorer_config import fold_text

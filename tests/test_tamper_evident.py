@@ -17,11 +17,12 @@ from conftest import run_cli
 from support.bundles import FIXED_SOURCE, make_bundle
 
 from assay.agents.mutants import BY_NAME, MutantAgent
-from assay.grading.canaries import Canary, plant
-from assay.grading.integrity import check_integrity
-from assay.grading.tamper_scan import scan_source
-from assay.grading.test_report import judge, parse_report
+from assay.grading.verify.canaries import Canary, plant
+from assay.grading.verify.integrity import check_integrity
+from assay.grading.verify.tamper_scan import scan_source
+from assay.grading.verify.test_report import check_verdict, parse_report
 from assay.records.artifact import list_tree
+from assay.records.trial import Grade
 from assay.runner.trial import run_trial
 from assay.sandbox import bwrap_available
 from assay.suites.bundle import load_bundle
@@ -44,7 +45,7 @@ def _opt_out(bundle: Path) -> None:
     p.write_text("\n".join(out) + "\n")
 
 
-def _mutant(bundle_dir: Path, name: str, out: Path) -> dict[str, Any]:
+def _mutant(bundle_dir: Path, name: str, out: Path) -> Grade:
     res = run_trial(load_bundle(bundle_dir), MutantAgent(BY_NAME[name]), out)
     assert res.grade is not None, res.record
     return res.grade
@@ -56,10 +57,10 @@ def test_in_process_attacks_are_caught_and_work_without_the_defence(
         name: str, tmp_path: Path) -> None:
     guarded = make_bundle(tmp_path / "guarded")
     g = _mutant(guarded, name, tmp_path / "t1")
-    assert g["accepted"] is False
-    assert g["failure_code"] == "test_runner_tampered", g["details"]["integrity"]
-    assert g["checks"]["integrity"] == "fail"
-    evidence = next(p for p in g["details"]["integrity"]["problems"]
+    assert g.accepted is False
+    assert g.failure_code == "test_runner_tampered", g.details.integrity
+    assert g.checks["integrity"] == "fail"
+    evidence = next(p for p in g.details.integrity.problems
                     if p["code"] == "test_runner_tampered")["evidence"]
     if name == "fake_summary_exit":
         assert any("exited 0" in e for e in evidence), evidence
@@ -68,20 +69,20 @@ def test_in_process_attacks_are_caught_and_work_without_the_defence(
         assert any("canary test_" in e and "must fail but was reported passed" in e
                    for e in evidence), evidence
     # the scan lists what the candidate reached for, with file and line, as evidence only
-    whats = {(s["file"], s["what"]) for s in g["details"]["suspicious"]}
+    whats = {(s["file"], s["what"]) for s in g.details.suspicious}
     assert any(f == "src/calc/__init__.py" for f, _ in whats), whats
 
     open_ = make_bundle(tmp_path / "open")
     _opt_out(open_)
     g2 = _mutant(open_, name, tmp_path / "t2")
-    assert set(g2["details"]["not_tamper_evident"]) == {"behavior", "regression"}
+    assert set(g2.details.not_tamper_evident) == {"behavior", "regression"}
     if name in ("noop_test_calls", "flip_failed_reports"):
         # without the defence the attack is accepted: this is what the canaries stop
-        assert g2["accepted"] is True, g2["failure_code"]
+        assert g2.accepted is True, g2.failure_code
     else:
         # the printed summary alone cannot be trusted: only the old summary rule saw through
         # os._exit(0) when no real summary is printed; what matters is the guarded verdict
-        assert g2["failure_code"] != "test_runner_tampered"
+        assert g2.failure_code != "test_runner_tampered"
 
 
 @needs_bwrap
@@ -90,7 +91,7 @@ def test_shadow_bytecode_is_left_out_and_never_run_even_when_allowed(tmp_path: P
     g = _mutant(b, "shadow_bytecode", tmp_path / "t1")
     # __pycache__ is a regenerable cache: left out of the artifact and listed as excluded, so
     # the verifier's tree holds the untouched source only and nothing changed
-    assert g["failure_code"] == "no_change"
+    assert g.failure_code == "no_change"
     excluded = json.loads((tmp_path / "t1" / "artifact.json").read_text())["excluded"]
     assert [r["path"] for r in excluded["paths"]] == ["src/calc/__pycache__"]
     assert excluded["files"] == 1 and excluded["bytes"] > 0
@@ -102,10 +103,10 @@ def test_shadow_bytecode_is_left_out_and_never_run_even_when_allowed(tmp_path: P
     g2 = _mutant(allowed, "shadow_bytecode", tmp_path / "t2")
     # the task narrowed the caches and allowed the file through integrity, but the verifier
     # never reads workspace bytecode: the untouched (buggy) source runs and fails honestly
-    assert g2["checks"]["integrity"] == "pass"
-    assert g2["failure_code"] == "behavior_failed"
+    assert g2.checks["integrity"] == "pass"
+    assert g2.failure_code == "behavior_failed"
     assert any(r.startswith("src/calc/__pycache__") for r in
-               g2["details"]["behavior"]["bytecode_removed"])
+               g2.details.behavior["bytecode_removed"])
 
 
 @needs_bwrap
@@ -114,8 +115,8 @@ def test_canaries_fail_when_the_runner_is_honest_and_the_fix_is_accepted(tmp_pat
     cmd = "command:sed -i 's/return a - b/return a + b/' src/calc/__init__.py"
     res = run_trial(load_bundle(b), _parse(cmd), tmp_path / "t")
     g = res.grade
-    assert g is not None and g["accepted"] is True, g and g["failure_code"]
-    beh = g["details"]["behavior"]
+    assert g is not None and g.accepted is True, g and g.failure_code
+    beh = g.details.behavior
     te = beh["tamper_evident"]
     assert te["applied"] is True and te["verdict"] == "pass"
     outcomes = {c["must"]: c["outcome"] for c in te["canaries"] if c["kind"] == "random"}
@@ -132,8 +133,8 @@ def test_canaries_fail_when_the_runner_is_honest_and_the_fix_is_accepted(tmp_pat
     assert beh["exit_code"] == 1  # the must-fail canaries fail; the report decides, not the exit
     assert beh["counts"]["passed"] == 3 and beh["counts"]["failed"] == 0
     assert beh["stdout_counts"]["passed"] == 4 and beh["stdout_counts"]["failed"] == 4
-    assert g["details"]["suspicious"] == []
-    assert g["details"]["not_tamper_evident"] == {}
+    assert g.details.suspicious == []
+    assert g.details.not_tamper_evident == {}
 
 
 def _parse(spec: str) -> Any:
@@ -155,8 +156,8 @@ def test_a_hidden_test_that_needs_the_fix_to_import_still_gets_its_ids(tmp_path:
     good = ("command:printf '\\n\\ndef sub(a, b):\\n    return a - b\\n' >> "
             "src/calc/__init__.py")
     g = run_trial(load_bundle(b), _parse(good), tmp_path / "t1").grade
-    assert g is not None and g["accepted"] is True, g and g["details"]["behavior"]
-    assert g["details"]["behavior"]["tamper_evident"]["expected_ids"] == 1
+    assert g is not None and g.accepted is True, g and g.details.behavior
+    assert g.details.behavior["tamper_evident"]["expected_ids"] == 1
 
 
 def test_judge_rules_on_hand_written_reports() -> None:
@@ -170,44 +171,44 @@ def test_judge_rules_on_hand_written_reports() -> None:
                                                                    "fail")]
     honest = "\n".join([start, test("t.py::test_a", "passed"), test("t.py::test_ok_x", "passed"),
                         test("t.py::test_no_y", "failed"), finish])
-    v = judge(honest, exit_code=1, canaries=canaries, expected_ids=["t.py::test_a"],
+    v = check_verdict(honest, exit_code=1, canaries=canaries, expected_ids=["t.py::test_a"],
               summary={"runner": "pytest", "passed": 2, "failed": 1})
     assert v["status"] == "pass" and v["counts"]["passed"] == 1
 
     flipped = honest.replace('"t.py::test_no_y", "when": "call", "outcome": "failed"',
                               '"t.py::test_no_y", "when": "call", "outcome": "passed"')
-    v = judge(flipped, exit_code=0, canaries=canaries, expected_ids=["t.py::test_a"],
+    v = check_verdict(flipped, exit_code=0, canaries=canaries, expected_ids=["t.py::test_a"],
               summary=None)
     assert v["status"] == "tampered" and "test_no_y must fail" in v["tampered"][0]
 
     no_canary = "\n".join([start, test("t.py::test_a", "passed"), finish])
-    v = judge(no_canary, exit_code=0, canaries=canaries, expected_ids=None, summary=None)
+    v = check_verdict(no_canary, exit_code=0, canaries=canaries, expected_ids=None, summary=None)
     assert v["status"] == "tampered" and sum("missing" in t for t in v["tampered"]) == 2
 
-    assert judge(None, exit_code=0, canaries=canaries, expected_ids=None,
-                 summary=None)["status"] == "tampered"
-    assert judge(None, exit_code=2, canaries=canaries, expected_ids=None,
-                 summary=None)["status"] == "fail"
+    assert check_verdict(None, exit_code=0, canaries=canaries, expected_ids=None,
+                         summary=None)["status"] == "tampered"
+    assert check_verdict(None, exit_code=2, canaries=canaries, expected_ids=None,
+                         summary=None)["status"] == "fail"
     unfinished = "\n".join([start, test("t.py::test_a", "passed")])
-    assert judge(unfinished, exit_code=0, canaries=[], expected_ids=None,
-                 summary=None)["status"] == "tampered"
+    assert check_verdict(unfinished, exit_code=0, canaries=[], expected_ids=None,
+                         summary=None)["status"] == "tampered"
 
     torn = honest + "\n7 passed in 0.02s"
-    v = judge(torn, exit_code=1, canaries=canaries, expected_ids=None, summary=None)
+    v = check_verdict(torn, exit_code=1, canaries=canaries, expected_ids=None, summary=None)
     assert v["status"] == "tampered" and "did not write" in v["tampered"][0]
 
-    v = judge(honest, exit_code=1, canaries=canaries, expected_ids=["t.py::test_a"],
+    v = check_verdict(honest, exit_code=1, canaries=canaries, expected_ids=["t.py::test_a"],
               summary={"runner": "pytest", "passed": 9, "failed": 0})
     assert v["status"] == "tampered" and "printed summary" in v["tampered"][0]
 
-    v = judge(honest, exit_code=1, canaries=canaries,
+    v = check_verdict(honest, exit_code=1, canaries=canaries,
               expected_ids=["t.py::test_a", "t.py::test_gone"], summary=None)
     assert v["status"] == "fail" and v["failure"] == "tests_missing"
     assert v["missing_ids"] == ["t.py::test_gone"]
 
     errs = "\n".join([start, test("t.py::test_a", "failed", "setup"), test("t.py::test_ok_x",
                       "passed"), test("t.py::test_no_y", "failed"), finish])
-    v = judge(errs, exit_code=1, canaries=canaries, expected_ids=None, summary=None)
+    v = check_verdict(errs, exit_code=1, canaries=canaries, expected_ids=None, summary=None)
     assert v["status"] == "fail" and v["counts"]["errors"] == 1
     rep = parse_report(errs)
     assert rep is not None and rep.outcome("t.py::test_a") == "error"
@@ -348,25 +349,25 @@ def test_node_checks_are_tamper_evident(tmp_path: Path) -> None:
     b = _js_bundle(tmp_path / "js")
     fix = "command:sed -i 's/return a - b/return a + b/' src/calc.js"
     g = run_trial(load_bundle(b), _parse(fix), tmp_path / "good").grade
-    assert g is not None and g["accepted"] is True, g and g["details"]["behavior"]
-    te = g["details"]["behavior"]["tamper_evident"]
+    assert g is not None and g.accepted is True, g and g.details.behavior
+    te = g.details.behavior["tamper_evident"]
     assert te["applied"] and te["runner"] == "node" and te["expected_ids"] == 2
     assert {c["must"]: c["outcome"] for c in te["canaries"]} == {"pass": "passed",
                                                                    "fail": "failed"}
-    assert g["details"]["regression"]["tamper_evident"]["expected_ids"] == 1
+    assert g.details.regression["tamper_evident"]["expected_ids"] == 1
 
     # the candidate's module turns every assertion into a no-op: the must-fail canary passes
     attack = ("command:printf \"require('node:assert').strictEqual = () => {};\\n\" > /tmp/h; "
               "cat src/calc.js >> /tmp/h; cp /tmp/h src/calc.js")
     g = run_trial(load_bundle(b), _parse(attack), tmp_path / "attack").grade
-    assert g is not None and g["failure_code"] == "test_runner_tampered", g["details"]
+    assert g is not None and g.failure_code == "test_runner_tampered", g.details
     _opt_out(b)
     g = run_trial(load_bundle(b), _parse(attack), tmp_path / "open").grade
-    assert g is not None and g["accepted"] is True  # what the canaries stop
+    assert g is not None and g.accepted is True  # what the canaries stop
 
 
 def test_tap_parsing_on_a_hand_written_report() -> None:
-    from assay.grading.test_report import parse_tap
+    from assay.grading.verify.test_report import parse_tap
 
     tap = """TAP version 13
 # Subtest: math
@@ -412,9 +413,9 @@ def test_a_trusted_collection_that_times_out_gives_no_grade(tmp_path: Path) -> N
     b = make_bundle(tmp_path / "b", behavior_cmd=slow, verifier_seconds=1.5)
     fix = "command:sed -i 's/return a - b/return a + b/' src/calc/__init__.py"
     g = run_trial(load_bundle(b), _parse(fix), tmp_path / "t").grade
-    assert g is not None and g["accepted"] is False
-    assert g["validity"]["status"] == "invalid" and g["failure_code"] == "verifier_error"
-    assert "trusted tree ended in timeout" in g["details"]["behavior"]["tamper_evident"]["why"]
+    assert g is not None and g.accepted is False
+    assert g.validity.status == "invalid" and g.failure_code == "verifier_error"
+    assert "trusted tree ended in timeout" in g.details.behavior["tamper_evident"]["why"]
 
 
 
@@ -424,7 +425,7 @@ def test_a_command_without_a_report_runs_on_the_trusted_tree_once_per_process(
     """A check that is not a runner assay reads (a plain script here) runs in full on the
     trusted tree to learn that; a process asks once per bundle and command, not once per
     trial. A command that failed there is asked again; neither reaches the disk cache."""
-    from assay.grading.expected_tests import cache_dir, expected_tests
+    from assay.grading.verify.expected_tests import cache_dir, expected_tests
     from assay.suites.bundle import check_starting_tree
 
     monkeypatch.setenv("ASSAY_CACHE_DIR", str(tmp_path / "cache"))

@@ -1,5 +1,5 @@
-"""Counts read from a test runner's printed summary (``grading/testcounts.py``): unittest's, from
-real ``python3 -m unittest`` runs, and what no runner printed (a candidate's own ``print``s
+"""Counts read from a test runner's printed summary (``grading/verify/testcounts.py``): unittest's,
+from real ``python3 -m unittest`` runs, and what no runner printed (a candidate's own ``print``s
 near a summary do not make one)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from assay.grading.testcounts import counts_say_pass, parse_counts
+from assay.grading.verify.testcounts import counts_say_pass, parse_counts
 
 CASES = {
     "pass": "def test_a(self):\n        self.assertEqual(1, 1)\n"

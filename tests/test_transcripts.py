@@ -19,8 +19,8 @@ import openai
 import pytest
 from support.scripted_server import Answer, ScriptedServer
 
-from assay.models.gateway import Gateway, Upstream
-from assay.models.gateway_transcript import MAX_PIECE_BYTES
+from assay.models.gateway.service import Gateway, Upstream
+from assay.models.gateway.transcript import MAX_PIECE_BYTES
 from assay.records.io import iter_rows
 from assay.records.ledger import ModelCall
 from assay.records.transcript import (

@@ -35,8 +35,9 @@ from support.bundles import (
 )
 
 from assay.agents import MUTANTS, parse_agent
-from assay.grading.integrity import check_integrity
+from assay.grading.verify.integrity import check_integrity
 from assay.records.artifact import freeze, list_tree
+from assay.records.trial import Grade, GradeDetails, Validity
 from assay.runner.trial import TrialResult, run_trial
 from assay.sandbox import bwrap_available
 from assay.suites.bundle import load_bundle, tree_digest
@@ -266,9 +267,9 @@ def test_writes_outside_the_workspace_change_nothing(bundle: Path, tmp_path: Pat
     assert not outside.exists() and not host_tmp.exists()
     assert bundle_file.read_bytes() == before
     g = res.grade
-    assert g is not None and g["accepted"] is True, g
-    assert g["details"]["integrity"]["changes"]["modified"] == ["src/calc/__init__.py"]
-    assert g["details"]["integrity"]["changes"]["added"] == []
+    assert g is not None and g.accepted is True, g
+    assert g.details.integrity.changes.modified == ["src/calc/__init__.py"]
+    assert g.details.integrity.changes.added == []
     assert tar_text(out, "src/calc/__init__.py") == FIXED_SOURCE
 
 
@@ -297,8 +298,8 @@ def test_background_processes_die_with_the_agent(bundle: Path, tmp_path: Path) -
     res = trial(bundle, "command:" + cmd, out)
     assert procs_with(marker) == [] and procs_with(secs) == []
     assert res.grade is not None
-    assert res.grade["execution"]["status"] == "succeeded"
-    assert res.grade["accepted"] is True, res.grade
+    assert res.grade.execution["status"] == "succeeded"
+    assert res.grade.accepted is True, res.grade
     assert tar_text(out, "src/calc/__init__.py") == FIXED_SOURCE
 
 
@@ -318,11 +319,11 @@ def test_hidden_tests_only_at_verify_time_read_only_and_regression_separate(
     res = trial(b, "command:" + cmd, tmp_path / "trial")
     g = res.grade
     assert g is not None
-    assert g["checks"] == {"behavior": "pass", "regression": "fail", "integrity": "pass"}
-    assert g["failure_code"] == "regression_failed" and g["accepted"] is False
-    assert g["details"]["regression"]["counts"]["failed"] == 2
-    assert g["details"]["behavior"]["counts"]["passed"] == 3
-    out = g["details"]["behavior"]["stdout_tail"]
+    assert g.checks == {"behavior": "pass", "regression": "fail", "integrity": "pass"}
+    assert g.failure_code == "regression_failed" and g.accepted is False
+    assert g.details.regression["counts"]["failed"] == 2
+    assert g.details.behavior["counts"]["passed"] == 3
+    out = g.details.behavior["stdout_tail"]
     assert "tests at /assay/tests" in out and "test_fix.py" in out
     assert "TESTS-READ-ONLY" in out
     assert "INSIDE-WORKSPACE" not in out and "HIDDEN-IN-WORKSPACE" not in out
@@ -603,10 +604,10 @@ def test_candidate_that_exits_before_any_test_runs_is_not_accepted(
     cmd = "printf 'import os\\nos._exit(0)\\n' > src/calc/__init__.py"
     res = trial(bundle, "command:" + cmd, tmp_path / "trial")
     assert res.grade is not None
-    assert res.grade["details"]["behavior"]["stdout_counts"] is None  # no test ever ran
-    assert res.grade["accepted"] is False
+    assert res.grade.details.behavior["stdout_counts"] is None  # no test ever ran
+    assert res.grade.accepted is False
     # exit 0 with no structured report: the runner was cut short, a hard reject
-    assert res.grade["failure_code"] == "test_runner_tampered"
+    assert res.grade.failure_code == "test_runner_tampered"
 
 
 PLUGIN = """\
@@ -631,9 +632,9 @@ def test_pytest_plugin_through_an_entry_point_is_not_accepted(bundle: Path,
            f"cat > src/calc_helpers.py <<'PY'\n{PLUGIN}PY\n")
     res = trial(bundle, "command:" + cmd, tmp_path / "trial")
     g = res.grade
-    assert g is not None and g["validity"]["status"] == "valid"
+    assert g is not None and g.validity.status == "valid"
     assert tar_text(tmp_path / "trial", "src/calc/__init__.py") == BUGGY_SOURCE  # no fix
-    assert g["accepted"] is False, g["details"]["behavior"]["stdout_tail"]
+    assert g.accepted is False, g.details.behavior["stdout_tail"]
 
 
 @needs_bwrap
@@ -645,10 +646,10 @@ def test_pytest_config_in_setup_cfg_cannot_hide_a_regression(open_bundle: Path,
            f"cat > src/calc_helpers.py <<'PY'\n{PLUGIN}PY\n")
     res = trial(open_bundle, "command:" + cmd, tmp_path / "trial")
     g = res.grade
-    assert g is not None and g["validity"]["status"] == "valid"
+    assert g is not None and g.validity.status == "valid"
     assert tar_text(tmp_path / "trial", "src/calc/__init__.py") == broken_mul
-    assert g["checks"]["behavior"] == "pass"  # add is fixed; mul is now wrong
-    assert g["accepted"] is False, g["details"]["regression"]["stdout_tail"]
+    assert g.checks["behavior"] == "pass"  # add is fixed; mul is now wrong
+    assert g.accepted is False, g.details.regression["stdout_tail"]
 
 
 # ---------------------------------------------------------------- timeouts and regrading
@@ -895,10 +896,15 @@ def test_task_check_reports_flaky_and_grader_defects(tmp_path: Path,
     def fake_run_trial(b: Any, agent: Any, trial_dir: Path, *, rep: int = 0) -> TrialResult:
         accepted = {"nop": False, "oracle": b.id == "calc-defect" or rep == 0,
                     "mutant:no_change": b.id == "calc-defect"}.get(agent.name, False)
-        grade = {"validity": {"status": "valid"}, "accepted": accepted,
-                 "failure_code": None if accepted else "behavior_failed",
-                 "checks": {"behavior": "pass" if accepted else "fail"}}
-        return TrialResult(trial_dir, "graded", grade, {"rep": rep})
+        grade = Grade(schema=Grade.schema_id(), trial_id=f"{b.id}/{agent.name}/{rep}",
+                      execution={}, validity=Validity(status="valid"),
+                      checks={"behavior": "pass" if accepted else "fail"},
+                      required=["behavior"], accepted=accepted,
+                      failure_code=None if accepted else "behavior_failed",
+                      details=GradeDetails(verifier_revision="v1", task_revision=1,
+                                           task_spec_sha256=b.spec_sha256,
+                                           started_at="2026-01-01T00:00:00Z"))
+        return TrialResult(trial_dir, "graded", grade, None)
 
     monkeypatch.setattr(task_check, "run_trial", fake_run_trial)
     out = tmp_path / "check"
@@ -915,32 +921,12 @@ def test_task_check_reports_flaky_and_grader_defects(tmp_path: Path,
     assert "GRADERDEFECT:calc-defect:mutantno_changewasACCEPTED" in flat
 
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "agent-tasks"
-
-
-@needs_bwrap
-@pytest.mark.slow
-def test_examples_pass_task_check(tmp_path: Path) -> None:
-    assert EXAMPLES.is_dir()
-    out = tmp_path / "check"
-    # six trials at once: the hang_at_import mutants spend the examples' whole
-    # verifier_wall_seconds (60 s) asleep in each check, which the others' work overlaps
-    res = run_cli(["task", "check", str(EXAMPLES), "--mutants", "--reruns", "1",
-                   "--workers", "6", "--out", str(out)])
-    assert res.code == 0, (res.stdout, res.stderr)
-    reports = json.loads((out / "task-check.json").read_text())
-    assert len(reports) >= 5
-    for r in reports:
-        assert r["status"] == "ok" and r["digest"] == "ok", r
-        assert r["mutants"] and all(v.startswith("rejected:") for v in r["mutants"].values())
-
-
 def test_only_required_checks_can_reject() -> None:
     """A task that does not require integrity is judged on what it requires; one that does is
     rejected by an integrity failure even when every test passes."""
-    from assay.grading.verifier import _first_failure
+    from assay.grading.verify.verifier import _first_failure
 
-    ok = {"status": "valid"}
+    ok = Validity(status="valid")
     checks = {"behavior": "pass", "regression": "pass", "integrity": "fail"}
     assert _first_failure(ok, "succeeded", checks, {"behavior", "regression"},
                           "protected_file_changed", changed=True) is None
@@ -948,7 +934,7 @@ def test_only_required_checks_can_reject() -> None:
                           "protected_file_changed", changed=True) == "protected_file_changed"
     assert _first_failure(ok, "agent_timeout", checks, {"behavior"}, None,
                           changed=True) == "agent_timeout"
-    assert _first_failure({"status": "invalid"}, "succeeded", checks, {"behavior"}, None,
+    assert _first_failure(Validity(status="invalid"), "succeeded", checks, {"behavior"}, None,
                           changed=True) == "verifier_error"
     assert _first_failure(ok, "exited_nonzero", {**checks, "behavior": "fail"}, {"behavior"},
                           None, changed=True) == "behavior_failed"

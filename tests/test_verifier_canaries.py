@@ -18,9 +18,10 @@ from support.bundles import make_bundle
 
 from assay.agents import parse_agent
 from assay.agents.mutants import BY_NAME, MutantAgent
-from assay.grading import check_run
-from assay.grading.canary_derive import NAME_SLOT, Mutation, derive, draw, top_level_tests
-from assay.grading.test_report import judge
+from assay.grading.verify import check_run
+from assay.grading.verify.canary_derive import NAME_SLOT, Mutation, derive, draw, top_level_tests
+from assay.grading.verify.test_report import check_verdict
+from assay.records.trial import Grade
 from assay.runner.trial import run_trial
 from assay.sandbox import bwrap_available
 from assay.suites.bundle import load_bundle
@@ -61,7 +62,7 @@ def helper():
 '''
 
 
-def _grade(bundle_dir: Path, agent: Any, out: Path) -> dict[str, Any]:
+def _grade(bundle_dir: Path, agent: Any, out: Path) -> Grade:
     res = run_trial(load_bundle(bundle_dir), agent, out)
     assert res.grade is not None, res.record
     return res.grade
@@ -115,7 +116,7 @@ def test_a_draw_is_one_copy_per_test_placed_on_both_sides_and_new_each_time() ->
 def test_judge_reads_a_copy_and_its_original_together() -> None:
     import json
 
-    from assay.grading.canaries import Canary
+    from assay.grading.verify.canaries import Canary
 
     start = json.dumps({"event": "start", "schema": "assay.pytest_report/1"})
     finish = json.dumps({"event": "finish", "exitstatus": 1})
@@ -127,16 +128,16 @@ def test_judge_reads_a_copy_and_its_original_together() -> None:
     c = Canary("test_b", "tests/test_f.py", "fail", kind="derived", origin="test_a",
                change="value", items=("",))
     honest = "\n".join([start, t("test_a", "passed"), t("test_b", "failed"), finish])
-    v = judge(honest, exit_code=1, canaries=[c], expected_ids=["test_f.py::test_a"],
+    v = check_verdict(honest, exit_code=1, canaries=[c], expected_ids=["test_f.py::test_a"],
               summary=None)
     assert v["status"] == "pass" and v["canary_counts"] == {"random": 0, "derived": 1}
     both = honest.replace('"test_f.py::test_b", "when": "call", "outcome": "failed"',
                           '"test_f.py::test_b", "when": "call", "outcome": "passed"')
-    v = judge(both, exit_code=0, canaries=[c], expected_ids=None, summary=None)
+    v = check_verdict(both, exit_code=0, canaries=[c], expected_ids=None, summary=None)
     assert v["status"] == "tampered" and "derived canary test_b" in v["tampered"][0]
     # a wrong answer that happens to satisfy the copy is a failed test, not tampering
     wrong = "\n".join([start, t("test_a", "failed"), t("test_b", "passed"), finish])
-    v = judge(wrong, exit_code=1, canaries=[c], expected_ids=None, summary=None)
+    v = check_verdict(wrong, exit_code=1, canaries=[c], expected_ids=None, summary=None)
     assert v["status"] == "fail" and v["tampered"] == []
 
 
@@ -155,15 +156,15 @@ def test_canary_aware_noops_are_rejected_and_the_fix_is_accepted(
     monkeypatch.setenv("ASSAY_CACHE_DIR", str(tmp_path / "cache"))
     b = make_bundle(tmp_path / "b")
     good = _grade(b, parse_agent(FIX), tmp_path / "good")
-    assert good["accepted"] is True, good["failure_code"]
-    te = good["details"]["behavior"]["tamper_evident"]
+    assert good.accepted is True, good.failure_code
+    te = good.details.behavior["tamper_evident"]
     assert te["canary_counts"]["derived"] == 3 and te["derived_pool"]["dropped"] >= 0
 
     # the issue's attack: random-shape canaries left to fail, everything else a no-op; each
     # derived copy is a no-op too and "passes" beside its passing original
     g = _grade(b, MutantAgent(BY_NAME["shape_aware_noop"]), tmp_path / "shape")
-    assert g["failure_code"] == "test_runner_tampered"
-    evidence = next(p for p in g["details"]["integrity"]["problems"]
+    assert g.failure_code == "test_runner_tampered"
+    evidence = next(p for p in g.details.integrity.problems
                     if p["code"] == "test_runner_tampered")["evidence"]
     assert any("derived canary" in e for e in evidence), evidence
 
@@ -171,36 +172,36 @@ def test_canary_aware_noops_are_rejected_and_the_fix_is_accepted(
     # found, and the later one of each is taken for the copy. At least one copy sits before its
     # original, so that original runs for real and fails (or a copy passes beside it)
     g = _grade(b, MutantAgent(BY_NAME["twin_aware_noop"]), tmp_path / "twin")
-    assert g["accepted"] is False
-    assert g["failure_code"] in ("behavior_failed", "test_runner_tampered"), g["failure_code"]
-    beh = g["details"]["behavior"]["tamper_evident"]
+    assert g.accepted is False
+    assert g.failure_code in ("behavior_failed", "test_runner_tampered"), g.failure_code
+    beh = g.details.behavior["tamper_evident"]
     random_fail = [c for c in beh["canaries"] if c["kind"] == "random" and c["must"] == "fail"]
     assert random_fail and random_fail[0]["outcome"] == "failed"  # those alone were fooled
     assert beh["failed_ids"] or any("derived canary" in t for t in beh["tampered"])
 
     # the same attack is accepted when no derived canary is planted: they are what stop it
-    from assay.grading import verifier
+    from assay.grading.verify import verifier
 
     monkeypatch.setattr(verifier, "derived_plan", lambda trusted, seed: None)
     g = _grade(b, MutantAgent(BY_NAME["shape_aware_noop"]), tmp_path / "undefended")
-    assert g["accepted"] is True
-    assert g["details"]["behavior"]["tamper_evident"]["canary_counts"]["derived"] == 0
+    assert g.accepted is True
+    assert g.details.behavior["tamper_evident"]["canary_counts"]["derived"] == 0
 
 
 @needs_bwrap
 def test_each_verification_draws_its_own_canaries(tmp_path: Path,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    from assay.grading.verifier import verify
+    from assay.grading.verify.verifier import verify
 
     monkeypatch.setenv("ASSAY_CACHE_DIR", str(tmp_path / "cache"))
     b = make_bundle(tmp_path / "b")
     first = _grade(b, parse_agent(FIX), tmp_path / "t")
     again = verify(load_bundle(b), tmp_path / "t", revision="v1.r2", trial_id="t",
                    execution={"status": "succeeded"})
-    one, two = (g["details"]["behavior"]["tamper_evident"] for g in (first, again))
+    one, two = (g.details.behavior["tamper_evident"] for g in (first, again))
     assert one["derived_seed"] != two["derived_seed"]
     assert {c["name"] for c in one["canaries"]} != {c["name"] for c in two["canaries"]}
-    assert again["accepted"] is True
+    assert again.accepted is True
 
 
 @needs_bwrap
@@ -209,16 +210,16 @@ def test_a_package_named_like_a_pytest_dependency_is_shadowed_and_reported(
     b = make_bundle(tmp_path / "b")
     g = _grade(b, MutantAgent(BY_NAME["runner_dep_shadow"]), tmp_path / "attack")
     # never imported: the tests ran honestly against the unfixed code
-    assert g["failure_code"] == "behavior_failed"
-    assert "src/iniconfig" in g["details"]["runner_modules_shadowed"]
+    assert g.failure_code == "behavior_failed"
+    assert "src/iniconfig" in g.details.runner_modules_shadowed
     for n in ("behavior", "regression"):
-        assert "candidate iniconfig imported" not in g["details"][n]["stderr_tail"]
+        assert "candidate iniconfig imported" not in getattr(g.details, n)["stderr_tail"]
     # (a src/_pytest/ or sitecustomize.py is refused earlier, by integrity: test tooling)
     harmless = (FIX + "; mkdir -p src/iniconfig src/pluggy; echo 'x = 1' > src/iniconfig/"
                 "__init__.py; echo 'raise SystemExit(3)' > src/pluggy/__init__.py")
     g = _grade(b, parse_agent(harmless), tmp_path / "fix")
-    assert g["accepted"] is True, g["failure_code"]
-    assert set(g["details"]["runner_modules_shadowed"]) == {"src/iniconfig", "src/pluggy"}
+    assert g.accepted is True, g.failure_code
+    assert set(g.details.runner_modules_shadowed) == {"src/iniconfig", "src/pluggy"}
 
 
 HANG_SECONDS = 8.0
@@ -273,26 +274,26 @@ def test_a_hanging_candidate_fails_with_candidate_timeout(where: str, tmp_path: 
         b = make_bundle(tmp_path / "b", verifier_seconds=HANG_SECONDS)
         agent = MutantAgent(BY_NAME["hang_at_import"])
     g = _grade(b, agent, tmp_path / "t")
-    assert g["validity"]["status"] == "valid", g["validity"]  # graded, not a grader error
-    assert g["accepted"] is False and g["failure_code"] == "candidate_timeout"
-    beh = g["details"]["behavior"]
+    assert g.validity.status == "valid", g.validity  # graded, not a grader error
+    assert g.accepted is False and g.failure_code == "candidate_timeout"
+    beh = g.details.behavior
     assert beh["status"] == "fail" and beh["failure"] == "candidate_timeout"
     assert beh["reason"] == "timeout" and beh["timeout"]["owner"] == "candidate"
     assert beh["timeout"]["trusted_run"]["wall_seconds"] < HANG_SECONDS / 2
     assert beh["tamper_evident"]["tampered"] == []  # a run cut short is not tampering
     if where == "import":
-        assert g["details"]["regression"]["failure"] == "candidate_timeout"
+        assert g.details.regression["failure"] == "candidate_timeout"
     else:
-        assert g["checks"]["regression"] == "pass"
+        assert g.checks["regression"] == "pass"
 
 
 @needs_bwrap
 def test_bytecode_never_stands_in_for_a_deleted_source(tmp_path: Path) -> None:
     b = make_bundle(tmp_path / "b")
     g = _grade(b, MutantAgent(BY_NAME["sourceless_bytecode"]), tmp_path / "t1")
-    assert g["failure_code"] == "compiled_code_added"
+    assert g.failure_code == "compiled_code_added"
     assert any(p["code"] == "compiled_code_added" and p["path"] == "src/calc/__init__.pyc"
-               for p in g["details"]["integrity"]["problems"])
+               for p in g.details.integrity.problems)
 
     # even where the task lets .pyc files through, the verifier never loads one: the package
     # has no source left, so the tests cannot even import it
@@ -301,10 +302,10 @@ def test_bytecode_never_stands_in_for_a_deleted_source(tmp_path: Path) -> None:
     p.write_text(p.read_text().replace('  allowed_paths: ["src/**"]', '  allowed_paths: '
                                        '["src/**"]\n  allowed_binaries: ["**/*.pyc"]'))
     g = _grade(allowed, MutantAgent(BY_NAME["sourceless_bytecode"]), tmp_path / "t2")
-    assert g["checks"]["integrity"] == "pass" and g["accepted"] is False
-    assert g["failure_code"] == "behavior_failed"
-    assert "src/calc/__init__.pyc" in g["details"]["behavior"]["bytecode_removed"]
-    beh = g["details"]["behavior"]
+    assert g.checks["integrity"] == "pass" and g.accepted is False
+    assert g.failure_code == "behavior_failed"
+    assert "src/calc/__init__.pyc" in g.details.behavior["bytecode_removed"]
+    beh = g.details.behavior
     assert beh["counts"]["passed"] == 0 and beh["counts"]["errors"] >= 1
 
 
@@ -393,9 +394,9 @@ def test_bytecode_written_while_the_check_runs_is_never_loaded(tmp_path: Path) -
                         + base64.b64encode(script.encode()).decode() + "'))\"")
     b = make_bundle(tmp_path / "b")
     g = _grade(b, agent, tmp_path / "t")
-    assert g["checks"]["integrity"] == "pass"
-    assert g["failure_code"] == "behavior_failed"  # the source's add ran: a - b
-    beh = g["details"]["behavior"]
+    assert g.checks["integrity"] == "pass"
+    assert g.failure_code == "behavior_failed"  # the source's add ran: a - b
+    beh = g.details.behavior
     assert beh["counts"]["failed"] == 3 and beh["counts"]["errors"] == 0, beh["stdout_tail"]
     # the same tree, imported twice by a plain interpreter: the second import runs the bytecode
     # the first one wrote, and the unfixed source "works"
@@ -408,3 +409,32 @@ def test_bytecode_written_while_the_check_runs_is_never_loaded(tmp_path: Path) -
     subprocess.run(probe, cwd=plain, env=env, capture_output=True, check=True)
     out = subprocess.run(probe, cwd=plain, env=env, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "5"
+
+
+def test_the_verifiers_parses_are_safe_in_several_threads() -> None:
+    """CPython 3.11 before 3.11.8 raises "SystemError: AST constructor recursion depth mismatch"
+    when two threads run ``ast.parse`` at once, which the runner's parallel verifications did
+    (seen in a Ray run: the derived canaries' draw failed and the attempt with it). Every parse
+    of the verifier goes through one lock; many threads parsing deep sources at once all
+    succeed."""
+    import threading
+
+    from assay.grading.verify.canaries import parse_python
+
+    source = "def f(x):\n" + "".join(f"    {'  ' * i}if x > {i}:\n" for i in range(40)) + \
+        "    " + "  " * 40 + "return x\n"
+    errors: list[BaseException] = []
+
+    def work() -> None:
+        try:
+            for _ in range(30):
+                parse_python(source)
+        except BaseException as exc:  # noqa: BLE001 - the test reports whatever it was
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []

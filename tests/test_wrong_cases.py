@@ -24,6 +24,7 @@ from assay.report.html import render_html
 from assay.report.latency import bin_width, histogram
 from assay.report.markdown_text import longest_backtick_run, md_block, md_cell, md_code
 from assay.report.narrow import build_report
+from assay.report.narrow_cases import _id_of, _standing_lines
 from assay.report.render_narrow import to_markdown
 
 # A model answer built to break out of every container a report puts it in.
@@ -292,6 +293,45 @@ def test_the_second_pass_reads_any_key_order_and_skips_a_torn_tail(narrow_run: P
     assert rep["torn_tail_bytes"] == len(torn)
     assert rep["wrong_cases"] == json.loads((narrow_run / "report.json").read_text())[
         "wrong_cases"]
+
+
+def test_the_id_fast_path_reads_the_runners_rows_and_agrees_with_a_whole_parse(
+        narrow_run: Path, tmp_path: Path) -> None:
+    """The second pass skips other cases' rows on their id alone (``_id_of``). It must apply
+    to the rows the runner really writes (compact JSON, ``{"id":"c1",...``: the fast path
+    once looked for ``{"id": `` and never applied), and find exactly what parsing every line
+    finds, also for lines where reading the id alone would be wrong: a second ``id`` key
+    spelled with an escape (a whole parse keeps the last), an ``id`` value elsewhere, a
+    nested ``id``, another key order, a spaced form, a torn tail, a line that is not JSON."""
+    written = (narrow_run / "raw_predictions.jsonl").read_bytes().splitlines(keepends=True)
+    rows = [json.loads(line) for line in written]
+    assert all(line.startswith(b'{"id":"') for line in written)
+    assert [_id_of(line) for line in written] == [r["id"] for r in rows]  # the fast path
+
+    c1, c2 = (next(r for r in rows if r["id"] == cid) for cid in ("c1", "c2"))
+    tricky = [
+        json.dumps(dict(reversed(c2.items()))),
+        json.dumps({**c2, "repeat": 1}),
+        # reads as c1 from its start, but a whole parse says c2 (the later key wins)
+        json.dumps(c1, separators=(",", ":"))[:-1] + ',"\\u0069d":"c2"}',
+        json.dumps({**c1, "label": "id"}, separators=(",", ":")),
+        json.dumps({**c1, "usage": {"id": "c2"}}, separators=(",", ":")),
+        '{"id":"c1", not json at all',
+    ]
+    # (the last one's id is read, but whichever way it is skipped: c1 is not listed here, and
+    # a listed id would send it to the whole parse, which refuses it)
+    assert [_id_of(t.encode()) for t in tricky] == [None, "c2", None, None, None, "c1"]
+    path = tmp_path / "raw_predictions.jsonl"
+    path.write_bytes(b"".join(written) + "\n".join(tricky).encode() + b"\n"
+                     + b'{"id":"c2","repeat":0,"raw":"tor')
+    ids = {r["id"] for r in rows} - {"c1", "c5"}
+    fast = _standing_lines(path, ids)
+    assert fast == _standing_lines(path, ids, id_of=lambda _line: None)
+    # c2's repeat 0 is the duplicate-key line (the last row of that key), its repeat 1 the
+    # spaced one; the cases not asked for (c1, c5) and the torn tail are in neither
+    at = [len(b"".join(written)) + sum(len(t) + 1 for t in tricky[:i]) for i in range(3)]
+    assert fast["c2"] == [at[2], at[1]]
+    assert set(fast) == ids
 
 
 def test_long_lists_are_capped_in_the_views_and_whole_in_the_json(narrow_run: Path) -> None:

@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any
 from assay.version import __version__
 
 __all__ = [
+    "ExperimentOptions",
+    "ExperimentRun",
     "RunPlan",
     "RunResult",
     "__version__",
@@ -22,6 +24,7 @@ __all__ = [
     "check_tasks",
     "import_harbor",
     "compare",
+    "comparison",
     "compare_experiment",
     "execute",
     "load_bundles",
@@ -38,12 +41,15 @@ _API = frozenset(__all__) - {"__version__"}
 
 if TYPE_CHECKING:
     from assay.api import (
+        ExperimentOptions,
+        ExperimentRun,
         RunPlan,
         RunResult,
         check_suite,
         check_tasks,
         compare,
         compare_experiment,
+        comparison,
         execute,
         import_harbor,
         load_bundles,

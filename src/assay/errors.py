@@ -14,7 +14,8 @@ meaning, so an unrelated ``RuntimeError`` can never be recorded as, say, a sandb
     │   ├── NotComparable          two runs that cannot be paired
     │   ├── GradingError           bad grading input (not a coding run, a bad CSV line, ...)
     │   ├── NeverOverwrite         a record that exists is never written again
-    │   └── RecordError            a record file that cannot be read (corrupt, newer schema)
+    │   ├── RecordError            a record file that cannot be read (corrupt, newer schema)
+    │   └── ImageRefused           an image archive or layout that is unsafe, corrupt or unknown
     └── InfraError                 exit 3: the environment failed, not the input
         ├── TransportError         the endpoint gave no usable answer within the retry budget
         ├── SandboxUnavailable     bubblewrap cannot run on this machine
@@ -40,6 +41,13 @@ EXIT_BELOW_BAR = 1
 #: changed under the same requested name. The runs themselves are fine. (4 is taken by
 #: ``exp verdict`` inconclusive and ``task check`` unsupported.)
 EXIT_DRIFT = 5
+#: ``exp verdict``: the evidence neither accepts nor rejects (more tasks or repeats needed).
+EXIT_INCONCLUSIVE = 4
+#: ``task check``: the task cannot be checked here (its checks need what this machine lacks).
+EXIT_UNSUPPORTED = 4
+#: A check command found a problem it names: ``agents check`` (an agent failed), ``suite
+#: check`` (broken tasks), ``tasks validate`` (a bad task), ``task check`` (a grader defect).
+EXIT_CHECK_FAILED = 1
 EXIT_INTERRUPTED = 130
 
 
@@ -122,6 +130,13 @@ class NeverOverwrite(InputError):
 class RecordError(InputError):
     """A record file cannot be read: corrupt, the wrong kind, or a newer schema than this
     assay knows."""
+
+
+class ImageRefused(InputError):
+    """An OCI layout or ``docker save`` archive that cannot be imported: a blob that does not
+    match its digest, an unsafe layer entry (a path out of the root, a write through a link),
+    a limit passed, no image for this machine. The message names the file, the layer and the
+    entry."""
 
 
 class TransportError(InfraError):

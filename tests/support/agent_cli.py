@@ -9,6 +9,7 @@ One place, so that the five agent test files cannot drift apart on what "the ins
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import subprocess
@@ -33,8 +34,16 @@ def install_cli(script: Path, what: str) -> Path:
     """Run an install script (a subprocess, as CI does) and return the executable its last line
     names; skip, with the reason, when the install cannot finish."""
     try:
-        proc = subprocess.run(["bash", str(script)], capture_output=True, text=True,
-                              timeout=900, stdin=subprocess.DEVNULL)
+        # one install at a time on this machine: the scripts share the Node 22 prefix and
+        # remove a half-done prefix before installing, so two xdist workers (or two sessions)
+        # installing at once could remove each other's work; the second finds it done
+        agents = Path(os.environ.get("ASSAY_AGENTS_DIR")
+                      or Path.home() / ".cache" / "assay" / "agents")
+        agents.mkdir(parents=True, exist_ok=True)
+        with open(agents / ".install.lock", "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            proc = subprocess.run(["bash", str(script)], capture_output=True, text=True,
+                                  timeout=900, stdin=subprocess.DEVNULL)
     except (OSError, subprocess.TimeoutExpired) as exc:
         pytest.skip(f"{what} install did not finish (registry unreachable?): {exc}")
     if proc.returncode != 0:
@@ -56,9 +65,17 @@ def install_fixture(script: Path, what: str) -> Any:
     return installed
 
 
+#: the agent's wall budget in the fixture task unless a test sets its own: a real CLI (a Node
+#: program) that starts, asks and runs the tests needs well under this alone, and may need most
+#: of it on a machine whose cores other work (xdist workers, other sessions) also wants; a
+#: budget only ends an agent that is still running, so a generous one costs no time
+AGENT_SECONDS = 90
+
+
 def proxy_bundle(root: Path, *, steps: int | None = None, **kw: Any) -> Path:
     """The fixture task (``make_bundle``) with the gateway as its only network and, given
     ``steps``, that many assistant steps instead of 10."""
+    kw.setdefault("agent_seconds", AGENT_SECONDS)
     bundle = make_bundle(root, **kw)
     y = bundle / "task.yaml"
     text = y.read_text().replace("network_policy: none", "network_policy: model-proxy-only")
@@ -93,5 +110,5 @@ def assert_no_secret(out: Path) -> None:
             assert SECRET.encode() not in path.read_bytes(), path
 
 
-__all__ = ["SCRIPTS", "assert_no_secret", "attempt_dir", "install_cli", "install_fixture",
-           "ledger", "needs_bwrap", "proxy_bundle", "trial_of"]
+__all__ = ["AGENT_SECONDS", "SCRIPTS", "assert_no_secret", "attempt_dir", "install_cli",
+           "install_fixture", "ledger", "needs_bwrap", "proxy_bundle", "trial_of"]

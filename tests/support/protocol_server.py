@@ -39,6 +39,9 @@ class Turn:
     # SSE: close the connection after this many events (a stream cut short)
     cut_after: int | None = None
     chunk_delay: float = 0.0
+    # SSE: these (event name, data) pairs exactly, instead of the ones rendered from the turn
+    # (a stream no honest provider would send)
+    events: list[tuple[str, Any]] | None = None
 
 
 Reply: TypeAlias = Turn | Status
@@ -141,6 +144,8 @@ class ProtocolServer:
             await _write(writer, 200, {}, json.dumps(body).encode(), close=False)
             return True
         events = anthropic_events(reply, rid) if anthropic else responses_events(reply, rid)
+        if reply.events is not None:
+            events = reply.events
         writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
                      b"Transfer-Encoding: chunked\r\nConnection: keep-alive\r\n\r\n")
         for i, (name, data) in enumerate(events):

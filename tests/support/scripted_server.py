@@ -35,6 +35,7 @@ from typing import Any, Literal, TypeAlias
 __all__ = [
     "ASK_THROUGH_GATEWAY",
     "Answer",
+    "Chunks",
     "Drop",
     "Garbage",
     "Handler",
@@ -121,8 +122,20 @@ class Garbage:
     status: int = 200
 
 
-Reply: TypeAlias = Answer | Status | Drop | Garbage
-_REPLY_TYPES = (Answer, Status, Drop, Garbage)
+@dataclass
+class Chunks:
+    """A 200 SSE stream of exactly these chat chunks, whatever the request asked: each one
+    ``data: <its JSON>`` as it is (so a test can send what no honest provider would: an index
+    of 10**8, a negative or a string one), a ``str`` sent as the event's text itself, then
+    ``data: [DONE]``, chunked and kept alive."""
+
+    chunks: list[Any]
+    chunk_delay: float = 0.0
+    delay: float = 0.0
+
+
+Reply: TypeAlias = Answer | Status | Drop | Garbage | Chunks
+_REPLY_TYPES = (Answer, Status, Drop, Garbage, Chunks)
 
 
 # --------------------------------------------------------------------------- requests
@@ -410,7 +423,7 @@ class ScriptedServer:
             if raw_body:
                 try:
                     decoded = json.loads(raw_body)
-                except (ValueError, UnicodeDecodeError):
+                except (ValueError, RecursionError):  # not JSON, or nested too deep
                     decoded = None
                 body = decoded if isinstance(decoded, dict) else None
             request = RecordedRequest(
@@ -480,6 +493,12 @@ class ScriptedServer:
         elif isinstance(reply, Garbage):
             headers = {"Content-Type": reply.content_type}
             await _write(writer, reply.status, headers, reply.body.encode(), close=close)
+        elif isinstance(reply, Chunks):
+            events = [c if isinstance(c, str) else f"data: {json.dumps(c)}"
+                      for c in reply.chunks]
+            await self._send_events(writer, events,
+                                    chunked=True, close=close, chunk_delay=reply.chunk_delay)
+            return not close
         elif isinstance(request.body, dict) and request.body.get("stream") is True:
             await self._stream(request, reply, writer, close)
             return not close and reply.stream_framing == "chunked"
@@ -518,19 +537,25 @@ class ScriptedServer:
         wants_usage = isinstance(options, dict) and options.get("include_usage") is True
         if wants_usage and answer.stream_usage and "usage" in full:
             events.append({**base, "choices": [], "usage": full["usage"]})
-        chunked = answer.stream_framing == "chunked"
+        await self._send_events(writer, [f"data: {json.dumps(e)}" for e in events],
+                                chunked=answer.stream_framing == "chunked", close=close,
+                                chunk_delay=answer.chunk_delay)
+
+    async def _send_events(self, writer: asyncio.StreamWriter, events: list[str], *,
+                           chunked: bool, close: bool, chunk_delay: float) -> None:
+        """An SSE answer: each of ``events`` as one, then ``[DONE]``, one event a write."""
         framing = "Transfer-Encoding: chunked\r\n" if chunked else ""
         connection = "close" if close or not chunked else "keep-alive"
         head = ("HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
                 f"Cache-Control: no-cache\r\n{framing}Connection: {connection}\r\n\r\n")
         writer.write(head.encode("latin-1"))
         await writer.drain()
-        payloads = [f"data: {json.dumps(e)}\n\n".encode() for e in events]
+        payloads = [f"{e}\n\n".encode() for e in events]
         for payload in [*payloads, b"data: [DONE]\n\n"]:
             writer.write(b"%x\r\n%s\r\n" % (len(payload), payload) if chunked else payload)
             await writer.drain()
-            if answer.chunk_delay > 0:
-                await asyncio.sleep(answer.chunk_delay)
+            if chunk_delay > 0:
+                await asyncio.sleep(chunk_delay)
         if chunked:
             writer.write(b"0\r\n\r\n")
             await writer.drain()

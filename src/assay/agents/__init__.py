@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from assay.agents.base import Agent, AgentContext, AgentRun
-from assay.agents.claude import ClaudeCode
-from assay.agents.codex import Codex
-from assay.agents.mcode import MCode
-from assay.agents.mini_swe_agent import MiniSweAgent
+from assay.agents.claude.adapter import ClaudeCode
+from assay.agents.codex.adapter import Codex
+from assay.agents.mcode.adapter import MCode
+from assay.agents.mini_swe_agent.adapter import MiniSweAgent
 from assay.agents.mutants import BY_NAME, MUTANTS, MutantAgent
-from assay.agents.qwen import Qwen
+from assay.agents.qwen.adapter import Qwen
 from assay.agents.reference import Command, Nop, Oracle
 
 

@@ -4,10 +4,10 @@ The runner copies an arm's ``agent_files`` (``suites/agent_files.py``) once per 
 directory and binds that copy read-only at :data:`AGENT_FILES_MOUNT`. The agent still runs in
 the task's workspace (its edits are what gets frozen), so a relative path in the command that
 names one of the arm's entries would point into the workspace; :func:`rewrite_command` points it
-at the mount instead. The rule, documented in the README: a word of the command that starts
-with an entry as written (``agents/my_agent.py``, ``./agents/x.py``, ``agents``), at the start of
-the command or after a space, a quote, ``=`` or a shell operator, is that entry under
-``/assay/agent``; everything else of the command is left byte for byte.
+at the mount instead. The rule, documented in docs/guide/agent-tasks.md: a word of the command
+that starts with an entry as written (``agents/my_agent.py``, ``./agents/x.py``, ``agents``), at
+the start of the command or after a space, a quote, ``=`` or a shell operator, is that entry
+under ``/assay/agent``; everything else of the command is left byte for byte.
 """
 
 from __future__ import annotations

@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from assay.environments.run import task_root
+from assay.records.statuses import ExecutionStatus
 from assay.sandbox import (
     KILL_GRACE_SECONDS,
     SANDBOX_WORKDIR,
@@ -28,7 +30,7 @@ AGENT_HOME = "/assay/home"
 SOLUTION_MOUNT = "/assay/solution"
 
 # Sandbox outcome -> how the trial's execution is recorded.
-EXECUTION_STATUS = {
+EXECUTION_STATUS: dict[str, ExecutionStatus] = {
     "ok": "succeeded",
     "nonzero_exit": "exited_nonzero",  # not a failure by itself: the verifier decides
     "timeout": "agent_timeout",
@@ -58,7 +60,7 @@ class AgentContext:
 
 @dataclass
 class AgentRun:
-    status: str
+    status: ExecutionStatus
     exit_code: int | None = None
     reason: str | None = None
     wall_seconds: float | None = None
@@ -87,7 +89,8 @@ class AgentRun:
 
 
 class Agent(Protocol):
-    name: str
+    @property
+    def name(self) -> str: ...
 
     def run(self, ctx: AgentContext) -> AgentRun: ...
 
@@ -111,6 +114,13 @@ def agent_env(ctx: AgentContext) -> dict[str, str]:
             "XDG_STATE_HOME": f"{AGENT_HOME}/.local/state"}
 
 
+def sandbox_workspace(ctx: AgentContext) -> str:
+    """Where the workspace is inside the agent's sandbox: the task's image's working
+    directory, or :data:`SANDBOX_WORKDIR` on the host's system (for a CLI's ``--cwd``)."""
+    image = task_root(ctx.bundle)
+    return image.workspace if image is not None else SANDBOX_WORKDIR
+
+
 def run_in_agent_sandbox(ctx: AgentContext, argv: list[str],
                          extra_mounts: list[Mount] | None = None, *,
                          env: dict[str, str] | None = None,
@@ -125,6 +135,9 @@ def run_in_agent_sandbox(ctx: AgentContext, argv: list[str],
     mounts = [Mount(ctx.bundle.instruction_path.resolve(), INSTRUCTION_MOUNT),
               Mount(ctx.home, AGENT_HOME, writable=True), *(extra_mounts or [])]
     files_env: dict[str, str] = {}
+    image = task_root(ctx.bundle)  # the task's pinned environment, or the host's system
+    if image is not None:
+        files_env["ASSAY_WORKSPACE"] = image.workspace
     if ctx.agent_files is not None:
         mounts.append(Mount(ctx.agent_files.resolve(), AGENT_FILES_MOUNT))
         files_env["ASSAY_AGENT_DIR"] = AGENT_FILES_MOUNT
@@ -132,7 +145,8 @@ def run_in_agent_sandbox(ctx: AgentContext, argv: list[str],
         argv, ctx.workspace, limits=limits,
         env={**agent_env(ctx), **files_env, **ctx.model_env, **(env or {})},
         mounts=mounts, stdin=stdin, network="model-proxy" if ctx.proxy is not None else "none",
-        proxy=ctx.proxy, record_dir=ctx.record_dir, grace_seconds=ctx.grace_seconds)
+        proxy=ctx.proxy, record_dir=ctx.record_dir, grace_seconds=ctx.grace_seconds,
+        image=image)
     return AgentRun(status=EXECUTION_STATUS.get(result.reason, "infra_error"),
                     exit_code=result.exit_code, reason=result.reason,
                     wall_seconds=round(result.wall_seconds, 3), detail=result.detail,

@@ -18,6 +18,7 @@ from typing import Any, Protocol, TypeVar
 
 from assay.agents.base import AgentRun
 from assay.agents.cli_common import with_usage_check
+from assay.records.statuses import ExecutionStatus
 
 
 class _Reading(Protocol):
@@ -51,8 +52,8 @@ def ended_by_sandbox(run: AgentRun) -> bool:
     return run.reason not in ("ok", "nonzero_exit")
 
 
-def settle(run: AgentRun, report: dict[str, Any], anomalies: dict[str, int], status: str,
-           why: str, **more: Any) -> AgentRun:
+def settle(run: AgentRun, report: dict[str, Any], anomalies: dict[str, int],
+           status: ExecutionStatus, why: str, **more: Any) -> AgentRun:
     """The reading into ``run.extra`` (report, anomalies, evidence gap, then the adapter's own
     keys in the order given: the execution record's order) and the judged status onto the run;
     a changed status keeps the sandbox's detail after the reason, so neither account is lost."""

@@ -150,6 +150,16 @@ def link_outside(ws: Path, b: Bundle) -> str:
     return "applied the reference fix and added a link that leaves the workspace"
 
 
+#: Said by a mutant whose attack has nothing to work on in the workspace (no Python source the
+#: tests could import: a shell or SQL task): ``task check`` reports it not applicable, never a
+#: problem of the task.
+NOT_APPLICABLE = "mutant not applicable"
+
+
+class NoTarget(IndexError):
+    """The workspace holds nothing this mutant's attack works on."""
+
+
 def _import_target(ws: Path, b: Bundle) -> Path:
     """A source file the tests import, under the task's allowed paths: a package's
     ``__init__.py`` first, else the first Python file."""
@@ -159,7 +169,7 @@ def _import_target(ws: Path, b: Bundle) -> Path:
              and not matches_any(p.relative_to(ws).as_posix(), b.spec.acceptance.protected_paths)]
     inits = [p for p in files if p.name == "__init__.py"]
     if not (inits or files):
-        raise IndexError("no Python source under allowed_paths to plant the attack in")
+        raise NoTarget("no Python source under allowed_paths to plant the attack in")
     return (inits or files)[0]
 
 
@@ -358,7 +368,7 @@ def sourceless_bytecode(ws: Path, b: Bundle) -> str:
                    if not p.is_symlink() and (ws / p.relative_to(fixed)).is_file()
                    and p.read_bytes() != (ws / p.relative_to(fixed)).read_bytes()]
         if not changed:
-            raise IndexError("solve.patch changes no Python source to ship as bytecode")
+            raise NoTarget("solve.patch changes no Python source to ship as bytecode")
         for rel in changed:
             code = compile((fixed / rel).read_text(encoding="utf-8"), str(rel), "exec")
             header = importlib.util.MAGIC_NUMBER + bytes(12)  # flags 0, no source to match
@@ -419,6 +429,8 @@ class MutantAgent:
         ctx.record_dir.mkdir(parents=True, exist_ok=True)
         try:
             said = self.mutant.action(ctx.workspace, ctx.bundle)
+        except NoTarget as exc:
+            return AgentRun(status="infra_error", detail=f"{NOT_APPLICABLE}: {exc}")
         except (OSError, subprocess.CalledProcessError, IndexError) as exc:
             return AgentRun(status="infra_error", detail=f"mutant failed to apply: {exc}")
         (ctx.record_dir / "stdout.log").write_text(said + "\n")

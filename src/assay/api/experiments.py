@@ -10,9 +10,12 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from assay.errors import InputError
+
+if TYPE_CHECKING:
+    from assay.report.noise_floor import NoiseFloorFigures
 
 PathLike = str | os.PathLike[str]
 
@@ -52,7 +55,7 @@ def compare_experiment(source: PathLike, *, a: str | None = None, b: str | None 
     ``judge_preference`` (every other key is unchanged); without it, a run's own ``pairwise/``
 (the experiment's ``pairwise:`` check) is used when it judged these two arms."""
     from assay.report.abcompare import build_comparison, preference_section
-    from assay.report.outcomes import load_outcomes
+    from assay.report.sources import load_outcomes
 
     data = load_outcomes(Path(source), reward_threshold=reward_threshold)
     arm_a, arm_b = _pair(data, a, b)
@@ -90,7 +93,7 @@ def plan_experiment(pilot: PathLike | None = None, *, arm: str | None = None,
     from assay.stats.power import minimum_detectable_effect, tasks_needed
 
     info = None
-    noise: dict[str, Any] | None = None
+    noise: NoiseFloorFigures | None = None
     if pilot is not None:
         rates, info = _pilot_rates(Path(pilot), arm)
         noise = _pilot_noise_floor(Path(pilot), seed)
@@ -117,7 +120,8 @@ def plan_experiment(pilot: PathLike | None = None, *, arm: str | None = None,
             from assay.report.noise_floor import tasks_for
 
             measured = tasks_for(noise, delta)
-            noise.update(tasks_needed_simulated=needed, tasks_needed_measured=measured)
+            noise["tasks_needed_simulated"] = needed
+            noise["tasks_needed_measured"] = measured
             if noise["mde"] is None:
                 noise["says"] = f"measured noise floor not usable: {noise['why_unknown']}"
             else:
@@ -138,15 +142,15 @@ def plan_experiment(pilot: PathLike | None = None, *, arm: str | None = None,
     if noise is not None:  # a measured floor beats an assumed Bernoulli model when it is higher
         from assay.report.noise_floor import scaled_mde
 
-        measured = scaled_mde(noise, n)
-        noise.update(mde_simulated=mde, mde_measured=measured)
-        if measured is None:
+        measured_mde = scaled_mde(noise, n)
+        noise["mde_simulated"], noise["mde_measured"] = mde, measured_mde
+        if measured_mde is None:
             noise["says"] = f"measured noise floor not usable: {noise['why_unknown']}"
         else:
             if mde is not None:
-                mde = max(mde, measured)
+                mde = max(mde, measured_mde)
             noise["says"] = (f"measured noise floor (A/A on {noise['n_tasks']} tasks): "
-                             f"{100 * measured:.1f} pts at {n} tasks; "
+                             f"{100 * measured_mde:.1f} pts at {n} tasks; "
                              + ("the simulation finds no effect detectable at this size"
                                 if noise["mde_simulated"] is None
                                 else f"simulation: {100 * noise['mde_simulated']:.1f} pts; "
@@ -160,10 +164,10 @@ def _n(x: int | None) -> str:
     return "more than 5000 tasks" if x is None else f"{x} tasks"
 
 
-def _pilot_noise_floor(source: Path, seed: int) -> dict[str, Any] | None:
+def _pilot_noise_floor(source: Path, seed: int) -> NoiseFloorFigures | None:
     """A pilot run's measured noise floor (its A/A pair), when it ran one."""
     from assay.report.noise_floor import measure_noise_floor, noise_floor_arm
-    from assay.report.outcomes import load_outcomes
+    from assay.report.sources import load_outcomes
 
     data = load_outcomes(source)
     arm = noise_floor_arm(data.manifest) if data.kind == "run" else None
@@ -171,7 +175,7 @@ def _pilot_noise_floor(source: Path, seed: int) -> dict[str, Any] | None:
 
 
 def _pilot_rates(source: Path, arm: str | None) -> tuple[list[float], dict[str, Any]]:
-    from assay.report.outcomes import load_outcomes
+    from assay.report.sources import load_outcomes
 
     data = load_outcomes(source)
     base = arm or data.arms[0]
@@ -194,7 +198,7 @@ def verdict(run_dir: PathLike) -> dict[str, Any]:
     """The experiment report of ``run_dir`` with its verdict (``report["verdict"]``: decision,
     reasons, checks, exit code), refused when there is no bar or the bar was edited."""
     from assay.report.experiment import build_experiment_report
-    from assay.report.outcomes import load_outcomes
+    from assay.report.sources import load_outcomes
 
     run = Path(run_dir)
     data = load_outcomes(run)
@@ -229,6 +233,24 @@ def _bar_matches_state(run_dir: Path, manifest: dict[str, Any] | None) -> None:
                          "edited bar")
 
 
+def experiment_report(source: PathLike, *, out: PathLike | None = None,
+                      command: str = "exp report") -> dict[str, Any]:
+    """Write the experiment report (report.json, report.md, report.html, outcomes.jsonl) of
+    ``source`` into ``out`` (default: the run directory) and return it. ``source`` is a run
+    directory or a Harbor job directory, which is never written into (``out`` is then
+    required). Results of a run with holdout tasks are noted as shown, by ``command``."""
+    from assay.report.experiment import write_experiment_report
+    from assay.report.sources import load_outcomes
+
+    data = load_outcomes(Path(source))
+    if data.kind != "run" and out is None:
+        raise InputError("not an assay run directory: say where the report goes with --out DIR")
+    rep = write_experiment_report(Path(source), data=data,
+                                  out=None if out is None else Path(out))
+    record_results_shown(data, command=command)  # before anything reaches the screen
+    return rep
+
+
 def record_results_shown(data: Any, *, command: str) -> None:
     """Results of a run were shown: a run with holdout tasks notes it in the holdout ledger
     (``runner/holdout.py``); other sources have no ledger."""
@@ -238,4 +260,5 @@ def record_results_shown(data: Any, *, command: str) -> None:
         record_shown(data.source, command=command)
 
 
-__all__ = ["compare_experiment", "plan_experiment", "record_results_shown", "verdict"]
+__all__ = ["compare_experiment", "experiment_report", "plan_experiment", "record_results_shown",
+           "verdict"]

@@ -19,21 +19,22 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from assay.grading.judge import Material, judge_material
-from assay.grading.judge_calibration import (
+from assay.grading.judge.calibration import (
     UNCALIBRATED,
     Calibrated,
     calibration_for,
     calibration_label,
 )
-from assay.grading.judge_calibration import calibrate as _calibrate
-from assay.grading.judge_endpoint import judge_client
-from assay.grading.judge_human import load_human_grades
-from assay.records.judgement import Judgement
+from assay.grading.judge.calibration import calibrate as _calibrate
+from assay.grading.judge.endpoint import judge_client
+from assay.grading.judge.human import load_human_grades
+from assay.grading.judge.reply import Material, judge_material
+from assay.records.judgement import Judgement, append_judgement
 from assay.suites.judge_spec import LoadedJudge, load_judge
 
-__all__ = ["UNCALIBRATED", "Calibrated", "calibrate", "calibration_for", "calibration_label",
-           "judge_client", "judge_one", "load_judge"]
+__all__ = ["UNCALIBRATED", "Calibrated", "Judgement", "Material", "append_judgement",
+           "calibrate", "calibration_for", "calibration_label", "judge_client", "judge_one",
+           "load_judge"]
 
 
 

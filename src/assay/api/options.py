@@ -5,17 +5,20 @@ suite's ``temperature``, ``repeats`` and ``max_tokens`` come from its ``suite.ya
 else from the defaults below; the caller's overrides win over both. A name not in the table is
 refused rather than ignored: a misspelt ``temprature=0.7`` must not run a whole suite at 0.
 
-This module imports nothing heavy: the CLI reads its flag defaults from here at start-up.
+This module imports nothing heavy: the CLI reads its flag defaults from here at start-up, and
+the bounds of its flags (``suites/limits.py``).
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
 from assay.errors import InputError
+from assay.suites.limits import MAX_CONCURRENCY, PLAN_TRIALS_DEFAULT_MAX
 
 # Defaults of both kinds (a narrow suite's temperature/repeats/max_tokens come from suite.yaml).
 SHARED_DEFAULTS: Mapping[str, Any] = MappingProxyType({
@@ -102,34 +105,71 @@ def check_overrides(kind: str, overrides: Mapping[str, Any]) -> dict[str, Any]:
     return given
 
 
+@dataclass(frozen=True)
+class Endpoint:
+    """Where a model is asked: ``base_url`` None for a built-in model (assay serves it). The
+    key itself is never recorded, only ``api_key_env``, the variable it came from. ``notes``
+    are what a person should see before the run (an endpoint variable not used, a
+    placeholder key)."""
+
+    base_url: str | None
+    api_key: str = field(repr=False)
+    api_key_env: str | None
+    notes: tuple[str, ...] = ()
+
+
+def _python_option(name: str, value: str | None = None) -> str:
+    return f"{name}=" if value is None else f"{name}={value!r}"
+
+
+def cli_option(name: str, value: str | None = None) -> str:
+    """How the command line spells an option: ``--base-url URL``."""
+    flag = "--" + name.replace("_", "-")
+    return flag if value is None else f"{flag} {value}"
+
+
 def resolve_endpoint(model: str, given: Mapping[str, Any], *, builtin: bool,
-                     environ: Mapping[str, str] = os.environ
-                     ) -> tuple[str | None, str, str | None]:
-    """(base URL, API key, name of the variable the key came from) for ``model``: the caller's
-    ``base_url=`` / ``api_key=`` / ``api_key_env=`` first, then ``MODEL_BASE_URL`` and
-    ``MODEL_API_KEY``. No key at all sends a placeholder (local servers need none); the key
-    itself is never recorded, only the name of its variable."""
+                     environ: Mapping[str, str] = os.environ,
+                     spell: Callable[..., str] = _python_option) -> Endpoint:
+    """The endpoint for ``model``, one rule for the CLI and for Python: the caller's
+    ``base_url`` / ``api_key`` / ``api_key_env`` first, then ``MODEL_BASE_URL`` and
+    ``MODEL_API_KEY``. A built-in model takes none of them (given, they contradict it;
+    ``MODEL_BASE_URL`` in the environment is noted as unused). No key at all sends a
+    placeholder (local servers need none), noted. ``spell`` writes an option's name as the
+    caller typed it (``base_url=`` here, :func:`cli_option` for the command line)."""
     if builtin:
-        extra = [k for k in ENDPOINT_OPTIONS if given.get(k) is not None]
+        if given.get("base_url") is not None:  # two contradicting endpoints: not ours to guess
+            raise InputError(f"{spell('base_url', given['base_url'])} and "
+                             f"{spell('model', model)}: a built-in model is served by assay "
+                             f"itself, not at a URL; drop {spell('base_url')}, or name the "
+                             f"endpoint's model with {spell('model')}")
+        extra = [spell(k) for k in ENDPOINT_OPTIONS if given.get(k) is not None]
         if extra:
-            raise InputError(f"{model} is served locally by assay: {', '.join(extra)} "
+            raise InputError(f"{model} is served by assay itself: {', '.join(extra)} "
                              "do not apply")
-        return None, "", None
+        notes: tuple[str, ...] = ()
+        if environ.get("MODEL_BASE_URL"):
+            notes = (f"note: {model} is served by assay itself; MODEL_BASE_URL "
+                     f"({environ['MODEL_BASE_URL']}) is not used",)
+        return Endpoint(None, "", None, notes)
     base_url = given.get("base_url") or environ.get("MODEL_BASE_URL")
     if not base_url:
-        raise InputError(f"no endpoint for {model!r}: pass base_url= or set MODEL_BASE_URL "
-                         "(e.g. http://localhost:8000/v1 for vLLM)")
+        raise InputError(f"no endpoint for {model!r}: pass {spell('base_url')} or set "
+                         "MODEL_BASE_URL (e.g. http://localhost:8000/v1 for vLLM, "
+                         "http://localhost:11434/v1 for Ollama)")
     key_env: str | None = given.get("api_key_env")
     if given.get("api_key") is not None:
-        return base_url, given["api_key"], key_env
+        return Endpoint(base_url, given["api_key"], key_env)
     if key_env is not None:
         if key_env not in environ:
-            raise InputError(f"api_key_env={key_env!r}: that environment variable is not set")
-        return base_url, environ[key_env], key_env
+            raise InputError(f"{spell('api_key_env', key_env)}: that environment variable is "
+                             "not set")
+        return Endpoint(base_url, environ[key_env], key_env)
     if "MODEL_API_KEY" in environ:
-        return base_url, environ["MODEL_API_KEY"], "MODEL_API_KEY"
-    return base_url, "", None
+        return Endpoint(base_url, environ["MODEL_API_KEY"], "MODEL_API_KEY")
+    return Endpoint(base_url, "", None, ("no MODEL_API_KEY set: sending a placeholder key "
+                                         "(fine for local servers)",))
 
 
-__all__ = ["CODING_DEFAULTS", "RUN_OPTIONS", "SHARED_DEFAULTS", "check_overrides",
-           "resolve_endpoint"]
+__all__ = ["CODING_DEFAULTS", "Endpoint", "MAX_CONCURRENCY", "PLAN_TRIALS_DEFAULT_MAX",
+           "RUN_OPTIONS", "SHARED_DEFAULTS", "check_overrides", "cli_option", "resolve_endpoint"]

@@ -22,15 +22,29 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from assay.api.options import CODING_DEFAULTS, SHARED_DEFAULTS, check_overrides, resolve_endpoint
+from assay.api.options import (
+    CODING_DEFAULTS,
+    ENDPOINT_OPTIONS,
+    SHARED_DEFAULTS,
+    Endpoint,
+    check_overrides,
+    resolve_endpoint,
+)
 from assay.errors import InputError, NotComparable
 from assay.suites.kind import SuiteKind, suite_kind
 
 if TYPE_CHECKING:
     from assay.models.builtin import BuiltinModel
+    from assay.records.report import (
+        CodingComparison,
+        CodingReport,
+        NarrowComparison,
+        NarrowReport,
+    )
+    from assay.records.statuses import RunStatus
     from assay.runner.coding import CodingParams
-    from assay.runner.engine import Progress
     from assay.runner.narrow import NarrowParams
+    from assay.runner.progress import Progress
     from assay.suites.cases import NarrowSuite
     from assay.suites.coding import CodingSuite
 
@@ -64,7 +78,7 @@ class RunResult:
 
     run_dir: Path
     kind: SuiteKind
-    status: str
+    status: RunStatus
     report: dict[str, Any]
     rows_written: int  # rows this session appended
     message: str | None = None
@@ -83,6 +97,18 @@ class RunResult:
     def complete(self) -> bool:
         """Every unit of work answered: nothing to resume."""
         return self.status != "aborted" and not self.infra_errors and not self.missing_rows
+
+    @property
+    def figures(self) -> NarrowReport | CodingReport:
+        """``report`` as its record model (``docs/records.md``): ``result.figures.accuracy``,
+        ``result.figures.accuracy_ci95``."""
+        from assay.records.io import read_json_file
+        from assay.records.report import report_record
+
+        # read back from report.json: the run's own ``report`` keeps long lists on disk
+        # (report/spilled.py), which a model would pull into memory under another type
+        path = self.run_dir / "report.json"
+        return report_record(read_json_file(path), path)
 
 
 def load_suite(path: PathLike, *, split: str | None = None,
@@ -119,7 +145,8 @@ def _split_of(suite: NarrowSuite, split: str | None) -> str | None:
 
 
 def prepare(suite: PathLike | NarrowSuite | CodingSuite, model: str, *,
-            out: PathLike | None = None, **overrides: Any) -> RunPlan:
+            out: PathLike | None = None, endpoint: Endpoint | None = None,
+            **overrides: Any) -> RunPlan:
     """Plan a run of ``model`` on ``suite`` without writing anything or asking any model.
 
     ``suite`` is a path (see :func:`load_suite`) or a suite already loaded. ``model`` is
@@ -129,7 +156,9 @@ def prepare(suite: PathLike | NarrowSuite | CodingSuite, model: str, *,
     ``timeout``, ``max_tries``; narrow suites also ``repeats``, ``split``; coding suites also
     ``samples``, ``sandbox``, ``exec_timeout``, ``memory_mib``, ``pids``. A narrow suite's
     defaults come from its ``suite.yaml``, the rest from :mod:`assay.api.options`. ``out`` is
-    the run directory (default ``runs/<suite>-<model>-<UTC time>``); an existing one resumes."""
+    the run directory (default ``runs/<suite>-<model>-<UTC time>``); an existing one resumes.
+    ``endpoint``: one already resolved by :func:`~assay.api.options.resolve_endpoint` (the CLI
+    resolves with its own option names), instead of the endpoint options."""
     from assay.models.builtin import BUILTIN_PREFIX, load_builtin
     from assay.runner.narrow import default_run_dir
     from assay.suites.coding import CodingSuite
@@ -143,26 +172,29 @@ def prepare(suite: PathLike | NarrowSuite | CodingSuite, model: str, *,
     kind: SuiteKind = "coding" if isinstance(loaded, CodingSuite) else "narrow"
     given = check_overrides(kind, overrides)
     builtin = model.startswith(BUILTIN_PREFIX)
-    base_url, api_key, api_key_env = resolve_endpoint(model, given, builtin=builtin)
+    if endpoint is None:
+        endpoint = resolve_endpoint(model, given, builtin=builtin)
+    elif any(given.get(k) is not None for k in ENDPOINT_OPTIONS):
+        raise InputError("give endpoint= or the endpoint options (base_url=, api_key=, "
+                         "api_key_env=), not both")
     served = None
     if builtin:
         try:
             served = load_builtin(model, loaded)
         except ValueError as exc:
             raise InputError(str(exc)) from None
-    notes: list[str] = []
+    notes: list[str] = list(endpoint.notes)
     params: NarrowParams | CodingParams
     if kind == "coding":
         params = _coding_params(given)
-        if params.isolation == "bwrap":
-            from assay.sandbox import check_bwrap
+        from assay.api.sandbox import require_sandbox
 
-            check_bwrap()
+        require_sandbox(params.isolation)
     else:
         narrow: NarrowSuite = loaded  # type: ignore[assignment]
         params = _narrow_params(narrow, given, _split_of(narrow, given.get("split")))
         if narrow.scorer.type == "judge":  # its endpoint must be named before anything runs
-            from assay.grading.scorer_judge import check_judge_endpoint
+            from assay.grading.answers.scorer_judge import check_judge_endpoint
 
             check_judge_endpoint(narrow)
         if narrow.labels_source == "cases":
@@ -170,8 +202,8 @@ def prepare(suite: PathLike | NarrowSuite | CodingSuite, model: str, *,
                          f"(no labels in suite.yaml): {', '.join(narrow.labels)}")
     run_dir = Path(out) if out is not None else default_run_dir(loaded.name, model)
     return RunPlan(kind=kind, suite=loaded, model=model, params=params, run_dir=run_dir,
-                   base_url=base_url, api_key=api_key, api_key_env=api_key_env,
-                   builtin=served, notes=tuple(notes))
+                   base_url=endpoint.base_url, api_key=endpoint.api_key,
+                   api_key_env=endpoint.api_key_env, builtin=served, notes=tuple(notes))
 
 
 def _narrow_params(suite: NarrowSuite, given: dict[str, Any], split: str | None
@@ -204,7 +236,7 @@ def _coding_params(given: dict[str, Any]) -> CodingParams:
         pids=pick("pids"), isolation=pick("sandbox"))
 
 
-def execute(plan: RunPlan, progress: Progress | None = None) -> RunResult:
+def execute(plan: RunPlan, progress: Progress[dict[str, Any]] | None = None) -> RunResult:
     """Run (or resume) ``plan`` into its run directory, then rebuild report.json/.md/.html.
 
     Raises :class:`RunConflict` when the directory holds a different run; a built-in model's
@@ -213,8 +245,8 @@ def execute(plan: RunPlan, progress: Progress | None = None) -> RunResult:
 
     from assay.models.server import BackgroundServer
     from assay.runner.coding import run_coding
-    from assay.runner.engine import NullProgress
     from assay.runner.narrow import Endpoint, run_narrow
+    from assay.runner.progress import NullProgress
 
     shown = progress if progress is not None else NullProgress()
     runner: Any = run_coding if plan.kind == "coding" else run_narrow
@@ -232,7 +264,7 @@ def execute(plan: RunPlan, progress: Progress | None = None) -> RunResult:
 
 
 def run(suite: PathLike | NarrowSuite | CodingSuite, model: str, *, out: PathLike | None = None,
-        progress: Progress | None = None, **overrides: Any) -> RunResult:
+        progress: Progress[dict[str, Any]] | None = None, **overrides: Any) -> RunResult:
     """Evaluate ``model`` on ``suite``: :func:`prepare` then :func:`execute` (see both for the
     arguments). Calling it again with the same ``out`` resumes the run."""
     return execute(prepare(suite, model, out=out, **overrides), progress)
@@ -299,5 +331,15 @@ def compare(run_a: PathLike, run_b: PathLike, *, seed: int = 0,
     return compare_runs(a, b, seed=seed)
 
 
-__all__ = ["RunPlan", "RunResult", "compare", "execute", "load_suite", "prepare", "rebuild_report",
-           "run"]
+def comparison(run_a: PathLike, run_b: PathLike, *, seed: int = 0,
+               rubric_round: str | None = None) -> NarrowComparison | CodingComparison:
+    """:func:`compare` as its record model (``assay.narrow.compare`` or
+    ``assay.coding.compare`` in ``docs/records.md``): ``comparison(a, b).diff_ci95``."""
+    from assay.records.report import comparison_record
+
+    return comparison_record(compare(run_a, run_b, seed=seed, rubric_round=rubric_round),
+                             f"compare {run_a} {run_b}")
+
+
+__all__ = ["RunPlan", "RunResult", "SuiteKind", "compare", "comparison", "execute", "load_suite",
+           "prepare", "rebuild_report", "run", "suite_kind"]

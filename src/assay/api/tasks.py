@@ -1,55 +1,54 @@
 """Checking suites and tasks, and running agent trials, from Python.
 
-Thin on purpose: the work is in :mod:`assay.grading.suite_check`, :mod:`assay.runner.trial` and
-:mod:`assay.runner.task_check`. What these add is what the CLI used to add on its own: paths
-become loaded, validated bundles, agent names become agents, and a sandbox that cannot run here
-is reported once, up front, instead of as one failed trial after another.
+Thin on purpose: the work is in :mod:`assay.grading.answers.suite_check`, :mod:`assay.runner.trial`
+and :mod:`assay.runner.task_check`. What these add is what the CLI used to add on its own: paths
+become loaded, validated bundles, agent names become agents, and a sandbox that cannot run here is
+reported once, up front, instead of as one failed trial after another.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from assay.api.options import CODING_DEFAULTS
 from assay.api.runs import load_suite
+from assay.api.sandbox import require_sandbox as _sandbox
 from assay.errors import InputError, SuiteError
 
 if TYPE_CHECKING:
     from assay.agents import Agent
-    from assay.grading.suite_check import TaskCheck
+    from assay.grading.answers.suite_check import TaskCheck
+    from assay.records.statuses import TrialRunStatus
+    from assay.records.trial import Grade, TrialRecord
     from assay.runner.task_check import TaskReport
-    from assay.runner.trial import TrialResult
-    from assay.suites.bundle import Bundle
+    from assay.suites.bundle import Bundle, DigestCheck
+    from assay.suites.cases import NarrowSuite
     from assay.suites.coding import CodingSuite
-    from assay.suites.harbor_task import Imported
+    from assay.suites.harbor.task import Imported
 
 PathLike = str | os.PathLike[str]
 
 
-def _sandbox(isolation: str) -> None:
-    """``bwrap`` must run here (:class:`SandboxUnavailable` otherwise); ``none`` is taken as
-    asked, and recorded as NOT ISOLATED wherever it is used."""
-    if isolation not in ("bwrap", "none"):
-        raise InputError(f"sandbox={isolation!r}: must be 'bwrap' or 'none'")
-    if isolation == "bwrap":
-        from assay.sandbox import check_bwrap
-
-        check_bwrap()
-
-
-def check_suite(tasks: PathLike | CodingSuite, *, sandbox: str = CODING_DEFAULTS["sandbox"],
+def check_suite(tasks: PathLike | NarrowSuite | CodingSuite, *,
+                sandbox: str = CODING_DEFAULTS["sandbox"],
                 exec_timeout: float = CODING_DEFAULTS["exec_timeout"]) -> list[TaskCheck]:
     """Every task's reference solution must pass and an empty answer must fail, through the
-    sandbox and grader a model's answer goes through; a ``broken`` check names the problems."""
-    from assay.grading.suite_check import check_suite as check
+    sandbox and grader a model's answer goes through; a ``broken`` check names the problems.
+    ``tasks``: a path or what :func:`load_suite` returned (a narrow suite is refused: it has no
+    reference solutions)."""
+    from assay.grading.answers.suite_check import check_suite as check
     from assay.runner.coding import CodingParams
+    from assay.suites.cases import NarrowSuite
     from assay.suites.coding import CodingSuite
 
     if isinstance(tasks, CodingSuite):
         suite = tasks
+    elif isinstance(tasks, NarrowSuite):
+        raise InputError(f"{tasks.root}: not a coding tasks file")
     else:
         loaded = load_suite(tasks)
         if not isinstance(loaded, CodingSuite):
@@ -94,8 +93,23 @@ def _bundles(tasks: Sequence[PathLike | Bundle]) -> list[Bundle]:
     return loaded + (load_bundles(paths) if paths else [])
 
 
+@dataclass(frozen=True)
+class TrialRun:
+    """One trial as its records say: ``trial.json`` and the grade it names, read back from
+    ``trial_dir`` as their models (``docs/records.md``)."""
+
+    trial_dir: Path
+    #: ``graded`` or ``infra_error`` (``refused`` and ``worker_lost`` belong to a runner's
+    #: trials, never to one run here)
+    status: TrialRunStatus
+    record: TrialRecord
+    #: the verdict (``grade.accepted``, ``grade.failure_code``, ``grade.checks``); None when
+    #: the trial could not be run (``record.error`` says why)
+    grade: Grade | None
+
+
 def run_trial(task: PathLike | Bundle, agent: str | Agent, out: PathLike, *, rep: int = 0,
-              attempt: int = 0) -> TrialResult:
+              attempt: int = 0) -> TrialRun:
     """Prepare, run ``agent`` in the sandbox, freeze, verify: one trial into ``out`` (never
     overwritten: :class:`NeverOverwrite`). ``agent`` is an :class:`Agent` or its name:
     ``oracle``, ``nop``, ``command:<shell command>`` or ``mutant:<name>``. The verdict is in
@@ -115,79 +129,166 @@ def run_trial(task: PathLike | Bundle, agent: str | Agent, out: PathLike, *, rep
     _sandbox("bwrap")
     from assay.runner.trial import run_trial as run_one
 
-    return run_one(bundles[0], the_agent, Path(out), rep=rep, attempt=attempt)
+    done = run_one(bundles[0], the_agent, Path(out), rep=rep, attempt=attempt)
+    assert done.record is not None  # a trial run here always ends in its record
+    return TrialRun(done.trial_dir, done.status, done.record, done.grade)
 
 
 def check_tasks(tasks: Sequence[PathLike | Bundle], out: PathLike, *, reruns: int = 3,
-                mutants: bool = False, workers: int = 2) -> list[TaskReport]:
+                mutants: bool = False, workers: int = 2,
+                only_mutants: Sequence[str] | None = None) -> list[TaskReport]:
     """``nop`` must fail, ``oracle`` must pass on every one of ``reruns``, and with
-    ``mutants`` every built-in bad agent must be rejected. The trials go under ``out``, with
-    ``task-check.json`` beside them."""
+    ``mutants`` every built-in bad agent must be rejected (``only_mutants``: just these, by
+    name, which implies ``mutants``; a task author chasing one). The trials go under ``out``,
+    with ``task-check.json`` beside them. An unknown mutant name is an :class:`InputError`
+    that lists the known ones, before anything runs."""
+    from assay.agents import MUTANTS
     from assay.records.io import atomic_write_json
     from assay.runner.task_check import check_tasks as check
 
+    if only_mutants is not None:
+        known = [m.name for m in MUTANTS]
+        unknown = sorted(set(only_mutants) - set(known))
+        if unknown:
+            raise InputError(f"--mutant: no built-in bad agent named {', '.join(unknown)} "
+                             f"(known: {', '.join(known)})")
+        mutants = True
     bundles = _bundles(tasks)
     _sandbox("bwrap")
     root = Path(out)
-    reports = check(bundles, root, reruns=reruns, mutants=mutants, workers=workers)
+    reports = check(bundles, root, reruns=reruns, mutants=mutants, workers=workers,
+                    only_mutants=only_mutants)
     atomic_write_json(root / "task-check.json", [r.to_record() for r in reports])
     return reports
 
 
 def import_harbor(task_dirs: Sequence[PathLike], out: PathLike, *,
-                  reward_threshold: float = 1.0) -> list[Imported]:
+                  reward_threshold: float = 1.0, reward_key: str | None = None,
+                  reward_aggregate: str | None = None) -> list[Imported]:
     """Convert Harbor task folders into bundles under ``out/<task id>/``: every folder is
     validated first (a :class:`SuiteError` naming file, line and field, and nothing written),
     an existing bundle is never replaced (:class:`NeverOverwrite`). A task whose environment
     cannot be reproduced here is converted and marked; ``check_tasks`` reports it
-    ``unsupported``. Harbor's paths are mapped onto the sandbox's own, named here because they
+    ``unsupported``. A task whose tests write a ``reward.json`` without a ``reward`` key needs
+    ``reward_key`` (one of its metrics) or ``reward_aggregate`` (``mean``, ``min``, ``all``),
+    else it is refused. Harbor's paths are mapped onto the sandbox's own, named here because they
     belong to the sandbox, the verifier and the oracle."""
     from assay.agents.base import SOLUTION_MOUNT
-    from assay.grading.check_run import TESTS_MOUNT
+    from assay.grading.verify.check_run import TESTS_MOUNT
     from assay.sandbox.bwrap import SANDBOX_WORKDIR
-    from assay.suites.harbor_task import SandboxPaths, import_harbor_tasks
+    from assay.suites.harbor.task import SandboxPaths, import_harbor_tasks
 
     paths = SandboxPaths(work=SANDBOX_WORKDIR, tests=TESTS_MOUNT, solution=SOLUTION_MOUNT)
     return import_harbor_tasks([Path(d) for d in task_dirs], Path(out), paths,
-                               threshold=reward_threshold)
+                               threshold=reward_threshold, reward_key=reward_key,
+                               reward_aggregate=reward_aggregate)
 
 
-__all__ = ["check_suite", "check_tasks", "import_harbor", "load_bundles", "run_trial"]
+@dataclass(frozen=True)
+class ModelTrial:
+    """What :func:`run_model_trial` left: the last graded attempt and its grade, or why there
+    is none."""
+
+    attempt_dir: Path | None
+    grade: Grade | None
+    error: str | None = None
 
 
-def run_experiment(experiment: str | os.PathLike[str], out: str | os.PathLike[str], *,
-                   jobs: int | None = None, grace_seconds: float = 10.0,
-                   holdout_reuse: bool = False, executor: str = "local",
-                   ray_address: str | None = None, gateway_host: str | None = None,
-                   ray_transfer: str | None = None, verify_jobs: int | None = None,
-                   allow_large_plan: bool = False) -> Any:
-    """Run (or resume: the same call) every trial of an experiment file into ``out``, then
-    run the experiment's ``pairwise:`` check, if it has one, and write its report (the check's
-    trouble is in the report's ``judge_preference.error``, never raised: the trials are done);
-    returns the runner's result (status, trial counts, money spent).
-    ``holdout_reuse`` lets a new run look at a holdout split past its allowance;
-    ``executor="ray"`` runs the attempts as Ray tasks on the cluster at ``ray_address``, their
-    files carried by ``ray_transfer`` (``shared_fs``, ``object_store``, ``auto``;
-    ``docs/scaling.md``); ``verify_jobs`` how many local attempts verify at once (default:
-    the usable cores, at most ``jobs``; 0: no gate); ``allow_large_plan`` lets a plan of more
-    than 10,000 trials run (``suites/limits.py``)."""
-    from assay.report.experiment import write_experiment_report
-    from assay.runner.experiment import run_experiment as _run
+def run_model_trial(task: PathLike | Bundle, agent: str, out: PathLike, *, model: str,
+                    protocol: str = "chat", script: PathLike | None = None,
+                    base_url_env: str | None = None,
+                    api_key_env: str | None = None) -> ModelTrial:
+    """A trial whose agent needs a model runs as a one-arm, one-task experiment: the same
+    runner, gateway (scoped token, ledger, budgets) and verifier as every experiment trial, and
+    the same resume. The experiment file is written into ``out`` (``trial-experiment.yaml``),
+    so the run can be repeated; the run itself is ``out/run``."""
+    import yaml
 
-    result = _run(Path(experiment), Path(out), jobs=jobs, grace_seconds=grace_seconds,
-                  holdout_reuse=holdout_reuse, executor=executor, ray_address=ray_address,
-                  gateway_host=gateway_host, ray_transfer=ray_transfer,
-                  verify_jobs=verify_jobs, allow_large_plan=allow_large_plan)
-    run_pairwise_check(Path(out), result.status)
-    write_experiment_report(Path(out))
-    return result
+    from assay.api.experiment_run import run_experiment
+    from assay.records.io import read_json_file
+    from assay.records.trial import read_grade
+
+    bundles = _bundles([task])
+    if len(bundles) != 1:
+        raise InputError(f"{task}: holds {len(bundles)} task bundles; a trial runs one")
+    bundle = bundles[0]
+    spec: dict[str, Any] = {"name": model, "protocol": protocol}
+    if script is not None:
+        spec["script"] = str(Path(script).resolve())
+    for key, value in (("base_url_env", base_url_env), ("api_key_env", api_key_env)):
+        if value:
+            spec[key] = value
+    root = Path(out)
+    root.mkdir(parents=True, exist_ok=True)
+    exp = root / "trial-experiment.yaml"
+    if not exp.exists():
+        exp.write_text(yaml.safe_dump({
+            "name": f"trial-{bundle.id}", "tasks": [str(bundle.root.resolve())],
+            "arms": {"agent": {"agent": agent, "model": spec}}}, sort_keys=False))
+    run_experiment(exp, root / "run")
+    attempts = sorted((root / "run" / "trials" / bundle.id / "agent" / "0").glob("a*"),
+                      key=lambda p: int(p.name[1:]))
+    for a in reversed(attempts):
+        grades = sorted((a / "grades").glob("*.json"))
+        if grades:
+            return ModelTrial(a, read_grade(a, grades[-1].stem))
+    last = read_json_file(attempts[-1] / "trial.json") if attempts else {}
+    return ModelTrial(attempts[-1] if attempts else None, None, last.get("error"))
 
 
-def run_pairwise_check(out: Path, status: str, *, jobs: int = 2) -> dict[str, Any] | None:
-    """The experiment's ``pairwise:`` check after its trials (``api/pairwise.py``); not after a
-    run stopped at its total budget (the judge's calls would be spent past it)."""
-    from assay.api.pairwise import pairwise_check
+def find_bundles(dirs: Sequence[PathLike]) -> list[Path]:
+    """The bundle folders in ``dirs``: each is a bundle, or a folder of bundles (one level
+    down); nothing is loaded."""
+    from assay.suites.bundle import find_bundles as find
 
-    if status == "budget_stopped":
-        return None
-    return pairwise_check(out, jobs=jobs)
+    return find([Path(d) for d in dirs])
+
+
+def load_bundle(root: PathLike) -> Bundle:
+    """One bundle, validated (:class:`SuiteError` naming file, line and field)."""
+    from assay.suites.bundle import load_bundle as load
+
+    return load(Path(root))
+
+
+def experiment_bundles(experiment: PathLike, tier: str | None = None) -> list[Bundle]:
+    """The bundles an experiment file (or one of its tiers, ``suites/tiers.py``) selects."""
+    from assay.suites.experiment import load_experiment
+
+    return list(load_experiment(Path(experiment), tier=tier).bundles.values())
+
+
+def check_starting_tree(bundle: Bundle) -> DigestCheck:
+    """A fresh export of the bundle's starting tree, digested, against its pinned
+    ``fixture_digest`` (``ok``, missing or a mismatch)."""
+    from assay.suites.bundle import check_starting_tree as check
+
+    return check(bundle)
+
+
+def pin_starting_tree(bundle: Bundle, digest: str) -> None:
+    """Write ``digest`` into the bundle's task.yaml as its ``fixture_digest`` (one line edited
+    or added; comments and order kept)."""
+    from assay.suites.bundle import set_fixture_digest
+
+    set_fixture_digest(bundle.root, digest)
+
+
+def split_overlaps(bundles: list[Bundle], digests: dict[str, str]) -> list[str]:
+    """A warning per pair of bundles in different splits that look like one task."""
+    from assay.suites.split_lint import split_overlaps as overlaps
+
+    return overlaps(bundles, digests)
+
+
+def parse_agent(spec: str) -> Agent:
+    """An agent from its name: ``oracle``, ``nop``, ``command:<shell command>``,
+    ``mutant:<name>`` or an agent CLI's adapter; a ``ValueError`` names the known ones."""
+    from assay.agents import parse_agent as parse
+
+    return parse(spec)
+
+
+__all__ = ["ModelTrial", "TrialRun", "check_starting_tree", "check_suite", "check_tasks",
+           "experiment_bundles", "find_bundles", "import_harbor", "load_bundle", "load_bundles",
+           "parse_agent", "pin_starting_tree", "run_model_trial", "run_trial", "split_overlaps"]

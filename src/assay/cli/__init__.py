@@ -8,9 +8,12 @@ from __future__ import annotations
 import sys
 import warnings
 
+from assay.api import TornRowWarning
 from assay.cli import (  # noqa: F401  (registers the commands)
     agents,
     analysis,
+    env_shell,
+    envs,
     experiments,
     grading,
     history,
@@ -23,7 +26,6 @@ from assay.cli import (  # noqa: F401  (registers the commands)
 )
 from assay.cli.app import app, err
 from assay.errors import EXIT_OK, AssayError
-from assay.records.io import TornRowWarning
 
 __all__ = ["app", "main"]
 

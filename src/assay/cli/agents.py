@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from assay.cli.app import app, fail
+from assay.errors import EXIT_CHECK_FAILED
 
 agents_app = typer.Typer(no_args_is_help=True, help="Agent CLIs: install, find and check them.")
 app.add_typer(agents_app, name="agents")
@@ -26,14 +27,15 @@ def agents_check(
     (said in the table), 1 when one ran and failed."""
     from rich.table import Table
 
+    from assay.api.agents import agent_names, check_agent, known_agents
     from assay.cli.app import _require_sandbox, err, out
-    from assay.runner.agents_check import RECIPES, check_agent, known_agents
 
     _require_sandbox("bwrap")
     wanted = names or known_agents()
-    unknown = [n for n in wanted if n not in RECIPES]
+    names_known = agent_names()
+    unknown = [n for n in wanted if n not in names_known]
     if unknown:
-        raise fail(f"unknown agent(s) {', '.join(unknown)} (known: {', '.join(RECIPES)})")
+        raise fail(f"unknown agent(s) {', '.join(unknown)} (known: {', '.join(names_known)})")
     rows = []
     for name in wanted:
         err.print(f"checking {name} …", highlight=False)
@@ -50,4 +52,4 @@ def agents_check(
                           "n/a" if r.seconds is None else f"{r.seconds:.1f}", r.detail)
         out.print(table)
     if any(r.ok is False for r in rows):
-        raise typer.Exit(1)
+        raise typer.Exit(EXIT_CHECK_FAILED)

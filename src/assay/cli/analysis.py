@@ -71,18 +71,17 @@ def exp_compare(
         return
     from rich.markdown import Markdown
 
+    from assay.api.render import comparison_markdown, reused_banner
     from assay.cli.app import out
-    from assay.report.experiment import comparison_markdown
-    from assay.report.holdout import reused_banner
 
     _first_line(reused_banner(cmp.get("holdout")))
     lines = comparison_markdown(cmp)
     if cmp.get("noise_floor"):
-        from assay.report.noise_floor import noise_floor_markdown
+        from assay.api.render import noise_floor_markdown
 
         lines[4:4] = noise_floor_markdown(cmp["noise_floor"])  # after the heading and Δ
     if "judge_preference" in cmp:
-        from assay.report.abcompare import preference_markdown
+        from assay.api.render import preference_markdown
 
         lines += preference_markdown(cmp["judge_preference"])
     out.print(Markdown("\n".join(lines)))
@@ -181,7 +180,7 @@ def exp_verdict(
     """Accept / reject / inconclusive from the bar frozen before the run. Exit 0 accept,
     1 reject, 4 inconclusive, 2 bad input (no bar, not a run directory)."""
     from assay.api.experiments import verdict
-    from assay.report.experiment import verdict_markdown
+    from assay.api.render import reused_banner, verdict_markdown
 
     try:
         rep = verdict(run_dir)
@@ -191,8 +190,6 @@ def exp_verdict(
     from assay.cli.experiments import _ci_outputs
 
     _ci_outputs(rep, None)
-    from assay.report.holdout import reused_banner
-
     banner = reused_banner(rep.get("holdout"))
     if as_json:
         typer.echo(json.dumps({**({"holdout_reused": banner} if banner else {}),

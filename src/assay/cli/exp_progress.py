@@ -10,17 +10,19 @@ graded"; infrastructure errors are not graded and not counted).
 Plain lines, one a trial, but never more than one a ``min_gap`` seconds: trials that end
 closer together than that are folded into the next line ("+3 more: 2 accepted, 1 rejected"),
 so a run of fast trials writes at most 60 lines a minute at the default gap, and the last
-trial's line, or :meth:`LineProgress.flush`, always reports the final state.
+trial's line, or :meth:`LineProgress.finish`, always reports the final state.
 """
 
 from __future__ import annotations
 
-import json
 import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from assay.api import TrialDone
 
 #: seconds between two trial lines at least (trials in between are folded into the next)
 MIN_GAP_SECONDS = 1.0
@@ -71,7 +73,8 @@ def spend_text(spent: float, complete: bool, cap: float | None,
 
 
 class LineProgress:
-    """The ``exp run`` progress display (an ``ExperimentProgress`` of ``runner/experiment``)."""
+    """The ``exp run`` progress display: a ``Progress`` of trials (``assay.api.Progress``, told
+    each :class:`~assay.api.TrialDone`)."""
 
     def __init__(self, before_first_result: Callable[[], object] | None = None, *,
                  out_dir: Path | None = None, write: Callable[[str], None] | None = None,
@@ -104,14 +107,15 @@ class LineProgress:
         have no price, before the first trial."""
         self.read_spend, self.cap, self.unpriced = read, cap, list(unpriced or [])
 
-    def started(self, total: int, done: int) -> None:
+    def start(self, total: int, done: int) -> None:
         self.total, self.done = total, done
         self.done_at_start = done
         self.t0 = self.clock()
         self._load_arms()
         self._print(f"experiment: {total} trials planned, {done} already done")
 
-    def trial_done(self, key: Any, outcome: str) -> None:
+    def advance(self, item: TrialDone) -> None:
+        key, outcome = item.key, item.outcome
         if self.before_first_result is not None:
             first, self.before_first_result = self.before_first_result, None
             first()
@@ -136,7 +140,7 @@ class LineProgress:
     def note(self, message: str) -> None:
         self._print(message)
 
-    def flush(self) -> None:
+    def finish(self) -> None:
         """Report trials folded since the last line (the run ended or was interrupted)."""
         if self.held_last is not None:
             line, kind = self.held_last
@@ -189,26 +193,10 @@ class LineProgress:
     def _load_arms(self) -> None:
         """Every arm, in the experiment's order, with what earlier sessions graded: a resumed
         run's pass rates so far include them."""
-        if self.out_dir is None:
-            return
-        try:
-            manifest = json.loads((self.out_dir / "manifest.json").read_text(encoding="utf-8"))
-            self.arms = {str(a): [0, 0] for a in manifest.get("arms") or {}}
-        except (OSError, ValueError, AttributeError):
-            self.arms = {}
-        from assay.errors import RecordError
-        from assay.runner.state import StateDB
+        if self.out_dir is not None:
+            from assay.api.experiment_run import arm_tallies
 
-        try:
-            db = StateDB.open_readonly(self.out_dir)
-        except RecordError:
-            return
-        with db:
-            for t in db.trials():
-                if t.state == "done" and t.accepted is not None:
-                    tally = self.arms.setdefault(str(t.key.arm), [0, 0])
-                    tally[0] += int(bool(t.accepted))
-                    tally[1] += 1
+            self.arms = arm_tallies(self.out_dir)
 
 
 def _short(outcome: str) -> str:

@@ -15,10 +15,10 @@ from typing import Annotated, Any, TextIO
 
 import typer
 
+from assay.api.options import MAX_CONCURRENCY, PLAN_TRIALS_DEFAULT_MAX
 from assay.cli.app import app, fail
 from assay.cli.exp_progress import LineProgress
 from assay.errors import RecordError
-from assay.suites.limits import MAX_CONCURRENCY, PLAN_TRIALS_DEFAULT_MAX
 
 exp_app = typer.Typer(no_args_is_help=True, help="Experiments: every task x arm x repetition, "
                       "resumable after a crash.")
@@ -36,10 +36,10 @@ def exp_status(
 ) -> None:
     """Counts by state and failure code, then a line per trial not yet done. Read-only: works
     while the run is in progress and after a crash."""
-    from assay.runner.state import StateDB
+    from assay.api.experiment_run import open_state
 
     try:
-        db = StateDB.open_readonly(run_dir)
+        db = open_state(run_dir)
     except RecordError as exc:
         raise fail(str(exc)) from None
     with db:
@@ -139,15 +139,12 @@ def _exp_out_dir(experiment: Path, out_dir: Path | None, out_root: Path | None,
                    "(a new run directory under it), not both")
     if out_dir is not None:
         return out_dir
+    from assay.api.experiment_run import claim_experiment_dir
     from assay.errors import InputError
-    from assay.records.run_dirs import claim_run_dir
-    from assay.suites.experiment import load_experiment
 
+    assert out_root is not None  # one of the two, checked just above
     try:
-        spec = load_experiment(experiment, tier=tier).spec
-        models = sorted({a.model.name for a in spec.arms.values() if a.model is not None})
-        name = spec.name if tier is None else f"{spec.name}-{tier}"
-        return claim_run_dir(out_root, name, "+".join(models) or "no-model")
+        return claim_experiment_dir(experiment, out_root, tier)
     except InputError as exc:
         raise fail(str(exc)) from None
 
@@ -209,49 +206,41 @@ def exp_run(
 
     from rich.markup import escape
 
-    from assay.api.tasks import run_pairwise_check
+    from assay.api.experiment_run import ExperimentOptions, run_experiment
     from assay.cli.app import _raise_interrupt, _require_sandbox, err
     from assay.errors import EXIT_BAD_INPUT, EXIT_INFRA, EXIT_INTERRUPTED, InputError
-    from assay.report.experiment import write_experiment_report
-    from assay.runner.experiment import run_experiment
-    from assay.runner.holdout import record_shown
 
     out_dir = _exp_out_dir(experiment, out_dir, out_root, tier)
     _require_sandbox("bwrap")
-    progress = LineProgress(lambda: record_shown(out_dir, command="exp run"), out_dir=out_dir)
-    old = signal.signal(signal.SIGTERM, _raise_interrupt)
-    try:
-        result = run_experiment(experiment, out_dir, jobs=jobs, grace_seconds=grace,
-                                progress=progress,
-                                total_cost_usd=total_cost_usd,
+    progress = LineProgress(out_dir=out_dir)
+    options = ExperimentOptions(jobs=jobs, grace_seconds=grace, total_cost_usd=total_cost_usd,
                                 holdout_reuse=holdout_reuse, executor=executor,
                                 ray_address=ray_address, gateway_host=gateway_host,
                                 ray_transfer=ray_transfer, verify_jobs=verify_jobs,
                                 allow_large_plan=allow_large_plan, tier=tier)
-        # the experiment's pairwise check, if any: never raises for the judge's trouble; an
-        # interrupt stops it like the trials (the same command resumes both)
-        pairwise = run_pairwise_check(out_dir, result.status, jobs=jobs or 2)
+    old = signal.signal(signal.SIGTERM, _raise_interrupt)
+    try:
+        # the trials, the pairwise check (never raises for the judge's trouble; an interrupt
+        # stops it like the trials, the same command resumes both) and the report
+        result = run_experiment(experiment, out_dir, options, progress=progress)
     except InputError as exc:  # escaped: "pip install 'assay[ray]'" is not markup
         raise fail(escape(str(exc))) from None
-    except KeyboardInterrupt:
-        progress.flush()
+    except KeyboardInterrupt:  # the display has said what it held (Progress.finish)
         err.print(f"interrupted; resume with: assay exp run {experiment} --out {out_dir}",
                   highlight=False)
         raise typer.Exit(EXIT_INTERRUPTED) from None
     finally:
         signal.signal(signal.SIGTERM, old)
-    progress.flush()
-    write_experiment_report(out_dir)
     counts = ", ".join(f"{k}: {v}" for k, v in sorted(result.counts.items()))
     spent = f"spent ${result.spent_usd:.4f}" + ("" if result.spent_complete else " (lower bound)")
     if result.unpriced_models:  # unknown, never $0.0000
         unpriced = ", ".join(f"no price for {m}" for m in result.unpriced_models)
         spent = (f"spent: {unpriced}" if not result.spent_usd
                  else f"{spent} on priced calls; {unpriced}")
-    err.print(f"trials: {counts}; {spent}; report: {out_dir / 'report.md'}", highlight=False)
-    if pairwise is not None and "error" in pairwise:
+    err.print(f"trials: {counts}; {spent}; report: {result.report_path}", highlight=False)
+    if result.pairwise_error is not None:
         # after the trials' own line: they are done and reported; the check is what is missing
-        err.print(escape(f"pairwise check: not done: {pairwise['error']}; the trials are "
+        err.print(escape(f"pairwise check: not done: {result.pairwise_error}; the trials are "
                          f"recorded, resume with: assay exp run {experiment} --out {out_dir}"),
                   highlight=False)
     # a broken arm, or a damaged run directory: bad input, not bad luck
@@ -260,7 +249,7 @@ def exp_run(
     if result.status == "budget_stopped":
         raise fail(str(result.message) + f"; resume with: assay exp run {experiment} --out "
                    f"{out_dir}", EXIT_INFRA)
-    if result.status != "complete" or (pairwise is not None and "error" in pairwise):
+    if not result.complete:
         raise typer.Exit(EXIT_INFRA)
 
 
@@ -281,22 +270,16 @@ def exp_report(
     set, the verdict and headline table are appended there."""
     from rich.markdown import Markdown
 
-    from assay.api.experiments import record_results_shown
+    from assay.api.experiments import experiment_report
+    from assay.api.render import experiment_markdown
     from assay.cli.app import out
     from assay.errors import AssayError
-    from assay.report.experiment import experiment_markdown, write_experiment_report
-    from assay.report.outcomes import load_outcomes
 
     if not run_dir.is_dir():
         raise fail(f"{run_dir}: not a directory (give an experiment run directory or a Harbor "
                    "job directory; for an outcomes file use `assay exp compare`)")
     try:
-        data = load_outcomes(run_dir)
-        if data.kind != "run" and out_dir is None:
-            raise fail(f"{run_dir}: not an assay run directory: say where the report goes "
-                       "with --out DIR")
-        rep = write_experiment_report(run_dir, data=data, out=out_dir)
-        record_results_shown(data, command="exp report")  # before anything reaches the screen
+        rep = experiment_report(run_dir, out=out_dir)
     except (KeyError, AssayError) as exc:
         raise fail(f"{run_dir}: {exc}") from None
     _ci_outputs(rep, junit)
@@ -305,16 +288,14 @@ def exp_report(
 
 def _ci_outputs(rep: dict[str, Any], junit: Path | None) -> None:
     """JUnit XML for CI systems, and the GitHub step summary when the variable is set."""
-    from assay.records.io import atomic_write_text
-    from assay.report.ci_outputs import append_step_summary, junit_xml
+    from assay.api.ci import append_step_summary, write_experiment_junit
 
     if junit is not None:
         try:
-            atomic_write_text(junit, junit_xml(rep))
+            write_experiment_junit(junit, rep)
         except OSError as exc:
             raise fail(f"--junit {junit}: cannot be written: {exc}") from None
     try:
         append_step_summary(rep)
     except OSError as exc:
         raise fail(f"GITHUB_STEP_SUMMARY: cannot be appended to: {exc}") from None
-

@@ -37,8 +37,8 @@ def grade(
     = None,
 ) -> None:
     """Blind human grading of rubric answers, one at a time or through a CSV."""
+    from assay.api.grading import GradingError, export_csv, import_csv
     from assay.cli.rubric_ui import interactive_session
-    from assay.grading.rubric import GradingError, export_csv, import_csv
 
     who = grader or os.environ.get("USER") or "grader"
     try:
@@ -62,11 +62,11 @@ def _refresh_reports(run_dirs: list[Path]) -> None:
     """Rebuild the report of every graded run that has one, so report.json, report.md and
     report.html count the new round at once (a report is derived data; the grades are not)."""
     from assay import api
+    from assay.api.records import has_run_report
     from assay.errors import AssayError
-    from assay.records.report import REPORT_JSON
 
     for run_dir in dict.fromkeys(run_dirs):
-        if not (run_dir / REPORT_JSON).is_file():
+        if not has_run_report(run_dir):
             continue
         try:
             rep = api.rebuild_report(run_dir)

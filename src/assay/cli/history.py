@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.markup import escape
@@ -18,34 +18,38 @@ from rich.table import Table
 from assay.cli.app import app, err, fail, out
 from assay.errors import EXIT_DRIFT
 
+if TYPE_CHECKING:
+    from assay.api.history import History, HistoryRow
+
 
 def _pct(x: float | None) -> str:
     return "—" if x is None else f"{100 * x:.1f}%"
 
 
-def _headline(row: dict[str, Any]) -> str:
-    h = row.get("headline") or {}
-    ci = h.get("ci")
-    text = _pct(h.get("value"))
+def _headline(row: HistoryRow) -> str:
+    h = row.get("headline")
+    ci = h["ci"] if h else None
+    text = _pct(h["value"] if h else None)
     if ci:
         text += f" [{100 * ci[0]:.1f}, {100 * ci[1]:.1f}]"
-    return text + f" n={h.get('n')}"
+    return text + f" n={h['n'] if h else None}"
 
 
-def _drift(row: dict[str, Any]) -> str:
+def _drift(row: HistoryRow) -> str:
     d = row.get("drift")
     if d is None:
         return ""
     if d.get("error"):
         return f"not paired: {d['error']}"
-    lo, hi = d["ci"] or (None, None)
-    text = f"{100 * d['delta']:+.1f} pts"
-    if lo is not None:
+    lo, hi = d.get("ci") or (None, None)
+    delta = d.get("delta")
+    text = "n/a pts" if delta is None else f"{100 * delta:+.1f} pts"
+    if lo is not None and hi is not None:
         text += f" [{100 * lo:+.1f}, {100 * hi:+.1f}]"
-    return ("[bold red]DRIFT " + text + "[/]") if d["flagged"] else text
+    return ("[bold red]DRIFT " + text + "[/]") if d.get("flagged") else text
 
 
-def _served(row: dict[str, Any]) -> str:
+def _served(row: HistoryRow) -> str:
     served = ", ".join(row.get("served_models") or []) or "(not reported)"
     text = f"{row.get('model') or '(no model)'} → {served}"
     if row.get("served_change"):
@@ -55,7 +59,7 @@ def _served(row: dict[str, Any]) -> str:
     return text
 
 
-def _cost(row: dict[str, Any]) -> str:
+def _cost(row: HistoryRow) -> str:
     if row.get("cost_usd") is not None:
         return f"${row['cost_usd']:.4f}" + (" ≥" if row.get("cost_note") else "")
     if row.get("tokens") is not None:
@@ -63,7 +67,7 @@ def _cost(row: dict[str, Any]) -> str:
     return "unknown"
 
 
-def print_history(h: dict[str, Any]) -> None:
+def print_history(h: History) -> None:
     for g in h["groups"]:
         title = f"{g['kind']} · {g['suite']} · {g['who']}  ({g['runs']} runs)"
         for s in g["series"]:
@@ -110,7 +114,7 @@ def history(
     """Every run (narrow, coding, experiment) under DIR..., grouped by suite and model or arm,
     in time order, with what changed and drift between consecutive comparable runs.
     Exit 0, 2 bad input, 5 drift with --fail-on-drift."""
-    from assay.report.history_series import build_history
+    from assay.api.history import build_history
 
     if not dirs:
         raise fail("give at least one directory")
@@ -120,7 +124,7 @@ def history(
     else:
         print_history(h)
     if html is not None:
-        from assay.report.history_html import write_history_html
+        from assay.api.history import write_history_html
 
         try:
             write_history_html(html, h)

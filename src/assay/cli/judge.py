@@ -121,9 +121,14 @@ def judge_run(
 ) -> None:
     """Judge some files once and print the judgement as JSON (with the judge's calibration,
     or "uncalibrated")."""
-    from assay.api.judge import calibration_for, calibration_label, judge_one, load_judge
-    from assay.grading.judge import Material
-    from assay.records.judgement import append_judgement
+    from assay.api.judge import (
+        Material,
+        append_judgement,
+        calibration_for,
+        calibration_label,
+        judge_one,
+        load_judge,
+    )
 
     try:
         loaded = load_judge(judge)

@@ -59,8 +59,8 @@ def judge_pairwise(
         return
     from rich.markdown import Markdown
 
+    from assay.api.render import preference_markdown
     from assay.cli.app import out as console
-    from assay.report.abcompare import preference_markdown
 
     section = {**summary, "skipped": len(summary.get("skipped") or []),
                "judge": {**summary["judge"], "model": summary["judge"]["pin"].get("model")}}

@@ -1,4 +1,5 @@
-"""The progress display of long runs: a bar on a terminal, a quiet line in a log."""
+"""The progress display of model runs (a ``Progress`` of rows, ``assay.api.Progress``): a bar on
+a terminal, a quiet line in a log."""
 
 from __future__ import annotations
 
@@ -61,7 +62,7 @@ class TerminalProgress:
             self.console.print(f"assay: {self.done}/{self.total} answered ({note})",
                                highlight=False)
 
-    def warn(self, message: str) -> None:
+    def note(self, message: str) -> None:
         self.console.print(f"[yellow]warning:[/] {message}", highlight=False)
 
     def finish(self) -> None:

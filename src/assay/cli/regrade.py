@@ -41,21 +41,21 @@ def regrade(
         _regrade_coding_run(trial_dir, verifier_revision)
         return
 
-    from assay.records.trial import read_trial
-    from assay.runner.trial import TrialRefused
-    from assay.runner.trial import regrade as do_regrade
+    from assay.api.grading import regrade_trial
+    from assay.api.records import read_trial
+    from assay.errors import TrialRefused
 
     if not (trial_dir / "trial.json").is_file():
         raise fail(f"{trial_dir}: no trial.json: not a trial directory")
     record = read_trial(trial_dir)
-    [bundle] = _load_bundles([task_dir or Path(record["task"]["path"])])[:1]
+    [bundle] = _load_bundles([task_dir or Path(record.task.path)])[:1]
     _require_sandbox("bwrap")
     try:
-        grade = do_regrade(trial_dir, bundle, verifier_revision)
+        grade = regrade_trial(trial_dir, bundle, verifier_revision)
     except (NeverOverwrite, TrialRefused) as exc:
         raise fail(str(exc)) from None
     _print_grade(grade)
-    if grade["validity"]["status"] != "valid":
+    if grade.validity.status != "valid":
         raise typer.Exit(EXIT_INFRA)
 
 
@@ -63,15 +63,14 @@ def _regrade_coding_run(run_dir: Path, revision: str) -> None:
     """Grade every recorded answer of a coding run into ``revision``, then rebuild the reports
     from it (the newest revision)."""
     from assay import api
+    from assay.api.grading import regrade_run, run_isolation, run_kind
     from assay.cli.runs import _print_report
-    from assay.grading.revisions import regrade_run, settings_of
-    from assay.records.manifest import read_manifest
 
-    manifest = read_manifest(run_dir)
-    if manifest.get("kind") != "coding":
-        raise fail(f"{run_dir}: a {manifest.get('kind')!r} run; regrade works on trial "
+    kind = run_kind(run_dir)
+    if kind != "coding":
+        raise fail(f"{run_dir}: a {kind!r} run; regrade works on trial "
                    "directories and coding runs")
-    _require_sandbox(settings_of(manifest).isolation)
+    _require_sandbox(run_isolation(run_dir))
     try:
         summary = regrade_run(run_dir, revision)
     except NeverOverwrite as exc:

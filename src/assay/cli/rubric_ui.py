@@ -1,7 +1,7 @@
 """The terminal face of a blind rubric sitting: rich panels for the answer, a prompt per score.
 
 Drawing is the CLI's business, so grading never imports rich; this module only renders what
-``assay.grading.rubric_session`` hands it, which is already redacted, so nothing drawn here can
+``assay.api.grading.grade_session`` hands it, which is already redacted, so nothing drawn here can
 name a model or a run. Task and answer texts are printed as plain ``Text``, never as markup:
 they are model output and suite text, and a ``[bold]`` in them must show as typed.
 """
@@ -17,13 +17,13 @@ from rich.panel import Panel
 from rich.syntax import Syntax
 from rich.text import Text
 
-from assay.grading.rubric_session import Ask, ShownAnswer, grade_session
+from assay.api.grading import Ask, ShownAnswer, grade_session
 
 _SYNTAX_LANGUAGES = {"python": "python", "javascript": "javascript"}
 
 
 class RichScreen:
-    """A :class:`~assay.grading.rubric_session.GraderScreen` on a rich console."""
+    """A :class:`~assay.api.grading.GraderScreen` on a rich console."""
 
     def __init__(self, console: Console) -> None:
         self.console = console

@@ -14,11 +14,11 @@ import typer
 from rich.markup import escape
 
 from assay import api
-from assay.api.options import CODING_DEFAULTS, SHARED_DEFAULTS
+from assay.api.options import CODING_DEFAULTS, SHARED_DEFAULTS, Endpoint
+from assay.api.runs import suite_kind
 from assay.cli.app import (
     _raise_interrupt,
     _require_sandbox,
-    _resolve_endpoint,
     app,
     err,
     fail,
@@ -27,14 +27,14 @@ from assay.cli.app import (
 from assay.cli.progress import TerminalProgress
 from assay.errors import (
     EXIT_BELOW_BAR,
+    EXIT_CHECK_FAILED,
     EXIT_INFRA,
     EXIT_INTERRUPTED,
     EXIT_OK,
     InputError,
     RunConflict,
+    SuiteError,
 )
-from assay.suites.errors import SuiteError
-from assay.suites.kind import suite_kind
 
 
 @app.command()
@@ -103,24 +103,25 @@ def run(
     # One set of flags serves both kinds of suite; each takes its own and ignores the rest.
     options = {k: v for k, v in flags.items() if k in api.RUN_OPTIONS[kind]}
     try:
-        suite = api.load_suite(suite_path, split=options.get("split"), tier=tier)
+        suite = api.load_suite(suite_path, split=split if "split" in options else None,
+                               tier=tier)
     except SuiteError as exc:
         raise fail(f"invalid suite:\n{exc}") from None
     except InputError as exc:
         raise fail(str(exc)) from None
-    model_name, url, key, key_source = _resolve_endpoint(model, base_url, api_key_env)
+    model_name, endpoint = _endpoint(model, base_url, api_key_env)
+    url, key_source = endpoint.base_url, endpoint.api_key_env
     if kind == "coding":
         _require_sandbox(sandbox)
     claimed = None
     try:
         if out_root is not None:
             claimed = _claim(out_root, out_dir, suite.name, model_name)
-        plan = api.prepare(suite, model_name, out=claimed or out_dir, base_url=url,
-                           api_key=None if url is None else key, api_key_env=key_source,
+        plan = api.prepare(suite, model_name, out=claimed or out_dir, endpoint=endpoint,
                            **options)
     except InputError as exc:
         if claimed is not None:
-            from assay.records.run_dirs import release_unused
+            from assay.api.records import release_unused
 
             release_unused(claimed)
         raise fail(str(exc)) from None
@@ -142,9 +143,29 @@ def run(
     _gate_exit(checked)
 
 
+def _endpoint(model: str | None, base_url: str | None,
+              api_key_env: str | None) -> tuple[str, Endpoint]:
+    """The model (``--model``, else ``MODEL_NAME``) and its endpoint, resolved by the
+    library's one rule with the options spelt as flags."""
+    import os
+
+    from assay.api.models import BUILTIN_PREFIX
+    from assay.api.options import cli_option, resolve_endpoint
+
+    model = model or os.environ.get("MODEL_NAME")
+    if not model:
+        raise fail("no model: pass --model or set MODEL_NAME (or use --model builtin/baseline)")
+    try:
+        return model, resolve_endpoint(model, {"base_url": base_url, "api_key_env": api_key_env},
+                                       builtin=model.startswith(BUILTIN_PREFIX),
+                                       spell=cli_option)
+    except InputError as exc:
+        raise fail(escape(str(exc))) from None
+
+
 def _claim(out_root: Path, out_dir: Path | None, suite: str, model: str) -> Path:
     """A new run directory under ``--out-root`` (``records/run_dirs.py``)."""
-    from assay.records.run_dirs import claim_run_dir
+    from assay.api.records import claim_run_dir
 
     if out_dir is not None:
         raise InputError("--out and --out-root: give one (--out resumes a run, --out-root "
@@ -155,15 +176,14 @@ def _claim(out_root: Path, out_dir: Path | None, suite: str, model: str) -> Path
 def _ci_outputs(run_dir: Path, rep: dict[str, Any], junit: Path | None,
                 fail_under: float | None, use_ci: bool) -> Any:
     """JUnit XML, the GitHub step summary (when GITHUB_STEP_SUMMARY is set) and the gate."""
-    from assay.records.io import atomic_write_text
-    from assay.report.ci_outputs_runs import append_run_step_summary, gate, run_junit
+    from assay.api.ci import append_run_step_summary, gate, write_run_junit
 
     if use_ci and fail_under is None:
         raise fail("--fail-under-ci needs --fail-under X")
     checked = None if fail_under is None else gate(rep, fail_under, use_ci=use_ci)
     try:
         if junit is not None:
-            atomic_write_text(junit, run_junit(run_dir, rep))
+            write_run_junit(junit, run_dir, rep)
         append_run_step_summary(rep, checked)
     except OSError as exc:
         raise fail(f"CI output cannot be written: {exc}") from None
@@ -187,7 +207,7 @@ def resume_command(suite_path: Path, run_dir: Path, model: str, base_url: str | 
     import inspect
     import shlex
 
-    from assay.models.client import redact_url
+    from assay.api.models import redact_url
 
     parts = ["assay", "run", str(suite_path), "--model", model]
     if base_url:
@@ -229,15 +249,15 @@ def _print_report(rep: dict[str, Any]) -> None:
     if _is_coding(rep):
         from rich.markdown import Markdown
 
-        from assay.report.coding_markdown import NOT_ISOLATED, coding_markdown
+        from assay.api.render import NOT_ISOLATED, coding_markdown
 
         if rep["not_isolated"]:
             out.print(f"[bold red]{NOT_ISOLATED}[/]")
         out.print(Markdown(coding_markdown(rep, details=False)))
         return
-    from assay.report.render_narrow import print_report
+    from assay.api.render import print_narrow_report
 
-    print_report(rep, out)
+    print_narrow_report(rep, out)
 
 
 @app.command()
@@ -283,9 +303,8 @@ def compare(
     """Paired comparison of two runs of the same suite (B − A)."""
     from rich.markdown import Markdown
 
-    from assay.records.io import atomic_write_json
-    from assay.report.compare_coding import compare_coding_markdown
-    from assay.report.compare_narrow import compare_markdown
+    from assay.api.records import write_json
+    from assay.api.render import compare_coding_markdown, compare_markdown
 
     try:
         result = api.compare(run_a, run_b, seed=seed, rubric_round=rubric_round)
@@ -293,7 +312,7 @@ def compare(
         raise fail(str(exc)) from None
     text = compare_coding_markdown(result) if _is_coding(result) else compare_markdown(result)
     if json_out:
-        atomic_write_json(json_out, result)
+        write_json(json_out, result)
     out.print(Markdown(text))
 
 
@@ -305,19 +324,16 @@ def serve(
     host: Annotated[str, typer.Option(help="Bind address.")] = "127.0.0.1",
 ) -> None:
     """Serve a built-in model over /v1/chat/completions and /v1/models."""
-    from assay.models.builtin import load_builtin
-    from assay.models.server import serve_forever
+    from assay.api.models import serve_builtin
 
-    try:
-        built = load_builtin(model, api.load_suite(suite_path))
-    except (SuiteError, ValueError) as exc:
-        raise fail(str(exc)) from None
     def ready(bound: int) -> None:
         err.print(f"serving {model} on http://{host}:{bound}/v1 (Ctrl-C to stop)",
                   highlight=False)
 
     try:
-        serve_forever(built, host, port, ready)
+        serve_builtin(model, suite_path, host, port, ready)
+    except (SuiteError, ValueError) as exc:
+        raise fail(str(exc)) from None
     except KeyboardInterrupt:
         raise typer.Exit(EXIT_OK) from None
 
@@ -364,5 +380,5 @@ def suite_check(
                   highlight=False)
     if broken:
         out.print(f"[bold red]{len(broken)} broken task(s)[/]: fix them before blaming a model.")
-        raise typer.Exit(1)
+        raise typer.Exit(EXIT_CHECK_FAILED)
     out.print(f"all {len(checks)} tasks sound")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -14,18 +14,22 @@ from assay.cli.app import (
     out,
 )
 from assay.errors import (
+    EXIT_CHECK_FAILED,
     EXIT_INFRA,
+    EXIT_UNSUPPORTED,
     InputError,
     NeverOverwrite,
+    SuiteError,
 )
-from assay.suites.errors import SuiteError
 
 #: ``task check``: every task is ok or could not be checked here (an unsupported environment);
 #: the same code as ``exp verdict``'s inconclusive, for the same reason: no verdict either way.
-EXIT_UNSUPPORTED = 4
 
 task_app = typer.Typer(no_args_is_help=True, help="Agent task bundles: lint and check.")
 app.add_typer(task_app, name="task")
+if TYPE_CHECKING:
+    from assay.api.records import Grade
+
 trial_app = typer.Typer(no_args_is_help=True,
                         help="Run one agent trial on one task, or open one (show).")
 app.add_typer(trial_app, name="trial")
@@ -33,18 +37,17 @@ app.add_typer(trial_app, name="trial")
 
 def _experiment_bundles(experiment: Path | None, tier: str | None) -> list[Any]:
     """The bundles an experiment (or one of its tiers, ``suites/tiers.py``) selects."""
-    from assay.errors import InputError
-    from assay.suites.experiment import load_experiment
+    from assay.api.tasks import experiment_bundles
 
     assert experiment is not None
     try:
-        return list(load_experiment(experiment, tier=tier).bundles.values())
+        return experiment_bundles(experiment, tier)
     except InputError as exc:
         raise fail(str(exc)) from None
 
 
 def _load_bundles(dirs: list[Path]) -> list[Any]:
-    from assay.suites.bundle import find_bundles, load_bundle
+    from assay.api.tasks import find_bundles, load_bundle
 
     roots = find_bundles(dirs)
     if not roots:
@@ -77,8 +80,7 @@ def task_lint(
 
     from rich.table import Table
 
-    from assay.suites.bundle import check_starting_tree, set_fixture_digest
-    from assay.suites.split_lint import split_overlaps
+    from assay.api.tasks import check_starting_tree, pin_starting_tree, split_overlaps
 
     bundles = _load_bundles(dirs)
     table = Table(title="task lint", title_justify="left")
@@ -93,7 +95,7 @@ def task_lint(
         if check.state == "ok":
             state = "[green]ok[/]"
         elif write_digest:
-            set_fixture_digest(b.root, digest)
+            pin_starting_tree(b, digest)
             state = f"[yellow]written[/] {digest[:19]}…"
         else:
             bad += 1
@@ -104,7 +106,7 @@ def task_lint(
     for warning in split_overlaps(bundles, digests):
         out.print(f"warning: {warning}", markup=False, highlight=False, soft_wrap=True)
     if bad:
-        raise typer.Exit(1)
+        raise typer.Exit(EXIT_CHECK_FAILED)
 
 
 @task_app.command("check")
@@ -113,6 +115,9 @@ def task_check(
     reruns: Annotated[int, typer.Option(min=1, help="Oracle runs per task.")] = 3,
     mutants: Annotated[bool, typer.Option("--mutants", help="Also run the built-in bad "
                                           "agents: every one must be rejected.")] = False,
+    only_mutants: Annotated[list[str] | None, typer.Option(
+        "--mutant", metavar="NAME", help="Only this built-in bad agent (repeatable; implies "
+        "--mutants): to chase one a task lets through.")] = None,
     out_dir: Annotated[Path | None, typer.Option("--out", help="Where the trials go.")] = None,
     workers: Annotated[int, typer.Option(min=1, help="Trials at once.")] = 2,
     experiment: Annotated[Path | None, typer.Option(
@@ -129,8 +134,7 @@ def task_check(
     from rich.table import Table
 
     from assay.api import check_tasks
-    from assay.records.io import atomic_write_json
-    from assay.records.layout import run_stamp
+    from assay.api.records import run_stamp
 
     if (experiment is None) == (not dirs):
         raise fail("give bundle folders (DIR...) or --experiment FILE, one of the two")
@@ -139,29 +143,37 @@ def task_check(
     _require_sandbox("bwrap")
     bundles = _load_bundles(dirs) if dirs else _experiment_bundles(experiment, tier)
     root = out_dir or Path("runs") / f"task-check-{run_stamp()}"
-    reports = check_tasks(bundles, root, reruns=reruns, mutants=mutants, workers=workers)
+    reports = check_tasks(bundles, root, reruns=reruns, mutants=mutants, workers=workers,
+                          only_mutants=only_mutants)
     table = Table(title=f"task check ({root})", title_justify="left")
     table.add_column("task", no_wrap=True)
     for col in ("digest", "nop", "oracle", "mutants rejected", "status"):
         table.add_column(col)
     for r in reports:
         rejected = sum(1 for v in r.mutants.values() if v.startswith("rejected"))
-        mut = f"{rejected}/{len(r.mutants)}" if r.mutants else "n/a"
+        na = sum(1 for v in r.mutants.values() if v.startswith("n/a"))
+        mut = (f"{rejected}/{len(r.mutants) - na}" + (f" ({na} n/a)" if na else "")
+               if r.mutants else "n/a")
         style = {"ok": "green", "flaky": "yellow", "unsupported": "yellow"}.get(r.status,
                                                                                 "bold red")
         table.add_row(r.task_id, r.digest, r.nop or "", f"{r.oracle_accepted}/{r.oracle_runs}",
                       mut, f"[{style}]{r.status}[/]")
     out.print(table)
     for r in reports:
+        if r.image is not None:
+            subs = "; ".join(r.image["substitutions"])
+            label = r.image["source_label"]
+            out.print(f"{r.task_id}: ran in image {r.image['digest']} ({r.image['source_kind']}"
+                      + (f", {escape(label)}" if label else "") + ")"
+                      + (f"; substituted: {escape(subs)}" if subs else ""), highlight=False)
         for name, verdict in r.mutants.items():
             if verdict == "ACCEPTED":
                 out.print(f"[bold red]GRADER DEFECT:[/] {r.task_id}: mutant {name} was "
                           "ACCEPTED", highlight=False)
         for p in r.problems:
             out.print(f"[red]{r.task_id}:[/] {escape(p)}", highlight=False)
-    atomic_write_json(root / "task-check.json", [r.to_record() for r in reports])
     if any(r.status not in ("ok", "unsupported") for r in reports):
-        raise typer.Exit(1)
+        raise typer.Exit(EXIT_CHECK_FAILED)
     if any(r.status == "unsupported" for r in reports):
         raise typer.Exit(EXIT_UNSUPPORTED)
 
@@ -176,6 +188,12 @@ def task_import_harbor(
                                           "per task; an existing one is never replaced.")],
     reward_threshold: Annotated[float, typer.Option(help="The least reward test.sh must "
                                                     "write for the check to pass.")] = 1.0,
+    reward_key: Annotated[str | None, typer.Option(help="For tests that write a multi-metric "
+                                                   "reward.json (no 'reward' key): the key "
+                                                   "whose value is the reward.")] = None,
+    reward_aggregate: Annotated[str | None, typer.Option(help="Instead of --reward-key: mean, "
+                                                         "min or all (1 when every metric "
+                                                         "reaches the threshold).")] = None,
 ) -> None:
     """Convert Harbor tasks into assay bundles (instruction, starting tree, hidden tests,
     reference solution, budgets, resources, a reward-file check). A task whose environment
@@ -187,7 +205,8 @@ def task_import_harbor(
     from assay.api import import_harbor
 
     try:
-        done = import_harbor(task_dirs, out_dir, reward_threshold=reward_threshold)
+        done = import_harbor(task_dirs, out_dir, reward_threshold=reward_threshold,
+                             reward_key=reward_key, reward_aggregate=reward_aggregate)
     except InputError as exc:  # SuiteError, NeverOverwrite, a bad threshold
         raise fail(f"nothing imported:\n{exc}") from None
     table = Table(title=f"task import-harbor ({out_dir})", title_justify="left")
@@ -227,8 +246,8 @@ def trial_run(
 ) -> None:
     """Prepare, run the agent in the sandbox, freeze, verify; print the grade. Exit 0 whatever
     the verdict; 3 when the trial could not be run or graded."""
-    from assay.agents import parse_agent
     from assay.api import run_trial
+    from assay.api.tasks import parse_agent
 
     bundles = _load_bundles([task_dir])
     if len(bundles) > 1:
@@ -249,61 +268,36 @@ def trial_run(
     except NeverOverwrite as exc:
         raise fail(str(exc)) from None
     if result.grade is None:
-        raise fail(f"trial not run: {result.record.get('error')}", EXIT_INFRA)
+        raise fail(f"trial not run: {result.record.error}", EXIT_INFRA)
     _print_grade(result.grade)
-    if result.grade["validity"]["status"] != "valid":
+    if result.grade.validity.status != "valid":
         raise typer.Exit(EXIT_INFRA)
 
 
 def _trial_with_model(bundle: Any, agent: str, out_dir: Path, **model: Any) -> None:
-    """A trial whose agent needs a model runs as a one-arm, one-task experiment: the same
-    runner, gateway (scoped token, ledger, budgets) and verifier as every experiment trial, and
-    the same resume. The experiment file is written into OUT, so the run can be repeated."""
-    import json as _json
-
-    import yaml
-
-    from assay.api import run_experiment
+    """A trial whose agent needs a model: a one-arm, one-task experiment
+    (``api.tasks.run_model_trial``)."""
+    from assay.api.tasks import run_model_trial
     from assay.errors import AssayError
-    from assay.records.trial import read_grade
 
-    spec: dict[str, Any] = {"name": model["model"], "protocol": model["protocol"]}
-    if model["script"] is not None:
-        spec["script"] = str(Path(model["script"]).resolve())
-    for key in ("base_url_env", "api_key_env"):
-        if model[key]:
-            spec[key] = model[key]
-    out_dir.mkdir(parents=True, exist_ok=True)
-    exp = out_dir / "trial-experiment.yaml"
-    if not exp.exists():
-        exp.write_text(yaml.safe_dump({
-            "name": f"trial-{bundle.id}", "tasks": [str(bundle.root.resolve())],
-            "arms": {"agent": {"agent": agent, "model": spec}}}, sort_keys=False))
     _require_sandbox("bwrap")
     try:
-        run_experiment(exp, out_dir / "run")
+        done = run_model_trial(bundle, agent, out_dir, **model)
     except AssayError as exc:
         raise fail(str(exc)) from None
-    attempts = sorted((out_dir / "run" / "trials" / bundle.id / "agent" / "0").glob("a*"),
-                      key=lambda p: int(p.name[1:]))
-    for a in reversed(attempts):
-        grades = sorted((a / "grades").glob("*.json"))
-        if grades:
-            grade = read_grade(a, grades[-1].stem)
-            _print_grade(grade)
-            out.print(f"  record: {a}", highlight=False)
-            if grade["validity"]["status"] != "valid":
-                raise typer.Exit(EXIT_INFRA)
-            return
-    last = _json.loads((attempts[-1] / "trial.json").read_text()) if attempts else {}
-    raise fail(f"trial not run: {last.get('error') or 'no attempt was graded'}", EXIT_INFRA)
+    if done.grade is None:
+        raise fail(f"trial not run: {done.error or 'no attempt was graded'}", EXIT_INFRA)
+    _print_grade(done.grade)
+    out.print(f"  record: {done.attempt_dir}", highlight=False)
+    if done.grade.validity.status != "valid":
+        raise typer.Exit(EXIT_INFRA)
 
 
-def _print_grade(grade: dict[str, Any]) -> None:
-    verdict = "[bold green]ACCEPTED[/]" if grade["accepted"] else "[bold red]REJECTED[/]"
-    out.print(f"{grade['trial_id']}: {verdict}"
-              + (f" ({grade['failure_code']})" if grade["failure_code"] else ""),
+def _print_grade(grade: Grade) -> None:
+    verdict = "[bold green]ACCEPTED[/]" if grade.accepted else "[bold red]REJECTED[/]"
+    out.print(f"{grade.trial_id}: {verdict}"
+              + (f" ({grade.failure_code})" if grade.failure_code else ""),
               highlight=False)
-    checks = ", ".join(f"{k} {v}" for k, v in grade["checks"].items())
-    out.print(f"  checks: {checks}; execution {grade['execution'].get('status')}; validity "
-              f"{grade['validity']['status']}", highlight=False)
+    checks = ", ".join(f"{k} {v}" for k, v in grade.checks.items())
+    out.print(f"  checks: {checks}; execution {grade.execution.get('status')}; validity "
+              f"{grade.validity.status}", highlight=False)

@@ -1,5 +1,5 @@
-"""``assay trial show TRIAL_DIR``: one agent trial, opened in the terminal (``report/trial_view``
-reads it; this module only prints)."""
+"""``assay trial show TRIAL_DIR``: one agent trial, opened in the terminal
+(``api.records.trial_view`` reads it; this module only prints)."""
 
 from __future__ import annotations
 
@@ -30,13 +30,13 @@ def trial_show(
 ) -> None:
     """Open one trial: the instruction, the change against the starting tree, each check, the
     step-by-step transcript, the ledger totals and the timings."""
-    from assay.report.trial_view import load_trial_view
+    from assay.api.records import trial_view
 
     if not trial_dir.is_dir():
         raise fail(f"{trial_dir}: not a directory (pass an attempt folder of a run, "
                    "trials/TASK/ARM/REP/aN)", EXIT_BAD_INPUT)
     try:
-        view = load_trial_view(trial_dir)
+        view = trial_view(trial_dir)
     except FileNotFoundError as exc:
         raise fail(str(exc), EXIT_BAD_INPUT) from None
     t = view.trial

@@ -98,7 +98,7 @@ class Baseline:
                              f"label, not {suite.scorer.type}")
         train = suite.train_cases()
         self.output_field = suite.config.output_field
-        self.model = NaiveBayes([c.input for c in train], [c.expected for c in train],
+        self.model = NaiveBayes([c.input for c in train], [str(c.expected) for c in train],
                                 suite.labels)
         self.fingerprint = self.model.fingerprint
 

@@ -1,9 +1,11 @@
 """One chat completion against any OpenAI-compatible endpoint, with honest transport retries.
 
-Transport trouble (429, 5xx, timeouts, dropped connections, bodies that are not JSON) is the
-endpoint's problem, not the model's answer, so it is retried here with backoff and never uses up
-the suite's single *format* retry. Every try is recorded so a reader can see what the endpoint
-did.
+Transport trouble (429, 5xx, timeouts, dropped connections, bodies that are not JSON or over
+``MAX_ANSWER_BYTES``) is the endpoint's problem, not the model's answer, so it is retried here
+with backoff and never uses up the suite's single *format* retry. Every try is recorded so a
+reader can see what the endpoint did. The endpoint is untrusted: at most ``MAX_ANSWER_BYTES`` of
+an answer is read (a declared length over it is not read at all), and JSON nested past the
+parser's recursion limit is a body that is not JSON.
 
 The request is one POST of a JSON body over ``httpx2`` (httpx's successor), and the answer is
 read from the raw body: a run needs a handful of fields, not the official client's typed
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import random
 import time
 from collections.abc import Mapping
@@ -33,6 +36,7 @@ except ImportError:  # pragma: no cover - older openai stacks ship only httpx 1.
     import httpx  # type: ignore[no-redef]
 
 from assay.errors import TransportError
+from assay.models.prices import MAX_COUNT
 from assay.version import __version__
 
 # Status codes that say "try again later" rather than "your request is wrong".
@@ -40,6 +44,9 @@ RETRYABLE_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
 # Status codes that no retry and no other case will fix: stop the run instead of burning cases.
 FATAL_STATUS = {401, 403, 404}
 MAX_RETRY_AFTER_S = 300.0
+#: The most of one answer's body read (after any content encoding is undone); a longer one is a
+#: ``body_too_large`` try, retried, so an endpoint cannot make a run hold an answer without end.
+MAX_ANSWER_BYTES = 64 * 1024 * 1024
 
 
 @dataclass
@@ -110,8 +117,9 @@ class ChatClient:
 
     def __init__(self, base_url: str, api_key: str, model: str, *, timeout_s: float = 120.0,
                  max_tries: int = 5, backoff_base_s: float = 0.5, backoff_max_s: float = 30.0,
-                 seed: int | None = None) -> None:
+                 seed: int | None = None, max_answer_bytes: int = MAX_ANSWER_BYTES) -> None:
         self.model = model
+        self.max_answer_bytes = max_answer_bytes
         self.base_url = base_url
         self.max_tries = max(1, max_tries)
         self.backoff_base_s = backoff_base_s
@@ -148,7 +156,8 @@ class ChatClient:
             start = time.perf_counter()
             retry_after: float | None = None
             try:
-                resp = await self._http.post(self._url, content=body)
+                async with self._http.stream("POST", self._url, content=body) as resp:
+                    data = await _bounded_body(resp, self.max_answer_bytes)
             except httpx.TimeoutException:
                 tries.append(Try(None, "timeout", (time.perf_counter() - start) * 1000))
             except httpx.TransportError as exc:  # connect, read, write, protocol errors
@@ -158,7 +167,8 @@ class ChatClient:
                 ms = (time.perf_counter() - start) * 1000
                 status = resp.status_code
                 if 200 <= status < 300:
-                    parsed = _parse_body(resp.text)
+                    parsed = ("body_too_large" if data is None else _parse_body(
+                        data.decode(resp.encoding or "utf-8", errors="replace")))
                     if isinstance(parsed, str):
                         tries.append(Try(status, parsed, ms))
                     else:
@@ -168,10 +178,11 @@ class ChatClient:
                         return parsed
                 else:
                     tries.append(Try(status, f"http_{status}", ms))
+                    said = _status_message(status, data or b"")
                     if status in FATAL_STATUS:
-                        raise TransportError(_status_message(resp), tries, fatal=True)
+                        raise TransportError(said, tries, fatal=True)
                     if status not in RETRYABLE_STATUS:
-                        raise TransportError(_status_message(resp), tries)
+                        raise TransportError(said, tries)
                     retry_after = _retry_after_seconds(resp.headers)
             if n == self.max_tries:
                 break
@@ -190,32 +201,92 @@ class ChatClient:
         raise TransportError(f"no usable answer after {len(tries)} tries (last: {last})", tries)
 
 
-def _status_message(resp: httpx.Response) -> str:
+async def _bounded_body(resp: httpx.Response, limit: int) -> bytes | None:
+    """The body, or None once it is over ``limit`` bytes (declared or read so far: the rest is
+    never read, the connection is dropped)."""
+    declared = resp.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        return None
+    pieces: list[bytes] = []
+    size = 0
+    async for piece in resp.aiter_bytes():
+        size += len(piece)
+        if size > limit:
+            return None
+        pieces.append(piece)
+    return b"".join(pieces)
+
+
+def _status_message(status: int, data: bytes) -> str:
     try:
-        body = resp.json()
+        body = json.loads(data)
         error = body.get("error") if isinstance(body, dict) else None
         msg = error.get("message") if isinstance(error, dict) else None
-    except (ValueError, AttributeError):
+    except (ValueError, AttributeError, RecursionError):
         msg = None
-    text = f"HTTP {resp.status_code}"
+    text = f"HTTP {status}"
     if msg:
         text += f": {str(msg)[:300]}"
     return text
 
 
-def _text_or_none(value: object) -> str | None:
+#: The longest name (served model, fingerprint, finish reason) a row keeps as sent; longer is
+#: cut and marked with its length (every row would otherwise repeat megabytes of it).
+_NAME_CHARS = 256
+
+
+def _text_or_none(value: object, limit: int | None = None) -> str | None:
     """A field the records keep as text: gateways that send a number or an object there are
-    recorded as its JSON text rather than failing the row."""
+    recorded as its JSON text rather than failing the row (or the scorer that reads it); over
+    ``limit`` characters, its start and its length."""
     if value is None or value == "":
         return None
-    return value if isinstance(value, str) else json.dumps(value)
+    try:
+        text = value if isinstance(value, str) else json.dumps(value)
+    except (ValueError, RecursionError):  # deeper than the writer goes: said, not kept
+        text = f"<{type(value).__name__} too deep to write>"
+    if limit is not None and len(text) > limit:
+        text = f"{text[:limit]}… ({len(text)} chars)"
+    return text
+
+
+#: What of an endpoint's ``usage`` object a row keeps: this many keys, this deep, names and
+#: texts this long; numbers finite, 0 to ``MAX_COUNT``.
+_USAGE_KEYS, _USAGE_DEPTH, _USAGE_TEXT = 32, 3, 256
+
+
+def _usage(value: Any, depth: int = 0) -> Any:
+    """The ``usage`` object as the endpoint reported it, less what a record cannot hold or no
+    count can be: NaN and infinities (not JSON: the row could not be written, and the run
+    stopped on a traceback), numbers below 0 or over ``MAX_COUNT``, long texts, lists, deep or
+    wide objects. What is left out is unknown, as if never reported (the row's usage is then
+    ``incomplete`` where a figure it needs is missing); None when ``value`` is no object."""
+    if not isinstance(value, dict) or depth >= _USAGE_DEPTH:
+        return None
+    out: dict[str, Any] = {}
+    for key, v in value.items():
+        if len(out) == _USAGE_KEYS:
+            break
+        if isinstance(v, dict):
+            v = _usage(v, depth + 1)
+        elif isinstance(v, int) and not isinstance(v, bool):
+            v = v if 0 <= v <= MAX_COUNT else None  # (a float of 10**400 would overflow)
+        elif isinstance(v, float):
+            v = v if math.isfinite(v) and 0 <= v <= MAX_COUNT else None
+        elif isinstance(v, str):
+            v = v if len(v) <= _USAGE_TEXT else None
+        elif not isinstance(v, bool):
+            v = None
+        if v is not None and len(key) <= _USAGE_TEXT:
+            out[key] = v
+    return out
 
 
 def _parse_body(text: str) -> Completion | str:
     """The response body as a Completion, or a short reason why it cannot be one (retried)."""
     try:
         body = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # nested too deep to parse is not JSON either
         return "non_json_body"
     if not isinstance(body, dict):
         return "malformed_body"
@@ -229,16 +300,16 @@ def _parse_body(text: str) -> Completion | str:
     if content is not None and not isinstance(content, str):
         # Some gateways return content parts; keep the text parts, in order.
         if isinstance(content, list):
-            content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
+            content = "".join(p["text"] for p in content
+                              if isinstance(p, dict) and isinstance(p.get("text"), str))
         else:
             return "malformed_body"
-    usage = body.get("usage")
     return Completion(
         content=content,
-        refusal=message.get("refusal") or None,
-        served_model=_text_or_none(body.get("model")),
-        system_fingerprint=_text_or_none(body.get("system_fingerprint")),
-        usage=usage if isinstance(usage, dict) else None,
-        finish_reason=_text_or_none(choices[0].get("finish_reason")),
+        refusal=_text_or_none(message.get("refusal")),
+        served_model=_text_or_none(body.get("model"), _NAME_CHARS),
+        system_fingerprint=_text_or_none(body.get("system_fingerprint"), _NAME_CHARS),
+        usage=_usage(body.get("usage")),
+        finish_reason=_text_or_none(choices[0].get("finish_reason"), _NAME_CHARS),
         latency_ms=0.0,
     )

@@ -23,6 +23,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+#: The largest token count one call may report. No model's context comes near it; JSON allows
+#: a number of 4,300 digits, whose cost overflows a float, so a larger count is no count (not
+#: reported: the usage is incomplete).
+MAX_COUNT = 10**12
+
 
 @dataclass(frozen=True)
 class Usage:

@@ -68,7 +68,7 @@ class _Handler(BaseHTTPRequestHandler):
             body = json.loads(raw)
             if not isinstance(body, dict):
                 raise TypeError("the body is not a JSON object")
-        except (ValueError, TypeError) as exc:
+        except (ValueError, TypeError, RecursionError) as exc:  # an agent's bytes: any
             self._json(400, {"error": {"message": f"bad request: {exc}",
                                        "type": "invalid_request_error"}})
             return
@@ -77,7 +77,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._json(200, {"input_tokens": sum(wire.pieces(s)
                                                  for s in wire.strings(conversation))})
             return
-        model = body.get("model") if isinstance(body.get("model"), str) else REPLAY_MODEL
+        model = named if isinstance(named := body.get("model"), str) else REPLAY_MODEL
         rid = f"replay{next(self.server.ids)}"
         previous = None
         if kind == "responses" and isinstance(body.get("previous_response_id"), str):
@@ -145,7 +145,7 @@ class ReplayServer:
     def base_url(self, key: str) -> str:
         if key not in self._server.scripts:
             raise ValueError(f"no replay script under {key!r}")
-        host, port = self._server.server_address[:2]
+        host, port = self._server.socket.getsockname()[:2]  # an AF_INET (host, port)
         return f"http://{host}:{port}/{key}/v1"
 
     def __enter__(self) -> ReplayServer:

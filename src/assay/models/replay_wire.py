@@ -245,6 +245,7 @@ def anthropic_events(a: Answer, model: str, rid: str) -> list[bytes]:
              "usage": _anthropic_usage(a, 0)}
     out = [_sse("message_start", {"type": "message_start", "message": start})]
     for i, block in enumerate(_blocks(a)):
+        first: dict[str, Any]
         if block["type"] == "text":
             first = {"type": "text", "text": ""}
             delta = {"type": "text_delta", "text": block["text"]}

@@ -72,7 +72,8 @@ class _Handler(BaseHTTPRequestHandler):
             "system_fingerprint": model.fingerprint,
             "choices": [{"index": 0, "finish_reason": "stop",
                          "message": {"role": "assistant", "content": content}}],
-            # Word counts, not tokens: the built-ins have no tokenizer. Named honestly in README.
+            # Word counts, not tokens: the built-ins have no tokenizer (docs/guide/narrow.md
+            # says so).
             "usage": {"prompt_tokens": prompt_words, "completion_tokens": _words(content),
                       "total_tokens": prompt_words + _words(content)},
         })
@@ -97,7 +98,8 @@ def _serve_socket(model: BuiltinModel, sock: socket.socket) -> None:
     before the child exists). Ctrl-C is the parent's to handle; it stops us with SIGTERM."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # not the parent's "raise KeyboardInterrupt"
-    server = _ModelServer(model, *sock.getsockname()[:2], bind_and_activate=False)
+    host, port = sock.getsockname()[:2]
+    server = _ModelServer(model, host, port, bind_and_activate=False)
     server.socket.close()
     server.socket = sock
     server.serve_forever()

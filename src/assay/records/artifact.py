@@ -18,7 +18,7 @@ import tarfile
 import tempfile
 from fnmatch import fnmatchcase
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal, TypedDict
 
 from pydantic import Field
 
@@ -34,6 +34,25 @@ from assay.records.workspace import (
 
 ARTIFACT_TAR = "artifact.tar"
 ARTIFACT_JSON = "artifact.json"
+
+
+class TreeEntry(TypedDict, total=False):
+    """One path of a tree listing (:func:`list_tree`, ``artifact.json``'s ``entries``), keys in
+    the order written. Every entry has ``path``, ``mode``, ``type``, ``size`` and ``sha256``;
+    the rest only where they apply. (A plain TypedDict, so ``artifact.json`` stays the dict it
+    was; the record model reads ``entries`` as open mappings.)"""
+
+    path: str
+    mode: str  # the permission bits, octal
+    type: Literal["file", "dir", "symlink", "other"]
+    target: str  # symlink only
+    size: int | None  # file only
+    sha256: str | None  # file only
+    mentions_pytest: bool  # setup.cfg and pyproject.toml only
+    pytest_config: str | None  # the same: the digest of the test runner's sections
+    binary: str  # compiled code: elf, macho, pyc
+    nlink: int  # a file with more than one name
+    inode: int
 
 
 class ExcludedPath(Record):
@@ -155,21 +174,21 @@ def pytest_config_digest(name: str, data: bytes) -> str | None:
     return hashlib.sha256(json.dumps(section, sort_keys=True, default=str).encode()).hexdigest()
 
 
-def _entry(root: Path, p: Path) -> dict[str, Any]:
+def _entry(root: Path, p: Path) -> TreeEntry:
     st = os.lstat(p)
     mode = st.st_mode
     rel = p.relative_to(root).as_posix()
-    e: dict[str, Any] = {"path": rel, "mode": f"{stat.S_IMODE(mode):04o}"}
+    e = TreeEntry(path=rel, mode=f"{stat.S_IMODE(mode):04o}")
     if stat.S_ISLNK(mode):
-        e.update(type="symlink", target=os.readlink(p), size=None, sha256=None)
+        e.update(TreeEntry(type="symlink", target=os.readlink(p), size=None, sha256=None))
     elif stat.S_ISDIR(mode):
-        e.update(type="dir", size=None, sha256=None)
+        e.update(TreeEntry(type="dir", size=None, sha256=None))
     elif stat.S_ISREG(mode):
         h = hashlib.sha256()
         with open(p, "rb") as fh:
             for chunk in iter(lambda: fh.read(1 << 20), b""):
                 h.update(chunk)
-        e.update(type="file", size=st.st_size, sha256=h.hexdigest())
+        e.update(TreeEntry(type="file", size=st.st_size, sha256=h.hexdigest()))
         if p.name in ("setup.cfg", "pyproject.toml") and st.st_size < (1 << 20):
             # integrity needs to know whether a shared config file carries pytest settings,
             # and whether exactly those settings changed
@@ -180,13 +199,13 @@ def _entry(root: Path, p: Path) -> dict[str, Any]:
         if kind:
             e["binary"] = kind
         if st.st_nlink > 1:
-            e.update(nlink=st.st_nlink, inode=st.st_ino)
+            e.update(TreeEntry(nlink=st.st_nlink, inode=st.st_ino))
     else:
-        e.update(type="other", size=None, sha256=None)
+        e.update(TreeEntry(type="other", size=None, sha256=None))
     return e
 
 
-def list_tree(root: Path) -> list[dict[str, Any]]:
+def list_tree(root: Path) -> list[TreeEntry]:
     """Every path below ``root`` (not ``root`` itself), sorted, links never followed."""
     out = []
     for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
@@ -220,11 +239,11 @@ class _HashingReader:
 
 
 def _frozen_entry(tar: tarfile.TarFile, host: Path, rel: str,
-                  st: os.stat_result) -> dict[str, Any]:
+                  st: os.stat_result) -> TreeEntry:
     """Archive one path and return its ``artifact.json`` entry (the same fields as
     :func:`_entry`, from one read of the file)."""
     mode = st.st_mode
-    e: dict[str, Any] = {"path": rel, "mode": f"{stat.S_IMODE(mode):04o}"}
+    e = TreeEntry(path=rel, mode=f"{stat.S_IMODE(mode):04o}")
     if stat.S_ISREG(mode):
         fd = os.open(host, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
         with os.fdopen(fd, "rb") as fh:
@@ -239,8 +258,8 @@ def _frozen_entry(tar: tarfile.TarFile, host: Path, rel: str,
             else:
                 ti.size = st.st_size
                 reader = _HashingReader(fh, st.st_size)
-                tar.addfile(ti, reader)  # type: ignore[arg-type]
-        e.update(type="file", size=st.st_size, sha256=reader.hash.hexdigest())
+                tar.addfile(ti, reader)
+        e.update(TreeEntry(type="file", size=st.st_size, sha256=reader.hash.hexdigest()))
         if Path(rel).name in ("setup.cfg", "pyproject.toml") and st.st_size < (1 << 20):
             with open(host, "rb") as fh2:
                 data = fh2.read(st.st_size)
@@ -250,14 +269,14 @@ def _frozen_entry(tar: tarfile.TarFile, host: Path, rel: str,
         if kind:
             e["binary"] = kind
         if st.st_nlink > 1:
-            e.update(nlink=st.st_nlink, inode=st.st_ino)
+            e.update(TreeEntry(nlink=st.st_nlink, inode=st.st_ino))
         return e
     if stat.S_ISLNK(mode):
-        e.update(type="symlink", target=os.readlink(host), size=None, sha256=None)
+        e.update(TreeEntry(type="symlink", target=os.readlink(host), size=None, sha256=None))
     elif stat.S_ISDIR(mode):
-        e.update(type="dir", size=None, sha256=None)
+        e.update(TreeEntry(type="dir", size=None, sha256=None))
     else:
-        e.update(type="other", size=None, sha256=None)
+        e.update(TreeEntry(type="other", size=None, sha256=None))
         return e  # sockets, fifos, devices: listed, not archived
     ti = tar.gettarinfo(str(host), arcname=rel)
     ti.mtime = int(st.st_mtime)
@@ -278,7 +297,7 @@ def freeze(workspace: Path, trial_dir: Path, *, limits: WorkspaceLimits | None =
                                                              max_entries=1 << 62))
     fd, tmp = tempfile.mkstemp(prefix=".artifact.", suffix=".tar", dir=trial_dir)
     os.close(fd)
-    entries: list[dict[str, Any]] = []
+    entries: list[TreeEntry] = []
     try:
         with tarfile.open(tmp, "w", format=tarfile.PAX_FORMAT) as tar:
             for rel, st in walked.kept:
@@ -308,7 +327,7 @@ def refuse(trial_dir: Path, over: WorkspaceOverLimit,
            limits: WorkspaceLimits) -> dict[str, Any]:
     """Write the ``artifact.json`` of a workspace that was over its bounds: no tar, no
     entries, the figure. The verifier grades it from the execution (``resource_limit``)."""
-    manifest = {"schema": "assay.artifact/1", "tar_sha256": None, "files": None,
+    manifest: dict[str, Any] = {"schema": "assay.artifact/1", "tar_sha256": None, "files": None,
                 "bytes": None, "refused": {**over.figure, "limits": limits.to_record()},
                 "entries": []}
     atomic_write_text(trial_dir / ARTIFACT_JSON, _manifest_text(manifest, trial_dir))
@@ -354,7 +373,7 @@ def extract_paths(trial_dir: Path, dest: Path, paths: set[str]) -> None:
 
 
 def _extract_bulk(trial_dir: Path, dest: Path, paths: set[str],
-                  entries: list[dict[str, Any]]) -> None:
+                  entries: list[TreeEntry]) -> None:
     """GNU tar unpacks the whole archive into a staging folder beside ``dest``; then each
     wanted file and link is renamed into place and each wanted folder made, after the same
     checks as :func:`_extract_members`, on the names ``artifact.json`` lists (the tar's own,

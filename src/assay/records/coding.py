@@ -16,7 +16,7 @@ row; they are read as one revision named :data:`INLINE_REVISION`.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from assay.errors import RecordError
 from assay.records.base import Record
@@ -127,7 +127,7 @@ class GradeMeta(Record):
 
     revision: str
     """The revision's name, also its file stem."""
-    kind: str = "auto"
+    kind: Literal["auto"] = "auto"
     """``auto``: the graders of the type table (rubric grades live in ``grades/rubric/``)."""
     source: str
     """``run`` (graded as the answers arrived) or ``regrade`` (``assay regrade``)."""
@@ -192,7 +192,7 @@ class CodingManifest(ManifestBase):
     schema_name: ClassVar[str] = "assay.coding.manifest"
     schema_version: ClassVar[int] = 2
 
-    kind: str = "coding"
+    kind: Literal["coding"] = "coding"
     """Always ``coding``."""
     suite: CodingSuiteInfo
     """The tasks file that was run."""

@@ -20,12 +20,14 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
-AGENT_START_FAILED = "agent_start_failed"
-MODEL_UNAVAILABLE = "model_unavailable"
+from assay.records.statuses import INFRA_CODES, InfraCode, TrialFailureCode
+
+AGENT_START_FAILED: Final = "agent_start_failed"
+MODEL_UNAVAILABLE: Final = "model_unavailable"
 #: the codes an infrastructure-class attempt may carry, beside plain ``infra_error``
-INFRA_CODES = (AGENT_START_FAILED, MODEL_UNAVAILABLE)
+__all__ = ["AGENT_START_FAILED", "INFRA_CODES", "MODEL_UNAVAILABLE", "InfraCode"]
 #: upstream answers an agent cannot fix by asking differently
 _UNFIXABLE_4XX = frozenset({401, 403, 404, 408, 429})
 _TAIL_BYTES = 2048
@@ -105,7 +107,10 @@ def model_unavailable(ledger: Path) -> str | None:
             + (f"; first error: {first}" if first else ""))
 
 
-def infra_code(error: str | None) -> str:
+def infra_code(error: str | None) -> TrialFailureCode:
     """The code of an infrastructure-class attempt from its recorded error."""
     head = (error or "").split(":", 1)[0].strip()
-    return head if head in INFRA_CODES else "infra_error"
+    for code in INFRA_CODES:
+        if head == code:
+            return code
+    return "infra_error"

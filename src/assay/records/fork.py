@@ -19,17 +19,19 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import stat
 import tarfile
 import tempfile
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-from pydantic import Field
+from pydantic import ConfigDict, Field
 
 from assay.errors import RecordError
 from assay.records.artifact import list_tree
 from assay.records.base import Record
 from assay.records.ledger import ledger_totals
+from assay.records.statuses import ExecutionStatus
 
 FORKS = "forks"
 STATE_TAR = "state.tar"
@@ -41,6 +43,8 @@ STATE_DIGEST_SCHEME = "assay.fork.state/1"
 class ForkPrefix(Record):
     """``prefix.json``: one run of the prefix agent, written ``running`` before it starts and
     rewritten when it ends. ``state.json`` beside it, not this file, says the state is frozen."""
+
+    model_config = ConfigDict(validate_assignment=True)  # the runner fills it in
 
     schema_name: ClassVar[str] = "assay.fork.prefix"
     schema_version: ClassVar[int] = 1
@@ -84,7 +88,7 @@ class ForkPrefix(Record):
 class PrefixEnd(Record):
     """How the prefix that made a state ended."""
 
-    status: str
+    status: ExecutionStatus
     """The execution status (``succeeded``: it exited 0, the contract for "reached until")."""
     exit_code: int | None
     """Its exit code."""
@@ -211,10 +215,24 @@ def freeze_state(workspace: Path, home: Path, fork_dir: Path) -> dict[str, Any]:
             "bytes": sum(e["size"] or 0 for e in files), "skipped": skipped}
 
 
+def _restore_filter(member: tarfile.TarInfo, dest: str) -> tarfile.TarInfo | None:
+    """tarfile's ``tar`` filter (no absolute names, no ``..``, no write through a link that
+    leaves ``dest``, no setuid, setgid or sticky bit) less one of its changes: it also clears
+    the group and other write bits, and a repository checked out under umask 002 has them on
+    every file, so each arm's copy differed from the frozen state and a protected file read as
+    changed (``protected_file_changed`` on every trial). Those bits go back as frozen."""
+    safe = tarfile.tar_filter(member, dest)
+    if safe is None or member.mode is None or safe.mode is None:
+        return safe
+    keep = member.mode & (stat.S_IWGRP | stat.S_IWOTH)
+    return safe.replace(mode=safe.mode | keep, deep=False) if keep else safe
+
+
 def restore_state(fork_dir: Path, tar_sha256: str, workspace: Path, home: Path) -> dict[str, str]:
     """Replace ``workspace`` and ``home`` with the frozen state and return the digests of the
-    restored copy. The ``tar`` filter refuses absolute names, ``..`` and writes through links
-    that leave the staging directory: the prefix chose every name in the archive."""
+    restored copy. The filter (:func:`_restore_filter`) refuses absolute names, ``..`` and
+    writes through links that leave the staging directory: the prefix chose every name in the
+    archive."""
     tar_path = fork_dir / STATE_TAR
     with open(tar_path, "rb") as fh:
         got = hashlib.file_digest(fh, "sha256").hexdigest()
@@ -226,7 +244,7 @@ def restore_state(fork_dir: Path, tar_sha256: str, workspace: Path, home: Path) 
             for m in tar.getmembers():
                 if m.name.split("/", 1)[0] not in ("workspace", "home"):
                     raise RecordError(f"{tar_path}: unexpected member {m.name!r}")
-            tar.extractall(stage, filter="tar")
+            tar.extractall(stage, filter=_restore_filter)
         for part, target in (("workspace", workspace), ("home", home)):
             if target.exists():
                 shutil.rmtree(target)

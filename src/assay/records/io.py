@@ -13,7 +13,7 @@ import os
 import tempfile
 import time
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,14 +38,18 @@ def dumps_row(row: dict[str, Any]) -> str:
     return json.dumps(row, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
 
 
-def _durable_temp(path: Path, text: str) -> str:
-    """``text`` in a synced temporary file beside ``path``, ready to be renamed or linked."""
+def _durable_temp(path: Path, text: str | Iterable[str]) -> str:
+    """``text`` (or its pieces, in order) in a synced temporary file beside ``path``, ready to
+    be renamed or linked."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.fchmod(fd, _FILE_MODE)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
+            if isinstance(text, str):
+                fh.write(text)
+            else:
+                fh.writelines(text)
             fh.flush()
             os.fsync(fh.fileno())
     except BaseException:
@@ -54,8 +58,9 @@ def _durable_temp(path: Path, text: str) -> str:
     return tmp
 
 
-def atomic_write_text(path: Path, text: str) -> None:
-    """Replace ``path`` with ``text`` so readers see the old or the new file, never a mix."""
+def atomic_write_text(path: Path, text: str | Iterable[str]) -> None:
+    """Replace ``path`` with ``text`` so readers see the old or the new file, never a mix.
+    ``text`` may come in pieces (a big report written as it is serialised)."""
     tmp = _durable_temp(path, text)
     try:
         os.replace(tmp, path)

@@ -20,9 +20,12 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+
+#: a row as read (a dict) or reduced (``report.narrow.SlimRow``)
+R = TypeVar("R", bound=Mapping[str, Any])
 
 MANIFEST = "manifest.json"
 RAW_PREDICTIONS = "raw_predictions.jsonl"
@@ -79,11 +82,10 @@ def is_answered(row: dict[str, Any]) -> bool:
     return not row.get("error")
 
 
-def standing_rows(rows: Iterable[dict[str, Any]],
-                  key: Callable[[dict[str, Any]], Any]) -> dict[Any, dict[str, Any]]:
+def standing_rows(rows: Iterable[R], key: Callable[[R], Any]) -> dict[Any, R]:
     """The row that stands for each key: the last answered one; an infra-error row only when no
     answer ever arrived. Older rows stay on disk as the run's history."""
-    out: dict[Any, dict[str, Any]] = {}
+    out: dict[Any, R] = {}
     for row in rows:
         k = key(row)
         prev = out.get(k)
@@ -92,7 +94,7 @@ def standing_rows(rows: Iterable[dict[str, Any]],
     return out
 
 
-def narrow_key(row: dict[str, Any]) -> tuple[str, int]:
+def narrow_key(row: Mapping[str, Any]) -> tuple[str, int]:
     return row["id"], int(row["repeat"])
 
 

@@ -63,12 +63,13 @@ class ModelCall(Record):
     stream: bool
     """Whether the agent asked for a streamed (SSE) answer."""
     model_asked: str | None
-    """The ``model`` field of the agent's request, as sent."""
+    """The ``model`` field of the agent's request, as sent (a name over 256 characters: its
+    first 256, then ``… (<length> chars)``, as for every name in this row)."""
     model_upstream: str | None
     """The model the gateway asked the upstream for (the attempt's pinned model); null for
     calls that name no model (``models``, unknown routes)."""
     model_served: str | None
-    """The ``model`` the upstream said it served, when it said one."""
+    """The ``model`` the upstream said it served, when it said one (cut as ``model_asked``)."""
     request_sha256: str
     """SHA-256 of the request body exactly as the agent sent it (before the gateway pinned the
     model or asked for streamed usage)."""
@@ -109,7 +110,7 @@ class ModelCall(Record):
     finish_reason: str | None
     """Why the answer ended, when it said: chat ``finish_reason`` of the first choice;
     responses the response's ``status`` (or its ``incomplete_details.reason``); anthropic
-    ``stop_reason``."""
+    ``stop_reason`` (cut as ``model_asked``)."""
     exhausted: LimitName | None
     """The attempt limit that refused this call, or that this call reached."""
     upstream_unreachable: bool

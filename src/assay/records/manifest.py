@@ -12,7 +12,7 @@ import os
 import platform
 import subprocess
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal, TypedDict
 
 from pydantic import ConfigDict, Field
 
@@ -21,12 +21,26 @@ from assay.records.base import Record
 from assay.records.clock import utc_now
 from assay.records.io import atomic_write_json, read_json_file
 from assay.records.layout import MANIFEST
+from assay.records.statuses import RunStatus, SuiteKind
 from assay.version import __version__
+
+
+class RunSession(TypedDict, total=False):
+    """One invocation of a model run, in ``manifest.json``'s ``sessions``."""
+
+    started_at: str
+    ended_at: str | None
+    status: RunStatus | Literal["running"]  # running: under way, or the runner was killed
+    pid: int
+    limits: dict[str, Any] | None  # the limits this session ran under
+    rows_written: int
+    infra_errors: int
 
 
 @functools.cache
 def tool_identity() -> dict[str, Any]:
-    """assay's version and, when it runs from a git checkout, the exact commit and dirtiness."""
+    """assay's version and, when it runs from a git checkout, the exact commit and dirtiness
+    (``records.experiment.ToolIdentity`` reads it back)."""
     src = Path(__file__).resolve().parents[1]
     ident: dict[str, Any] = {"version": __version__, "git_commit": None, "git_dirty": None,
                              "python": platform.python_version()}
@@ -76,7 +90,7 @@ class ManifestBase(Record):
 
     schema_: str = Field(alias="schema")
     """``name/version`` of this manifest's schema."""
-    kind: str
+    kind: SuiteKind
     """``narrow`` or ``coding``: which reader understands the run."""
     run_id: str
     """The run directory's name when the run started."""
@@ -157,18 +171,20 @@ class ManifestWriter:
             self.save()
         return warning
 
-    def start_session(self) -> dict[str, Any]:
+    def start_session(self) -> RunSession:
         """A time window per invocation; a resumed run may apply other limits (say a lower
         concurrency), so each session keeps the limits it ran under."""
-        session = {"started_at": utc_now(), "ended_at": None, "status": "running",
-                   "pid": os.getpid(), "limits": self.data.get("limits")}
+        session = RunSession(started_at=utc_now(), ended_at=None, status="running",
+                             pid=os.getpid(), limits=self.data.get("limits"))
         self.data.setdefault("sessions", []).append(session)
         self.save()
         return session
 
-    def end_session(self, session: dict[str, Any], status: str, **extra: Any) -> None:
+    def end_session(self, session: RunSession, status: RunStatus, *, rows_written: int,
+                    infra_errors: int) -> None:
         session["ended_at"] = utc_now()
         session["status"] = status
-        session.update(extra)
+        session["rows_written"] = rows_written
+        session["infra_errors"] = infra_errors
         self.data["ended_at"] = session["ended_at"]
         self.save()

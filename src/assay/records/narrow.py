@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from assay.records.base import Record
 from assay.records.io import iter_rows
@@ -135,7 +135,7 @@ class NarrowManifest(ManifestBase):
     schema_name: ClassVar[str] = "assay.narrow.manifest"
     schema_version: ClassVar[int] = 1
 
-    kind: str = "narrow"
+    kind: Literal["narrow"] = "narrow"
     """Always ``narrow``."""
     suite: NarrowSuiteInfo
     """The suite that was run."""

@@ -15,13 +15,11 @@ from typing import Any, ClassVar
 from pydantic import ConfigDict, Field
 
 from assay.records.base import Record
+from assay.records.statuses import INTEGRITY_CODES
 
 #: Failure codes that are integrity violations (the verifier's integrity check and its
 #: tamper-evidence), so an outcomes file that gives only ``failure_code`` is counted right.
-INTEGRITY_FAILURE_CODES = frozenset({
-    "protected_file_changed", "link_into_protected_path", "link_outside_workspace",
-    "test_tooling_changed", "compiled_code_added", "change_outside_allowed_paths",
-    "test_runner_tampered"})
+INTEGRITY_FAILURE_CODES = INTEGRITY_CODES
 
 
 class Outcome(Record):
@@ -54,7 +52,8 @@ class Outcome(Record):
     """Whether the agent was stopped at its time limit (its ``seconds`` is then not a finish
     time)."""
     failure_code: str | None = None
-    """Why the trial was not accepted."""
+    """Why the trial was not accepted. An open string, not ``statuses.FailureCode``: another
+    harness writes its own codes here (a Harbor job's exception type, ``needs_human``)."""
     integrity_violation: bool | None = None
     """Whether the verifier found tampering; derived from ``failure_code`` when absent."""
     intervention: bool | None = None

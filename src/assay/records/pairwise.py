@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar, Literal
 
-from pydantic import Field
+from pydantic import ConfigDict, Field
 
 from assay.records.base import Record
 
@@ -68,6 +68,65 @@ class PairJudgement(Record):
     """UTC time the reply was recorded."""
 
 
+class PlanSide(Record):
+    """One side of the comparison: a run directory and an arm in it."""
+
+    run: str
+    """The run directory, absolute."""
+    arm: str
+    """The arm."""
+
+
+class PlanJudge(Record):
+    """The judge the plan was frozen for."""
+
+    path: str
+    """Its ``judge.yaml``, absolute."""
+    pin: dict[str, Any]
+    """The judge's pinned fields (model, rubric and template digests, temperature, contract)."""
+
+
+class PairAttempt(Record):
+    """The graded attempt one side of a pair shows the judge."""
+
+    model_config = ConfigDict(extra="allow", use_attribute_docstrings=True)
+
+    dir: str
+    """The attempt directory, absolute."""
+    bundle: str
+    """The task bundle it ran (the pristine tree is rebuilt from it)."""
+    fixture_digest: str | None
+    """The starting tree's digest the attempt started from (both sides must agree)."""
+
+
+class PlannedPair(Record):
+    """One pair: the same task and repetition on both sides, from the same starting tree."""
+
+    model_config = ConfigDict(extra="allow", use_attribute_docstrings=True)
+
+    task: str
+    """The task."""
+    rep: int
+    """The repetition."""
+    ids: dict[str, str]
+    """The opaque id each side is shown under: ``{"a": id, "b": id}``."""
+    a: PairAttempt
+    """Side A's attempt."""
+    b: PairAttempt
+    """Side B's attempt."""
+
+
+class SkippedPair(Record):
+    """A task and repetition that could not be judged, and why."""
+
+    task: str
+    """The task."""
+    rep: int
+    """The repetition."""
+    why: str
+    """No graded trial on a side, different starting trees, planned on one side only."""
+
+
 class PairwisePlan(Record):
     """``pairwise_plan.json``: the sources, the judge and the seed, frozen before any call."""
 
@@ -77,11 +136,11 @@ class PairwisePlan(Record):
 
     schema_: str = Field(alias="schema")
     """``assay.pairwise.plan/1``."""
-    a: dict[str, Any]
+    a: PlanSide
     """Side A: ``run`` (the run directory, absolute) and ``arm``."""
-    b: dict[str, Any]
+    b: PlanSide
     """Side B: ``run`` and ``arm``."""
-    judge: dict[str, Any]
+    judge: PlanJudge
     """The judge's path and pin."""
     judge_revision: str
     """The pairwise revision every row must carry."""
@@ -90,9 +149,9 @@ class PairwisePlan(Record):
     ``answer``)."""
     seed: int
     """The seed the opaque ids were drawn from."""
-    pairs: list[dict[str, Any]]
+    pairs: list[PlannedPair]
     """Every pair: ``task``, ``rep``, ``ids`` and the attempt directory of each side."""
-    skipped: list[dict[str, Any]]
+    skipped: list[SkippedPair]
     """Planned pairs that could not be judged (a side without a graded trial), and why."""
     created_at: str
     """UTC time the plan was frozen."""

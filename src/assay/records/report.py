@@ -5,8 +5,8 @@ Reports are derived data (rebuilt from the rows at will), but other tools read t
 keys are an interface: the builders in ``assay.report`` produce plain dicts, and validate them
 here before returning them, so a builder that drifts from the declared shape fails loudly in
 tests instead of silently changing what a reader sees. The figures are documented beside each
-field (README "What the report figures mean" explains them for people). Unknown figures are
-``null``, never 0.
+field (docs/guide/narrow.md, "What the report figures mean" explains them for people).
+Unknown figures are ``null``, never 0.
 
 The models are strict (no coercion): a report is computed by assay, not typed by a person, so a
 ``"3"`` where a count belongs is a bug to catch, not an input to forgive. An integer is still
@@ -20,10 +20,11 @@ histogram, are declared in ``records/report_cases.py``).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, Self
+from typing import Annotated, Any, ClassVar, Self, get_args, get_origin
 
-from pydantic import ConfigDict, Field
+from pydantic import ConfigDict, Field, TypeAdapter, ValidationError
 
 from assay.errors import RecordError
 from assay.records.base import Record
@@ -35,6 +36,20 @@ REPORT_JSON = "report.json"
 
 #: ``[low, high]`` of a 95% interval; a list, as report readers have always read it.
 Interval95 = Annotated[list[float], Field(min_length=2, max_length=2)]
+
+
+def _read_lazily(value: Any) -> bool:
+    """A list a builder keeps on disk and reads one item at a time (``report.spilled``): it is
+    checked item by item, never whole in memory."""
+    return isinstance(value, Sequence) and not isinstance(value, list | tuple | str | bytes)
+
+
+def _item_type(annotation: Any) -> Any:
+    """``X`` of a field declared ``list[X]`` or ``list[X] | None``."""
+    for arg in (annotation, *get_args(annotation)):
+        if get_origin(arg) is list:
+            return get_args(arg)[0]
+    raise TypeError(f"not a list field: {annotation!r}")
 
 
 class ReportPart(Record):
@@ -61,7 +76,17 @@ class ReportRecord(ReportPart):
         if data.get("schema") != cls.schema_id():
             raise RecordError(f"{where}: schema {data.get('schema')!r}, expected "
                               f"{cls.schema_id()!r}")
-        cls.read(data, where)
+        lazy = {k: v for k, v in data.items() if _read_lazily(v)}
+        cls.read({**data, **dict.fromkeys(lazy, [])} if lazy else data, where)
+        for name, items in lazy.items():
+            adapter = TypeAdapter(_item_type(cls.model_fields[name].annotation))
+            for i, item in enumerate(items):
+                try:
+                    adapter.validate_python(item)
+                except ValidationError as exc:
+                    first = exc.errors()[0]
+                    loc = ".".join(str(x) for x in (name, i, *first["loc"]))
+                    raise RecordError(f"{where}: field {loc!r}: {first['msg']}") from None
         return data
 
     @classmethod
@@ -650,6 +675,25 @@ def check_report(data: dict[str, Any], where: Path | str) -> dict[str, Any]:
     """``data`` unchanged once it validates as the report its ``schema`` names: the check a
     writer makes before a report reaches disk."""
     return _report_model(data.get("schema"), where).checked(data, where)
+
+
+COMPARISONS: dict[str, type[NarrowComparison] | type[CodingComparison]] = {
+    m.schema_name: m for m in (NarrowComparison, CodingComparison)}
+
+
+def report_record(data: dict[str, Any], where: Path | str) -> NarrowReport | CodingReport:
+    """A report already in hand (``assay.run``'s result), as the model its ``schema`` names."""
+    return _report_model(data.get("schema"), where).load(data, where)
+
+
+def comparison_record(data: dict[str, Any], where: Path | str
+                      ) -> NarrowComparison | CodingComparison:
+    """A comparison in hand (``assay.compare``'s result), as the model its ``schema`` names."""
+    name = str(data.get("schema", "")).rpartition("/")[0]
+    model = COMPARISONS.get(name)
+    if model is None:
+        raise RecordError(f"{where}: not an assay comparison (schema {data.get('schema')!r})")
+    return model.load(data, where)
 
 
 def read_report(path: Path) -> NarrowReport | CodingReport:

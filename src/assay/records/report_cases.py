@@ -12,11 +12,22 @@ before them read with these keys null ("not computed"), never as "no wrong answe
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import ConfigDict
 
 from assay.records.base import Record
+
+#: How one repeat of a narrow case counts (``report/narrow_cases.py``).
+NarrowVerdict = Literal["right", "wrong", "invalid", "infra_error"]
+#: What a listed narrow case's repeats show, in the order cases are listed (most informative
+#: first).
+NarrowPattern = Literal["consistent_wrong", "consistent_invalid", "always_wrong", "flaky",
+                        "format_retry", "endpoint_error"]
+#: Why a listed coding sample is listed (``report/coding_cases.py``).
+CodingSampleVerdict = Literal["failed", "infra_error", "grader_error"]
+#: What a listed coding task's samples show, in the order tasks are listed.
+CodingPattern = Literal["always_fails", "flaky", "infra_only"]
 
 
 class _Part(Record):
@@ -57,7 +68,7 @@ class NarrowRepeatAnswer(_Part):
 
     repeat: int
     """Which repeat (0-based)."""
-    verdict: str
+    verdict: NarrowVerdict
     """``right``, ``wrong`` (a valid label, not the expected one), ``invalid`` (no valid label
     after the format retry) or ``infra_error`` (no answer from the endpoint)."""
     reason: str
@@ -98,7 +109,7 @@ class NarrowWrongCase(_Part):
     no copy of its cases (runs from before ``suite/cases.jsonl``)."""
     expected: str
     """What the case expects: the label or text, or a number or object as JSON."""
-    pattern: str
+    pattern: NarrowPattern
     """What its repeats show, in the order cases are listed: ``consistent_wrong`` (every
     answered repeat gave the same wrong label), ``consistent_invalid`` (every answered repeat
     invalid), ``always_wrong`` (never right, answers differ), ``flaky`` (right in some repeats,
@@ -123,7 +134,7 @@ class CodingFailedSample(_Part):
 
     sample: int
     """Which sample (0-based)."""
-    verdict: str
+    verdict: CodingSampleVerdict
     """``failed`` (graded, did not pass), ``infra_error`` (no answer from the endpoint) or
     ``grader_error`` (the grader failed: no verdict yet)."""
     reason: str
@@ -163,7 +174,7 @@ class CodingFailedTask(_Part):
     """The task id."""
     type: str | None
     """``unit`` or ``diff`` (rubric answers are graded by people, never listed here)."""
-    pattern: str
+    pattern: CodingPattern
     """In the order tasks are listed: ``always_fails`` (every graded sample failed),
     ``flaky`` (some passed), ``infra_only`` (nothing failed, some samples have no verdict)."""
     samples: int

@@ -1,6 +1,6 @@
 """An attempt's model-side transcript: the bodies of its model calls, as the gateway saw them.
 
-Written by ``assay.models.gateway_transcript`` beside ``model_calls.jsonl``, append-only, in two
+Written by ``assay.models.gateway.transcript`` beside ``model_calls.jsonl``, append-only, in two
 files: ``transcript_blobs.jsonl`` holds each distinct piece once by the SHA-256 of its canonical
 JSON (a message of the resent history, or the rest of a request body: tools, system prompt,
 settings), and ``transcript.jsonl`` one row per call naming its pieces by digest (the part of
@@ -91,7 +91,8 @@ class TranscriptCall(Record):
     """Size of the answer's canonical JSON, whole."""
     response_note: str | None
     """What is missing or partial about the answer (a stream cut short, a body that was not
-    JSON, the gateway's error), readable and redacted."""
+    JSON, the gateway's error, the protocol anomalies of a stream whose pieces were left out
+    of the reassembled answer, such as an index out of bounds), readable and redacted."""
 
 
 @dataclass

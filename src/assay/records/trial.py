@@ -1,11 +1,14 @@
 """What an agent trial writes: ``trial.json`` (how far it got, stage by stage) and its grades
 (``grades/<revision>.json``, one file per verifier revision, never overwritten).
 
-The trial record is rewritten atomically after every stage, so it is validated on every save:
-a stage that wrote a field of the wrong shape fails in the test that ran it, not in a reader
-months later. The grade's ``details`` stay an open mapping on purpose: they are the verifier's
-evidence (integrity problems, each check's command, tails, limits, canaries), which grows with
-every new defence, and a reader takes from them what it knows.
+The runner holds the trial record as its model and sets each field as a stage learns it (each
+assignment validated), so a stage that wrote a field of the wrong shape fails in the test that
+ran it, not in a reader months later; it is rewritten atomically after every stage. The
+verifier builds the grade the same way. The grade's evidence (``details``) names what this
+verifier writes (revisions, integrity, preparation, findings); each check's own record stays
+an open mapping on purpose, and so do keys this verifier does not name (``extra``): evidence
+grows with every new defence, and a reader takes from it what it knows. Both files are written
+by :func:`as_written`: fields in the model's order, a field never set absent, not null.
 """
 
 from __future__ import annotations
@@ -13,11 +16,21 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-from pydantic import Field
+from pydantic import ConfigDict, Field
 
 from assay.records.base import Record
 from assay.records.fork import ForkStart
 from assay.records.io import read_json_file
+from assay.records.statuses import (
+    CheckOutcome,
+    GradeFailureCode,
+    InfraCode,
+    IntegrityCode,
+    TrialRecordStatus,
+)
+
+#: The stages of a trial, in the order they run (``runner/trial.py``).
+StageName = Literal["prepare", "agent", "freeze", "verify"]
 
 TRIAL_JSON = "trial.json"
 GRADES = "grades"
@@ -25,6 +38,8 @@ GRADES = "grades"
 
 class TaskIdentity(Record):
     """Which task, exactly, the trial ran."""
+
+    model_config = ConfigDict(validate_assignment=True)  # the runner fills it in
 
     id: str
     """The task id from task.yaml."""
@@ -47,8 +62,10 @@ class TaskIdentity(Record):
 class Stage(Record):
     """One stage of the trial: prepare, agent, freeze or verify."""
 
-    name: str
-    """The stage's name."""
+    model_config = ConfigDict(validate_assignment=True)  # the runner fills it in
+
+    name: StageName
+    """``prepare``, ``agent``, ``freeze`` or ``verify``, in that order."""
     started_at: str
     """UTC time the stage started."""
     status: Literal["running", "ok", "failed"]
@@ -69,12 +86,15 @@ class GradeSummary(Record):
     """The verifier revision that graded the trial."""
     accepted: bool
     """Whether every required check passed."""
-    failure_code: str | None
-    """The first reason it was not accepted (see the README's list), None when accepted."""
+    failure_code: GradeFailureCode | None
+    """The first reason it was not accepted (docs/guide/agent-tasks.md lists them), None when
+    accepted."""
 
 
 class TrialRecord(Record):
     """``trial.json``: one trial of one agent on one task, as far as it got."""
+
+    model_config = ConfigDict(validate_assignment=True)  # the runner fills it in
 
     schema_name: ClassVar[str] = "assay.trial"
     schema_version: ClassVar[int] = 1
@@ -106,7 +126,7 @@ class TrialRecord(Record):
     """UTC time the trial started."""
     ended_at: str | None
     """UTC time it ended; None while it runs (or when the runner died)."""
-    status: Literal["running", "graded", "infra_error"]
+    status: TrialRecordStatus
     """``graded`` once a grade exists; ``infra_error`` when it could not be run."""
     stages: list[Stage]
     """Every stage started, in order."""
@@ -115,13 +135,20 @@ class TrialRecord(Record):
     None before the agent ran."""
     environment: dict[str, Any] | None = None
     """The task's required tools as found inside the sandbox, with versions."""
+    environment_image: dict[str, Any] | None = None
+    """The image the agent and the verifier ran in: ``digest``, ``source_kind``,
+    ``source_digest``, ``source_label``, ``substitutions`` (what the build approximated),
+    ``workdir`` (where the workspace was mounted), ``pinned`` (false: the bundle names a
+    source but no digest, and this is what the source built into) and ``host_tools`` (the
+    host's trusted pytest and node lent read-only to the image: paths and versions). Absent:
+    the task ran on the host's own system."""
     agent_identity: dict[str, Any] | None = None
     """What an adapter configured, as it describes itself (``mcode``: the CLI's path and
     digest, its fixed flags, its config template's digest); absent for reference agents."""
     error: str | None = None
     """Why the trial could not be run (infra_error), starting with its code when it has one
     of its own."""
-    failure_code: Literal["agent_start_failed", "model_unavailable"] | None = None
+    failure_code: InfraCode | None = None
     """An infra_error of the arm rather than of the machine: ``agent_start_failed`` (the agent
     never got going: exit 126/127, its script or program missing, or an exit before its first
     model call that left the workspace untouched; ``execution.stderr_tail`` shows why) or
@@ -146,6 +173,78 @@ class Validity(Record):
     """What went wrong, for a reader."""
 
 
+class Changes(Record):
+    """What the delivered tree changed against the starting tree, path by path."""
+
+    added: list[str]
+    """Paths the candidate added."""
+    deleted: list[str]
+    """Paths the candidate deleted."""
+    modified: list[str]
+    """Paths whose content, type or mode changed."""
+
+
+class Integrity(Record):
+    """The integrity check: the changes, and what in them breaks the task's rules."""
+
+    model_config = ConfigDict(validate_assignment=True)  # a tampered runner fails it later
+
+    passed: bool
+    """False when any problem was found (a bent test runner's report included)."""
+    failure_code: IntegrityCode | None
+    """The first problem's code (``protected_file_changed``, ``change_outside_allowed_paths``,
+    ``compiled_code_added``, ``test_runner_tampered``, ...), None when it passed."""
+    problems: list[dict[str, Any]]
+    """Each problem: its ``code`` and its evidence (``path``, ``evidence``, ...)."""
+    changes: Changes
+    """The changes themselves."""
+
+
+class GradeDetails(Record):
+    """A grade's evidence: what was graded, how, and what each check saw. The fields below are
+    what this verifier writes, in the order it learns them (a grader that stopped early wrote
+    only a prefix); each check's record and the judge's stay open mappings (``extra`` keeps
+    what an older or newer verifier wrote and this one does not name)."""
+
+    model_config = ConfigDict(extra="allow", validate_assignment=True)
+
+    verifier_revision: str
+    """The verifier revision (also the grade file's name)."""
+    task_revision: int
+    """The task's revision number when graded."""
+    task_spec_sha256: str
+    """sha256 of task.yaml's bytes when graded (an edited task.yaml is a new revision)."""
+    started_at: str
+    """UTC time the verification started."""
+    workspace_refused: dict[str, Any] | None = None
+    """The freeze refused the workspace (over its bounds): the figure; nothing was checked."""
+    fixture_digest: str | None = None
+    """The starting tree's digest as exported for this verification."""
+    integrity: Integrity | None = None
+    """The integrity check."""
+    preparation: dict[str, Any] | None = None
+    """Rebuilding the delivered tree: ``seconds``, ``pristine_seconds``, ``entries``,
+    ``limit_seconds``, ``over`` (and ``why`` when over: every check then fails with
+    ``candidate_timeout``)."""
+    suspicious: list[dict[str, Any]] | None = None
+    """The tamper scan's findings in the files the candidate added or changed (never reject by
+    themselves)."""
+    runner_modules_shadowed: list[str] | None = None
+    """The deliverable's paths named like the test runner's own modules, which the checks
+    shadowed."""
+    behavior: dict[str, Any] | None = None
+    """The behavior check's record: command, status, reason, exit code, counts, tails, limits,
+    its time-out's owner and its tamper evidence (canaries, expected ids)."""
+    regression: dict[str, Any] | None = None
+    """The regression check's record, as ``behavior``'s."""
+    not_tamper_evident: dict[str, str] | None = None
+    """The checks whose verdict is not tamper-evident, each with the reason."""
+    judge: dict[str, Any] | None = None
+    """The acceptance judge's record (``grading/verify/judge_check.py``), when the task has one."""
+    ended_at: str | None = None
+    """UTC time the verification ended."""
+
+
 class Grade(Record):
     """``grades/<revision>.json``: a verdict on a frozen artifact, written once."""
 
@@ -162,15 +261,15 @@ class Grade(Record):
     whatever the artifact holds)."""
     validity: Validity
     """Whether this is a verdict at all."""
-    checks: dict[str, Literal["pass", "fail", "error", "not_run"]]
+    checks: dict[str, CheckOutcome]
     """``behavior``, ``regression``, ``integrity``: each check's outcome."""
     required: list[str]
     """The checks task.yaml requires; only these can reject."""
     accepted: bool
     """True only when every required check passed and the grade is valid."""
-    failure_code: str | None
+    failure_code: GradeFailureCode | None
     """The first reason the trial is not accepted, in the order a reader should fix things."""
-    details: dict[str, Any]
+    details: GradeDetails
     """The verifier's evidence: revisions, digests, integrity (changes and problems), each
     check's command, counts, tamper evidence (canaries with each one's outcome, how many of each
     kind ran in ``canary_counts``, the seed of the derived draw in ``derived_seed``, how many
@@ -181,32 +280,26 @@ class Grade(Record):
     checks shadowed (``runner_modules_shadowed``), and which checks were not tamper-evident."""
 
 
-def trial_json(record: dict[str, Any], where: Path | str) -> dict[str, Any]:
-    """The trial record validated for writing (the writer keeps a plain dict it fills in
-    stage by stage); written with the keys it was given, so an optional field that was never
-    set stays absent rather than appearing as a made-up null."""
-    return TrialRecord.read(record, where).model_dump(mode="json", by_alias=True,
-                                                      exclude_unset=True)
+def as_written(record: TrialRecord | Grade) -> dict[str, Any]:
+    """The record as its file holds it: fields in the model's order, an optional field that was
+    never set absent rather than a made-up null (the runner fills the trial record in stage by
+    stage; a grade names only what its verifier learnt)."""
+    return record.model_dump(mode="json", by_alias=True, exclude_unset=True)
 
 
-def grade_json(grade: dict[str, Any], where: Path | str) -> dict[str, Any]:
-    return Grade.read(grade, where).model_dump(mode="json", by_alias=True,
-                                               exclude_unset=True)
-
-
-def read_trial(trial_dir: Path) -> dict[str, Any]:
-    """``trial.json`` validated; a corrupt one or a newer schema is a RecordError."""
+def read_trial(trial_dir: Path) -> TrialRecord:
+    """``trial.json`` as its model; a corrupt one or a newer schema is a RecordError."""
     path = Path(trial_dir) / TRIAL_JSON
     data = read_json_file(path)
     TrialRecord.check_schema_id(data.get("schema"), path)
-    return trial_json(data, path)
+    return TrialRecord.read(data, path)
 
 
-def read_grade(trial_dir: Path, revision: str) -> dict[str, Any]:
-    """One grade validated; grades written before the grade had a ``schema`` read as
+def read_grade(trial_dir: Path, revision: str) -> Grade:
+    """One grade as its model; grades written before the grade had a ``schema`` read as
     ``assay.trial.grade/1``."""
     path = Path(trial_dir) / GRADES / f"{revision}.json"
     data = read_json_file(path)
     data.setdefault("schema", Grade.schema_id())
     Grade.check_schema_id(data["schema"], path)
-    return grade_json(data, path)
+    return Grade.read(data, path)

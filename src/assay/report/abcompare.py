@@ -17,9 +17,9 @@ the limit"), never as the limit.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Container, Hashable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, TypedDict
 
 from assay.errors import InputError, NotComparable
 from assay.report.outcomes import OutcomeSet, TrialOutcome
@@ -27,6 +27,51 @@ from assay.stats.abtest import METHODS, compare_arms
 from assay.stats.describe import nearest_rank
 from assay.stats.moderated import clustered_wilson
 from assay.suites.experiment import is_aa_arm
+
+
+class Percentiles(TypedDict):
+    """p50, p90 and max of a set of runtimes (None: none, or censored: a killed attempt)."""
+
+    p50: float | None
+    p90: float | None
+    max: float | None
+    censored: list[str]  # which of the three fell on a timed-out attempt
+
+
+class ArmLatency(TypedDict):
+    """Every attempt whose agent ran, timeouts kept; and the accepted trials on their own."""
+
+    attempts: int
+    timeouts: int
+    timeout_rate: float | None
+    all: Percentiles
+    accepted: Percentiles
+    seconds: list[float]
+    timed_out: list[bool]
+
+
+#: ``ok``: every attempt's cost known; ``lower_bound``: some usage or price missing;
+#: ``not_computable``: nothing accepted to divide by; ``unknown``: no cost known at all.
+CostStatus = Literal["ok", "lower_bound", "not_computable", "unknown"]
+
+
+class ArmCost(TypedDict):
+    """What an arm spent, over every attempt, and per accepted (completed) task."""
+
+    total_usd: float | None
+    complete: bool
+    accepted: int
+    per_completed_usd: float | None
+    status: CostStatus
+
+
+class PassRate(TypedDict):
+    """An arm's task-weighted pass rate and its clustered Wilson interval."""
+
+    pass_rate: float | None
+    ci: list[float] | None
+    n_tasks: int
+
 
 SUBGROUPS = ("triggered", "not_triggered")
 SELECTION_BIAS = ("subgroup view: only trials where the mechanism {what}, in both arms by the "
@@ -36,22 +81,23 @@ SELECTION_BIAS = ("subgroup view: only trials where the mechanism {what}, in bot
                   "the end-to-end comparison without --subgroup is the one to decide on")
 
 
-def _percentiles(values: Sequence[float], timed_out: Sequence[bool]) -> dict[str, Any]:
+def _percentiles(values: Sequence[float], timed_out: Sequence[bool]) -> Percentiles:
     """p50, p90 and max with timed-out attempts ranked above every finished one."""
     ranked = [math.inf if t else float(v) for v, t in zip(values, timed_out, strict=True)]
-    out: dict[str, Any] = {}
     censored: list[str] = []
-    for name, q in (("p50", 50), ("p90", 90), ("max", 100)):
+
+    def at(name: str, q: float) -> float | None:
         v = nearest_rank(ranked, q)
         if v is not None and math.isinf(v):
             censored.append(name)
-            v = None
-        out[name] = None if v is None else round(v, 3)
-    out["censored"] = censored
-    return out
+            return None
+        return None if v is None else round(v, 3)
+
+    return Percentiles(p50=at("p50", 50), p90=at("p90", 90), max=at("max", 100),
+                       censored=censored)
 
 
-def arm_latency(trials: Sequence[TrialOutcome]) -> dict[str, Any]:
+def arm_latency(trials: Sequence[TrialOutcome]) -> ArmLatency:
     """Every attempt whose agent ran, timeouts kept; and the accepted trials on their own."""
     secs: list[float] = []
     flags: list[bool] = []
@@ -70,7 +116,7 @@ def arm_latency(trials: Sequence[TrialOutcome]) -> dict[str, Any]:
             "seconds": [round(s, 3) for s in secs], "timed_out": flags}
 
 
-def arm_cost(trials: Sequence[TrialOutcome]) -> dict[str, Any]:
+def arm_cost(trials: Sequence[TrialOutcome]) -> ArmCost:
     """Cost per completed task over every attempt; unknown and lower bounds said as such."""
     costs = [a.cost_usd for t in trials for a in t.attempts]
     accepted = sum(1 for t in trials if t.outcome.passed)
@@ -82,13 +128,15 @@ def arm_cost(trials: Sequence[TrialOutcome]) -> dict[str, Any]:
         a.cost_complete for t in trials for a in t.attempts if a.cost_usd is not None)
     total = float(sum(known))
     per = total / accepted if accepted else None
-    status = "not_computable" if not accepted else ("ok" if complete else "lower_bound")
+    status: CostStatus = ("not_computable" if not accepted
+                          else ("ok" if complete else "lower_bound"))
     return {"total_usd": round(total, 6), "complete": complete, "accepted": accepted,
             "per_completed_usd": None if per is None else round(per, 6), "status": status}
 
 
 def arm_pass_rate(data: OutcomeSet, arm: str, clusters: dict[str, str] | None,
-                  level: float = 0.95, tasks: set[str] | None = None) -> dict[str, Any]:
+                  level: float = 0.95,
+                  tasks: Container[Hashable] | None = None) -> PassRate:
     """The arm's task-weighted pass rate and its clustered Wilson interval
     (``stats.moderated.clustered_wilson``: never zero width, inside [0, 1]), on ``tasks`` (the
     compared ones): the same tasks, weighting and clustering as Δ, so that the two rates'
@@ -102,14 +150,14 @@ def arm_pass_rate(data: OutcomeSet, arm: str, clusters: dict[str, str] | None,
         cell[1] += int(t.outcome.passed)
     if not by_task:
         return {"pass_rate": None, "ci": None, "n_tasks": 0}
-    tasks = list(by_task)
-    rates = [by_task[k][1] / by_task[k][0] for k in tasks]
-    weights = [float((data.weights or {}).get(k, 1.0)) for k in tasks]
+    listed = list(by_task)
+    rates = [by_task[k][1] / by_task[k][0] for k in listed]
+    weights = [float((data.weights or {}).get(k, 1.0)) for k in listed]
     labels: dict[str, int] = {}
-    codes = [labels.setdefault((clusters or {}).get(k, k), len(labels)) for k in tasks]
-    rate, lo, hi, _ = clustered_wilson(rates, [by_task[k][0] for k in tasks], codes, weights,
+    codes = [labels.setdefault((clusters or {}).get(k, k), len(labels)) for k in listed]
+    rate, lo, hi, _ = clustered_wilson(rates, [by_task[k][0] for k in listed], codes, weights,
                                        level=level)
-    return {"pass_rate": rate, "ci": [lo, hi], "n_tasks": len(tasks)}
+    return {"pass_rate": rate, "ci": [lo, hi], "n_tasks": len(listed)}
 
 
 def _counts(trials: Sequence[TrialOutcome]) -> dict[str, int]:
@@ -265,7 +313,7 @@ def preference_section(summary: dict[str, Any], *, source: Path, a: str,
 def preference_markdown(section: dict[str, Any]) -> list[str]:
     """The section as Markdown lines, for the text output of ``exp compare``."""
     judge = section["judge"]
-    from assay.grading.judge_calibration import calibration_label
+    from assay.grading.judge.calibration import calibration_label
 
     cal = judge["calibration"]
     cal_text = calibration_label(cal if isinstance(cal, dict) else None)

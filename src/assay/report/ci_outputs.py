@@ -18,9 +18,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from assay.report.experiment_html import pts
 from assay.report.holdout import reused_banner
-from assay.report.render_narrow import NA, pct
+from assay.report.render.numbers import NA, pct, pts
 
 # Everything outside XML 1.0's Char production (control characters, lone surrogates, U+FFFE/F).
 _NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")

@@ -28,9 +28,9 @@ from typing import Any
 from assay.records.layout import RAW_PREDICTIONS
 from assay.records.narrow import iter_narrow_rows, read_narrow_manifest
 from assay.report.ci_outputs import md, xml_text
-from assay.report.narrow import final_rows
+from assay.report.narrow import SlimRow, final_rows
 from assay.report.narrow_cases import answered_value, show_value, verdict
-from assay.report.render_narrow import NA, pct
+from assay.report.render.numbers import NA, pct
 
 
 def _is_coding(report: dict[str, Any]) -> bool:
@@ -51,7 +51,7 @@ def _finish(suites: ET.Element, suite: ET.Element, tests: int, failures: int,
 def narrow_junit(run_dir: Path, report: dict[str, Any]) -> str:
     """One ``<testcase>`` per case of a narrow run (see the module docstring)."""
     manifest = read_narrow_manifest(run_dir)
-    by_case: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    by_case: dict[str, list[SlimRow]] = defaultdict(list)
     if (run_dir / RAW_PREDICTIONS).exists():
         for row in final_rows(iter_narrow_rows(run_dir, manifest)).values():
             by_case[str(row["id"])].append(row)

@@ -87,7 +87,7 @@ def rubric_summary(run_dir: Path, finals: dict[tuple[str, int], dict[str, Any]],
                       if r.get("type") == "rubric" and not r.get("error")),
                      key=lambda r: (str(r["id"]), int(r["sample"])))
     used, standing = grades_as_of(run_dir, round_name)
-    rows = []
+    rows: list[dict[str, Any]] = []
     for r in answers:
         g = standing.get((str(r["id"]), int(r["sample"])))
         score = None if g is None else int(g["score"])

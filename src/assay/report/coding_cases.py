@@ -10,16 +10,17 @@ that fail every time come first: they are the reproducible ones.
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, get_args
 
+from assay.records.report_cases import CodingPattern, CodingSampleVerdict
 from assay.report.narrow_cases import RAW_KEPT, cut
 
 #: characters kept from the end of each output tail
 TAIL_KEPT = 2000
 #: the order tasks are listed in
-PATTERNS = ("always_fails", "flaky", "infra_only")
+PATTERNS: tuple[CodingPattern, ...] = get_args(CodingPattern)
 #: each pattern as the views say it
-PATTERN_WORDS = {
+PATTERN_WORDS: dict[str, str] = {
     "always_fails": "fails every time",
     "flaky": "passes in some samples only",
     "infra_only": "nothing failed; samples without a verdict",
@@ -68,7 +69,7 @@ def error_line(stderr: str) -> str | None:
     return lines[-1][:300] if lines else None
 
 
-def sample_verdict(row: dict[str, Any]) -> str:
+def sample_verdict(row: dict[str, Any]) -> CodingSampleVerdict:
     if row.get("error"):
         return "infra_error" if row.get("reason") == "infra_error" else "grader_error"
     return "failed"
@@ -104,7 +105,7 @@ def explanation(row: dict[str, Any], ex: dict[str, Any]) -> str:
 
 def failed_sample(row: dict[str, Any]) -> dict[str, Any]:
     """A :class:`CodingFailedSample` dict from a joined answer-and-grade row."""
-    ex = row.get("exec") if isinstance(row.get("exec"), dict) else {}
+    ex = found if isinstance(found := row.get("exec"), dict) else {}
     stdout, stderr = ex.get("stdout_tail") or "", ex.get("stderr_tail") or ""
     detail = ex.get("detail")
     if detail is None and ex.get("differs"):

@@ -19,16 +19,16 @@ from assay.errors import NotComparable
 from assay.records.manifest import read_manifest
 from assay.records.narrow import iter_narrow_rows, read_narrow_manifest
 from assay.records.report import NarrowComparison
-from assay.report.narrow import final_rows
+from assay.report.narrow import SlimRow, final_rows
 from assay.stats import mcnemar_exact, paired_bootstrap_diff
 
 
-def _answered(run_dir: Path, manifest: dict[str, Any]) -> dict[tuple[str, int], dict[str, Any]]:
+def _answered(run_dir: Path, manifest: dict[str, Any]) -> dict[tuple[str, int], SlimRow]:
     rows = final_rows(iter_narrow_rows(run_dir, manifest))
     return {k: r for k, r in rows.items() if not r.get("error")}
 
 
-def _by_case(rows: dict[tuple[str, int], dict[str, Any]]) -> dict[str, list[int]]:
+def _by_case(rows: dict[tuple[str, int], SlimRow]) -> dict[str, list[int]]:
     """Each case's answers as 1 (right) or 0 (wrong or invalid), every repeat kept."""
     out: dict[str, list[int]] = {}
     for (case, _rep), row in rows.items():

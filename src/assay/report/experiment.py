@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from assay.errors import NotComparable, RecordError
+from assay.records.experiment import REPORT_FILE, ExperimentReport
 from assay.records.failures import infra_code
 from assay.records.fork import FORKS, fork_totals
 from assay.records.io import atomic_write_text, dumps_row, read_json_file
@@ -30,7 +31,7 @@ from assay.report.abcompare import (
     preference_section,
 )
 from assay.report.ci_outputs import md
-from assay.report.experiment_html import pts, write_experiment_html
+from assay.report.experiment_html import write_experiment_html
 from assay.report.holdout import holdout_line, holdout_summary, reused_banner
 from assay.report.noise_floor import measure_noise_floor, noise_floor_arm, noise_floor_markdown
 from assay.report.outcomes import (
@@ -40,14 +41,14 @@ from assay.report.outcomes import (
     gap_note,
     load_run_outcomes,
 )
-from assay.report.render_narrow import NA, pct
+from assay.report.render.numbers import NA, pct, pts
 from assay.report.trial_html import write_trial_pages
 from assay.report.verdict import decide
-from assay.suites.experiment import ExperimentSpec, bar_sha256, pairwise_arms
+from assay.suites.experiment import Bar, ExperimentSpec, bar_sha256, pairwise_arms
 
 SCHEMA = "assay.experiment.report/2"
 OUTCOMES_FILE = "outcomes.jsonl"
-#: Where ``exp run`` puts an experiment's ``pairwise:`` check (``api/pairwise.py``).
+#: Where ``exp run`` puts an experiment's ``pairwise:`` check (``runner/pairwise.py``).
 PAIRWISE_DIR = "pairwise"
 _PAIRWISE_SUMMARY = "pairwise.json"
 _PAIRWISE_ERROR = "pairwise_error.json"
@@ -264,10 +265,12 @@ def build_experiment_report(run_dir: Path, *, data: OutcomeSet | None = None,
         silent = _silent_arms(manifest, arms, pair or ())
         notes += silent
         if bar is not None and not silent:  # no verdict on an arm that never asked its model
-            verdict = decide(bar, comparison, data, seed=seed, noise_floor=noise)
-    for arm in arms.values():
-        arm.setdefault("pass_rate", None)
-        arm.setdefault("pass_rate_ci", None)
+            rule = Bar.model_validate({k: v for k, v in bar.items() if k != "sha256"})
+            verdict = decide(rule, comparison, data, seed=seed,
+                             noise_floor=noise).model_dump(mode="json")
+    for arm_row in arms.values():
+        arm_row.setdefault("pass_rate", None)
+        arm_row.setdefault("pass_rate_ci", None)
     if data.evidence_gaps and comparison is None:  # else the comparison's notes say it
         notes.extend(data.notes[:1])
     if bar is None:
@@ -474,8 +477,9 @@ def write_experiment_report(run_dir: Path, *, data: OutcomeSet | None = None,
     dest = Path(out) if out is not None else run_dir
     dest.mkdir(parents=True, exist_ok=True)
     rep = build_experiment_report(run_dir, data=data)
+    ExperimentReport.read(rep, dest / REPORT_FILE)  # the record's shape (records/experiment.py)
     write_outcomes(dest, data)
-    atomic_write_text(dest / "report.json", json.dumps(rep, indent=2) + "\n")
+    atomic_write_text(dest / REPORT_FILE, json.dumps(rep, indent=2) + "\n")
     atomic_write_text(dest / "report.md", experiment_markdown(rep))
     pages = write_trial_pages(dest, rep) if data.kind == "run" and dest == run_dir else None
     write_experiment_html(dest, rep, pages)

@@ -21,19 +21,16 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
-from functools import lru_cache
-from importlib import resources
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
-
-from jinja2 import Environment, StrictUndefined, Template
 
 from assay.records.io import atomic_write_text
 from assay.report.experiment_plots import forest, short, strip
 from assay.report.holdout import reused_banner
 from assay.report.noise_floor import noise_floor_markdown
-from assay.report.render_narrow import NA, pct
+from assay.report.render import NA, count, interval_bar, pct, pct_ci, pts, pts_ci, render, usd
+from assay.report.render.numbers import secs
 
 SCHEMA = "assay.experiment.report/2"
 BAR_W = 220  # pass-rate interval bar, the 0-100% axis in px
@@ -52,37 +49,6 @@ _SEGMENT = re.compile(r"^(?!\.{1,2}$)[^/\\]+$")
 # --------------------------------------------------------------------------- formatting
 
 
-def pts(x: float | None) -> str:
-    """A difference of pass rates in percentage points, always signed."""
-    return NA if x is None else f"{100 * x:+.1f} pts"
-
-
-def pts_ci(iv: list[float | None] | None) -> str:
-    if not iv or iv[0] is None or iv[1] is None:
-        return NA
-    return f"[{pts(iv[0])}, {pts(iv[1])}]"
-
-
-def pct_ci(iv: list[float | None] | None) -> str:
-    if not iv or iv[0] is None or iv[1] is None:
-        return NA
-    return f"[{pct(iv[0])}, {pct(iv[1])}]"
-
-
-def usd(x: float | None) -> str:
-    if x is None:
-        return NA
-    return f"${x:,.2f}" if abs(x) >= 10 else f"${x:.4f}"
-
-
-def secs(x: float | None) -> str:
-    if x is None:
-        return NA
-    if x < 1:
-        return f"{1000 * x:.0f} ms"
-    return f"{x:.1f} s" if x < 120 else f"{x / 60:.1f} min"
-
-
 def version(v: Any) -> str:
     """The manifest's ``assay`` entry: a version string, or {version, git_commit, ...}."""
     if isinstance(v, dict):
@@ -91,10 +57,6 @@ def version(v: Any) -> str:
             out += f" ({str(v['git_commit'])[:12]}{', dirty' if v.get('git_dirty') else ''})"
         return out
     return NA if v is None else str(v)
-
-
-def count(x: int | None) -> str:
-    return NA if x is None else str(x)
 
 
 def trial_href(link: str | None) -> str | None:
@@ -154,16 +116,8 @@ def _bar(rep: dict[str, Any]) -> list[dict[str, str]] | None:
 
 
 def _interval_bar(mean: float | None, iv: list[float | None] | None) -> dict[str, Any] | None:
-    if mean is None:
-        return None
-
-    def cx(v: float) -> float:
-        return round(min(1.0, max(0.0, v)) * BAR_W, 1)
-
-    out: dict[str, Any] = {"w": BAR_W, "x": cx(mean), "lo": None, "hi": None}
-    if iv and iv[0] is not None and iv[1] is not None:
-        out.update(lo=cx(iv[0]), hi=cx(iv[1]))
-    return out
+    lo, hi = (iv[0], iv[1]) if iv else (None, None)
+    return interval_bar(mean, lo, hi, width=BAR_W)
 
 
 def _arms(rep: dict[str, Any]) -> list[dict[str, Any]]:
@@ -436,14 +390,6 @@ def _preference_line(report: dict[str, Any]) -> list[str]:
             + (f"; last session: {jp['error']}" if jp.get("error") else "")]
 
 
-@lru_cache(maxsize=1)
-def _template() -> Template:
-    env = Environment(autoescape=True, undefined=StrictUndefined, trim_blocks=True,
-                      lstrip_blocks=True, keep_trailing_newline=True)
-    source = resources.files("assay.report").joinpath("templates/experiment.html.j2")
-    return env.from_string(source.read_text(encoding="utf-8"))
-
-
 def render_experiment_html(report: dict[str, Any], pages: dict[str, Any] | None = None) -> str:
     """The experiment report dict as one self-contained HTML page; ``pages``: the trial and
     side-by-side pages written beside it (``trial_html.write_trial_pages``), to link."""
@@ -463,7 +409,7 @@ def render_experiment_html(report: dict[str, Any], pages: dict[str, Any] | None 
     view = {"verdict": _verdict(report), "bar": _bar(report), "cmp": _comparison(report),
             "arms": _arms(report), "runtime": _runtimes(report), "holdout": _holdout(report),
             "tasks": _tasks(report, pages)}
-    return _template().render(page=page, v=view, na=NA)
+    return render("experiment.html.j2", page=page, v=view)
 
 
 def write_experiment_html(run_dir: Path, report: dict[str, Any],

@@ -19,7 +19,7 @@ import os
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from assay.errors import AssayError
 from assay.records.layout import MANIFEST
@@ -31,6 +31,79 @@ MAX_DEPTH = 6
 MAX_DIRS = 20000
 #: the fingerprints a row may carry, in the order columns show them
 FINGERPRINTS = ("suite", "prompt", "scorer", "tasks", "agent_files", "image")
+
+
+class Headline(TypedDict):
+    """The figure a row follows over time, with its interval."""
+
+    name: str  # accuracy, pass@1, pass rate
+    value: float | None
+    ci: list[float] | None
+    n: int | None
+    interval: str  # how the interval was made
+
+
+class PairFigures(TypedDict, total=False):
+    """The paired comparison of two consecutive runs, as its ``compare`` made it."""
+
+    delta: float | None
+    ci: list[float] | None
+    paired: int
+    unit: str  # case or task
+    method: str
+    mcnemar_p: float | None  # narrow runs only
+    warnings: list[str]
+
+
+#: ``drift`` of a row against the run before it: ``from``, ``to``, ``threshold``, then the
+#: pair's figures, ``flagged`` and ``direction`` (or ``error`` when they could not be paired).
+Drift = TypedDict("Drift", {
+    "from": str, "to": str, "threshold": float, "flagged": bool, "delta": float | None,
+    "ci": list[float] | None, "error": str, "paired": int, "unit": str, "method": str,
+    "mcnemar_p": float | None, "warnings": list[str], "direction": str | None}, total=False)
+
+
+class ServedChange(TypedDict, total=False):
+    """The served model id or system fingerprint changed under the same requested name:
+    ``before`` and ``after`` of each that changed."""
+
+    requested: str | None
+    served_models: dict[str, list[str]]
+    system_fingerprints: dict[str, list[str]]
+    new_series: bool  # shown, not counted: a new series is a new baseline anyway
+
+
+class HistoryRow(TypedDict, total=False):
+    """One run (one arm of an experiment) in ``assay history``, keys in the order printed. An
+    unreadable run has only ``dir``, ``kind``, ``problem``, ``started_at``, ``suite``, ``arm``
+    and ``model``; ``report/history_series.py`` adds the last four keys."""
+
+    dir: str
+    kind: str | None
+    problem: str | None
+    started_at: str | None
+    warnings: list[str]
+    model: str | None
+    served_models: list[str]
+    system_fingerprints: list[str]
+    suite: str | None
+    tier: str | None
+    arm: str | None
+    headline: Headline
+    invalid_rate: float | None
+    infra_rate: float | None
+    cost_usd: float | None
+    cost_note: str | None
+    tokens: int | None
+    #: short digests by :data:`FINGERPRINTS` name (None: not known for this kind of run)
+    fingerprints: dict[str, str | None]
+    #: the digest two runs must share to be compared, and its parts (named in a new series)
+    comparable: str | None
+    comparable_parts: dict[str, str | None]
+    changed: list[str]
+    served_change: ServedChange | None
+    drift: Drift | None
+    latest: bool
 
 
 def _digest(value: Any) -> str | None:
@@ -91,20 +164,20 @@ def _walk(path: Path, depth: int, budget: list[int]) -> Iterator[Path]:
             yield from _walk(Path(entry.path), depth + 1, budget)
 
 
-def _base(path: Path, manifest: dict[str, Any]) -> dict[str, Any]:
+def _base(path: Path, manifest: dict[str, Any]) -> HistoryRow:
     return {"dir": str(path), "kind": manifest.get("kind"), "problem": None,
             "started_at": manifest.get("started_at") or manifest.get("created_at"),
             "warnings": list(manifest.get("warnings") or [])}
 
 
-def _model(manifest: dict[str, Any]) -> dict[str, Any]:
+def _model(manifest: dict[str, Any]) -> HistoryRow:
     model = manifest.get("model") or {}
     return {"model": model.get("requested"), "served_models": list(model.get("served_models")
                                                                    or []),
             "system_fingerprints": list(model.get("system_fingerprints") or [])}
 
 
-def narrow_rows(path: Path) -> list[dict[str, Any]]:
+def narrow_rows(path: Path) -> list[HistoryRow]:
     """One row: accuracy with its Wilson interval, from the run's own report builder."""
     from assay.report.narrow import build_report
 
@@ -137,7 +210,7 @@ def narrow_rows(path: Path) -> list[dict[str, Any]]:
     }]
 
 
-def coding_rows(path: Path) -> list[dict[str, Any]]:
+def coding_rows(path: Path) -> list[HistoryRow]:
     """One row: pass@1 over tasks with its bootstrap interval, from the coding report."""
     from assay.records.coding import CodingManifest
     from assay.records.manifest import read_run_manifest
@@ -166,7 +239,7 @@ def coding_rows(path: Path) -> list[dict[str, Any]]:
     }]
 
 
-def experiment_rows(path: Path) -> list[dict[str, Any]]:
+def experiment_rows(path: Path) -> list[HistoryRow]:
     """One row per arm: the arm's task-weighted pass rate with its cluster t interval (the
     figure ``exp compare`` shows per arm), infra rate and the cost of every attempt."""
     from assay.report.abcompare import arm_cost, arm_pass_rate
@@ -178,7 +251,7 @@ def experiment_rows(path: Path) -> list[dict[str, Any]]:
     tasks = identity.get("tasks") or {}
     settings = identity.get("settings") or {}
     images = {t: fp.get("image") for t, fp in tasks.items() if isinstance(fp, dict)}
-    rows = []
+    rows: list[HistoryRow] = []
     for arm in data.arms:
         trials = data.arm_trials(arm)
         info = (manifest.get("arms") or {}).get(arm) or {}
@@ -229,11 +302,11 @@ def arm_served_models(path: Path, arm: str) -> list[str]:
 READERS = {"narrow": narrow_rows, "coding": coding_rows, "experiment": experiment_rows}
 
 
-def run_rows(found: Found) -> list[dict[str, Any]]:
+def run_rows(found: Found) -> list[HistoryRow]:
     """The rows of one run directory; an unreadable one is one row that says why."""
     path = found.path
-    broken = {"dir": str(path), "kind": None, "problem": found.problem, "started_at": None,
-              "suite": None, "arm": None, "model": None}
+    broken: HistoryRow = {"dir": str(path), "kind": None, "problem": found.problem,
+                          "started_at": None, "suite": None, "arm": None, "model": None}
     if found.problem:
         return [broken]
     if (path / MANIFEST).is_symlink():  # a run directory's records are files, never links out
@@ -256,6 +329,6 @@ def run_rows(found: Found) -> list[dict[str, Any]]:
     return [broken]
 
 
-def collect(roots: Iterable[Path]) -> list[dict[str, Any]]:
+def collect(roots: Iterable[Path]) -> list[HistoryRow]:
     """Every row of every run under ``roots``, unreadable runs included."""
     return [row for found in find_runs(roots) for row in run_rows(found)]

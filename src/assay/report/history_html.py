@@ -11,14 +11,12 @@ plain numbers; the template only draws, with autoescape on (every label is run d
 
 from __future__ import annotations
 
-from functools import lru_cache
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from jinja2 import Environment, StrictUndefined, Template
-
 from assay.records.io import atomic_write_text
+from assay.report.history_series import Group, History
+from assay.report.render import pct, render
 
 PLOT_LEFT = 48
 PLOT_W = 760
@@ -32,10 +30,19 @@ def _y(v: float) -> float:
 
 
 def _pct(v: float | None) -> str:
-    return "—" if v is None else f"{100 * v:.1f}%"
+    return pct(v, missing="—")
 
 
-def plot(group: dict[str, Any]) -> dict[str, Any]:
+def _pts(x: float | None) -> str:
+    """A difference of rates in signed points (n/a: unknown)."""
+    return "n/a" if x is None else f"{100 * x:+.1f}"
+
+
+def _interval(ci: list[float] | None) -> str:
+    return "n/a" if not ci else f"{_pts(ci[0])}, {_pts(ci[1])}"
+
+
+def plot(group: Group) -> dict[str, Any]:
     """The SVG geometry of one group's trend plot."""
     runs = [r for s in group["series"] for r in s["runs"]]
     n = len(runs)
@@ -49,8 +56,8 @@ def plot(group: dict[str, Any]) -> dict[str, Any]:
     for s in group["series"]:
         upper, lower = [], []
         for r in s["runs"]:
-            h = r.get("headline") or {}
-            v, ci = h.get("value"), h.get("ci")
+            h = r.get("headline")
+            v, ci = (h["value"], h["ci"]) if h else (None, None)
             label = f"{r.get('started_at')} {Path(r['dir']).name}: {_pct(v)}"
             if ci:
                 label += f" [{_pct(ci[0])}, {_pct(ci[1])}]"
@@ -61,18 +68,18 @@ def plot(group: dict[str, Any]) -> dict[str, Any]:
             if r.get("changed"):
                 markers.append({"x": x(i) - slot / 2, "title": "changed: "
                                 + ", ".join(r["changed"])})
-            if r.get("served_change") and not r["served_change"].get("new_series"):
-                sc = r["served_change"]
+            sc = r.get("served_change")
+            if sc and not sc.get("new_series"):
                 what = "; ".join(f"{k}: {', '.join(d['before'])} → {', '.join(d['after'])}"
                                  for k, d in sc.items() if isinstance(d, dict))
                 served.append({"x": x(i) - slot / 2, "y": PLOT_TOP + 4,
-                               "title": f"served model changed under {sc['requested']}: "
+                               "title": f"served model changed under {sc.get('requested')}: "
                                + what})
             d = r.get("drift")
             if d and d.get("flagged") and v is not None:
                 drifts.append({"x": x(i), "y": _y(v), "title":
-                               f"drift {100 * d['delta']:+.1f} pts, 95% CI "
-                               f"[{100 * d['ci'][0]:+.1f}, {100 * d['ci'][1]:+.1f}]"})
+                               f"drift {_pts(d.get('delta'))} pts, 95% CI "
+                               f"[{_interval(d.get('ci'))}]"})
             i += 1
         if len(upper) == 1:  # one run: a band of one slot's width
             xs, (hi, lo) = float(upper[0].split(",")[0]), (upper[0], lower[0])
@@ -91,27 +98,27 @@ def plot(group: dict[str, Any]) -> dict[str, Any]:
             "drifts": drifts, "line": line}
 
 
-def _rows(group: dict[str, Any]) -> list[dict[str, Any]]:
+def _rows(group: Group) -> list[dict[str, Any]]:
     out = []
     for s in group["series"]:
         for j, r in enumerate(s["runs"]):
-            h = r.get("headline") or {}
-            ci = h.get("ci")
-            d = r.get("drift") or {}
+            h = r.get("headline")
+            ci = h["ci"] if h else None
+            d = r.get("drift")
             drift = ""
-            if d.get("error"):
-                drift = f"not paired: {d['error']}"
+            if d and d.get("error"):
+                drift = f"not paired: {d.get('error')}"
             elif d:
-                drift = f"{100 * d['delta']:+.1f} pts" + (
-                    f" [{100 * d['ci'][0]:+.1f}, {100 * d['ci'][1]:+.1f}]" if d.get("ci") else "")
+                drift = f"{_pts(d.get('delta'))} pts" + (
+                    f" [{_interval(d.get('ci'))}]" if d.get("ci") else "")
             out.append({
                 "series": s["index"] + 1,
                 "series_note": s["started_because"] if j == 0 else None,
                 "when": r.get("started_at") or "?", "dir": r["dir"],
                 "name": Path(r["dir"]).name,
-                "headline": _pct(h.get("value")) + (f" [{_pct(ci[0])}, {_pct(ci[1])}]"
+                "headline": _pct(h["value"] if h else None) + (f" [{_pct(ci[0])}, {_pct(ci[1])}]"
                                                     if ci else ""),
-                "n": h.get("n"), "invalid": _pct(r.get("invalid_rate")),
+                "n": h["n"] if h else None, "invalid": _pct(r.get("invalid_rate")),
                 "infra": _pct(r.get("infra_rate")),
                 "cost": (f"${r['cost_usd']:.4f}" if r.get("cost_usd") is not None
                          else f"{r['tokens']} tokens" if r.get("tokens") is not None
@@ -121,25 +128,17 @@ def _rows(group: dict[str, Any]) -> list[dict[str, Any]]:
                 "served_changed": bool(r.get("served_change")),
                 "fingerprints": {k: v for k, v in (r.get("fingerprints") or {}).items() if v},
                 "changed": r.get("changed") or [], "drift": drift,
-                "flagged": bool(d.get("flagged"))})
+                "flagged": bool(d and d.get("flagged"))})
     return out
 
 
-@lru_cache(maxsize=1)
-def _template() -> Template:
-    env = Environment(autoescape=True, undefined=StrictUndefined, trim_blocks=True,
-                      lstrip_blocks=True, keep_trailing_newline=True)
-    source = resources.files("assay.report").joinpath("templates/history.html.j2")
-    return env.from_string(source.read_text(encoding="utf-8"))
-
-
-def render_history_html(h: dict[str, Any]) -> str:
+def render_history_html(h: History) -> str:
     groups = [{"title": f"{g['kind']} · {g['suite']} · {g['who']}", "runs": g["runs"],
                "plot": plot(g), "rows": _rows(g)} for g in h["groups"]]
-    return _template().render(h=h, groups=groups)
+    return render("history.html.j2", h=h, groups=groups)
 
 
-def write_history_html(path: Path, h: dict[str, Any]) -> Path:
+def write_history_html(path: Path, h: History) -> Path:
     """Write the page atomically (derived data: replaced at will)."""
     path = Path(path)
     atomic_write_text(path, render_history_html(h))

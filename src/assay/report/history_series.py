@@ -20,16 +20,67 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from assay.errors import AssayError
-from assay.report.history import FINGERPRINTS, collect
+from assay.report.history import (
+    FINGERPRINTS,
+    Drift,
+    HistoryRow,
+    PairFigures,
+    ServedChange,
+    collect,
+)
 
 SCHEMA = "assay.history/1"
 SEED = 0
 
 
-def _group_key(row: dict[str, Any]) -> tuple[str, str, str]:
+class Series(TypedDict):
+    """Runs of a group that can be compared one after the other."""
+
+    index: int
+    started_because: str | None
+    runs: list[HistoryRow]
+
+
+class Group(TypedDict):
+    """Runs of one kind, suite and model or arm, in time order."""
+
+    kind: str
+    suite: str
+    who: str
+    model: str | None
+    arm: str | None
+    runs: int
+    series: list[Series]
+
+
+class DriftFlag(TypedDict):
+    """A flagged pair, listed at the top."""
+
+    group: list[str]
+    dir: str
+    delta: float | None
+    ci: list[float] | None
+
+
+class History(TypedDict):
+    """The whole history object (``assay history --json``), keys in the order printed."""
+
+    schema: str
+    roots: list[str]
+    drift_threshold: float
+    drift_rule: str
+    groups: list[Group]
+    unreadable: list[HistoryRow]
+    drift_flags: list[DriftFlag]
+    #: each a :class:`ServedChange` with the ``group`` and ``dir`` it was seen in first
+    served_model_changes: list[dict[str, Any]]
+    latest_alarms: list[str]
+
+
+def _group_key(row: HistoryRow) -> tuple[str, str, str]:
     """Kind, suite (with its tier: a smoke run and a full one are two lines, not one line
     broken at every other night) and arm or model."""
     who = row.get("arm") or row.get("model") or "?"
@@ -37,11 +88,11 @@ def _group_key(row: dict[str, Any]) -> tuple[str, str, str]:
     return str(row.get("kind")), suite, str(who)
 
 
-def _order(row: dict[str, Any]) -> tuple[str, str]:
+def _order(row: HistoryRow) -> tuple[str, str]:
     return str(row.get("started_at") or ""), str(row.get("dir"))
 
 
-def _why_new_series(prev: dict[str, Any], cur: dict[str, Any]) -> str:
+def _why_new_series(prev: HistoryRow, cur: HistoryRow) -> str:
     a, b = prev.get("comparable_parts") or {}, cur.get("comparable_parts") or {}
     names = {"cases": "other cases (another suite revision)", "labels": "other labels",
              "scorer": "another scorer or scorer options",
@@ -50,26 +101,28 @@ def _why_new_series(prev: dict[str, Any], cur: dict[str, Any]) -> str:
     return "not comparable with the run before: " + (", ".join(parts) or "other fingerprint")
 
 
-def _changed(prev: dict[str, Any], cur: dict[str, Any]) -> list[str]:
+def _changed(prev: HistoryRow, cur: HistoryRow) -> list[str]:
     fa, fb = prev.get("fingerprints") or {}, cur.get("fingerprints") or {}
     return [k for k in FINGERPRINTS if fa.get(k) != fb.get(k)]
 
 
-def served_change(prev: dict[str, Any], cur: dict[str, Any]) -> dict[str, Any] | None:
+def served_change(prev: HistoryRow, cur: HistoryRow) -> ServedChange | None:
     """The served model id or system fingerprint changed under the same requested name."""
     if prev.get("model") != cur.get("model") or prev.get("model") is None:
         return None
-    out: dict[str, Any] = {}
-    for key in ("served_models", "system_fingerprints"):
-        a, b = prev.get(key) or [], cur.get(key) or []
-        if a and b and a != b:
-            out[key] = {"before": a, "after": b}
-    if not out:
-        return None
-    return {"requested": cur.get("model"), **out}
+    out = ServedChange(requested=cur.get("model"))
+    if models := _before_after(prev.get("served_models"), cur.get("served_models")):
+        out["served_models"] = models
+    if prints := _before_after(prev.get("system_fingerprints"), cur.get("system_fingerprints")):
+        out["system_fingerprints"] = prints
+    return out if len(out) > 1 else None
 
 
-def _narrow_pair(prev: dict[str, Any], cur: dict[str, Any]) -> dict[str, Any]:
+def _before_after(a: list[str] | None, b: list[str] | None) -> dict[str, list[str]] | None:
+    return {"before": a, "after": b} if a and b and a != b else None
+
+
+def _narrow_pair(prev: HistoryRow, cur: HistoryRow) -> PairFigures:
     from assay.report.compare_narrow import compare_runs
 
     c = compare_runs(Path(prev["dir"]), Path(cur["dir"]), seed=SEED)
@@ -78,7 +131,7 @@ def _narrow_pair(prev: dict[str, Any], cur: dict[str, Any]) -> dict[str, Any]:
             "mcnemar_p": c["mcnemar_p"], "warnings": c["warnings"]}
 
 
-def _coding_pair(prev: dict[str, Any], cur: dict[str, Any]) -> dict[str, Any]:
+def _coding_pair(prev: HistoryRow, cur: HistoryRow) -> PairFigures:
     from assay.report.compare_coding import compare_coding_runs
 
     c = compare_coding_runs(Path(prev["dir"]), Path(cur["dir"]), seed=SEED)
@@ -87,7 +140,7 @@ def _coding_pair(prev: dict[str, Any], cur: dict[str, Any]) -> dict[str, Any]:
             "warnings": c["warnings"]}
 
 
-def _experiment_pair(prev: dict[str, Any], cur: dict[str, Any]) -> dict[str, Any]:
+def _experiment_pair(prev: HistoryRow, cur: HistoryRow) -> PairFigures:
     """One arm in two experiment runs, as two arms of one table: ``exp compare``'s statistics
     over the tasks both runs planned."""
     from assay.report.abcompare import build_comparison
@@ -97,7 +150,7 @@ def _experiment_pair(prev: dict[str, Any], cur: dict[str, Any]) -> dict[str, Any
     sides = []
     for row, name in ((prev, before), (cur, after)):
         data = load_run_outcomes(Path(row["dir"]))
-        sides.append((data, [t for t in data.arm_trials(row["arm"])], name))
+        sides.append((data, [t for t in data.arm_trials(row.get("arm") or "")], name))
     shared = [t for t in sides[0][0].tasks if t in set(sides[1][0].tasks)]
     trials = []
     for _data, ts, name in sides:
@@ -113,13 +166,13 @@ def _experiment_pair(prev: dict[str, Any], cur: dict[str, Any]) -> dict[str, Any
             "method": f"{c['method']} over tasks (exp compare)", "warnings": c["notes"]}
 
 
-PAIRS: dict[str, Callable[[dict[str, Any], dict[str, Any]], dict[str, Any]]] = {
+PAIRS: dict[str, Callable[[HistoryRow, HistoryRow], PairFigures]] = {
     "narrow": _narrow_pair, "coding": _coding_pair, "experiment": _experiment_pair}
 
 
-def drift(prev: dict[str, Any], cur: dict[str, Any], threshold: float) -> dict[str, Any]:
+def drift(prev: HistoryRow, cur: HistoryRow, threshold: float) -> Drift:
     """The paired comparison of ``cur`` against ``prev`` and whether it is flagged."""
-    base = {"from": prev["dir"], "to": cur["dir"], "threshold": threshold}
+    base: Drift = {"from": prev["dir"], "to": cur["dir"], "threshold": threshold}
     try:
         res = PAIRS[str(cur["kind"])](prev, cur)
     except AssayError as exc:
@@ -129,26 +182,28 @@ def drift(prev: dict[str, Any], cur: dict[str, Any], threshold: float) -> dict[s
         return {**base, "flagged": False, "delta": None, "ci": None,
                 "error": f"cannot be paired: {type(exc).__name__}: {exc}"}
     ci = res.get("ci")
-    flagged = bool(ci) and (ci[0] > threshold or ci[1] < -threshold)
-    direction = None if not flagged else ("up" if ci[0] > threshold else "down")
+    flagged, direction = False, None
+    if ci:
+        flagged = ci[0] > threshold or ci[1] < -threshold
+        direction = None if not flagged else ("up" if ci[0] > threshold else "down")
     return {**base, **res, "flagged": flagged, "direction": direction}
 
 
-def build_history(roots: list[Path], *, threshold: float = 0.0) -> dict[str, Any]:
+def build_history(roots: list[Path], *, threshold: float = 0.0) -> History:
     """The whole history object (``assay history --json``)."""
     rows = collect(roots)
     unreadable = sorted((r for r in rows if r.get("problem")), key=_order)
-    groups: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+    groups: dict[tuple[str, str, str], list[HistoryRow]] = {}
     for row in rows:
         if not row.get("problem"):
             groups.setdefault(_group_key(row), []).append(row)
-    out_groups = []
-    drifted: list[dict[str, Any]] = []
+    out_groups: list[Group] = []
+    drifted: list[DriftFlag] = []
     served: list[dict[str, Any]] = []
     for key in sorted(groups):
         runs = sorted(groups[key], key=_order)
-        series: list[dict[str, Any]] = []
-        prev: dict[str, Any] | None = None
+        series: list[Series] = []
+        prev: HistoryRow | None = None
         for row in runs:
             row["changed"] = _changed(prev, row) if prev else []
             row["served_change"] = served_change(prev, row) if prev else None

@@ -11,26 +11,17 @@ markup. Unknown figures print as "n/a", never as 0.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime, timedelta
-from functools import lru_cache
-from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
-
-from jinja2 import Environment, StrictUndefined, Template
 
 from assay.report.coding_markdown import rubric_round_words
 from assay.report.html_cases import failures_view, latency_plot, wrong_view
 from assay.report.narrow import INVALID_COLUMN
-from assay.report.render_narrow import (
-    NA,
-    agreement_basis,
-    by_label,
-    ci,
-    num,
-    pct,
-    scorer_words,
-)
+from assay.report.render import NA, ci, num, pct, render
+from assay.report.render.bars import interval_bar
+from assay.report.render_narrow import agreement_basis, by_label, scorer_words
 
 Kind = Literal["narrow", "coding"]
 KINDS = ("narrow", "coding")
@@ -95,15 +86,10 @@ def _clip(x: float) -> float:
     return min(1.0, max(0.0, x))
 
 
-def _interval_bar(mean: float | None, lo: float | None = None, hi: float | None = None,
-                  width: int = BAR_W) -> dict[str, Any] | None:
+def _interval_bar(mean: float | None, lo: float | None = None,
+                  hi: float | None = None) -> dict[str, Any] | None:
     """Geometry of a 0-100% bar with the mean filled and the 95% interval as a whisker."""
-    if mean is None:
-        return None
-    bar = {"w": width, "x_mean": round(_clip(mean) * width, 1), "whisker": None}
-    if lo is not None and hi is not None:
-        bar["whisker"] = {"x_lo": round(_clip(lo) * width, 1), "x_hi": round(_clip(hi) * width, 1)}
-    return bar
+    return interval_bar(mean, lo, hi, width=BAR_W)
 
 
 def _figure(label: str, iv: dict[str, Any] | None, note: str = "") -> dict[str, Any]:
@@ -121,7 +107,7 @@ def _served(served: dict[str, int]) -> list[dict[str, Any]]:
     return [{"name": k, "count": v} for k, v in served.items()]
 
 
-def _capped(ids: list[str]) -> dict[str, Any]:
+def _capped(ids: Sequence[object]) -> dict[str, Any]:
     return {"shown": list(ids[:MAX_IDS]), "more": max(0, len(ids) - MAX_IDS), "total": len(ids)}
 
 
@@ -150,7 +136,7 @@ def _confusion(rep: dict[str, Any]) -> dict[str, Any]:
     out_rows = []
     for e in rows:
         row = conf.get(e, {})
-        cells = []
+        cells: list[dict[str, Any]] = []
         for c in cols:
             v = int(row.get(c, 0))
             tone = "hit" if c == e else "miss"
@@ -343,14 +329,6 @@ def _coding_view(rep: dict[str, Any]) -> dict[str, Any]:
 # --------------------------------------------------------------------------- entry points
 
 
-@lru_cache(maxsize=1)
-def _template() -> Template:
-    env = Environment(autoescape=True, undefined=StrictUndefined, trim_blocks=True,
-                      lstrip_blocks=True, keep_trailing_newline=True)
-    source = resources.files("assay.report").joinpath("templates/report.html.j2")
-    return env.from_string(source.read_text(encoding="utf-8"))
-
-
 def render_html(report: dict[str, Any], kind: Kind) -> str:
     """The whole report as one self-contained HTML page.
 
@@ -380,7 +358,7 @@ def render_html(report: dict[str, Any], kind: Kind) -> str:
         page["warnings"].append(f"The rows file ends in a torn line ({report['torn_tail_bytes']} "
                                 "bytes, an interrupted write) that was not counted.")
     view = _narrow_view(report) if kind == "narrow" else _coding_view(report)
-    return _template().render(page=page, v=view, na=NA)
+    return render("report.html.j2", page=page, v=view)
 
 
 def write_html(run_dir: Path, report: dict[str, Any], kind: Kind) -> Path:

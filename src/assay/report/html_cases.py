@@ -13,7 +13,7 @@ from typing import Any
 from assay.report.cases_markdown import MAX_DETAILED, MAX_TABLE, SHOW_CHARS, SHOW_TAIL, shown
 from assay.report.coding_cases import PATTERN_WORDS as TASK_WORDS
 from assay.report.narrow_cases import pattern_words, short_answer
-from assay.report.render_narrow import NA, num
+from assay.report.render.numbers import NA, num
 
 PLOT_W, PLOT_H = 600, 120  # plot area of the latency histogram, px
 PAD_L, PAD_T, PAD_B = 44, 44, 28  # room for the count axis, the marker labels, the ms axis
@@ -111,7 +111,7 @@ def latency_plot(lat: dict[str, Any] | None, unit: str) -> dict[str, Any] | None
         bars.append({"x": round(PAD_L + i * bw, 2), "w": round(max(1.0, bw - 1), 2),
                      "y": round(PAD_T + PLOT_H - h, 1), "h": h, "count": c,
                      "title": f"{_ms(lo)}–{_ms(hi)} ms: {c} {unit}{'s' if c != 1 else ''}"})
-    marks = []
+    marks: list[dict[str, Any]] = []
     for row, key in enumerate(MARKS):
         v = lat.get(key) if lat else None
         if v is None:

@@ -8,17 +8,17 @@ from __future__ import annotations
 
 import json
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from assay.grading.scorers import describe
+from assay.grading.answers.scorers import describe
 from assay.records.io import torn_tail
 from assay.records.layout import RAW_PREDICTIONS, narrow_key, standing_rows
 from assay.records.narrow import iter_narrow_rows, read_narrow_manifest
 from assay.records.report import NarrowReport
 from assay.report.latency import latency_figures
-from assay.report.narrow_cases import answered_value, wrong_cases
+from assay.report.narrow_cases import answered_value, is_listed, wrong_cases
 from assay.stats import clustered_wilson
 
 INVALID_COLUMN = "(invalid)"
@@ -30,23 +30,59 @@ _REPORT_FIELDS = ("id", "repeat", "expected", "label", "correct", "attempts", "i
                   "first_invalid_reason", "latency_ms", "usage", "served_model", "error",
                   "answer", "score_detail")
 # (the answer texts of the cases listed as wrong are read in a second pass: report.narrow_cases)
+# the fields whose texts repeat across rows
+_SHARED = frozenset({"expected", "label", "invalid_reason", "first_invalid_reason",
+                     "served_model", "error"})
 
 
-def slim(row: dict[str, Any]) -> dict[str, Any]:
-    return {k: row.get(k) for k in _REPORT_FIELDS}
+class SlimRow(Mapping[str, Any]):
+    """The fields of a row that the figures use (:data:`_REPORT_FIELDS`, a missing one read as
+    None), in slots rather than a dict: about a fifth of the memory, which is what lets a
+    report over 100,000 rows stay small. Repeated strings (labels, reasons, the served model)
+    are shared, and ``usage`` is kept as a flat tuple and read back as the dict it was."""
+
+    __slots__ = _REPORT_FIELDS
+
+    def __init__(self, row: Mapping[str, Any], shared: dict[str, str]) -> None:
+        for name in _REPORT_FIELDS:
+            value = row.get(name)
+            if name in _SHARED and isinstance(value, str):
+                value = shared.setdefault(value, value)
+            elif name == "usage" and isinstance(value, dict):
+                value = tuple(x for kv in value.items() for x in kv)
+            object.__setattr__(self, name, value)
+
+    def __getitem__(self, key: str) -> Any:
+        if key not in _REPORT_FIELDS:
+            raise KeyError(key)
+        value = getattr(self, key)
+        if key == "usage" and isinstance(value, tuple):
+            return dict(zip(value[::2], value[1::2], strict=True))
+        return value
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(_REPORT_FIELDS)
+
+    def __len__(self) -> int:
+        return len(_REPORT_FIELDS)
 
 
-def final_rows(rows: Iterable[dict[str, Any]]) -> dict[tuple[str, int], dict[str, Any]]:
+def slim(row: Mapping[str, Any], shared: dict[str, str] | None = None) -> SlimRow:
+    return SlimRow(row, {} if shared is None else shared)
+
+
+def final_rows(rows: Iterable[dict[str, Any]]) -> dict[tuple[str, int], SlimRow]:
     """The row standing for each (case, repeat), reduced to what the figures use."""
-    return standing_rows((slim(r) for r in rows), narrow_key)
+    shared: dict[str, str] = {}
+    return standing_rows((slim(r, shared) for r in rows), narrow_key)
 
 
 def _ratio(num: int, den: int) -> float | None:
     return num / den if den else None
 
 
-def case_interval(rows: Iterable[dict[str, Any]],
-                  hit: Callable[[dict[str, Any]], bool]) -> list[float] | None:
+def case_interval(rows: Iterable[Mapping[str, Any]],
+                  hit: Callable[[Mapping[str, Any]], bool]) -> list[float] | None:
     """95% interval of the share of ``rows`` that ``hit``, clustered by case: each case counts
     once with its rate over its repeats (``stats.moderated.clustered_wilson``), so five repeats
     of the same answers give the interval of one, not of five times as many cases. None when
@@ -63,7 +99,18 @@ def case_interval(rows: Iterable[dict[str, Any]],
     return [lo, hi]
 
 
-def per_label(answered: list[dict[str, Any]], labels: list[str]) -> dict[str, dict[str, Any]]:
+def _equals(name: str, value: Any) -> Callable[[Mapping[str, Any]], bool]:
+    return lambda r: bool(r[name] == value)
+
+
+def _field_right(path: str) -> Callable[[Mapping[str, Any]], bool]:
+    """Whether a row's ``json_fields`` verdict has ``path`` right."""
+    return lambda r: bool(
+        ((r.get("score_detail") or {}).get("fields") or {}).get(path, {}).get("correct"))
+
+
+def per_label(answered: Sequence[Mapping[str, Any]],
+              labels: list[str]) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
     for label in labels:
         tp = sum(1 for r in answered if r["expected"] == label and r["label"] == label)
@@ -78,19 +125,19 @@ def per_label(answered: list[dict[str, Any]], labels: list[str]) -> dict[str, di
             "precision": precision, "recall": recall, "f1": f1, "support": support,
             "predicted": predicted,
             "precision_ci95": case_interval((r for r in answered if r["label"] == label),
-                                            lambda r, lab=label: r["expected"] == lab),
+                                            _equals("expected", label)),
             "recall_ci95": case_interval((r for r in answered if r["expected"] == label),
-                                         lambda r, lab=label: r["label"] == lab)}
+                                         _equals("label", label))}
     return out
 
 
-def _answer_key(row: dict[str, Any]) -> str:
+def _answer_key(row: Mapping[str, Any]) -> str:
     """What two repeats must share to agree: the label, or the JSON of what was read."""
     value = answered_value(row)
     return value if isinstance(value, str) else json.dumps(value, sort_keys=True)
 
 
-def agreement(answered: list[dict[str, Any]], repeats: int) -> dict[str, Any] | None:
+def agreement(answered: Sequence[Mapping[str, Any]], repeats: int) -> dict[str, Any] | None:
     """How often repeats of a case agree, over their valid answers only.
 
     Only cases with every repeat answered count, and within them only the valid answers: an
@@ -100,7 +147,7 @@ def agreement(answered: list[dict[str, Any]], repeats: int) -> dict[str, Any] | 
     the rate, so a run whose every answer was invalid reads "no case compared", never 100%."""
     if repeats <= 1:
         return None
-    by_case: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    by_case: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
     for r in answered:
         by_case[r["id"]].append(r)
     full = {cid: rows for cid, rows in by_case.items() if len(rows) == repeats}
@@ -128,7 +175,7 @@ def _paths(fields: dict[str, Any], prefix: str = "") -> list[str]:
     return out
 
 
-def per_field(answered: list[dict[str, Any]],
+def per_field(answered: Sequence[Mapping[str, Any]],
               scorer: dict[str, Any] | None) -> dict[str, dict[str, Any]] | None:
     """Accuracy of every field a ``json_fields`` scorer lists (nested ones as ``a.b``), over
     the answered rows: an invalid answer counts as wrong in every field, as in the accuracy."""
@@ -137,17 +184,15 @@ def per_field(answered: list[dict[str, Any]],
     out: dict[str, dict[str, Any]] = {}
     n = len(answered)
     for path in _paths(scorer.get("fields") or {}):
-        right = sum(1 for r in answered
-                    if ((r.get("score_detail") or {}).get("fields") or {}).get(path, {})
-                    .get("correct"))
-        interval = case_interval(answered, lambda r, path=path: bool(
-            ((r.get("score_detail") or {}).get("fields") or {}).get(path, {}).get("correct")))
+        is_right = _field_right(path)
+        right = sum(1 for r in answered if is_right(r))
+        interval = case_interval(answered, is_right)
         out[path] = {"n": n, "correct": right, "accuracy": _ratio(right, n),
                      "accuracy_ci95": interval}
     return out
 
 
-def usage_totals(answered: list[dict[str, Any]]) -> dict[str, Any]:
+def usage_totals(answered: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """Token totals that admit what they do not know: ``incomplete`` is true as soon as one
     answer lacked usage, and a total no answer reported is ``None``, never 0."""
     totals: dict[str, Any] = {}
@@ -196,8 +241,7 @@ def build_report(run_dir: Path) -> dict[str, Any]:
         confusion[r["expected"]][predicted] += 1
     served = Counter(r.get("served_model") or "(not reported)" for r in answered)
     interval = case_interval(answered, lambda r: bool(r.get("correct")))
-    listed, inputs_source = wrong_cases(run_dir, manifest, finals.values())
-    return NarrowReport.checked({
+    report: dict[str, Any] = {
         "schema": NarrowReport.schema_id(),
         "run_id": manifest["run_id"],
         "suite": manifest["suite"]["name"],
@@ -230,9 +274,13 @@ def build_report(run_dir: Path) -> dict[str, Any]:
         "parameters": manifest["parameters"],
         "started_at": manifest.get("started_at"),
         "ended_at": manifest.get("ended_at"),
-        "wrong_cases": listed,
-        "inputs_source": inputs_source,
+        "wrong_cases": None,  # filled in below, once the rows above are let go
+        "inputs_source": None,
         "scorer": {"type": (scorer or {}).get("type", "label"), "config": scorer,
                    "description": describe(scorer)},
         "per_field": per_field(answered, scorer),
-    }, run_dir / NarrowReport.file)
+    }
+    listed_ids = {r["id"] for r in finals.values() if is_listed(r)}
+    del finals, answered, errors  # the listed cases are built one at a time, without them
+    report["wrong_cases"], report["inputs_source"] = wrong_cases(run_dir, manifest, listed_ids)
+    return NarrowReport.checked(report, run_dir / NarrowReport.file)

@@ -7,8 +7,9 @@ Built from the run directory alone: the answers from ``raw_predictions.jsonl`` (
 for each case and repeat), the inputs from the run's copy of its cases (``suite/cases.jsonl``,
 used only when its sha256 is the manifest's; otherwise the inputs are unknown, never guessed
 from a suite that may have changed since). The figures pass (``report.narrow``) keeps a few
-small fields per row; this second pass reads the rows file again for the listed cases only, so
-a report over 100,000 rows never holds every answer text.
+small fields per row; this second pass reads the rows file again for the listed cases only and
+spills each listed case to disk as it is built (``report.spilled``), so a report over 100,000
+rows never holds every answer text, nor every listed case.
 
 Cases are ordered so the most informative come first: a case the model gets wrong the same way
 every time is a clear lesson, a flaky one is noise on top of it, and an endpoint error says
@@ -19,20 +20,21 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, get_args
 
-from assay.records.layout import CASES_SNAPSHOT, RAW_PREDICTIONS, narrow_key, standing_rows
+from assay.records.layout import CASES_SNAPSHOT, RAW_PREDICTIONS, narrow_key
 from assay.records.narrow import NarrowRow
+from assay.records.report_cases import NarrowPattern, NarrowVerdict
+from assay.report.spilled import SpilledList
 
 #: characters of each raw answer kept in report.json (the rows file keeps all of it)
 RAW_KEPT = 2000
 #: the order cases are listed in, most informative first
-PATTERNS = ("consistent_wrong", "consistent_invalid", "always_wrong", "flaky", "format_retry",
-            "endpoint_error")
+PATTERNS: tuple[NarrowPattern, ...] = get_args(NarrowPattern)
 #: each pattern as the views say it
-PATTERN_WORDS = {
+PATTERN_WORDS: dict[str, str] = {
     "consistent_wrong": "the same wrong label every time",
     "consistent_invalid": "no valid label, every time",
     "always_wrong": "never right, the answers differ",
@@ -45,7 +47,7 @@ PATTERN_WORDS = {
 def pattern_words(pattern: str, by_label: bool = True) -> str:
     """A pattern as the views say it: of labels for a run scored by label, of answers
     otherwise."""
-    text = PATTERN_WORDS.get(pattern, pattern)
+    text = PATTERN_WORDS.get(pattern, pattern)  # read back from a report file: any string
     return text if by_label else text.replace("label", "answer")
 
 
@@ -69,7 +71,7 @@ def cut(text: str | None, keep: int) -> dict[str, Any]:
     return {"text": text[:keep], "chars": len(text), "cut": len(text) > keep}
 
 
-def is_listed(row: dict[str, Any]) -> bool:
+def is_listed(row: Mapping[str, Any]) -> bool:
     """A repeat that puts its case on the list: not right first time."""
     return bool(row.get("error")) or not row.get("correct") or (row.get("attempts") or 1) > 1
 
@@ -84,7 +86,7 @@ def show_value(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False)
 
 
-def answered_value(row: dict[str, Any]) -> Any:
+def answered_value(row: Mapping[str, Any]) -> Any:
     """What the scorer read from the answer used: the label, or the ``answer`` of a row scored
     otherwise; None when nothing was read."""
     if row.get("label"):
@@ -92,7 +94,7 @@ def answered_value(row: dict[str, Any]) -> Any:
     return row.get("answer")
 
 
-def verdict(row: dict[str, Any]) -> str:
+def verdict(row: Mapping[str, Any]) -> NarrowVerdict:
     if row.get("error"):
         return "infra_error"
     if row.get("correct"):
@@ -165,7 +167,7 @@ def repeat_answer(row: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def pattern(answers: list[dict[str, Any]]) -> str:
+def pattern(answers: list[dict[str, Any]]) -> NarrowPattern:
     """Which of :data:`PATTERNS` a case's repeats show."""
     counts = {k: sum(1 for a in answers if a["verdict"] == k)
               for k in ("right", "wrong", "invalid", "infra_error")}
@@ -192,48 +194,75 @@ def order_key(case: dict[str, Any]) -> tuple[int, int, int, str]:
 def read_inputs(run_dir: Path, manifest: dict[str, Any],
                 ids: set[str]) -> tuple[dict[str, str], str | None]:
     """The inputs of ``ids`` from the run's copy of its cases, and where they came from; no
-    inputs and None when the copy is missing or is not the file the manifest names."""
+    inputs and None when the copy is missing or is not the file the manifest names. Read line
+    by line, hashed on the way (the copy of a big suite is as big as its rows)."""
     path = run_dir / CASES_SNAPSHOT
+    digest = hashlib.sha256()
+    inputs: dict[str, str] = {}
     try:
-        data = path.read_bytes()
+        with open(path, "rb") as fh:
+            for raw in fh:
+                digest.update(raw)
+                if ids:
+                    _collect_input(raw, ids, inputs)
     except OSError:
         return {}, None
-    if hashlib.sha256(data).hexdigest() != manifest["suite"].get("cases_sha256"):
+    if digest.hexdigest() != manifest["suite"].get("cases_sha256"):
         return {}, None
-    inputs: dict[str, str] = {}
-    for line in data.decode("utf-8", errors="replace").splitlines():
+    return inputs, CASES_SNAPSHOT
+
+
+def _collect_input(raw: bytes, ids: set[str], inputs: dict[str, str]) -> None:
+    for line in raw.decode("utf-8", errors="replace").splitlines():
         try:
             obj = json.loads(line)
         except ValueError:
             continue  # blank or comment lines: the suite loader validated the file
         if isinstance(obj, dict) and obj.get("id") in ids and isinstance(obj.get("input"), str):
             inputs[obj["id"]] = obj["input"]
-    return inputs, CASES_SNAPSHOT
 
 
-_ID_PREFIX = b'{"id": '
+_ID_PREFIX = b'{"id":'
+#: how much of a line the fast path decodes to read the id (a longer id: the line parsed whole)
+_ID_BYTES = 512
 _DECODER = json.JSONDecoder()
 
 
 def _id_of(line: bytes) -> str | None:
-    """The id of a row as the runner writes it (``{"id": ...`` first), read without parsing
-    the rest of the line; None when the line has another form (it is then parsed whole)."""
-    if not line.startswith(_ID_PREFIX):
+    """The id of a row as the runner writes it (``{"id":"...",`` first, ``records.io``'s
+    compact form; a space after the colon is read too), read without parsing the rest of the
+    line: what a whole parse would say, or None when that is not certain (the line is then
+    parsed whole). Certain means the id is a string and no second key of the line can be
+    ``id``, since a whole parse keeps the last of two equal keys: the bytes ``"id"`` occur
+    once (a quote inside a string is escaped, so they are this key) and no ``\\u`` escape
+    could spell the key another way."""
+    if not line.startswith(_ID_PREFIX) or line.count(b'"id"') != 1 or b"\\u" in line:
         return None
-    try:
-        value, _ = _DECODER.raw_decode(line.decode("utf-8"), len(_ID_PREFIX))
+    try:  # the id is near the start: only its bytes are decoded (a cut character: parse all)
+        text = line[:_ID_BYTES].decode("utf-8")
+        start = len(_ID_PREFIX)
+        while text[start:start + 1] in (" ", "\t"):
+            start += 1
+        value, _ = _DECODER.raw_decode(text, start)
     except ValueError:
         return None
     return value if isinstance(value, str) else None
 
 
-def _rows_of(path: Path, ids: set[str]) -> Iterator[dict[str, Any]]:
-    """The rows of ``ids``, each validated. The figures' pass has read the whole file already
-    (a corrupt line in the middle would have stopped it), so here the other cases' lines are
-    skipped on their id alone, and a torn last line is skipped as there."""
+def _standing_lines(path: Path, ids: set[str],
+                    id_of: Callable[[bytes], str | None] = _id_of) -> dict[str, list[int]]:
+    """Where the standing row of each repeat of ``ids`` starts in the rows file, by case, in
+    repeat order; each row validated. The figures' pass has read the whole file already (a
+    corrupt line in the middle would have stopped it), so here the other cases' lines are
+    skipped on their id alone (``id_of``; a function that always says None parses every
+    line), and a torn last line is skipped as there. Only offsets are kept: the rows are read
+    again one case at a time."""
+    standing: dict[tuple[str, int], tuple[int, bool]] = {}
+    offset = 0
     with open(path, "rb") as fh:
         for line in fh:
-            rid = _id_of(line)
+            start, offset = offset, offset + len(line)
+            rid = id_of(line)
             if rid is not None and rid not in ids:
                 continue
             try:
@@ -242,33 +271,52 @@ def _rows_of(path: Path, ids: set[str]) -> Iterator[dict[str, Any]]:
                 continue
             if isinstance(row, dict) and row.get("id") in ids and line.endswith(b"\n"):
                 NarrowRow.read(row, path)
-                yield row
+                key, error = narrow_key(row), bool(row.get("error"))
+                prev = standing.get(key)  # as records.layout.standing_rows chooses
+                if prev is None or not error or prev[1]:
+                    standing[key] = (start, error)
+    by_case: dict[str, list[int]] = {}
+    for key in sorted(standing):
+        by_case.setdefault(key[0], []).append(standing[key][0])
+    return by_case
+
+
+def _read_at(fh: IO[bytes], offset: int) -> dict[str, Any]:
+    fh.seek(offset)
+    row: dict[str, Any] = json.loads(fh.readline())
+    return row
 
 
 def wrong_cases(run_dir: Path, manifest: dict[str, Any],
-                finals: Iterable[dict[str, Any]]) -> tuple[list[dict[str, Any]], str | None]:
+                ids: set[str]) -> tuple[SpilledList, str | None]:
     """(every listed case, ordered, as :class:`NarrowWrongCase` dicts; the inputs' source).
 
-    ``finals`` are the standing rows the figures were computed from (slim: no answer texts);
-    the texts of the listed cases are read again from the rows file."""
-    ids = {r["id"] for r in finals if is_listed(r)}
+    ``ids`` are the cases the figures' standing rows list (:func:`is_listed`); their answer
+    texts are read again from the rows file, one case at a time, and
+    each case goes to a :class:`SpilledList` (a big suite may list tens of thousands), with
+    only its sort key in memory until the order is known."""
+    listed = SpilledList()
     if not ids:
-        return [], read_inputs(run_dir, manifest, set())[1]
-    rows = standing_rows(_rows_of(run_dir / RAW_PREDICTIONS, ids), narrow_key)
-    by_case: dict[str, list[dict[str, Any]]] = {}
-    for key in sorted(rows):
-        by_case.setdefault(key[0], []).append(rows[key])
+        listed.order(())
+        return listed, read_inputs(run_dir, manifest, set())[1]
+    rows_path = run_dir / RAW_PREDICTIONS
+    by_case = _standing_lines(rows_path, ids)
     inputs, source = read_inputs(run_dir, manifest, ids)
-    cases = []
-    for cid, case_rows in by_case.items():
-        answers = [repeat_answer(r) for r in case_rows]
-        count = {k: sum(1 for a in answers if a["verdict"] == k)
-                 for k in ("right", "wrong", "invalid", "infra_error")}
-        cases.append({
-            "id": cid, "input": cut(inputs.get(cid), len(inputs.get(cid) or "")),
-            "expected": show_value(case_rows[0]["expected"]), "pattern": pattern(answers),
-            "repeats": len(answers), "right": count["right"], "wrong": count["wrong"],
-            "invalid": count["invalid"], "infra_errors": count["infra_error"],
-            "answers": answers,
-        })
-    return sorted(cases, key=order_key), source
+    keys: list[tuple[tuple[int, int, int, str], int]] = []
+    with open(rows_path, "rb") as fh:
+        for cid, offsets in by_case.items():
+            case_rows = [_read_at(fh, at) for at in offsets]
+            answers = [repeat_answer(r) for r in case_rows]
+            count = {k: sum(1 for a in answers if a["verdict"] == k)
+                     for k in ("right", "wrong", "invalid", "infra_error")}
+            case = {
+                "id": cid, "input": cut(inputs.get(cid), len(inputs.get(cid) or "")),
+                "expected": show_value(case_rows[0]["expected"]), "pattern": pattern(answers),
+                "repeats": len(answers), "right": count["right"], "wrong": count["wrong"],
+                "invalid": count["invalid"], "infra_errors": count["infra_error"],
+                "answers": answers,
+            }
+            keys.append((order_key(case), listed.add(case)))
+    keys.sort()
+    listed.order(i for _, i in keys)
+    return listed, source

@@ -25,7 +25,7 @@ verdict treats as "not shown", never as stable.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, TypedDict
 
 from assay.errors import NotComparable
 from assay.report.abcompare import build_comparison
@@ -35,6 +35,36 @@ from assay.suites.experiment import aa_arm
 
 #: the power the smallest detectable difference is quoted at (as ``exp plan``)
 POWER = 0.8
+
+
+class NoiseFloorFigures(TypedDict, total=False):
+    """The A/A figures of one arm against its interleaved copy (report.json's and
+    ``exp compare``'s ``noise_floor``), keys in the order written. ``delta`` None: not measured
+    (``why_unknown`` says why). ``exp plan`` adds what the floor implies for the plan asked."""
+
+    arm: str
+    copy: str
+    delta: float | None
+    ci: list[float] | None
+    level: float
+    method: str | None
+    n_tasks: int
+    n_clusters: int
+    flipped: list[str]  # tasks whose pass rate differs between the copies
+    flip_share: float | None
+    mde: float | None  # smallest difference detectable at POWER on this many tasks
+    power: float
+    stable: bool | None  # the A/A interval includes 0; None: no interval
+    why_unknown: str | None
+    df: int | None
+    se: float | None
+    reps: int
+    # added by ``exp plan``
+    tasks_needed_simulated: int | None
+    tasks_needed_measured: int | None
+    mde_simulated: float | None
+    mde_measured: float | None
+    says: str
 
 
 def noise_floor_arm(manifest: dict[str, Any] | None) -> str | None:
@@ -54,13 +84,12 @@ def detectable(half_width: float, df: int, level: float, power: float = POWER) -
 
 
 def measure_noise_floor(data: OutcomeSet, arm: str, *, seed: int = 0,
-                        level: float = 0.95) -> dict[str, Any]:
+                        level: float = 0.95) -> NoiseFloorFigures:
     """The A/A figures of ``arm`` against its copy in ``data`` (see the module docstring)."""
     copy = aa_arm(arm)
-    out: dict[str, Any] = {"arm": arm, "copy": copy, "delta": None, "ci": None,
-                           "level": level, "method": None, "n_tasks": 0, "n_clusters": 0,
-                           "flipped": [], "flip_share": None, "mde": None, "power": POWER,
-                           "stable": None, "why_unknown": None}
+    out = NoiseFloorFigures(arm=arm, copy=copy, delta=None, ci=None, level=level, method=None,
+                            n_tasks=0, n_clusters=0, flipped=[], flip_share=None, mde=None,
+                            power=POWER, stable=None, why_unknown=None)
     if arm not in data.arms or copy not in data.arms:
         out["why_unknown"] = f"no trials of {arm!r} and its copy {copy!r} in this run"
         return out
@@ -72,10 +101,11 @@ def measure_noise_floor(data: OutcomeSet, arm: str, *, seed: int = 0,
     rows = cmp["per_task"]
     flipped = [str(r["task"]) for r in rows if r["p_a"] != r["p_b"]]
     ci = cmp["ci"]
-    out.update(delta=cmp["delta"], ci=ci, method=cmp["method"], n_tasks=cmp["n_tasks"],
-               n_clusters=cmp["n_clusters"], df=cmp["df"], se=cmp["se"], flipped=flipped,
-               flip_share=len(flipped) / len(rows) if rows else None,
-               reps=max((max(r["n_a"], r["n_b"]) for r in rows), default=0))
+    out.update(NoiseFloorFigures(
+        delta=cmp["delta"], ci=ci, method=cmp["method"], n_tasks=cmp["n_tasks"],
+        n_clusters=cmp["n_clusters"], df=cmp["df"], se=cmp["se"], flipped=flipped,
+        flip_share=len(flipped) / len(rows) if rows else None,
+        reps=max((max(r["n_a"], r["n_b"]) for r in rows), default=0)))
     if ci is None:
         out["why_unknown"] = (f"no interval for the A/A difference ({cmp['n_clusters']} "
                               "cluster(s)): whether the setup is stable is not shown")
@@ -90,20 +120,21 @@ def measure_noise_floor(data: OutcomeSet, arm: str, *, seed: int = 0,
     return out
 
 
-def scaled_mde(nf: dict[str, Any], n_tasks: int) -> float | None:
+def scaled_mde(nf: NoiseFloorFigures, n_tasks: int) -> float | None:
     """The measured smallest detectable difference at ``n_tasks`` tasks: the standard error of
     a mean over tasks shrinks as 1/√N, so the A/A half-width measured on ``n`` tasks is
     rescaled by √(n / N) (with N − 1 degrees of freedom)."""
-    if nf.get("mde") is None or not nf.get("ci") or n_tasks < 2 or not nf.get("n_tasks"):
-        return None
-    half = (nf["ci"][1] - nf["ci"][0]) / 2.0
-    se = half / _critical(nf["level"], int(nf["df"]))
+    ci, df = nf.get("ci"), nf.get("df")
+    if nf.get("mde") is None or not ci or n_tasks < 2 or not nf.get("n_tasks") or not df:
+        return None  # (a measured mde implies an interval with degrees of freedom)
+    half = (ci[1] - ci[0]) / 2.0
+    se = half / _critical(nf["level"], int(df))
     se_n = se * math.sqrt(nf["n_tasks"] / n_tasks)
     df = n_tasks - 1
     return min(1.0, (_critical(nf["level"], df) + t_ppf(POWER, df)) * se_n)
 
 
-def tasks_for(nf: dict[str, Any], delta: float, n_max: int = 5000) -> int | None:
+def tasks_for(nf: NoiseFloorFigures, delta: float, n_max: int = 5000) -> int | None:
     """The fewest tasks whose rescaled measured noise floor lets ``delta`` be detected."""
     if nf.get("mde") is None:
         return None
@@ -116,7 +147,7 @@ def tasks_for(nf: dict[str, Any], delta: float, n_max: int = 5000) -> int | None
     return None
 
 
-def noise_floor_markdown(nf: dict[str, Any]) -> list[str]:
+def noise_floor_markdown(nf: NoiseFloorFigures) -> list[str]:
     """The noise floor as it stands beside Δ: A/A difference, flips, what it implies."""
     def pts(x: float) -> str:
         return f"{100 * x:+.1f} pts"

@@ -17,15 +17,19 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import ValidationError
 
 from assay.errors import InputError, NotComparable, Problem, RecordError, SuiteError
+from assay.records.experiment import AttemptStatus, TrialTableState
 from assay.records.io import read_json_file
 from assay.records.ledger import ledger_totals
 from assay.records.outcomes import Outcome
 from assay.records.state_index import recorded_attempt_dirs
+from assay.records.statuses import TrialRecordStatus
+
+_RECORD_STATUS: dict[object, AttemptStatus] = {s: s for s in get_args(TrialRecordStatus)}
 
 LEDGER_KEYS = ("calls", "input", "cached_input", "output", "reasoning", "cost_usd",
                "usage_missing_calls", "unpriced_calls")
@@ -36,7 +40,7 @@ class AttemptFigures:
     """What one attempt cost and how long its agent ran, whatever became of it."""
 
     attempt: str
-    status: str
+    status: AttemptStatus
     error: str | None = None
     seconds: float | None = None
     timed_out: bool = False
@@ -53,7 +57,7 @@ class TrialOutcome:
 
     outcome: Outcome
     attempts: list[AttemptFigures] = field(default_factory=list)
-    state: str = "graded"
+    state: TrialTableState = "graded"
 
 
 @dataclass
@@ -104,29 +108,6 @@ class OutcomeSet:
             raise NotComparable(f"{self.source}: --cluster {by}: no {by!r} for task(s) "
                                 f"{', '.join(missing[:5])}" + (" …" if len(missing) > 5 else ""))
         return labels
-
-
-def load_outcomes(source: Path, *, reward_threshold: float | None = None) -> OutcomeSet:
-    """An experiment run directory (it has ``manifest.json``), a Harbor job directory
-    (``report/harbor.py``; ``reward_threshold`` decides a pass there) or an outcomes file."""
-    source = Path(source)
-    if source.is_dir():
-        from assay.report.harbor import DEFAULT_THRESHOLD, is_harbor_job, load_harbor_job
-
-        if is_harbor_job(source):
-            return load_harbor_job(source, threshold=DEFAULT_THRESHOLD
-                                   if reward_threshold is None else reward_threshold)
-        if not (source / "manifest.json").is_file():
-            raise InputError(f"{source}: no manifest.json: not an experiment run directory "
-                             "(give the directory `exp run --out` wrote, a Harbor job "
-                             "directory, or an outcomes file)")
-        return load_run_outcomes(source)
-    if not source.is_file():
-        raise InputError(f"{source}: no such file or directory")
-    return load_outcomes_file(source)
-
-
-# ----------------------------------------------------------------------------- outcomes file
 
 
 def load_outcomes_file(path: Path) -> OutcomeSet:
@@ -263,7 +244,7 @@ def load_run_outcomes(run_dir: Path) -> OutcomeSet:
 
 
 #: An attempt (and a trial without a graded attempt) whose directory is gone.
-EVIDENCE_GAP = "evidence_gap"
+EVIDENCE_GAP: Literal["evidence_gap"] = "evidence_gap"
 
 
 def gap_note(gaps: list[str]) -> str:
@@ -285,12 +266,22 @@ def _begun_attempts(run_dir: Path) -> dict[tuple[str, str, str], list[str]]:
     return out
 
 
+@dataclass
+class _Graded:
+    """The attempt whose valid grade is the trial's result."""
+
+    dir: Path
+    grade: dict[str, Any]  # as read: a grade's file, not validated (older verifiers' too)
+    execution: dict[str, Any]
+    fig: AttemptFigures
+
+
 def _run_trial(run_dir: Path, task: str, arm: str, rep: int,
                families: dict[str, str | None], trigger: str | None,
                has_model: bool, begun: Any = ()) -> TrialOutcome:
     base = run_dir / "trials" / task / arm / str(rep)
     attempts: list[AttemptFigures] = []
-    graded: dict[str, Any] | None = None
+    graded: _Graded | None = None
     found = _attempt_dirs(base)
     present = {a.name for a in found}
     for label in begun:
@@ -308,7 +299,7 @@ def _run_trial(run_dir: Path, task: str, arm: str, rep: int,
             families[task] = (rec.get("task") or {}).get("family")
         execution = rec.get("execution") or {}
         grade = _newest_grade(a)
-        status = rec.get("status", "unknown")
+        status = _RECORD_STATUS.get(rec.get("status"), "unknown")
         if grade is None and status in ("running", "unknown"):
             status = "interrupted"
         fig = AttemptFigures(
@@ -319,7 +310,7 @@ def _run_trial(run_dir: Path, task: str, arm: str, rep: int,
             cost_complete=ledger["usage_missing_calls"] == 0 and ledger["unpriced_calls"] == 0)
         attempts.append(fig)
         if grade is not None and (grade.get("validity") or {}).get("status") == "valid":
-            graded = {"dir": a, "grade": grade, "execution": execution, "fig": fig}
+            graded = _Graded(a, grade, execution, fig)
     attempts.sort(key=lambda f: int(f.attempt[1:]) if f.attempt[1:].isdigit() else 0)
     cost = None
     if has_model and attempts:
@@ -328,21 +319,21 @@ def _run_trial(run_dir: Path, task: str, arm: str, rep: int,
     row: dict[str, Any] = {"task": task, "arm": arm, "rep": rep, "passed": None,
                            "family": families.get(task), "cost_usd": cost,
                            "cost_complete": complete if cost is not None else None}
-    state = "pending" if not attempts else "not graded"
+    state: TrialTableState = "pending" if not attempts else "not graded"
     if any(a.status == EVIDENCE_GAP for a in attempts):
         state = EVIDENCE_GAP  # never pending, never a result (unless another attempt's grade
         # is on disk: then the result stands and only the cost is a lower bound)
     if graded is not None:
-        grade, execution = graded["grade"], graded["execution"]
+        grade, execution = graded.grade, graded.execution
         code = grade.get("failure_code")
         row.update(passed=bool(grade.get("accepted")), failure_code=code,
-                   seconds=graded["fig"].seconds, timed_out=graded["fig"].timed_out,
+                   seconds=graded.fig.seconds, timed_out=graded.fig.timed_out,
                    integrity_violation=(grade.get("checks") or {}).get("integrity") == "fail"
                    or code == "test_runner_tampered",
                    intervention=code == "needs_human" or execution.get("status") ==
                    "needs_human",
-                   triggered=stream_has_event(graded["dir"], trigger) if trigger else None,
-                   link=str(graded["dir"].relative_to(run_dir)))
+                   triggered=stream_has_event(graded.dir, trigger) if trigger else None,
+                   link=str(graded.dir.relative_to(run_dir)))
         judge = (grade.get("details") or {}).get("judge")
         if isinstance(judge, dict):
             row["judge"] = judge_summary(judge)
@@ -351,5 +342,5 @@ def _run_trial(run_dir: Path, task: str, arm: str, rep: int,
 
 
 __all__ = ["EVIDENCE_GAP", "AttemptFigures", "OutcomeSet", "TrialOutcome", "gap_note",
-           "judge_summary", "load_outcomes", "load_outcomes_file", "load_run_outcomes",
+           "judge_summary", "load_outcomes_file", "load_run_outcomes",
            "stream_has_event"]

@@ -16,26 +16,10 @@ from assay.report.cases_markdown import narrow_cases_markdown
 from assay.report.markdown_text import md_cell
 from assay.report.narrow import INVALID_COLUMN
 from assay.report.narrow_cases import pattern_words, short_answer
+from assay.report.render.numbers import NA, ci, num, pct
 
 #: wrong cases a terminal shows (report.md and report.html show more, report.json all)
 TERMINAL_CASES = 10
-
-NA = "n/a"
-
-
-def pct(x: float | None) -> str:
-    return NA if x is None else f"{100 * x:.1f}%"
-
-
-def num(x: float | None, digits: int = 0) -> str:
-    if x is None:
-        return NA
-    return f"{x:,.{digits}f}"
-
-
-def ci(interval: list[float] | None) -> str:
-    return NA if not interval else f"[{pct(interval[0])}, {pct(interval[1])}]"
-
 
 def headline_rows(rep: dict[str, Any]) -> list[tuple[str, str]]:
     lat = rep["latency_ms"]

@@ -20,23 +20,20 @@ Every string from the run is data and reaches the page through Jinja2 autoescapi
 from __future__ import annotations
 
 from collections import defaultdict
-from functools import lru_cache
-from importlib import resources
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from jinja2 import DictLoader, Environment, StrictUndefined, Template
-
 from assay.records.io import atomic_write_text
 from assay.report.experiment_html import trial_href
+from assay.report.render import NA, count, render
 from assay.report.trial_view import Step, TrialView, first_divergence, load_trial_view
 from assay.version import __version__
 
 PAGES = "pages"
-#: in each page's head: a page written by another version of assay is drawn again
-_STAMP = f'<meta name="generator" content="assay {__version__}">'
-_NA = "n/a"
+#: each page's generator names the version: a page written by another version is drawn again
+_GENERATOR = f"assay {__version__}"
+_STAMP = f'<meta name="generator" content="{_GENERATOR}">'
 
 
 def page_rel(task: str, arm: str, rep: int | str, attempt: str) -> str:
@@ -58,18 +55,14 @@ def _diff_lines(diff: str) -> list[dict[str, str]]:
     return out
 
 
-def _num(x: Any, unit: str = "") -> str:
-    return _NA if x is None else f"{x}{unit}"
-
-
 def _step(s: Step | None) -> dict[str, Any] | None:
     if s is None:
         return None
     return {"n": s.n, "text": s.text, "reasoning": s.reasoning,
             "tools": [{"name": t.name, "args": t.arguments} for t in s.tool_calls],
             "results": s.results, "error": s.error,
-            "figures": f"in {_num(s.input_tokens)} · out {_num(s.output_tokens)} tokens · "
-                       + (_NA if s.latency_ms is None else f"{round(s.latency_ms)} ms")}
+            "figures": f"in {count(s.input_tokens)} · out {count(s.output_tokens)} tokens · "
+                       + (NA if s.latency_ms is None else f"{round(s.latency_ms)} ms")}
 
 
 def _view(v: TrialView, up: str) -> dict[str, Any]:
@@ -96,32 +89,20 @@ def _view(v: TrialView, up: str) -> dict[str, Any]:
         "changes": [{"path": c.path, "how": c.how, "note": c.note,
                      "lines": _diff_lines(c.diff) if c.diff is not None else None}
                     for c in v.changes],
-        "change_note": v.change_note, "grade_revision": v.grade_revision or _NA,
+        "change_note": v.change_note, "grade_revision": v.grade_revision or NA,
         "checks": [{"name": c.name, "outcome": c.outcome, "required": c.required,
                     "command": c.command, "reason": c.reason,
-                    "exit": _num(c.exit_code), "tail": c.output_tail} for c in v.checks],
+                    "exit": count(c.exit_code), "tail": c.output_tail} for c in v.checks],
         "steps": [_step(s) for s in v.steps], "steps_source": v.steps_source,
         "steps_note": v.steps_note, "ledger": ledger,
-        "timings": [(n, _num(s, " s"), st) for n, s, st in v.timings],
+        "timings": [(n, count(s, " s"), st) for n, s, st in v.timings],
         "report_href": f"{up}report.html",
         "record_href": f"{up}{record}" if len(rel) == 5 and rel[0] == "trials" else None,
     }
 
 
-@lru_cache(maxsize=2)
-def _template(name: str) -> Template:
-    base = resources.files("assay.report").joinpath("templates")
-    steps = base.joinpath("trial_steps.html.j2").read_text(encoding="utf-8")
-    env = Environment(autoescape=True, undefined=StrictUndefined, trim_blocks=True,
-                      lstrip_blocks=True, keep_trailing_newline=True,
-                      loader=DictLoader({"steps": steps}))
-    env.globals["css"] = base.joinpath("trial.css").read_text(encoding="utf-8")
-    env.globals["stamp"] = _STAMP
-    return env.from_string(base.joinpath(name).read_text(encoding="utf-8"))
-
-
 def render_trial_page(view: TrialView, up: str = "../../../../../") -> str:
-    return _template("trial.html.j2").render(t=_view(view, up))
+    return render("trial.html.j2", t=_view(view, up), generator=_GENERATOR)
 
 
 def render_compare_page(task: str, left: tuple[str, TrialView], right: tuple[str, TrialView],
@@ -137,8 +118,8 @@ def render_compare_page(task: str, left: tuple[str, TrialView], right: tuple[str
         rows.append({"n": div, "a": None, "b": None, "diverge": True})
     sides = [{"arm": arm, "view": _view(v, up), "href": href}
              for (arm, v), href in zip((left, right), links, strict=True)]
-    return _template("trial_compare.html.j2").render(
-        task=task, sides=sides, rows=rows, diverge=div, report_href=f"{up}report.html")
+    return render("trial_compare.html.j2", task=task, sides=sides, rows=rows, diverge=div,
+                  report_href=f"{up}report.html", generator=_GENERATOR)
 
 
 def _compared_arms(rep: dict[str, Any]) -> tuple[str, str] | None:

@@ -178,7 +178,7 @@ def _changes(bundle: Any, adir: Path, trial: dict[str, Any],
              bundle_note: str | None) -> tuple[list[FileChange], str | None]:
     """The delivered change against the starting tree, as the verifier rebuilt it."""
     from assay.errors import AssayError
-    from assay.grading.judge_material import _read, rebuilt_tree, tree_changes
+    from assay.grading.verify.judge_material import _read, rebuilt_tree, tree_changes
     from assay.records.artifact import ARTIFACT_JSON, list_tree
 
     if not (adir / ARTIFACT_JSON).is_file():
@@ -264,7 +264,7 @@ def _checks(grade: dict[str, Any] | None) -> list[Check]:
     required = set(grade.get("required") or [])
     out = []
     for name, outcome in (grade.get("checks") or {}).items():
-        d = details.get(name) if isinstance(details.get(name), dict) else {}
+        d = found if isinstance(found := details.get(name), dict) else {}
         if name == "integrity" and d:
             problems = d.get("problems") or []
             tail = "\n".join(f"{p.get('code')}: {p.get('path')}" for p in problems

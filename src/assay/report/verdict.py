@@ -30,11 +30,16 @@ from __future__ import annotations
 
 from typing import Any
 
+from assay.errors import EXIT_BELOW_BAR, EXIT_INCONCLUSIVE, EXIT_OK
+from assay.records.experiment import BarCheck, ExperimentVerdict
+from assay.records.statuses import DECISIONS, Decision
+from assay.report.noise_floor import NoiseFloorFigures
 from assay.report.outcomes import OutcomeSet
 from assay.stats.power import tasks_needed
+from assay.suites.experiment import Bar
 
-DECISIONS = ("accept", "reject", "inconclusive")
-EXIT_CODES = {"accept": 0, "reject": 1, "inconclusive": 4}
+EXIT_CODES: dict[Decision, int] = {"accept": EXIT_OK, "reject": EXIT_BELOW_BAR,
+                                   "inconclusive": EXIT_INCONCLUSIVE}
 CLEAN_NOTE = "no violation observed in this batch is not proof there are none"
 
 
@@ -44,8 +49,8 @@ def _fmt(x: float | None, pct: bool = True) -> str:
     return f"{100 * x:+.1f} pts" if pct else f"{x:g}"
 
 
-def _cost_check(bar: dict[str, Any], cmp: dict[str, Any]) -> dict[str, Any] | None:
-    limit = bar.get("max_cost_increase")
+def _cost_check(bar: Bar, cmp: dict[str, Any]) -> BarCheck | None:
+    limit = bar.max_cost_increase
     if limit is None:
         return None
     ca, cb = cmp["cost"][cmp["a"]], cmp["cost"][cmp["b"]]
@@ -54,8 +59,8 @@ def _cost_check(bar: dict[str, Any], cmp: dict[str, Any]) -> dict[str, Any] | No
     if pa is None or pb is None or pa <= 0:
         why = (f"baseline {ca['status']}, candidate {cb['status']}"
                if pa is None or pb is None else "baseline cost is 0")
-        return {"name": "cost", "hard": True, "want": want, "observed": f"not computable "
-                f"({why})", "ok": None}
+        return BarCheck(name="cost", hard=True, want=want,
+                        observed=f"not computable ({why})", ok=None)
     rel = pb / pa - 1.0
     observed = (f"{100 * rel:+.1f}% (${pb:.4f} vs ${pa:.4f}"
                 + (", candidate a lower bound" if cb["status"] == "lower_bound" else "")
@@ -66,7 +71,7 @@ def _cost_check(bar: dict[str, Any], cmp: dict[str, Any]) -> dict[str, Any] | No
         ok = True
     else:
         ok = None
-    return {"name": "cost", "hard": True, "want": want, "observed": observed, "ok": ok}
+    return BarCheck(name="cost", hard=True, want=want, observed=observed, ok=ok)
 
 
 def _reps(data: OutcomeSet) -> int:
@@ -77,7 +82,7 @@ def _reps(data: OutcomeSet) -> int:
     return max(per.values(), default=1)
 
 
-def _noise_check(nf: dict[str, Any]) -> dict[str, Any]:
+def _noise_check(nf: NoiseFloorFigures) -> BarCheck:
     """The measured noise floor as a check: an A/A interval that excludes 0 (or none at all)
     can never let a change be accepted."""
     ci = nf.get("ci")
@@ -85,42 +90,41 @@ def _noise_check(nf: dict[str, Any]) -> dict[str, Any]:
                 f"Δ A/A = {_fmt(nf['delta'])}" + ("" if ci is None else
                                                    f" [{_fmt(ci[0])}, {_fmt(ci[1])}]")
                 + f", {len(nf['flipped'])} of {nf['n_tasks']} task(s) flipped")
-    return {"name": "noise_floor", "hard": False,
-            "want": f"the A/A interval ({nf['arm']} against {nf['copy']}) includes 0",
-            "observed": observed, "ok": nf.get("stable")}
+    return BarCheck(name="noise_floor", hard=False,
+                    want=f"the A/A interval ({nf['arm']} against {nf['copy']}) includes 0",
+                    observed=observed, ok=nf.get("stable"))
 
 
-def decide(bar: dict[str, Any], cmp: dict[str, Any], data: OutcomeSet, *,
-           seed: int = 0, noise_floor: dict[str, Any] | None = None) -> dict[str, Any]:
+def decide(bar: Bar, cmp: dict[str, Any], data: OutcomeSet, *,
+           seed: int = 0, noise_floor: NoiseFloorFigures | None = None) -> ExperimentVerdict:
     """The verdict object (see the module docstring for the rule). ``noise_floor``: the
     experiment's measured A/A figures (``report/noise_floor.py``), when it has them."""
     b = cmp["b"]
-    checks: list[dict[str, Any]] = []
-    allowed = int(bar.get("integrity_violations", 0))
+    checks: list[BarCheck] = []
+    allowed = bar.integrity_violations
     seen = int(cmp["integrity"][b])
-    checks.append({"name": "integrity", "hard": True,
-                   "want": f"at most {allowed} integrity violation(s) in {b}",
-                   "observed": str(seen), "ok": seen <= allowed})
-    if bar.get("max_new_failures") is not None:
+    checks.append(BarCheck(name="integrity", hard=True,
+                           want=f"at most {allowed} integrity violation(s) in {b}",
+                           observed=str(seen), ok=seen <= allowed))
+    if bar.max_new_failures is not None:
         newly = sum(len(v) for v in cmp["new_failures"].values())
-        checks.append({"name": "new_failures", "hard": True,
-                       "want": f"at most {bar['max_new_failures']} task(s) newly failing",
-                       "observed": str(newly), "ok": newly <= bar["max_new_failures"]})
+        checks.append(BarCheck(name="new_failures", hard=True,
+                               want=f"at most {bar.max_new_failures} task(s) newly failing",
+                               observed=str(newly), ok=newly <= bar.max_new_failures))
     cost = _cost_check(bar, cmp)
     if cost is not None:
         checks.append(cost)
     ci = cmp["ci"]
-    max_reg = float(bar["max_regression"])
-    hoped = float(bar["hoped_improvement"])
-    checks.append({"name": "no_regression", "hard": False,
-                   "want": f"interval's lower bound above {_fmt(-max_reg)}",
-                   "observed": "no interval" if ci is None else
-                   f"[{_fmt(ci[0])}, {_fmt(ci[1])}] ({cmp['method']}, "
-                   f"{cmp['n_clusters']} clusters)",
-                   "ok": None if ci is None else ci[0] > -max_reg})
-    checks.append({"name": "improvement", "hard": False,
-                   "want": f"Δ at least {_fmt(hoped)}", "observed": f"Δ = {_fmt(cmp['delta'])}",
-                   "ok": cmp["delta"] >= hoped})
+    max_reg = float(bar.max_regression)
+    hoped = float(bar.hoped_improvement)
+    checks.append(BarCheck(name="no_regression", hard=False,
+                           want=f"interval's lower bound above {_fmt(-max_reg)}",
+                           observed="no interval" if ci is None else
+                           f"[{_fmt(ci[0])}, {_fmt(ci[1])}] ({cmp['method']}, "
+                           f"{cmp['n_clusters']} clusters)",
+                           ok=None if ci is None else ci[0] > -max_reg))
+    checks.append(BarCheck(name="improvement", hard=False, want=f"Δ at least {_fmt(hoped)}",
+                           observed=f"Δ = {_fmt(cmp['delta'])}", ok=cmp["delta"] >= hoped))
 
     if noise_floor is not None:
         checks.append(_noise_check(noise_floor))
@@ -132,17 +136,18 @@ def decide(bar: dict[str, Any], cmp: dict[str, Any], data: OutcomeSet, *,
                        "A/A interval excludes 0, so a difference between arms cannot be told "
                        "from the setup's own noise; find it (flaky tasks, shared caches or "
                        "state, a drifting model) before deciding")
-    failed_hard = [c for c in checks if c["hard"] and c["ok"] is False]
+    failed_hard = [c for c in checks if c.hard and c.ok is False]
     for c in failed_hard:
-        reasons.append(f"hard requirement {c['name']} failed: want {c['want']}, observed "
-                       f"{c['observed']}")
+        reasons.append(f"hard requirement {c.name} failed: want {c.want}, observed "
+                       f"{c.observed}")
     ruled_out = ci is not None and ci[1] < hoped
     if ruled_out:
         reasons.append(f"the hoped improvement is ruled out: the interval's upper bound "
                        f"{_fmt(ci[1])} is below {_fmt(hoped)}")
+    decision: Decision
     if failed_hard or ruled_out:
         decision = "reject"
-    elif all(c["ok"] is True for c in checks):
+    elif all(c.ok is True for c in checks):
         decision = "accept"
         reasons.append(f"every requirement holds: Δ = {_fmt(cmp['delta'])} reaches "
                        f"{_fmt(hoped)} and the lower bound {_fmt(ci[0])} is above "
@@ -150,9 +155,8 @@ def decide(bar: dict[str, Any], cmp: dict[str, Any], data: OutcomeSet, *,
     else:
         decision = "inconclusive"
         for c in checks:
-            if c["ok"] is not True:
-                reasons.append(f"{c['name']} not shown: want {c['want']}, observed "
-                               f"{c['observed']}")
+            if c.ok is not True:
+                reasons.append(f"{c.name} not shown: want {c.want}, observed {c.observed}")
     settle = None
     if decision == "inconclusive":
         settle = _tasks_to_settle(cmp, data, hoped, max_reg, seed)
@@ -165,8 +169,8 @@ def decide(bar: dict[str, Any], cmp: dict[str, Any], data: OutcomeSet, *,
         reasons.append(f"the estimate rests on {cov['compared']} of {cov['planned']} planned "
                        "tasks (the rest had no graded trial in one arm)")
     note = CLEAN_NOTE if seen == 0 else None
-    return {"decision": decision, "reasons": reasons, "checks": checks,
-            "tasks_to_settle": settle, "note": note, "exit_code": EXIT_CODES[decision]}
+    return ExperimentVerdict(decision=decision, reasons=reasons, checks=checks,
+                             tasks_to_settle=settle, note=note, exit_code=EXIT_CODES[decision])
 
 
 def _tasks_to_settle(cmp: dict[str, Any], data: OutcomeSet, hoped: float, max_reg: float,

@@ -15,7 +15,6 @@ its install script, and the tool name and argument its model answers with.
 
 from __future__ import annotations
 
-import json
 import subprocess
 import tempfile
 import time
@@ -168,6 +167,7 @@ def check_agent(name: str, *, work: Path | None = None,
     import os
 
     from assay.errors import AssayError
+    from assay.records.trial import read_trial
     from assay.runner.experiment import run_experiment
 
     recipe = RECIPES[name]
@@ -189,14 +189,14 @@ def check_agent(name: str, *, work: Path | None = None,
     row.seconds = round(time.monotonic() - t0, 1)
     row.run_dir = str(root / "run")
     trials = sorted((root / "run").glob("trials/*/*/*/a*/trial.json"))
-    rec = json.loads(trials[-1].read_text()) if trials else {}
-    ident = rec.get("agent_identity") or {}
-    report = (rec.get("execution") or {}).get("agent_report") or {}
+    rec = read_trial(trials[-1].parent) if trials else None
+    ident = (rec.agent_identity if rec else None) or {}
+    report = ((rec.execution if rec else None) or {}).get("agent_report") or {}
     row.version = ident.get("version") or ident.get("cli_version") or report.get("cli_version")
-    grade = rec.get("grade") or {}
-    row.ok = bool(grade.get("accepted"))
-    row.detail = ("accepted" if row.ok else
-                  f"{res.status}: {grade.get('failure_code') or rec.get('error') or 'not graded'}"
+    grade = rec.grade if rec else None
+    row.ok = bool(grade and grade.accepted)
+    failed: str | None = (grade.failure_code if grade else None) or (rec.error if rec else None)
+    row.detail = ("accepted" if row.ok else f"{res.status}: {failed or 'not graded'}"
                   f" ({trials[-1].parent if trials else root / 'run'})")
     return row
 

@@ -12,8 +12,9 @@ beyond it is not interpreted): its program, after ``VAR=value`` words and an ``e
 script it is given. A path is looked for where the sandbox will have it: an ``agent_files``
 entry beside the experiment file, else the starting tree of every selected task (a task whose
 tree is a git commit is not looked into: unknown, so not refused), else, for an absolute path,
-the system folders the sandbox shows. Every other word that names one of the arm's
-``agent_files`` must exist too.
+the system folders the sandbox shows (not looked into when a selected task runs in its own
+image, whose system is not the host's: unknown, so not refused). Every other word that names
+one of the arm's ``agent_files`` must exist too.
 """
 
 from __future__ import annotations
@@ -153,6 +154,9 @@ def _covered(rel: str, entries: list[str]) -> bool:
 def _find(exp: Experiment, name: str, arm: Arm, word: str, *, program: bool) -> str | None:
     """None when the sandbox will have ``word``; else what is wrong and the fix."""
     what = "program" if program else "file"
+    if (word.startswith("/") or (program and "/" not in word)) and any(
+            b.spec.initial_state.environment.image is not None for b in exp.bundles.values()):
+        return None  # a task's own image decides what its system has: unknown here, not refused
     if word.startswith("/"):
         if not any(word == r or word.startswith(r + "/") for r in SANDBOX_SYSTEM):
             return (f"{what} {word} is outside what the agent's sandbox shows (the task's "

@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from assay.grading.revisions import Revision, grade_remaining
-from assay.grading.table import ExecSettings, extract, grade_answer
-from assay.grading.unit import Isolation
+from assay.grading.answers.revisions import Revision, grade_remaining
+from assay.grading.answers.table import ExecSettings, extract, grade_answer
+from assay.grading.answers.unit import Isolation
 from assay.models.client import ChatClient, TransportError
 from assay.records.coding import ROW_SCHEMAS, CodingManifest, SampleRow
 from assay.records.io import atomic_write_text
@@ -27,14 +27,13 @@ from assay.records.layout import RUN_GRADE_REVISION, SAMPLES, SUITE_SNAPSHOT
 from assay.records.manifest import read_manifest
 from assay.runner.engine import (
     Endpoint,
-    NullProgress,
-    Progress,
     RunResult,
     RunSpec,
     Transport,
     model_manifest,
     run_model,
 )
+from assay.runner.progress import NullProgress, Progress
 from assay.sandbox import Limits
 from assay.suites.coding import CodingSuite, CodingTask
 from assay.suites.prompts import INSTRUCTIONS, user_prompt
@@ -122,7 +121,7 @@ async def answer_task(client: ChatClient, task: CodingTask, sample: int,
 
 
 async def run_coding(suite: CodingSuite, endpoint: Endpoint, params: CodingParams,
-                     run_dir: Path, progress: Progress | None = None) -> RunResult:
+                     run_dir: Path, progress: Progress[dict[str, Any]] | None = None) -> RunResult:
     """Run (or resume) a coding suite into ``run_dir``: each answer is graded into revision
     ``v1`` as it arrives and written with that verdict; a last sweep grades what an earlier
     session left ungraded."""

@@ -28,6 +28,8 @@ from assay.records.manifest import (
     tool_identity,
     utc_now,
 )
+from assay.records.statuses import RunStatus, SuiteKind
+from assay.runner.progress import NullProgress, Progress
 
 T = TypeVar("T")
 U = TypeVar("U", bound="Unit")
@@ -39,27 +41,6 @@ __all__ = ["Endpoint", "RunConflict", "RunResult", "RunSpec", "run_model", "stan
 class Unit(Protocol):
     @property
     def id(self) -> str: ...
-
-
-class Progress(Protocol):
-    def start(self, total: int, done: int) -> None: ...
-    def advance(self, row: dict[str, Any]) -> None: ...
-    def warn(self, message: str) -> None: ...
-    def finish(self) -> None: ...
-
-
-class NullProgress:
-    def start(self, total: int, done: int) -> None:
-        pass
-
-    def advance(self, row: dict[str, Any]) -> None:
-        pass
-
-    def warn(self, message: str) -> None:
-        pass
-
-    def finish(self) -> None:
-        pass
 
 
 @dataclass(frozen=True)
@@ -74,7 +55,7 @@ class Endpoint:
 @dataclass
 class RunResult:
     run_dir: Path
-    status: str  # "complete", "infra_errors", "aborted", "interrupted"
+    status: RunStatus
     rows_written: int
     infra_errors: int
     message: str | None = None
@@ -99,7 +80,7 @@ class RunSpec(Generic[U]):
     shows; ``prepare(run_dir)`` runs once the run directory is open, before the first
     request."""
 
-    kind: str
+    kind: SuiteKind
     rows_file: str
     row_model: type[Record]
     units: Sequence[U]
@@ -114,7 +95,7 @@ class RunSpec(Generic[U]):
     prepare: Callable[[Path], None] | None = None
 
 
-def model_manifest(*, schema: str, kind: str, run_id: str, endpoint: Endpoint,
+def model_manifest(*, schema: str, kind: SuiteKind, run_id: str, endpoint: Endpoint,
                    suite: dict[str, Any], parameters: dict[str, Any], limits: dict[str, Any],
                    comparable: dict[str, Any], record_schemas: dict[str, str],
                    **extra: Any) -> dict[str, Any]:
@@ -146,7 +127,7 @@ def model_manifest(*, schema: str, kind: str, run_id: str, endpoint: Endpoint,
     }
 
 
-def open_run_dir(run_dir: Path, kind: str, comparable: dict[str, Any],
+def open_run_dir(run_dir: Path, kind: SuiteKind, comparable: dict[str, Any],
                  new_manifest: Callable[[], dict[str, Any]],
                  limits: dict[str, Any]) -> ManifestWriter:
     """Create a run directory, or re-open one for resume after checking it is the same run."""
@@ -200,7 +181,7 @@ def done_keys(rows_path: Path, key: Callable[[dict[str, Any]], tuple[Any, ...]],
 
 
 async def run_model(spec: RunSpec[Any], endpoint: Endpoint, run_dir: Path,
-                    progress: Progress | None = None) -> RunResult:
+                    progress: Progress[Row] | None = None) -> RunResult:
     """Run (or resume) ``spec`` into ``run_dir``; the caller has validated everything."""
     progress = progress or NullProgress()
     manifest = open_run_dir(run_dir, spec.kind, spec.comparable, spec.manifest, spec.limits)
@@ -227,14 +208,14 @@ async def run_model(spec: RunSpec[Any], endpoint: Endpoint, run_dir: Path,
 
 
 async def drive(items: Iterable[T], work: Callable[[T], Awaitable[Row]], *,
-                rows_path: Path, manifest: ManifestWriter, progress: Progress, total: int,
+                rows_path: Path, manifest: ManifestWriter, progress: Progress[Row], total: int,
                 already_done: int, concurrency: int,
                 after: Callable[[Row], Awaitable[Row]] | None = None) -> RunResult:
     """Run ``work`` over ``items`` with ``concurrency`` workers, appending each row as it
     arrives. A row with ``fatal`` set stops the pool: no point asking again with a bad key."""
     appender = JsonlAppender(rows_path)
     if appender.repaired_tail:
-        progress.warn(f"a torn last line ({len(appender.repaired_tail)} bytes) left by an "
+        progress.note(f"a torn last line ({len(appender.repaired_tail)} bytes) left by an "
                       f"interrupted run is kept in {rows_path.name}{TORN_SUFFIX}, not in the "
                       "rows; that item will be done again")
     todo: Iterator[T] = iter(items)
@@ -265,10 +246,10 @@ async def drive(items: Iterable[T], work: Callable[[T], Awaitable[Row]], *,
                 served.add(pair)
                 warning = manifest.note_served(*pair)
                 if warning:
-                    progress.warn(warning)
+                    progress.note(warning)
             progress.advance(row if after is None else await after(row))
 
-    status = "interrupted"
+    status: RunStatus = "interrupted"
     try:
         await asyncio.gather(*(worker() for _ in range(max(1, concurrency))))
         status = "aborted" if fatal else ("infra_errors" if infra else "complete")

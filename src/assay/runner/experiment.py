@@ -14,7 +14,7 @@ environment check) or whose every model call found the upstream unreachable is a
 budget or a resource limit is the trial's result; a grader error is graded again from the same
 artifact. At ``limits.total_cost_usd`` no new attempt starts, and the run stops resumable.
 
-Where an attempt's stages run is the executor's business (``runner/executor.py``: this
+Where an attempt's stages run is the executor's business (``runner/executors/local.py``: this
 process, or a Ray task on a cluster node with ``--executor ray``); what its result means, and
 every state transition, stays here.
 
@@ -39,18 +39,19 @@ import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from assay.agents import parse_agent
-from assay.errors import InputError, NeverOverwrite, RunConflict, SuiteError
-from assay.grading.verifier import grade_path, verify
+from assay.errors import InputError, NeverOverwrite, RunConflict, SuiteError, TrialRefused
+from assay.grading.verify.verifier import grade_path, verify
 from assay.models.client import redact_url
-from assay.models.gateway import Gateway, ServerLimits, Upstream
-from assay.models.gateway_budget import Limits as BudgetLimits
-from assay.models.gateway_wire import Family
+from assay.models.gateway.budget import Limits as BudgetLimits
+from assay.models.gateway.service import Gateway, Secret, ServerLimits, Upstream
+from assay.models.gateway.wire import Family
 from assay.models.replay_script import REPLAY_MODEL, ReplayBook, load_replay
 from assay.models.replay_server import ReplayServer, serve_replay
 from assay.records.artifact import ARTIFACT_JSON
+from assay.records.experiment import ExperimentManifest
 from assay.records.failures import (
     AGENT_START_FAILED,
     MODEL_UNAVAILABLE,
@@ -60,16 +61,19 @@ from assay.records.failures import (
 from assay.records.io import atomic_write_json, read_json_file
 from assay.records.ledger import ledger_totals
 from assay.records.manifest import tool_identity, utc_now
-from assay.records.trial import read_grade, read_trial
+from assay.records.statuses import AttemptState, ExperimentStatus, TrialState
+from assay.records.trial import Grade, read_grade, read_trial
 from assay.runner.agent_files import agent_spec_for, stage_agent_files
 from assay.runner.arm_check import check_arms
-from assay.runner.executor import WORKER_LOST, Executor, TrialJob, make_executor
+from assay.runner.executors.base import WORKER_LOST, Executor, TrialJob
+from assay.runner.executors.local import make_executor
 from assay.runner.fork import ForkPrefixes, check_fork, fork_manifest, fork_totals
 from assay.runner.holdout import MANIFEST_KEY as HOLDOUT_KEY
 from assay.runner.holdout import holdout_gate
+from assay.runner.progress import NullProgress, Progress, TrialDone
 from assay.runner.scratch import SCRATCH, attempt_scratch, remove_scratch, session_tempdir
 from assay.runner.slots import AttemptSlots, Ticket, usable_cores
-from assay.runner.state import StateDB
+from assay.runner.state import Attempt, StateDB
 from assay.runner.trial import TrialHooks, TrialResult
 from assay.sandbox import ProxyTarget, sweep_orphans_once
 from assay.suites.experiment import (
@@ -90,32 +94,16 @@ DEFAULT_GRACE_SECONDS = 10.0
 START_FAILURES_TO_STOP = 3
 
 
-class ExperimentProgress(Protocol):
-    """What a display is told. A display may also have ``watch_spend(read, cap, unpriced)``:
-    it is then handed, before ``started``, a function returning (USD spent by the whole run,
-    whether every cost was known), the run's cap and the arms' models with no price."""
-
-    def started(self, total: int, done: int) -> None: ...
-    def trial_done(self, key: TrialKey, outcome: str) -> None: ...
-    def note(self, message: str) -> None: ...
-
-
-class _Silent:
-    def started(self, total: int, done: int) -> None:
-        pass
-
-    def trial_done(self, key: TrialKey, outcome: str) -> None:
-        pass
-
-    def note(self, message: str) -> None:
-        pass
+#: what a display of an experiment is (``runner/progress.py``): told each trial as it ends
+ExperimentProgress = Progress[TrialDone]
 
 
 @dataclass
 class ExperimentResult:
     out_dir: Path
-    status: str  # complete, infra_errors, budget_stopped, agent_start_failed, evidence_gaps
-    counts: dict[str, int]
+    status: ExperimentStatus
+    #: trials by state in ``state.sqlite``
+    counts: dict[TrialState, int]
     spent_usd: float
     spent_complete: bool
     message: str | None = None
@@ -171,7 +159,7 @@ def _arm_access(exp: Experiment) -> dict[str, _ArmAccess]:
                             "the upstream) is not set")
             continue
         key = os.environ.get(arm.model.api_key_env or "MODEL_API_KEY", "")
-        out[name] = _ArmAccess(arm.model.name, Upstream(base.rstrip("/"), key),
+        out[name] = _ArmAccess(arm.model.name, Upstream(base.rstrip("/"), Secret(key)),
                                redact_url(base), dict(arm.params), arm.model.protocol)
     if problems:
         raise InputError(f"{exp.path}: " + "; ".join(problems))
@@ -199,9 +187,29 @@ def _manifest(exp: Experiment, access: dict[str, _ArmAccess], jobs: int,
         "bar_sha256": bar_sha256(exp.identity["settings"].get("bar")),
         "task_meta": {tid: {"family": b.spec.family, "split": b.spec.split}
                       for tid, b in exp.bundles.items()},
+        **_environments(exp),
         "sessions": [],
         **({"fork": fork_manifest(spec.fork)} if spec.fork is not None else {}),
     }
+
+
+def _environments(exp: Experiment) -> dict[str, Any]:
+    """``environments``: each image-pinned task's image (digest, source, substitutions), as
+    the store has it when the run starts; absent when no task names an image (older runs)."""
+    from assay.environments.run import ensure_image, image_record
+
+    found: dict[str, Any] = {}
+    for tid, bundle in exp.bundles.items():
+        if bundle.spec.initial_state.environment.image is None:
+            continue
+        try:
+            image = ensure_image(bundle)
+        except TrialRefused as exc:  # each of its trials is refused with the same reason
+            found[tid] = {"digest": bundle.spec.initial_state.environment_image,
+                          "unavailable": str(exc)}
+            continue
+        found[tid] = image_record(image) if image is not None else None
+    return {"environments": found} if found else {}
 
 
 def _state_identity(exp: Experiment) -> dict[str, Any]:
@@ -237,6 +245,7 @@ def _open_run_dir(out: Path, exp: Experiment, access: dict[str, _ArmAccess], job
     out.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(exp.path, out / EXPERIMENT_COPY)
     manifest = _manifest(exp, access, jobs, grace)
+    ExperimentManifest.read(manifest, path)  # the record's shape (records/experiment.py)
     atomic_write_json(path, manifest)
     return manifest
 
@@ -244,7 +253,7 @@ def _open_run_dir(out: Path, exp: Experiment, access: dict[str, _ArmAccess], job
 class _AttemptHooks(TrialHooks):
     """Binds one attempt's trial stages to the state database and the gateway."""
 
-    def __init__(self, state: StateDB, attempt: Any, gateway: Gateway | None,
+    def __init__(self, state: StateDB, attempt: Attempt, gateway: Gateway | None,
                  token: str | None, access: _ArmAccess, proxy: ProxyTarget | None,
                  grace: float, revision: str, ticket: Ticket) -> None:
         super().__init__()
@@ -266,7 +275,9 @@ class _AttemptHooks(TrialHooks):
                                       ANTHROPIC_API_KEY=token, ANTHROPIC_MODEL=access.model)
 
     def before(self, stage: str) -> None:
-        nxt = {"agent": "running", "freeze": "freezing", "verify": "verifying"}[stage]
+        moves: dict[str, AttemptState] = {"agent": "running", "freeze": "freezing",
+                                          "verify": "verifying"}
+        nxt = moves[stage]
         self.attempt = self.state.move(self.attempt, nxt)
 
     def verify_gate(self) -> contextlib.AbstractContextManager[None]:
@@ -313,7 +324,7 @@ class ExperimentRunner:
                              "its worker, within the resources its task asked for)")
         self.verify_jobs_asked = verify_jobs
         self.grace = grace_seconds
-        self.progress = progress or _Silent()
+        self.progress: ExperimentProgress = progress or NullProgress()
         self.access = _arm_access(exp)
         problems = check_arms(exp)  # before anything is written: no verdict on a broken arm
         if problems:
@@ -349,6 +360,7 @@ class ExperimentRunner:
             return self._run()
         finally:
             self.executor.close()
+            self.progress.finish()  # also after an interrupt: a display says what it held
 
     def _run(self) -> ExperimentResult:
         spec = self.exp.spec
@@ -365,7 +377,8 @@ class ExperimentRunner:
         if ended:
             self.progress.note(f"ended {ended} processes an earlier, killed runner left in "
                                f"{sum(1 for o in orphans if o.killed)} sandbox cgroups")
-        session = {"started_at": utc_now(), "pid": os.getpid(), "jobs": self.jobs,
+        session: dict[str, Any] = {
+                   "started_at": utc_now(), "pid": os.getpid(), "jobs": self.jobs,
                    "verify_jobs": self.verify_jobs,
                    "orphans_swept": {"cgroups": len(orphans), "processes_ended": ended},
                    "watchdog_grace_seconds": self.grace, "assay": tool_identity(),
@@ -424,13 +437,13 @@ class ExperimentRunner:
                     self._reverify(state, a)
                 counts = state.counts()
                 done = counts.trials.get("done", 0) + counts.trials.get("infra_error", 0)
-                watch = getattr(self.progress, "watch_spend", None)  # optional for a display
+                watch = getattr(self.progress, "watch_spend", None)  # optional (runner/progress.py)
                 if watch is not None:
                     watch(lambda: (prior + gateway.spent(),
                                    prior_complete and gateway.spent_complete()),
                           cap, sorted({a.model for a in self.access.values()
                                        if a.model and a.model not in spec.prices}))
-                self.progress.started(len(self.plan), done)
+                self.progress.start(len(self.plan), done)
                 self._schedule(state)
                 spent = prior + gateway.spent()
                 complete = prior_complete and gateway.spent_complete()
@@ -441,7 +454,8 @@ class ExperimentRunner:
             state.close()
             shutil.rmtree(sock_dir, ignore_errors=True)
             remove_scratch(self.out)  # every attempt of this session has ended
-        status, message = "complete", None
+        status: ExperimentStatus = "complete"
+        message: str | None = None
         left = counts.trials.get("pending", 0)
         if self.broken_arm is not None:
             status, message = AGENT_START_FAILED, self.broken_arm
@@ -467,6 +481,7 @@ class ExperimentRunner:
             forks = {**fork_totals(self.out), "prefix_runs_this_session": self.forks.prefix_runs}
             session["fork"] = forks
         manifest.setdefault("sessions", []).append(session)
+        ExperimentManifest.read(manifest, self.out / MANIFEST)
         atomic_write_json(self.out / MANIFEST, manifest)
         return ExperimentResult(self.out, status, dict(counts.trials), spent, complete, message,
                                 len(to_verify), interrupted, forks,
@@ -509,7 +524,7 @@ class ExperimentRunner:
             for fut in [f for f in running if f.done()]:
                 key = running.pop(fut)
                 outcome = fut.result()
-                self.progress.trial_done(key, outcome)
+                self.progress.advance(TrialDone(key, outcome))
                 self._watch_start(key, outcome)
 
     def _watch_start(self, key: TrialKey, outcome: str) -> None:
@@ -532,7 +547,7 @@ class ExperimentRunner:
                                "the same command again")
             self.stop_new.set()
 
-    def _attempt(self, state: StateDB, attempt: Any, ticket: Ticket) -> str:
+    def _attempt(self, state: StateDB, attempt: Attempt, ticket: Ticket) -> str:
         key: TrialKey = attempt.trial
         bundle = self.exp.bundles[key.task]
         access = self.access[key.arm]
@@ -542,7 +557,8 @@ class ExperimentRunner:
         policy = bundle.spec.initial_state.network_policy
         upstream = access.upstream
         if access.replay is not None and self.replay is not None:
-            upstream = Upstream(self.replay.base_url(f"{key.arm}/{key.task}"), "replay-no-key")
+            upstream = Upstream(self.replay.base_url(f"{key.arm}/{key.task}"),
+                                Secret("replay-no-key"))
         if upstream is not None and policy == "model-proxy-only":
             limits = self.exp.spec.limits
             try:
@@ -581,7 +597,7 @@ class ExperimentRunner:
         if res.status == WORKER_LOST:
             return self._worker_lost(state, hooks.attempt, res)
         if res.grade is None:
-            reason = str(res.record.get("error"))[:500]
+            reason = str(res.error)[:500]
             code = infra_code(reason)
             new_state = state.finish_attempt(hooks.attempt, "infra_error", reason=reason,
                                              code=code)
@@ -589,23 +605,23 @@ class ExperimentRunner:
             return shown + (" (will retry)" if new_state == "pending" else "")
         return self._record_grade(state, hooks.attempt, res.grade)
 
-    def _record_grade(self, state: StateDB, attempt: Any, grade: dict[str, Any]) -> str:
-        if grade["validity"]["status"] != "valid":
-            state.move(attempt, "grader_error", reason=grade["validity"].get("detail"))
+    def _record_grade(self, state: StateDB, attempt: Attempt, grade: Grade) -> str:
+        if grade.validity.status != "valid":
+            state.move(attempt, "grader_error", reason=grade.validity.detail)
             return "grader_error"
         try:
-            state.grade_trial(attempt, accepted=grade["accepted"],
-                              failure_code=grade["failure_code"],
-                              revision=grade["details"]["verifier_revision"])
+            state.grade_trial(attempt, accepted=grade.accepted,
+                              failure_code=grade.failure_code,
+                              revision=grade.details.verifier_revision)
         except NeverOverwrite:
             return "already graded"
-        return "accepted" if grade["accepted"] else f"rejected:{grade['failure_code']}"
+        return "accepted" if grade.accepted else f"rejected:{grade.failure_code}"
 
-    def _worker_lost(self, state: StateDB, attempt: Any, res: TrialResult) -> str:
+    def _worker_lost(self, state: StateDB, attempt: Attempt, res: TrialResult) -> str:
         """A remote attempt whose worker or node died: as after a restart, an artifact that
         was frozen is only verified (here, on the driver), anything else is an infra error
         with Ray's evidence and the trial gets a new attempt within ``retries.infra``."""
-        reason = str(res.record.get("error"))[:500]
+        reason = str(res.error)[:500]
         if attempt.state == "freezing" and (self.out / attempt.dir / ARTIFACT_JSON).is_file():
             attempt = state.move(attempt, "verifying", reason=reason)
         if attempt.state == "verifying":
@@ -614,13 +630,13 @@ class ExperimentRunner:
         return f"infra_error ({WORKER_LOST})" + (" (will retry)" if new_state == "pending"
                                                  else "")
 
-    def _reverify(self, state: StateDB, attempt: Any) -> None:
+    def _reverify(self, state: StateDB, attempt: Attempt) -> None:
         """A frozen attempt after a restart, or a grader error: grade the same artifact again,
         never run the agent again. A new revision name each time, so no grade is overwritten."""
-        self.progress.trial_done(attempt.trial,
-                                 "re-verified: " + self._verify_frozen(state, attempt))
+        self.progress.advance(TrialDone(attempt.trial,
+                                        "re-verified: " + self._verify_frozen(state, attempt)))
 
-    def _verify_frozen(self, state: StateDB, attempt: Any) -> str:
+    def _verify_frozen(self, state: StateDB, attempt: Attempt) -> str:
         key: TrialKey = attempt.trial
         bundle = self.exp.bundles[key.task]
         attempt_dir = self.out / attempt.dir
@@ -632,7 +648,7 @@ class ExperimentRunner:
         if attempt.state == "grader_error":
             attempt = state.move(attempt, "verifying")
         try:
-            execution = read_trial(attempt_dir).get("execution") or {}
+            execution = read_trial(attempt_dir).execution or {}
         except Exception:  # noqa: BLE001 - a torn trial.json: grade what is frozen
             execution = {}
         grade = verify(bundle, attempt_dir, revision=revision,
@@ -703,7 +719,7 @@ def run_experiment(path: Path, out: Path, *, jobs: int | None = None,
     the file's whole-run cap (to finish a run it stopped, without changing the file);
     ``holdout_reuse`` lets a new run look at a holdout past its allowance
     (``runner/holdout.py``). ``executor`` is where attempts run (``local``, or ``ray`` on the
-    cluster at ``ray_address``, ``runner/executor.py``); ``gateway_host`` is the address the
+    cluster at ``ray_address``, ``runner/executors/local.py``); ``gateway_host`` is the address the
     gateway listens at for agents on other machines; ``ray_transfer`` how a Ray worker's files
     reach ``out`` (``shared_fs``, ``object_store``, ``auto``); ``verify_jobs`` how many
     local attempts verify at once (default: the usable cores, at most ``jobs``; 0: no gate,

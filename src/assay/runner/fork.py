@@ -48,8 +48,8 @@ from assay.agents.base import AGENT_HOME, AgentContext
 from assay.agents.mutants import clear_tree
 from assay.errors import RecordError, SuiteError, TrialRefused
 from assay.models.client import redact_url
-from assay.models.gateway import Gateway, Upstream
-from assay.models.gateway_budget import Limits as BudgetLimits
+from assay.models.gateway.budget import Limits as BudgetLimits
+from assay.models.gateway.service import Gateway, Secret, Upstream
 from assay.records.fork import (
     FORKS,
     PREFIX_JSON,
@@ -100,7 +100,8 @@ def check_fork(exp: Experiment) -> _Access | None:
                                        f"{env} (base URL of the upstream) is not set"))
         else:
             key = os.environ.get(fork.model.api_key_env or "MODEL_API_KEY", "")
-            access = _Access(fork.model.name, Upstream(base.rstrip("/"), key), redact_url(base))
+            access = _Access(fork.model.name, Upstream(base.rstrip("/"), Secret(key)),
+                             redact_url(base))
     if problems:
         raise SuiteError(problems)
     return access
@@ -142,29 +143,28 @@ class ForkPrefixes:
     # ------------------------------------------------------------------ arms' side
 
     def start_state(self, key: TrialKey, model_env: dict[str, str], gateway: Gateway,
-                    proxy: ProxyTarget | None) -> Callable[[Path, Path], dict[str, Any]]:
+                    proxy: ProxyTarget | None) -> Callable[[Path, Path], ForkStart]:
         """The ``TrialHooks.start_state`` of one arm's attempt."""
-        def start(workspace: Path, home: Path) -> dict[str, Any]:
+        def start(workspace: Path, home: Path) -> ForkStart:
             fork_dir, state = self.state_for(key.task, key.rep, gateway, proxy)
             try:
-                got = restore_state(fork_dir, state["tar_sha256"], workspace, home)
+                got = restore_state(fork_dir, state.tar_sha256, workspace, home)
             except (RecordError, OSError, ValueError) as exc:
                 raise TrialRefused(f"fork state {fork_dir}: cannot be restored: {exc}") from exc
-            differ = [k for k, v in got.items() if state[k] != v]
+            differ = [k for k, v in got.items() if getattr(state, k) != v]
             if differ:
                 raise TrialRefused(f"fork state {fork_dir}: the restored copy differs from "
                                    f"the frozen state ({', '.join(differ)})")
             model_env.update(ASSAY_FORK_STATE=got["state_digest"],
                              ASSAY_FORK_UNTIL=str(self.fork.until))
             return ForkStart(dir=str(fork_dir.relative_to(self.out)), until=self.fork.until,
-                             tar_sha256=state["tar_sha256"],
-                             prefix_exit_code=state["prefix"]["exit_code"],
-                             prefix_wall_seconds=state["prefix"]["wall_seconds"],
-                             **got).model_dump(mode="json")
+                             tar_sha256=state.tar_sha256,
+                             prefix_exit_code=state.prefix.exit_code,
+                             prefix_wall_seconds=state.prefix.wall_seconds, **got)
         return start
 
     def state_for(self, task: str, rep: int, gateway: Gateway,
-                  proxy: ProxyTarget | None) -> tuple[Path, dict[str, Any]]:
+                  proxy: ProxyTarget | None) -> tuple[Path, ForkState]:
         """The frozen state of (task, rep): found on disk, or made now by a new prefix
         attempt. The lock makes the second arm wait for the first arm's prefix."""
         with self._lock(task, rep):
@@ -173,7 +173,7 @@ class ForkPrefixes:
                 return found
             return self._run_prefix(task, rep, gateway, proxy)
 
-    def _frozen(self, task: str, rep: int) -> tuple[Path, dict[str, Any]] | None:
+    def _frozen(self, task: str, rep: int) -> tuple[Path, ForkState] | None:
         base = self.base(task, rep)
         if not base.is_dir():
             return None
@@ -182,20 +182,21 @@ class ForkPrefixes:
                 path = d / STATE_JSON
                 data = read_json_file(path)
                 ForkState.check_schema_id(data.get("schema"), path)
-                return d, ForkState.read(data, path).model_dump(mode="json", by_alias=True)
+                return d, ForkState.read(data, path)
             prefix = d / PREFIX_JSON
             if prefix.is_file():
-                rec = read_json_file(prefix)
-                if rec.get("status") == "running":  # its runner died: say so, run anew
-                    rec.update(status="interrupted", error="runner_restart: the runner ended "
-                               "before the prefix's state was frozen")
+                rec = ForkPrefix.read(read_json_file(prefix), prefix)
+                if rec.status == "running":  # its runner died: say so, run anew
+                    rec.status = "interrupted"
+                    rec.error = ("runner_restart: the runner ended before the prefix's state "
+                                 "was frozen")
                     _save(prefix, rec)
         return None
 
     # ------------------------------------------------------------------ the prefix
 
     def _run_prefix(self, task: str, rep: int, gateway: Gateway,
-                    proxy: ProxyTarget | None) -> tuple[Path, dict[str, Any]]:
+                    proxy: ProxyTarget | None) -> tuple[Path, ForkState]:
         bundle = self.exp.bundles[task]
         base = self.base(task, rep)
         base.mkdir(parents=True, exist_ok=True)
@@ -203,10 +204,10 @@ class ForkPrefixes:
         label = f"a{n}"
         fork_dir = base / label
         fork_dir.mkdir(exist_ok=False)  # never reused
-        record: dict[str, Any] = {
-            "schema": ForkPrefix.schema_id(), "task": task, "rep": rep, "attempt": label,
-            "prefix_agent": self.fork.prefix_agent, "until": self.fork.until,
-            "model": self.access.model, "status": "running", "started_at": utc_now()}
+        record = ForkPrefix(
+            schema=ForkPrefix.schema_id(), task=task, rep=rep, attempt=label,
+            prefix_agent=self.fork.prefix_agent, until=self.fork.until,
+            model=self.access.model, status="running", started_at=utc_now())
         _save(fork_dir / PREFIX_JSON, record)  # committed before the prefix starts
         with self._guard:
             self.prefix_runs += 1
@@ -229,24 +230,24 @@ class ForkPrefixes:
             state = self._prefix_in_sandbox(bundle, fork_dir, record, env, token, gateway,
                                             proxy if token else None)
         except TrialRefused as exc:
-            record.update(status="failed", error=str(exc), ended_at=utc_now())
+            record.status, record.error, record.ended_at = "failed", str(exc), utc_now()
             _save(fork_dir / PREFIX_JSON, record)
             raise
         except Exception as exc:  # noqa: BLE001 - a prefix ends in a record, not a traceback
-            record.update(status="failed", error=f"{type(exc).__name__}: {exc}"[:500],
-                          ended_at=utc_now())
+            record.status, record.ended_at = "failed", utc_now()
+            record.error = f"{type(exc).__name__}: {exc}"[:500]
             _save(fork_dir / PREFIX_JSON, record)
-            raise TrialRefused(f"fork prefix {fork_dir}: {record['error']}") from exc
+            raise TrialRefused(f"fork prefix {fork_dir}: {record.error}") from exc
         finally:
             if token is not None:
                 gateway.close_attempt(token)
-        record.update(status="frozen", ended_at=utc_now())
+        record.status, record.ended_at = "frozen", utc_now()
         _save(fork_dir / PREFIX_JSON, record)
         return fork_dir, state
 
-    def _prefix_in_sandbox(self, bundle: Bundle, fork_dir: Path, record: dict[str, Any],
+    def _prefix_in_sandbox(self, bundle: Bundle, fork_dir: Path, record: ForkPrefix,
                            env: dict[str, str], token: str | None, gateway: Gateway,
-                           proxy: ProxyTarget | None) -> dict[str, Any]:
+                           proxy: ProxyTarget | None) -> ForkState:
         scratch = attempt_scratch(self.out, fork_dir)
         scratch.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(prefix="assay-fork-", dir=scratch) as tmp:
@@ -255,7 +256,7 @@ class ForkPrefixes:
                 bundle.export_starting_tree(workspace)
                 home.mkdir()
                 check = check_starting_tree(bundle, workspace)
-                record["fixture_digest"] = check.digest
+                record.fixture_digest = check.digest
                 if check.problem:
                     raise TrialRefused(check.problem)
                 ctx = AgentContext(bundle, workspace, home, fork_dir / "agent", model_env=env,
@@ -269,8 +270,8 @@ class ForkPrefixes:
                     if usage.get("exhausted"):
                         execution.update(status="budget_exhausted",
                                          detail=f"budget exhausted: {usage['exhausted']}")
-                record.update(execution=execution, exit_code=run.exit_code,
-                              wall_seconds=run.wall_seconds)
+                record.execution = execution
+                record.exit_code, record.wall_seconds = run.exit_code, run.wall_seconds
                 _save(fork_dir / PREFIX_JSON, record)
                 if execution["status"] != "succeeded":
                     raise TrialRefused(
@@ -280,21 +281,20 @@ class ForkPrefixes:
                 frozen = freeze_state(workspace, home, fork_dir)
             finally:
                 clear_tree(workspace)
-        state = {"schema": ForkState.schema_id(), "task": record["task"], "rep": record["rep"],
-                 "attempt": record["attempt"], "until": self.fork.until, **frozen,
-                 "restored_at": {"workspace": SANDBOX_WORKDIR, "home": AGENT_HOME},
-                 "prefix": {"status": execution["status"], "exit_code": run.exit_code,
-                            "wall_seconds": run.wall_seconds, "ended_by": run.ended_by},
-                 "frozen_at": utc_now()}
-        _save(fork_dir / STATE_JSON, state, ForkState)  # the commit point: frozen
-        return ForkState.read(state, fork_dir / STATE_JSON).model_dump(mode="json",
-                                                                       by_alias=True)
+        state = ForkState.read({
+            "schema": ForkState.schema_id(), "task": record.task, "rep": record.rep,
+            "attempt": record.attempt, "until": self.fork.until, **frozen,
+            "restored_at": {"workspace": SANDBOX_WORKDIR, "home": AGENT_HOME},
+            "prefix": {"status": execution["status"], "exit_code": run.exit_code,
+                       "wall_seconds": run.wall_seconds, "ended_by": run.ended_by},
+            "frozen_at": utc_now()}, fork_dir / STATE_JSON)
+        _save(fork_dir / STATE_JSON, state)  # the commit point: frozen
+        return state
 
 
-def _save(path: Path, data: dict[str, Any], model: type[Any] = ForkPrefix) -> None:
-    """Validated, then written atomically, keeping only the keys that were set."""
-    atomic_write_json(path, model.read(data, path).model_dump(mode="json", by_alias=True,
-                                                              exclude_unset=True))
+def _save(path: Path, record: ForkPrefix | ForkState) -> None:
+    """Written atomically, keeping only the fields that were set."""
+    atomic_write_json(path, record.model_dump(mode="json", by_alias=True, exclude_unset=True))
 
 
 __all__ = ["FORKS", "ForkPrefixes", "check_fork", "fork_manifest", "fork_totals"]

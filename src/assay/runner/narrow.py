@@ -6,7 +6,7 @@ so a ``kill -9`` loses at most the answers in flight and never duplicates a fini
 What is specific to narrow runs is here: the spec of a unit of work (a case at a repeat), the
 ask-read-retry-score loop, and the manifest's suite part; the loop itself is
 ``engine.run_model``. Reading and scoring belong to the suite's scorer
-(``grading/scorers.py``); scoring is awaited, so a scorer may call a model of its own.
+(``grading/answers/scorers.py``); scoring is awaited, so a scorer may call a model of its own.
 """
 
 from __future__ import annotations
@@ -17,15 +17,13 @@ from pathlib import Path
 from typing import Any
 
 from assay.errors import GradingError
-from assay.grading.scorers import Scorer, manifest_record, scorer_for
+from assay.grading.answers.scorers import Scorer, manifest_record, scorer_for
 from assay.models.client import ChatClient, Completion, TransportError
 from assay.records.io import atomic_write_text
 from assay.records.layout import CASES_SNAPSHOT, RAW_PREDICTIONS, run_stamp
 from assay.records.narrow import ROW_SCHEMAS, NarrowManifest, NarrowRow
 from assay.runner.engine import (
     Endpoint,
-    NullProgress,
-    Progress,
     RunConflict,
     RunResult,
     RunSpec,
@@ -33,6 +31,7 @@ from assay.runner.engine import (
     model_manifest,
     run_model,
 )
+from assay.runner.progress import NullProgress, Progress
 from assay.suites.cases import Case, NarrowSuite
 from assay.suites.prompts import narrow_messages, retry_with
 
@@ -62,7 +61,7 @@ def comparable_settings(suite: NarrowSuite, endpoint: Endpoint,
                         params: NarrowParams) -> dict[str, Any]:
     """What must be identical for rows written by two sessions to belong to one run. The scorer
     is listed only when it is not ``label``, so runs from before scorers still resume."""
-    out = {
+    out: dict[str, Any] = {
         "cases_sha256": suite.cases_sha256,
         "prompt_sha256": suite.prompt_sha256,
         "labels": list(suite.labels),
@@ -220,7 +219,7 @@ def narrow_spec(suite: NarrowSuite, endpoint: Endpoint, params: NarrowParams,
 
 
 async def run_narrow(suite: NarrowSuite, endpoint: Endpoint, params: NarrowParams,
-                     run_dir: Path, progress: Progress | None = None) -> RunResult:
+                     run_dir: Path, progress: Progress[dict[str, Any]] | None = None) -> RunResult:
     """Run (or resume) a suite into ``run_dir``; the caller has validated everything."""
     scorer = scorer_for(suite, run_dir)
     try:

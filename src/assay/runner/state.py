@@ -40,26 +40,30 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, Final, NamedTuple
 
 from assay.errors import NeverOverwrite, RecordError, RunConflict
 from assay.records.artifact import ARTIFACT_JSON
 from assay.records.clock import utc_now
 from assay.records.state_index import ATTEMPT_DIRS_META, STATE_DB
+from assay.records.statuses import (
+    FLOW,
+    TRIAL_FINAL,
+    AttemptState,
+    FailureCode,
+    TrialFailureCode,
+    TrialState,
+)
 from assay.suites.trial_key import TrialKey, identity_sha256
 
 DB_FILE = STATE_DB
 LOCK_FILE = "state.lock"
 SCHEMA_VERSION = 1
 
-#: Attempt states in flow order; an attempt is created ``preparing`` (its trial was pending).
-FLOW = ("preparing", "running", "freezing", "verifying")
-#: Attempt states after which nothing more happens to it.
-CLOSED = ("done", "interrupted", "infra_error")
+# The states (``FLOW``: in flow order, an attempt is created ``preparing``; ``CLOSED``; a trial's
+# ``TRIAL_FINAL``) are the ``Literal`` types of ``records.statuses``.
 #: Frozen, no grade yet: verify again from the same artifact.
-GRADER_ERROR = "grader_error"
-#: Trial states that will not change any more.
-TRIAL_FINAL = ("done", "infra_error")
+GRADER_ERROR: Final = "grader_error"
 RUNNER_RESTART = "runner_restart"
 #: In ``meta``: this database makes each attempt's directory with its row (see
 #: :meth:`StateDB.begin_attempt`); the key and value live in ``records.state_index``.
@@ -116,7 +120,7 @@ class Attempt:
     id: int
     label: str
     trial: TrialKey
-    state: str
+    state: AttemptState
     reason: str | None
     rel_dir: str
     """Relative to the run directory: ``trials/<task>/<arm>/<rep>/<label>``."""
@@ -141,8 +145,8 @@ class TrialView(NamedTuple):
     dataclass's field-by-field ``__init__`` was a third of the listing's time."""
 
     key: TrialKey
-    state: str
-    failure_code: str | None
+    state: TrialState
+    failure_code: TrialFailureCode | None
     accepted: bool | None
     grade_revision: str | None
     graded_at: str | None
@@ -152,9 +156,9 @@ class TrialView(NamedTuple):
 @dataclass(frozen=True)
 class Counts:
     planned: int
-    trials: dict[str, int]
-    failures: dict[str, int]
-    attempts: dict[str, int]
+    trials: dict[TrialState, int]
+    failures: dict[FailureCode, int]
+    attempts: dict[AttemptState, int]
 
 
 def plan_sha256(plan: Sequence[TrialKey]) -> str:
@@ -365,7 +369,7 @@ class StateDB:
             timings[stage] = round(timings.get(stage, 0.0) + time.time() - entered, 3)
         return tid, state, timings
 
-    def move(self, attempt: Attempt, state: str, *, reason: str | None = None) -> Attempt:
+    def move(self, attempt: Attempt, state: AttemptState, *, reason: str | None = None) -> Attempt:
         """Announce the next stage; commit it, then do it. Stage time is measured from the
         transitions themselves (setup, agent, freeze, verify)."""
         with self._tx() as c:
@@ -382,8 +386,8 @@ class StateDB:
         return _replace(attempt, state=state, reason=reason or attempt.reason,
                         timings_json=json.dumps(timings))
 
-    def finish_attempt(self, attempt: Attempt, state: str, *, reason: str,
-                       code: str = "infra_error") -> str:
+    def finish_attempt(self, attempt: Attempt, state: AttemptState, *, reason: str,
+                       code: TrialFailureCode = "infra_error") -> TrialState:
         """Close an attempt without a grade (``interrupted`` or ``infra_error``) and return its
         trial's new state: ``pending`` (a new attempt will come) or, once ``retries_infra``
         new attempts were spent on infrastructure failures, ``infra_error`` for good, with
@@ -397,7 +401,8 @@ class StateDB:
             tid, _, timings = self._leave(c, attempt, FLOW[:3])
             c.execute("UPDATE attempts SET state=?, reason=?, ended_at=?, timings=? WHERE id=?",
                       (state, reason, utc_now(), json.dumps(timings), attempt.id))
-            trial_state, failure = "pending", None
+            trial_state: TrialState = "pending"
+            failure: TrialFailureCode | None = None
             if state == "infra_error":
                 (infra,) = c.execute("SELECT count(*) FROM attempts WHERE trial=? AND "
                                      "state='infra_error'", (tid,)).fetchone()

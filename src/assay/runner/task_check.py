@@ -6,34 +6,45 @@ the starting tree must match its pinned digest, and with ``mutants`` every built
 must be rejected: an accepted mutant is a defect in the grader, reported loudly. A bundle whose
 environment this machine cannot give (``initial_state.environment.unsupported``, as ``task
 import-harbor`` marks a task that needs a container image) runs no trial: it is reported
-``unsupported`` with the reason, a status of its own, neither ok nor broken.
+``unsupported`` with the reason, a status of its own, neither ok nor broken. So is a bundle
+pinned to an image that cannot be had here (not built, not pinned, another engine): the reason
+says how to build it. A task that runs in an image has it in its report (digest, source, what
+the build substituted).
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from assay.agents import MUTANTS, Agent, MutantAgent, parse_agent
+from assay.agents.mutants import NOT_APPLICABLE
+from assay.environments.run import ensure_image, image_record
+from assay.errors import TrialRefused
 from assay.runner.trial import TrialResult, run_trial
-from assay.suites.bundle import Bundle, check_starting_tree
+from assay.suites.bundle import Bundle, DigestState, check_starting_tree
+
+#: What ``task check`` says of a task, worst first as the CLI colours it.
+TaskCheckStatus = Literal["unsupported", "GRADER DEFECT", "broken", "flaky", "ok"]
 
 
 @dataclass
 class TaskReport:
     task_id: str
-    digest: str  # "ok", "missing", "mismatch"
+    digest: DigestState
     nop: str | None = None  # "fails behavior" / problem text
     oracle_accepted: int = 0
     oracle_runs: int = 0
     mutants: dict[str, str] = field(default_factory=dict)  # name -> "rejected:<code>" / ...
     problems: list[str] = field(default_factory=list)
     unsupported: str | None = None  # why the environment cannot be given here
+    image: dict[str, Any] | None = None  # the pinned image the checks ran in
 
     @property
-    def status(self) -> str:
+    def status(self) -> TaskCheckStatus:
         if self.unsupported is not None:
             return "unsupported"
         if any(v.startswith("ACCEPTED") for v in self.mutants.values()):
@@ -48,28 +59,39 @@ class TaskReport:
         return {"task": self.task_id, "status": self.status, "digest": self.digest,
                 "nop": self.nop, "oracle": f"{self.oracle_accepted}/{self.oracle_runs}",
                 "mutants": self.mutants, "problems": self.problems,
-                **({"unsupported": self.unsupported} if self.unsupported is not None else {})}
+                **({"unsupported": self.unsupported} if self.unsupported is not None else {}),
+                **({"environment_image": self.image} if self.image is not None else {})}
 
 
 def _describe(res: TrialResult) -> str:
     if res.grade is None:
-        return f"infra_error: {res.record.get('error')}"
+        return f"infra_error: {res.error}"
     g = res.grade
-    if g["validity"]["status"] != "valid":
-        return f"grader_error: {g['validity'].get('detail')}"
-    if g["accepted"]:
+    if g.validity.status != "valid":
+        return f"grader_error: {g.validity.detail}"
+    if g.accepted:
         return "accepted"
-    reward = ((g.get("details") or {}).get("behavior") or {}).get("reward")
+    reward = (g.details.behavior or {}).get("reward")
     # a reward check's own words say why (no reward file, or how far below the threshold)
-    return f"rejected:{g['failure_code']}" + (f" ({reward['detail']})" if reward else "")
+    return f"rejected:{g.failure_code}" + (f" ({reward['detail']})" if reward else "")
 
 
 def check_tasks(bundles: list[Bundle], out_root: Path, *, reruns: int = 3,
-                mutants: bool = False, workers: int = 2) -> list[TaskReport]:
+                mutants: bool = False, workers: int = 2,
+                only_mutants: Collection[str] | None = None) -> list[TaskReport]:
+    """The trials of every bundle (nop, ``reruns`` oracles, with ``mutants`` the built-in bad
+    agents that apply to it, or only those named in ``only_mutants``), ``workers`` at once."""
     reports = {b.id: TaskReport(b.id, "missing") for b in bundles}
     jobs: list[tuple[Bundle, Agent, str, int]] = []
     for b in bundles:
         why = b.spec.initial_state.environment.unsupported
+        if why is None and b.spec.initial_state.environment.image is not None:
+            try:
+                image = ensure_image(b)
+            except TrialRefused as exc:
+                why = str(exc)
+            else:
+                reports[b.id].image = image_record(image) if image is not None else None
         if why is not None:
             reports[b.id].unsupported = why
             reports[b.id].problems.append(f"unsupported environment: {why}")
@@ -78,12 +100,12 @@ def check_tasks(bundles: list[Bundle], out_root: Path, *, reruns: int = 3,
         jobs += [(b, parse_agent("oracle"), "oracle", r) for r in range(reruns)]
         if mutants:
             jobs += [(b, MutantAgent(m), f"mutant:{m.name}", 0) for m in MUTANTS
-                     if m.applies(b)]
+                     if m.applies(b) and (only_mutants is None or m.name in only_mutants)]
 
-    def one(job: tuple[Bundle, Agent, str, int]) -> tuple[Bundle, str, TrialResult]:
+    def one(job: tuple[Bundle, Agent, str, int]) -> tuple[Bundle, str, int, TrialResult]:
         b, agent, label, rep = job
         safe = label.replace(":", "-")
-        return b, label, run_trial(b, agent, out_root / b.id / safe / str(rep), rep=rep)
+        return b, label, rep, run_trial(b, agent, out_root / b.id / safe / str(rep), rep=rep)
 
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
         results = list(pool.map(one, jobs))
@@ -97,11 +119,11 @@ def check_tasks(bundles: list[Bundle], out_root: Path, *, reruns: int = 3,
         elif check.state == "missing":
             rep.problems.append("no fixture_digest pinned (assay task lint --write-digest)")
 
-    for b, label, res in results:
+    for b, label, run, res in results:
         rep = reports[b.id]
         said = _describe(res)
         if label == "nop":
-            behavior = res.grade["checks"]["behavior"] if res.grade else None
+            behavior = res.grade.checks["behavior"] if res.grade else None
             rep.nop = "fails behavior" if behavior == "fail" else said
             if behavior != "fail":
                 rep.problems.append(f"nop does not fail behavior ({said}): the task tests "
@@ -111,13 +133,15 @@ def check_tasks(bundles: list[Bundle], out_root: Path, *, reruns: int = 3,
             if said == "accepted":
                 rep.oracle_accepted += 1
             else:
-                rep.problems.append(f"oracle run {res.record['rep']}: {said}")
+                rep.problems.append(f"oracle run {run}: {said}")
         else:
             name = label.split(":", 1)[1]
             if said == "accepted":
                 rep.mutants[name] = "ACCEPTED"
             elif said.startswith("rejected"):
                 rep.mutants[name] = said
+            elif NOT_APPLICABLE in said:  # nothing in this workspace for its attack
+                rep.mutants[name] = "n/a: " + said.split(f"{NOT_APPLICABLE}: ", 1)[-1]
             else:
                 rep.mutants[name] = said
                 rep.problems.append(f"mutant {name}: {said}")

@@ -18,13 +18,33 @@ from pathlib import Path
 from typing import Any
 
 from assay.agents import Agent, AgentContext, AgentRun
+from assay.environments.run import (
+    ensure_image,
+    host_loader,
+    host_node,
+    host_python,
+    image_record,
+    image_root,
+)
 from assay.errors import NeverOverwrite, TrialRefused
-from assay.grading.verifier import verify
+from assay.grading.verify.verifier import verify
 from assay.records.artifact import freeze, refuse
 from assay.records.failures import AGENT_START_FAILED, INFRA_CODES, start_failure, stderr_tail
+from assay.records.fork import ForkStart
 from assay.records.io import atomic_write_json
 from assay.records.manifest import tool_identity, utc_now
-from assay.records.trial import TRIAL_JSON, read_trial, trial_json
+from assay.records.statuses import TrialRunStatus
+from assay.records.trial import (
+    TRIAL_JSON,
+    Grade,
+    GradeSummary,
+    Stage,
+    StageName,
+    TaskIdentity,
+    TrialRecord,
+    as_written,
+    read_trial,
+)
 from assay.records.workspace import WorkspaceOverLimit, remove_tree
 from assay.sandbox import KILL_GRACE_SECONDS, Limits, run_sandboxed
 from assay.suites.bundle import Bundle, check_starting_tree, tree_digest
@@ -49,12 +69,32 @@ done
 @dataclass
 class TrialResult:
     trial_dir: Path
-    status: str  # "graded", "infra_error", "refused"
-    grade: dict[str, Any] | None
-    record: dict[str, Any]
+    status: TrialRunStatus
+    grade: Grade | None
+    record: TrialRecord | None
+    """None only when a remote attempt came back without one (its worker was lost)."""
+    error: str | None = None
+    """Why the trial could not be run (the record's ``error``, or the executor's)."""
 
 
 _ENV_CACHE: dict[tuple[str, ...], dict[str, Any]] = {}
+
+
+def image_for_record(bundle: Bundle) -> dict[str, Any] | None:
+    """The trial record's ``environment_image``: the pinned image (digest, source,
+    substitutions) and the host tools lent to it (the verifier's pytest, the agent CLIs'
+    node), or None for a task on the host's system. Refuses what :func:`ensure_image`
+    refuses."""
+    image = ensure_image(bundle)
+    if image is None:
+        return None
+    return {**image_record(image),
+            # False: the bundle names a source but no digest; this is what it built into
+            "pinned": bundle.spec.initial_state.environment_image is not None,
+            "host_tools": {"pytest": host_python() or None, "loader": host_loader() or None,
+                           "node": host_node() or None}}
+
+
 _ENV_LOCK = threading.Lock()
 
 
@@ -67,10 +107,12 @@ def check_environment(bundle: Bundle, workspace: Path) -> dict[str, Any]:
     unsupported = bundle.spec.initial_state.environment.unsupported
     if unsupported is not None:
         raise TrialRefused(f"unsupported environment: {unsupported}")
+    image = ensure_image(bundle)
+    root = image_root(image) if image is not None else None
     reqs = bundle.spec.initial_state.environment.requires
     if not reqs:
         return {}
-    key = tuple(sorted(reqs))
+    key = (root.digest if root is not None else "host", *sorted(reqs))
     with _ENV_LOCK:
         if key in _ENV_CACHE:
             return {k: dict(v) for k, v in _ENV_CACHE[key].items()}
@@ -78,7 +120,7 @@ def check_environment(bundle: Bundle, workspace: Path) -> dict[str, Any]:
     if bad:
         raise TrialRefused(f"environment.requires: not a command or module name: {bad}")
     res = run_sandboxed(["sh", "-c", _REQUIRE_SCRIPT, "check", *reqs], workspace,
-                        limits=Limits(wall_seconds=60, memory_mib=512, pids=64))
+                        limits=Limits(wall_seconds=60, memory_mib=512, pids=64), image=root)
     found: dict[str, Any] = {}
     for line in res.stdout_tail.splitlines():
         name, kind, version = (line.split("\t") + ["", ""])[:3]
@@ -92,30 +134,30 @@ def check_environment(bundle: Bundle, workspace: Path) -> dict[str, Any]:
 
 
 class _Stages:
-    def __init__(self, trial_dir: Path, record: dict[str, Any]) -> None:
+    def __init__(self, trial_dir: Path, record: TrialRecord) -> None:
         self.trial_dir = trial_dir
         self.record = record
 
     def save(self) -> None:
-        path = self.trial_dir / TRIAL_JSON
-        atomic_write_json(path, trial_json(self.record, path))
+        atomic_write_json(self.trial_dir / TRIAL_JSON, as_written(self.record))
 
-    def run(self, name: str, fn: Any, **extra: Any) -> Any:
-        stage: dict[str, Any] = {"name": name, "started_at": utc_now(), "status": "running",
-                                 **extra}
-        self.record["stages"].append(stage)
+    def run(self, name: StageName, fn: Any, queued_seconds: float | None = None) -> Any:
+        stage = Stage(name=name, started_at=utc_now(), status="running")
+        if queued_seconds is not None:
+            stage.queued_seconds = queued_seconds
+        self.record.stages.append(stage)
         self.save()
         t0 = time.perf_counter()
         try:
             result = fn()
-            stage["status"] = "ok"
+            stage.status = "ok"
             return result
         except BaseException as exc:
-            stage["status"] = "failed"
-            stage["detail"] = f"{type(exc).__name__}: {exc}"
+            stage.status = "failed"
+            stage.detail = f"{type(exc).__name__}: {exc}"
             raise
         finally:
-            stage["seconds"] = round(time.perf_counter() - t0, 3)
+            stage.seconds = round(time.perf_counter() - t0, 3)
             self.save()
 
 
@@ -133,7 +175,7 @@ class TrialHooks:
         #: a fork experiment's restore of the shared state: given the fresh workspace and HOME,
         #: replaces them with the frozen state and returns its record (``trial.json``'s
         #: ``fork``); it may add to ``model_env``. Raises TrialRefused when there is no state.
-        self.start_state: Callable[[Path, Path], dict[str, Any]] | None = None
+        self.start_state: Callable[[Path, Path], ForkStart] | None = None
         #: the arm's own files, bound read-only at /assay/agent (``agent_files``)
         self.agent_files: Path | None = None
         #: where the live workspace and HOME are made (a fresh folder inside it); None: the
@@ -158,18 +200,17 @@ class TrialHooks:
         return contextlib.nullcontext()
 
 
-def _classify_start(record: dict[str, Any], ctx: AgentContext, hooks: TrialHooks,
-                    workspace: Path) -> None:
+def _classify_start(record: TrialRecord, execution: dict[str, Any], ctx: AgentContext,
+                    hooks: TrialHooks, workspace: Path) -> None:
     """An agent that exited without ever getting going is ``agent_start_failed``
     (``records/failures.py``), not a trial of the agent: its execution record says so, with
     the tail of its stderr."""
-    execution = record["execution"]
     if execution.get("status") != "exited_nonzero" or execution.get("failure_code"):
         return
     tail = stderr_tail(ctx.record_dir)
     # None: no model, or no gateway that counted its calls (then only the plain signs count)
     calls = (execution.get("model_usage") or {}).get("calls") if hooks.model_env else None
-    pristine = record["task"].get("fixture_digest")
+    pristine = record.task.fixture_digest
     unchanged = hooks.start_state is None and pristine == tree_digest(workspace)
     why = start_failure(execution, tail, model_calls=calls, unchanged=unchanged)
     if why is not None:
@@ -187,32 +228,32 @@ def run_trial(bundle: Bundle, agent: Agent, trial_dir: Path, *, rep: int = 0,
     trial_id = trial_id or f"{bundle.id}/{agent.name}/{rep}"
     spec = bundle.spec
     proxied = hooks.proxy is not None
-    record: dict[str, Any] = {
-        "schema": "assay.trial/1", "trial_id": trial_id, "attempt": attempt,
-        "task": {"id": spec.id, "revision": spec.revision, "family": spec.family,
-                 "split": spec.split, "path": str(bundle.root.resolve()),
-                 "spec_sha256": bundle.spec_sha256,
-                 "fixture_digest_pinned": spec.initial_state.fixture_digest},
-        "agent": agent.name, "rep": rep, "assay": tool_identity(),
-        "network_policy": {"requested": spec.initial_state.network_policy,
-                           "applied": "model-proxy" if proxied else "none",
-                           **({"note": "no model gateway for this trial: the agent gets no "
-                                       "network"}
-                              if spec.initial_state.network_policy != "none" and not proxied
-                              else {})},
-        "budget": spec.budget.model_dump(), "resources": spec.resources.model_dump(),
+    record = TrialRecord(
+        schema=TrialRecord.schema_id(), trial_id=trial_id, attempt=attempt,
+        task=TaskIdentity(id=spec.id, revision=spec.revision, family=spec.family,
+                          split=spec.split, path=str(bundle.root.resolve()),
+                          spec_sha256=bundle.spec_sha256,
+                          fixture_digest_pinned=spec.initial_state.fixture_digest),
+        agent=agent.name, rep=rep, assay=tool_identity(),
+        network_policy={"requested": spec.initial_state.network_policy,
+                        "applied": "model-proxy" if proxied else "none",
+                        **({"note": "no model gateway for this trial: the agent gets no "
+                                    "network"}
+                           if spec.initial_state.network_policy != "none" and not proxied
+                           else {})},
+        budget=spec.budget.model_dump(), resources=spec.resources.model_dump(),
         # Asked for but not enforced; the sandbox's own record (execution.limits_applied)
         # says which limits were in force and how. Filled in as the stages learn it.
-        "not_enforced": {
+        not_enforced={
             **({"budget.assistant_steps": f"{agent.name} reports no steps to count"}
                if spec.budget.assistant_steps is not None and not hooks.model_env else {}),
         },
-        "started_at": utc_now(), "ended_at": None, "status": "running", "stages": [],
-        "execution": None,
-    }
+        started_at=utc_now(), ended_at=None, status="running", stages=[],
+        execution=None,
+    )
     describe = getattr(agent, "describe", None)
     if callable(describe):  # an adapter's configuration (CLI digest, flags, config digest)
-        record["agent_identity"] = describe()
+        record.agent_identity = describe()
     stages = _Stages(trial_dir, record)
     stages.save()
     if hooks.scratch_dir is not None:
@@ -225,12 +266,15 @@ def run_trial(bundle: Bundle, agent: Agent, trial_dir: Path, *, rep: int = 0,
                 bundle.export_starting_tree(workspace)
                 home.mkdir()
                 check = check_starting_tree(bundle, workspace)
-                record["task"]["fixture_digest"] = check.digest
+                record.task.fixture_digest = check.digest
                 if check.problem:
                     raise TrialRefused(check.problem)
-                record["environment"] = check_environment(bundle, workspace)
+                image = image_for_record(bundle)
+                if image is not None:  # a task on the host's system: its record as before
+                    record.environment_image = image
+                record.environment = check_environment(bundle, workspace)
                 if hooks.start_state is not None:
-                    record["fork"] = hooks.start_state(workspace, home)
+                    record.fork = hooks.start_state(workspace, home)
 
             stages.run("prepare", prepare)
             ctx = AgentContext(bundle, workspace, home, trial_dir / "agent",
@@ -239,34 +283,31 @@ def run_trial(bundle: Bundle, agent: Agent, trial_dir: Path, *, rep: int = 0,
                                agent_files=hooks.agent_files)
             hooks.before("agent")
             run: AgentRun = stages.run("agent", lambda: agent.run(ctx))
-            record["execution"] = hooks.after_agent(run.to_record())
+            execution = hooks.after_agent(run.to_record())
             reconcile = getattr(agent, "reconcile", None)
             if callable(reconcile):  # the agent's own claims beside the gateway's figures
-                record["execution"] = reconcile(record["execution"])
+                execution = reconcile(execution)
+            record.execution = execution  # kept in the record should anything below raise
             cpu = run.limits_applied.get("cpu_cores") or {}
             if cpu.get("mechanism", "not_applied") == "not_applied":
-                record["not_enforced"]["resources.cpu_cores"] = cpu.get(
+                record.not_enforced["resources.cpu_cores"] = cpu.get(
                     "reason", "the agent ran without a CPU quota")
-            _classify_start(record, ctx, hooks, workspace)
-            code = record["execution"].get("failure_code")
+            _classify_start(record, execution, ctx, hooks, workspace)
+            record.execution = execution  # the record holds a copy: now with the class
+            code = execution.get("failure_code")
             if code in INFRA_CODES:  # never started, or its model never answered
-                record["failure_code"] = code
-                raise TrialRefused(f"{code}: {record['execution'].get('detail')}")
-            if record["execution"]["status"] == "infra_error":
+                record.failure_code = code
+                raise TrialRefused(f"{code}: {execution.get('detail')}")
+            if execution["status"] == "infra_error":
                 raise TrialRefused("the agent could not be run: "
-                                   f"{record['execution'].get('detail') or run.detail}")
+                                   f"{execution.get('detail') or run.detail}")
             hooks.before("freeze")
             stages.run("freeze", lambda: _freeze(bundle, workspace, trial_dir, record,
                                                  stages.save))
         except TrialRefused as exc:
-            record.update(status="infra_error", error=str(exc), ended_at=utc_now())
-            stages.save()
-            return TrialResult(trial_dir, "infra_error", None, record)
+            return _infra_error(record, stages, str(exc))
         except Exception as exc:  # noqa: BLE001 - a trial must end in a record, not a traceback
-            record.update(status="infra_error", error=f"{type(exc).__name__}: {exc}",
-                          ended_at=utc_now())
-            stages.save()
-            return TrialResult(trial_dir, "infra_error", None, record)
+            return _infra_error(record, stages, f"{type(exc).__name__}: {exc}")
         finally:
             remove_tree(workspace)  # however deep or unreadable the agent left it
             remove_tree(home)
@@ -276,22 +317,31 @@ def run_trial(bundle: Bundle, agent: Agent, trial_dir: Path, *, rep: int = 0,
     with hooks.verify_gate():
         grade = stages.run("verify", lambda: verify(
             bundle, trial_dir, revision=revision, trial_id=trial_id,
-            execution=record["execution"]), queued_seconds=round(time.perf_counter() - queued, 3))
-    record.update(status="graded", ended_at=utc_now(),
-                  grade={"revision": revision,
-                         "accepted": grade["accepted"], "failure_code": grade["failure_code"]})
+            execution=record.execution or {}),
+            queued_seconds=round(time.perf_counter() - queued, 3))
+    record.status, record.ended_at = "graded", utc_now()
+    record.grade = GradeSummary(revision=revision, accepted=grade.accepted,
+                                failure_code=grade.failure_code)
     stages.save()
     return TrialResult(trial_dir, "graded", grade, record)
 
 
-def _freeze(bundle: Bundle, workspace: Path, trial_dir: Path, record: dict[str, Any],
+def _infra_error(record: TrialRecord, stages: _Stages, error: str) -> TrialResult:
+    """The trial could not be run: its record says why, and ends."""
+    record.status, record.error, record.ended_at = "infra_error", error, utc_now()
+    stages.save()
+    return TrialResult(stages.trial_dir, "infra_error", None, record, error)
+
+
+def _freeze(bundle: Bundle, workspace: Path, trial_dir: Path, record: TrialRecord,
             save: Callable[[], None]) -> dict[str, Any]:
     """Freeze within the task's workspace bounds. Over them, no tar is written: the
     ``artifact.json`` holds the figure and the execution becomes ``resource_limit``, saved in
     ``trial.json`` before ``artifact.json`` exists (a runner that restarts verifies a frozen
     attempt from the execution it finds there)."""
     limits = bundle.workspace_limits()
-    execution = record["execution"]
+    execution = record.execution
+    assert execution is not None  # the agent stage ran
     applied = execution.setdefault("limits_applied", {})
     note = ("measured when the workspace is frozen (apparent sizes; folders and links count "
             "as files); over it no artifact is written")
@@ -310,12 +360,12 @@ def _freeze(bundle: Bundle, workspace: Path, trial_dir: Path, record: dict[str, 
         return refuse(trial_dir, over, limits)
 
 
-def regrade(trial_dir: Path, bundle: Bundle, revision: str) -> dict[str, Any]:
+def regrade(trial_dir: Path, bundle: Bundle, revision: str) -> Grade:
     """Grade the same frozen artifact again into a new grade file beside the old ones."""
     record = read_trial(trial_dir)
-    if record.get("status") != "graded" and not (trial_dir / "artifact.json").exists():
+    if record.status != "graded" and not (trial_dir / "artifact.json").exists():
         raise TrialRefused(f"{trial_dir}: the trial has no frozen artifact to grade")
     # An edited task.yaml is allowed (that is what a new verifier revision is for); the grade
     # records which spec it used.
-    return verify(bundle, trial_dir, revision=revision, trial_id=record["trial_id"],
-                  execution=record.get("execution") or {})
+    return verify(bundle, trial_dir, revision=revision, trial_id=record.trial_id,
+                  execution=record.execution or {})

@@ -6,7 +6,8 @@ a :class:`ProxyTarget`, one model gateway at ``http://127.0.0.1:<port>`` and not
 private /tmp, a new PID namespace and an environment built only from what the caller passes.
 The :class:`ExecResult` says what happened (``reason``), which limits were actually applied and
 by which mechanism (``limits_applied``), and the kernel evidence behind the classification
-(``evidence``).
+(``evidence``). With ``image=ImageRoot(...)`` the command runs in a pinned environment's root
+filesystem instead of the host's system, the work directory at the image's working directory.
 
 One module per concern: ``run`` (the orchestrator, ``run_sandboxed``), ``bwrap`` (what the
 command can see), ``limits`` (what it may use, and the record of what was applied), ``plan`` (one
@@ -14,7 +15,9 @@ decision per limit), ``cgroups`` and ``evidence`` (the kernel side), ``wrapper``
 that applies them), ``execute`` and ``proctree`` (watchdog and killing), ``pipes`` (bounded
 output), ``outcome`` (the pure classification into a reason), ``result`` (``ExecResult``), and
 for the model proxy ``netproxy`` (the setup and its record), ``forwarder`` (the byte pump and
-the in-sandbox launcher) and ``relay`` (the host-side thread for a TCP gateway).
+the in-sandbox launcher) and ``relay`` (the host-side thread for a TCP gateway);
+``host_runtime`` lends host programs (the forwarder's python3) to a sandbox in an image
+through the host's dynamic loader.
 """
 
 from assay.sandbox.bwrap import (
@@ -23,6 +26,7 @@ from assay.sandbox.bwrap import (
     SANDBOX_TMP,
     SANDBOX_UID,
     SANDBOX_WORKDIR,
+    ImageRoot,
     Mount,
     SandboxUnavailable,
     bwrap_available,
@@ -51,6 +55,7 @@ __all__ = [
     "TAIL_BYTES",
     "AppliedLimit",
     "ExecResult",
+    "ImageRoot",
     "Limits",
     "Mount",
     "ProxyTarget",

@@ -18,6 +18,15 @@ The sandbox root is an empty tmpfs that is remounted read-only once populated. V
 * the caller's work directory, read-write, at :data:`SANDBOX_WORKDIR` (also cwd and ``$HOME``);
 * the caller's extra :class:`Mount` s, in order, after the work directory.
 
+With an :class:`ImageRoot` (a task's pinned environment) the host's system is replaced by the
+image's: every top-level entry of the image's root filesystem is bound read-only (symlinks
+recreated) over the same empty tmpfs root, ``/etc`` is the image's own read-only with the
+synthetic ``passwd``/``group`` bound over its two files, ``/proc``, ``/dev`` and ``/tmp`` are
+the sandbox's own as above, the work directory is mounted at the image's working directory
+(:attr:`ImageRoot.workdir`, cwd and ``$HOME``), and the image's environment (``PATH``...) is
+the base the caller's values override. Nothing of the host's ``/usr`` or ``/etc`` is visible
+unless a caller mounts it (the verifier's trusted pytest, the agent CLIs' node).
+
 Nothing else of the host (``/root``, ``/home``, the host's ``/tmp``, the repository...) exists in
 the sandbox. Namespaces: user (the command runs as uid/gid 1000 with no capabilities), PID, IPC,
 UTS, cgroup (if possible) and, unless ``network="host"``, network (only a loopback interface;
@@ -93,6 +102,38 @@ _GROUP = f"root:x:0:\nsandbox:x:{SANDBOX_GID}:\nnogroup:x:65534:\n"
 
 
 @dataclass(frozen=True)
+class ImageRoot:
+    """A root filesystem to run in instead of the host's system (see the module docstring).
+
+    ``rootfs`` is the image's root on the host (the image store's ``rootfs`` folder; never
+    written: every bind is read-only). ``workdir``: where the work directory appears (an
+    absolute path; ``/`` means :data:`SANDBOX_WORKDIR`). ``env``: the image's own environment,
+    the base of the command's. ``digest`` names the image in records."""
+
+    rootfs: Path
+    workdir: str = SANDBOX_WORKDIR
+    env: tuple[tuple[str, str], ...] = ()
+    digest: str = ""
+
+    @property
+    def workspace(self) -> str:
+        target = str(PurePosixPath(self.workdir or "/"))
+        return SANDBOX_WORKDIR if target == "/" else target
+
+    def validated(self) -> ImageRoot:
+        root = Path(self.rootfs).absolute()
+        if not root.is_dir():
+            raise FileNotFoundError(f"image root filesystem not found: {root}")
+        target = self.workspace
+        if not target.startswith("/") or ".." in PurePosixPath(target).parts or any(
+                target == r or target.startswith(r + "/")
+                for r in (*_RESERVED_TARGETS, "/etc", SANDBOX_TMP)):
+            raise ValueError(f"the image's working directory cannot hold the workspace: "
+                             f"{self.workdir!r}")
+        return ImageRoot(root, target, tuple(self.env), self.digest)
+
+
+@dataclass(frozen=True)
 class Mount:
     """An extra host path visible in the sandbox at ``target`` (read-only unless ``writable``).
 
@@ -104,11 +145,11 @@ class Mount:
     target: str
     writable: bool = False
 
-    def validated(self) -> Mount:
+    def validated(self, workspace: str = SANDBOX_WORKDIR) -> Mount:
         target = str(PurePosixPath(self.target))
         if not target.startswith("/") or ".." in PurePosixPath(target).parts:
             raise ValueError(f"mount target must be an absolute path without '..': {self.target}")
-        if target in ("/", SANDBOX_WORKDIR) or any(
+        if target in ("/", workspace) or any(
             target == r or target.startswith(r + "/") for r in _RESERVED_TARGETS
         ):
             raise ValueError(f"mount target {target!r} is reserved")
@@ -124,12 +165,14 @@ def bwrap_executable() -> str | None:
     )
 
 
-def sandbox_env(extra: Mapping[str, str] | None, *, home: str, tmpdir: str) -> dict[str, str]:
-    """The complete environment of the command: defaults, then the caller's explicit values
-    (which win). Nothing is taken from ``os.environ``. (Inside bubblewrap, bwrap itself adds
-    ``PWD``; a shell may add its own variables.)"""
+def sandbox_env(extra: Mapping[str, str] | None, *, home: str, tmpdir: str,
+                base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The complete environment of the command: defaults, then ``base`` (an image's own
+    environment), then the caller's explicit values (which win). Nothing is taken from
+    ``os.environ``. (Inside bubblewrap, bwrap itself adds ``PWD``; a shell may add its own
+    variables.)"""
     env = {"PATH": DEFAULT_PATH, "HOME": home, "LANG": "C.UTF-8", "TMPDIR": tmpdir}
-    for key, value in (extra or {}).items():
+    for key, value in [*(base or {}).items(), *(extra or {}).items()]:
         if not isinstance(key, str) or not key or "=" in key or "\0" in key:
             raise ValueError(f"invalid environment variable name: {key!r}")
         if not isinstance(value, str) or "\0" in value:
@@ -147,6 +190,40 @@ def _system_args() -> tuple[str, ...]:
             args += ["--symlink", os.readlink(top), top]
         elif os.path.isdir(top):
             args += ["--ro-bind", top, top]
+    return tuple(args)
+
+
+#: Placeholder in the cached image binds for the current /etc copy (see :func:`etc_dir`).
+_USERS = "\0users"
+
+#: Top-level names of an image never bound from it: the sandbox makes its own (``/assay`` holds
+#: the mount points of assay's own read-only mounts, which a read-only image folder would stop
+#: bubblewrap from creating).
+_IMAGE_OWN = frozenset({"proc", "dev", "tmp", "sys", "etc", "run", "assay"})
+
+
+@functools.lru_cache(maxsize=32)
+def _image_args(rootfs: str, workspace: str) -> tuple[str, ...]:
+    """Read-only binds of an image's top-level entries (cached per image: stored images never
+    change under their digest), then its ``/etc`` with the synthetic user files over it."""
+    args: list[str] = []
+    for entry in sorted(os.scandir(rootfs), key=lambda e: e.name):
+        if entry.name in _IMAGE_OWN:
+            continue
+        if entry.is_symlink():
+            args += ["--symlink", os.readlink(entry.path), "/" + entry.name]
+        elif entry.is_dir() or entry.is_file():
+            args += ["--ro-bind", entry.path, "/" + entry.name]
+    etc = os.path.join(rootfs, "etc")
+    if os.path.isdir(etc) and not os.path.islink(etc):
+        args += ["--ro-bind", etc, "/etc"]
+        for name in ("passwd", "group"):  # a link could aim the bind anywhere: not followed
+            path = os.path.join(etc, name)
+            if os.path.isfile(path) and not os.path.islink(path):
+                args += ["--ro-bind", f"{_USERS}/{name}", f"/etc/{name}"]
+    run = os.path.join(rootfs, "run")
+    if os.path.isdir(run) and not os.path.islink(run):
+        args += ["--tmpfs", "/run"]
     return tuple(args)
 
 
@@ -250,8 +327,10 @@ def bwrap_options(
     network: str = "none",
     tmp_bytes: int,
     status_fd: int | None,
+    image: ImageRoot | None = None,
 ) -> list[str]:
-    """Every bwrap option (everything before the command). Mounts must be validated."""
+    """Every bwrap option (everything before the command). Mounts (and ``image``) must be
+    validated; with ``image`` its root replaces the host's system."""
     args = [
         "--unshare-user",
         "--uid",
@@ -271,23 +350,32 @@ def bwrap_options(
         args.append("--unshare-net")
     elif network != "host":
         raise ValueError(f"network must be 'none', 'host' or 'model-proxy', not {network!r}")
-    args += _system_args()
-    args += ["--ro-bind", str(etc_dir()), "/etc"]
-    for path in _ETC_BOUND_DIRS:
-        args += ["--ro-bind-try", path, path]
-    if network == "host":
-        for path in _ETC_HOST_NETWORK:
+    workspace = SANDBOX_WORKDIR
+    if image is None:
+        args += _system_args()
+        args += ["--ro-bind", str(etc_dir()), "/etc"]
+        for path in _ETC_BOUND_DIRS:
             args += ["--ro-bind-try", path, path]
+        if network == "host":
+            for path in _ETC_HOST_NETWORK:
+                args += ["--ro-bind-try", path, path]
+    else:
+        workspace = image.workspace
+        users = str(etc_dir())  # the synthetic passwd/group of this process's current copy
+        args += [a.replace(_USERS, users, 1) if a.startswith(_USERS) else a
+                 for a in _image_args(str(image.rootfs), workspace)]
+        if network == "host" and (image.rootfs / "etc" / "resolv.conf").is_file():
+            args += ["--ro-bind-try", "/etc/resolv.conf", "/etc/resolv.conf"]
     args += ["--proc", "/proc", "--dev", "/dev"]
     args += ["--size", str(tmp_bytes), "--tmpfs", "/dev/shm"]
     args += ["--size", str(tmp_bytes), "--tmpfs", SANDBOX_TMP]
-    args += ["--bind", str(workdir), SANDBOX_WORKDIR]
+    args += ["--bind", str(workdir), workspace]
     for m in mounts:
         args += ["--bind" if m.writable else "--ro-bind", str(m.source), m.target]
     # The root tmpfs and /dev are populated now: freeze them, so "writing outside the work
     # directory" fails instead of filling memory (device nodes stay usable).
     args += ["--remount-ro", "/dev", "--remount-ro", "/"]
-    args += ["--chdir", SANDBOX_WORKDIR, "--clearenv"]
+    args += ["--chdir", workspace, "--clearenv"]
     for key, value in env.items():
         args += ["--setenv", key, value]
     if status_fd is not None:

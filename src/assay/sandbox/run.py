@@ -34,6 +34,7 @@ from assay.sandbox.bwrap import (
     SANDBOX_HOME,
     SANDBOX_TMP,
     SANDBOX_WORKDIR,
+    ImageRoot,
     Mount,
     bwrap_argv,
     bwrap_executable,
@@ -43,6 +44,7 @@ from assay.sandbox.bwrap import (
     sandbox_env,
 )
 from assay.sandbox.execute import KILL_GRACE_SECONDS, execute
+from assay.sandbox.host_runtime import host_python_argv, host_usr_mount
 from assay.sandbox.limits import Limits
 from assay.sandbox.netproxy import ProxySession, ProxyTarget, read_available, start_proxy
 from assay.sandbox.outcome import REASONS
@@ -81,6 +83,7 @@ def run_sandboxed(
     use_cgroups: bool = True,
     proxy: ProxyTarget | None = None,
     grace_seconds: float = KILL_GRACE_SECONDS,
+    image: ImageRoot | None = None,
 ) -> ExecResult:
     """Run ``argv`` with ``workdir`` as its (only writable) directory; see the module docstring.
 
@@ -97,6 +100,11 @@ def run_sandboxed(
     ``grace_seconds``: at the wall limit the watchdog (in this process, outside the sandbox)
     sends SIGTERM, waits this long, then kills everything; the applied ``wall_seconds`` limit
     records it.
+
+    ``image``: run in a pinned environment's root filesystem instead of the host's system, the
+    work directory at the image's working directory (``ImageRoot.workspace``; mounts may not
+    target it), the image's environment under the caller's ``env`` (needs
+    ``isolation="bwrap"``).
 
     Raises :class:`SandboxUnavailable` when bubblewrap cannot run, ``ValueError`` /
     ``FileNotFoundError`` for invalid arguments. Everything that happens to the command itself
@@ -120,7 +128,12 @@ def run_sandboxed(
     workdir = Path(workdir).resolve()
     if not workdir.is_dir():
         raise NotADirectoryError(f"workdir is not a directory: {workdir}")
-    checked_mounts = [m.validated() for m in mounts]
+    if image is not None:
+        if isolation != "bwrap":
+            raise ValueError("image=... needs isolation='bwrap'")
+        image = image.validated()
+    inside = image.workspace if image is not None else SANDBOX_WORKDIR
+    checked_mounts = [m.validated(inside) for m in mounts]
     sandboxed = isolation == "bwrap"
     warnings: list[str] = []
     if sandboxed:
@@ -134,8 +147,9 @@ def run_sandboxed(
 
     cmd_env = sandbox_env(
         env,
-        home=SANDBOX_HOME if sandboxed else str(workdir),
+        home=(inside if image is not None else SANDBOX_HOME) if sandboxed else str(workdir),
         tmpdir=SANDBOX_TMP if sandboxed else "/tmp",
+        base=dict(image.env) if image is not None else None,
     )
 
     out_path = err_path = None
@@ -149,7 +163,7 @@ def run_sandboxed(
         isolation=isolation,
         network=network,
         workdir=str(workdir),
-        sandbox_workdir=SANDBOX_WORKDIR if sandboxed else None,
+        sandbox_workdir=inside if sandboxed else None,
         stdout_path=str(out_path) if out_path else None,
         stderr_path=str(err_path) if err_path else None,
     )
@@ -186,8 +200,21 @@ def run_sandboxed(
                                          "forwarder": "not started"})
                 setup_r, setup_w = os.pipe()
                 parent_fds += [setup_r, setup_w]
-                checked_mounts.append(session.mount().validated())
+                checked_mounts.append(session.mount().validated(inside))
                 inner = session.launcher_argv(argv, setup_w)
+                if image is not None:
+                    # the forwarder is assay's: the host's python3, started through the host's
+                    # loader, whatever python the image has (or not); the command it hands
+                    # over to runs on the image's own libraries
+                    lent = host_python_argv()
+                    if lent is None:
+                        return dataclasses.replace(
+                            not_started(common, plan.applied, "model-proxy in an image needs "
+                                        "the host's /usr/bin/python3 under /usr",
+                                        wall_seconds=0.0, warnings=warnings),
+                            network_applied=session.record())
+                    inner = [*lent, *inner[1:]]
+                    checked_mounts.append(host_usr_mount().validated(inside))
                 extra_fds = (setup_w,)
                 setup_check = functools.partial(_proxy_failure, session, setup_r)
 
@@ -199,6 +226,7 @@ def run_sandboxed(
                 network=network,
                 tmp_bytes=tmp_bytes,
                 status_fd=status_w,
+                image=image,
             )
             args_fd = options_fd(opts)
             parent_fds.append(args_fd)

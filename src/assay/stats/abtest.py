@@ -31,13 +31,19 @@ import math
 import operator
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import numpy as np
 
 from assay.errors import NotComparable
 from assay.stats.intervals import _check_level
-from assay.stats.moderated import difference_interval, difference_prior_var, moderated_t_interval
+from assay.stats.moderated import (
+    Floats,
+    Ints,
+    difference_interval,
+    difference_prior_var,
+    moderated_t_interval,
+)
 from assay.stats.paired import _cluster_ratio_bootstrap, mcnemar_exact
 from assay.stats.tdist import t_ppf
 
@@ -158,9 +164,9 @@ def _cluster_se(s_g: np.ndarray, w_g: np.ndarray) -> tuple[float, float]:
 
 
 def cluster_t_interval(
-    diffs: Sequence[float],
-    weights: Sequence[float],
-    codes: Sequence[int],
+    diffs: Floats,
+    weights: Floats,
+    codes: Ints,
     *,
     level: float = 0.95,
     plain: bool = False,
@@ -209,9 +215,9 @@ def cluster_t_interval(
 
 
 def cluster_bootstrap_interval(
-    diffs: Sequence[float],
-    weights: Sequence[float],
-    codes: Sequence[int],
+    diffs: Floats,
+    weights: Floats,
+    codes: Ints,
     *,
     studentized: bool = False,
     n_boot: int = 4000,
@@ -292,14 +298,19 @@ def _is_new_failure(p_a: float, p_b: float) -> bool:
     return p_a > 0.0 and p_b == 0.0
 
 
+#: A task's key (the caller's: a task id string, a tuple, ...); one type across an argument list,
+#: so a ``dict[str, str]`` of clusters is accepted (Mapping's key type is invariant).
+TaskKey = TypeVar("TaskKey", bound=Hashable)
+
+
 def compare_arms(
-    outcomes: Iterable[tuple[Hashable, str, int, bool | None]],
+    outcomes: Iterable[tuple[TaskKey, str, int, bool | None]],
     *,
     a: str,
     b: str,
-    clusters: Mapping[Hashable, Hashable] | None = None,
-    weights: Mapping[Hashable, float] | None = None,
-    tasks: Sequence[Hashable] | None = None,
+    clusters: Mapping[TaskKey, Hashable] | None = None,
+    weights: Mapping[TaskKey, float] | None = None,
+    tasks: Sequence[TaskKey] | None = None,
     method: Method = "wilson_mover",
     level: float = 0.95,
     n_boot: int = 4000,
@@ -332,9 +343,9 @@ def compare_arms(
     if a == b:
         raise ValueError(f"compare_arms: arms a and b are the same ({a!r})")
 
-    counts: dict[Hashable, dict[str, list[int]]] = {}
-    seen: set[tuple[Hashable, str, int]] = set()
-    order: list[Hashable] = []
+    counts: dict[TaskKey, dict[str, list[int]]] = {}
+    seen: set[tuple[TaskKey, str, int]] = set()
+    order: list[TaskKey] = []
     for task, arm, rep, passed in outcomes:
         if task not in counts:
             counts[task] = {a: [0, 0], b: [0, 0]}
@@ -358,7 +369,7 @@ def compare_arms(
     if unplanned:
         raise ValueError(f"compare_arms: outcomes for tasks not in the plan: {unplanned[:5]!r}")
 
-    def cluster_of(task: Hashable) -> Hashable:
+    def cluster_of(task: TaskKey) -> Hashable:
         if clusters is None:
             return task
         return clusters.get(task, task)
@@ -366,8 +377,8 @@ def compare_arms(
     rows: list[TaskRow] = []
     left_out: list[LeftOut] = []
     for task in plan:
-        cell = counts.get(task, {a: [0, 0], b: [0, 0]})
-        (n_a, k_a), (n_b, k_b) = cell[a], cell[b]
+        arms = counts.get(task, {a: [0, 0], b: [0, 0]})
+        (n_a, k_a), (n_b, k_b) = arms[a], arms[b]
         missing = tuple(arm for arm, n in ((a, n_a), (b, n_b)) if n == 0)
         if missing:
             left_out.append(LeftOut(task=task, cluster=cluster_of(task), missing_arms=missing))
@@ -421,15 +432,15 @@ def compare_arms(
         s_g, w_g = _cluster_figures(diffs, w, codes)
         _, se = _cluster_se(s_g, w_g)
         df = n_clusters - 1
-        n_a = np.array([r.n_a for r in rows], dtype=float)
-        n_b = np.array([r.n_b for r in rows], dtype=float)
+        sizes_a = np.array([r.n_a for r in rows], dtype=float)
+        sizes_b = np.array([r.n_b for r in rows], dtype=float)
         if method == "wilson_mover":
             _, lo_a, hi_a, se_a = difference_interval(
-                np.array([r.p_a for r in rows]), n_a, np.array([r.p_b for r in rows]), n_b, w,
-                codes, level=level)
+                np.array([r.p_a for r in rows]), sizes_a, np.array([r.p_b for r in rows]),
+                sizes_b, w, codes, level=level)
             lo, hi, se = float(lo_a), float(hi_a), float(se_a)
         elif method == "moderated_t":
-            prior = difference_prior_var(n_a, n_b)
+            prior = difference_prior_var(sizes_a, sizes_b)
             _, lo, hi, se, df = moderated_t_interval(diffs, w, codes, prior, level=level)
         elif method == "cluster_t":
             _, lo, hi, se, df = cluster_t_interval(diffs, w, codes, level=level, plain=True)

@@ -66,8 +66,10 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
 from statistics import NormalDist
+from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 from assay.stats.intervals import _check_level
 from assay.stats.tdist import t_ppf
@@ -154,9 +156,14 @@ def moderated_t(
     return delta, lo, hi, se
 
 
+#: what the interval functions take: a sequence or an array of numbers
+Floats = Sequence[float] | NDArray[Any]
+Ints = Sequence[int] | NDArray[Any]
+
+
 def moderated_t_interval(
-    diffs: Sequence[float], weights: Sequence[float], codes: Sequence[int],
-    prior_var: Sequence[float], *, level: float = 0.95, nu: float = PRIOR_WEIGHT,
+    diffs: Floats, weights: Floats, codes: Ints,
+    prior_var: Floats, *, level: float = 0.95, nu: float = PRIOR_WEIGHT,
     bounds: tuple[float, float] = (-1.0, 1.0),
 ) -> tuple[float, float, float, float, int]:
     """One symmetric moderated t interval: ``(delta, lo, hi, se, df)``."""

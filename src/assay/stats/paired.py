@@ -181,9 +181,9 @@ def paired_diff_interval(
     if span == 1.0:
         a_g = np.bincount(codes, weights=a_arr) / sizes
         b_g = np.bincount(codes, weights=b_arr) / sizes
-        _, lo, hi, _ = difference_interval(a_g, sizes, b_g, sizes, sizes, np.arange(g),
-                                           level=level, prior_var=np.full(g, 0.5))
-        return diff, float(lo), float(hi)
+        _, lo_g, hi_g, _ = difference_interval(a_g, sizes, b_g, sizes, sizes, np.arange(g),
+                                               level=level, prior_var=np.full(g, 0.5))
+        return diff, float(lo_g), float(hi_g)
     # One pair's worth per cluster (both configurations at the middle of the range), however
     # many items the cluster holds.
     prior = np.full(g, 0.5 * span * span)

@@ -110,11 +110,15 @@ class PreferenceResult:
         return out
 
 
-def preference(pairs: Iterable[PairOutcome], *, clusters: Mapping[Hashable, Hashable] | None
-               = None, weights: Mapping[Hashable, float] | None = None,
+def preference(pairs: Iterable[PairOutcome], *, clusters: Mapping[Any, Hashable] | None
+               = None, weights: Mapping[Any, float] | None = None,
                level: float = 0.95) -> PreferenceResult:
     """Per-task preference of B over A, its moderated t interval, and the position-bias rate
-    with its Wilson interval (see the module docstring for every definition)."""
+    with its Wilson interval (see the module docstring for every definition).
+
+    ``clusters`` and ``weights`` are keyed by the pairs' tasks, whatever their type (``Any``:
+    Mapping's key type is invariant, so ``Mapping[Hashable, ...]`` would refuse a
+    ``dict[str, ...]``)."""
     level = _check_level(level)
     cells: dict[Hashable, dict[str, int]] = {}
     seen: set[tuple[Hashable, int]] = set()
@@ -141,11 +145,12 @@ def preference(pairs: Iterable[PairOutcome], *, clusters: Mapping[Hashable, Hash
     counted = [r for r in rows if r.preference is not None]
     notes: list[str] = []
     total_pairs = sum(r.pairs for r in rows)
-    flipped = sum(r.flipped for r in rows)
-    bias: dict[str, Any] = {"flipped": flipped, "pairs": total_pairs, "rate": None, "ci": None}
+    flipped_pairs = sum(r.flipped for r in rows)
+    bias: dict[str, Any] = {"flipped": flipped_pairs, "pairs": total_pairs, "rate": None,
+                            "ci": None}
     if total_pairs:
-        lo, hi = wilson(flipped, total_pairs, level)
-        bias.update(rate=flipped / total_pairs, ci=[lo, hi], method="wilson")
+        lo, hi = wilson(flipped_pairs, total_pairs, level)
+        bias.update(rate=flipped_pairs / total_pairs, ci=[lo, hi], method="wilson")
     pref = ci = se = df = None
     codes_by: dict[Hashable, int] = {}
     if counted:
@@ -169,5 +174,5 @@ def preference(pairs: Iterable[PairOutcome], *, clusters: Mapping[Hashable, Hash
         preference=pref, ci=ci, se=se, df=df, level=level,
         method="moderated_t (per-task preference, t with G-1 df)", n_tasks=len(counted),
         n_clusters=len(codes_by), pairs=total_pairs, b_wins=sum(r.b_wins for r in rows),
-        a_wins=sum(r.a_wins for r in rows), ties=sum(r.ties for r in rows), flipped=flipped,
+        a_wins=sum(r.a_wins for r in rows), ties=sum(r.ties for r in rows), flipped=flipped_pairs,
         invalid_pairs=invalid, position_bias=bias, per_task=rows, notes=notes)

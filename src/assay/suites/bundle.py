@@ -47,6 +47,15 @@ class Environment(_Strict):
     unsupported: str | None = Field(default=None, min_length=1)
     """Why this machine cannot give the task the environment it needs (a container image, a
     GPU...): the bundle is kept, but no trial runs and ``task check`` reports the reason."""
+    image: str | None = Field(default=None, min_length=1)
+    """The source of the task's pinned environment, a path inside the bundle: a Debian recipe
+    (``*.yaml``), a ``Dockerfile`` or an OCI layout / ``docker save`` archive. ``assay env build
+    <path>`` builds it into the image store; ``initial_state.environment_image`` pins the
+    result. Null: the task runs on the host's own system, as before."""
+    engine: Literal["bwrap", "docker", "podman"] = "bwrap"
+    """What runs the pinned image: ``bwrap`` (assay's own sandbox with the image as its root,
+    no daemon) or, on machines where they work, ``docker``/``podman`` (not implemented yet: a
+    trial asking for them is refused with that reason)."""
 
 
 class InitialState(_Strict):
@@ -65,6 +74,18 @@ class InitialState(_Strict):
     model. An arm with a model needs ``model-proxy-only`` (refused at load otherwise)."""
     environment: Environment = Field(default_factory=Environment)
     """What the task needs of the machine."""
+    environment_image: str | None = Field(default=None, pattern=r"^sha256:[0-9a-f]{64}$")
+    """``sha256:<64 hex>``: the digest of the root filesystem the agent's and the verifier's
+    sandboxes run in (built from ``environment.image``). A trial refuses an image that is not
+    in the store (``assay env build <path>`` makes it) and a build whose digest differs; the
+    digest is recorded in the manifest and every trial record. Null: the host's own system."""
+
+    @model_validator(mode="after")
+    def _image_pair(self) -> InitialState:
+        if self.environment_image is not None and self.environment.image is None:
+            raise ValueError("environment_image pins an image but environment.image names no "
+                             "source to build it from")
+        return self
 
     @field_validator("fixture_digest")
     @classmethod
@@ -172,6 +193,14 @@ class JudgePass(_Strict):
     """The labels that pass (a label scale)."""
 
 
+#: What a judge may read of a trial (``grading/judge_material.PARTS``).
+JudgeShown = Literal["diff", "files", "trajectory", "answer"]
+
+
+def _default_shown() -> list[JudgeShown]:
+    return ["diff", "trajectory"]
+
+
 class JudgeCheck(_Strict):
     """``acceptance.judge``: a pinned judge reads the frozen artifact and the recorded
     trajectory (never the live workspace). Not required unless ``required: true``: its result
@@ -185,8 +214,7 @@ class JudgeCheck(_Strict):
     """True: a failing judgement rejects the trial; false: it is recorded only."""
     pass_: JudgePass = Field(alias="pass")
     """What the judgement must say to pass."""
-    show: list[Literal["diff", "files", "trajectory", "answer"]] = Field(
-        default_factory=lambda: ["diff", "trajectory"], min_length=1)
+    show: list[JudgeShown] = Field(default_factory=_default_shown, min_length=1)
     """What the judge reads of the trial."""
 
 
@@ -318,6 +346,10 @@ class Bundle:
             shutil.copytree(source, dest, symlinks=True)
 
 
+#: The starting tree against the digest task.yaml pins: ``missing`` when nothing is pinned.
+DigestState = Literal["ok", "missing", "mismatch"]
+
+
 @dataclass(frozen=True)
 class DigestCheck:
     """The starting tree's digest against the pinned one: ``state`` is ``ok``, ``missing``
@@ -327,7 +359,7 @@ class DigestCheck:
     pinned: str | None
 
     @property
-    def state(self) -> str:
+    def state(self) -> DigestState:
         if self.pinned is None:
             return "missing"
         return "ok" if self.pinned == self.digest else "mismatch"
@@ -428,6 +460,9 @@ def _outside_problems(root: Path, path: Path, text: str, spec: TaskSpec) -> list
              ("tests", ("tests",)), ("solution", ("solution",))]
     if spec.acceptance.judge is not None:
         named.append((spec.acceptance.judge.judge, ("acceptance", "judge", "judge")))
+    if spec.initial_state.environment.image is not None:
+        named.append((spec.initial_state.environment.image,
+                      ("initial_state", "environment", "image")))
     problems = []
     for written, loc in named:
         line = line_of(lines, loc)

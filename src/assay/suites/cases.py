@@ -64,7 +64,7 @@ class SuiteConfig(BaseModel):
     """Other case files by name (``--split NAME``), relative to the suite."""
     scorer: Any = None
     """Who decides that an answer is right: ``label`` when absent; checked by
-    ``parse_scorer`` (its errors name nested keys). See the README's Scorers section."""
+    ``parse_scorer`` (its errors name nested keys). See docs/guide/narrow.md, Scorers."""
     tiers: dict[str, SuiteTier | None] | None = None
     """Named selections of the cases for ``assay run --tier`` (``suites/tiers.py``)."""
 

@@ -12,7 +12,7 @@ the run (see the statistics notes), so a resume with either changed is refused l
 change; ``exp compare`` and ``exp verdict`` act on them.
 
 ``pairwise`` (optional) asks a pinned judge, after every trial is graded, which of two arms it
-prefers task by task (``api/pairwise.py``). While unset it is absent from the identity, so runs
+prefers task by task (``runner/pairwise.py``). While unset it is absent from the identity, so runs
 begun before it existed resume. When set it is in the identity's settings: the file's bytes
 (``file_sha256``) are in the identity anyway, so an edited block could not resume either way;
 there the refusal names the field. The judge file itself (its model, prompt, rubric) is not in
@@ -224,7 +224,7 @@ class Fork(_Strict):
     """Start every arm from one shared state instead of the pristine tree (for mechanism
     changes, context compaction and the like, that only act deep into a run): a prefix agent
     runs once per (task, repetition) until ``until``, its workspace and HOME are frozen, and
-    each arm continues from an identical copy. See the README's "Fork experiments"."""
+    each arm continues from an identical copy. See docs/guide/experiments.md, "Fork experiments"."""
 
     prefix_agent: str = Field(min_length=1)
     """Agent spec of the prefix, e.g. ``command:python3 agent.py --until-compaction``
@@ -547,8 +547,9 @@ def _unnamed_split(chosen: list[Bundle], problem: Callable[[str], Problem]) -> l
 def _check_scripts(path: Path, spec: ExperimentSpec, problem: ProblemAt) -> list[Problem]:
     """A ``builtin/replay`` script must exist (relative to this file), or the first trial of
     its arm would be the one to find out."""
-    models = [(("arms", name, "model", "script"), arm.model)
-              for name, arm in spec.arms.items() if arm.model is not None]
+    models: list[tuple[tuple[str, ...], ModelSpec]] = [
+        (("arms", name, "model", "script"), arm.model)
+        for name, arm in spec.arms.items() if arm.model is not None]
     if spec.fork is not None and spec.fork.model is not None:
         models.append((("fork", "model", "script"), spec.fork.model))
     out = []
@@ -635,8 +636,10 @@ def bar_sha256(bar: dict[str, Any] | None) -> str | None:
 
 def task_fingerprint(bundle: Bundle) -> dict[str, Any]:
     """What makes two runs of "the same task" the same: its task.yaml, its starting tree and
-    its hidden tests. A pinned ``fixture_digest`` is the starting tree's identity (every trial
-    checks the tree against it); an unpinned one is computed here."""
+    its hidden tests, and the image it runs in. A pinned ``fixture_digest`` is the starting
+    tree's identity (every trial checks the tree against it); an unpinned one is computed here.
+    ``environment_image`` (only for a task pinned to one, so older runs resume): a resume
+    whose task now runs in another image is refused like any other change."""
     state = bundle.spec.initial_state
     fixture = state.fixture_digest
     if fixture is None:
@@ -647,8 +650,10 @@ def task_fingerprint(bundle: Bundle) -> dict[str, Any]:
         else:
             fixture = tree_digest((bundle.root / state.repository).resolve())
     tests = tree_digest(bundle.tests_dir) if bundle.tests_dir.is_dir() else None
+    image = ({"environment_image": state.environment_image}
+             if state.environment_image is not None else {})
     return {"revision": bundle.spec.revision, "task_yaml_sha256": bundle.spec_sha256,
-            "fixture_digest": fixture, "tests_digest": tests}
+            "fixture_digest": fixture, "tests_digest": tests, **image}
 
 
 def arm_identity(arm: Arm, agent_files: dict[str, str] | None = None) -> dict[str, Any]:

@@ -228,7 +228,7 @@ def _inside(path: Path, folder: Path) -> bool:
     return target is not None and top is not None and target.is_relative_to(top)
 
 
-class _RubricLoader(SafeLoader):  # type: ignore[misc,valid-type]
+class _RubricLoader(SafeLoader):
     """YAML without its booleans: a scale ``[yes, no]`` means the labels "yes" and "no"."""
 
 

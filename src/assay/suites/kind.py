@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Literal
 
+from assay.records.statuses import SuiteKind
 from assay.suites.errors import SuiteError
 
-SuiteKind = Literal["narrow", "coding"]
 #: how much of a file is read to tell a narrow suite's cases from coding tasks
 _HEAD_BYTES = 64 * 1024
 

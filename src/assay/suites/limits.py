@@ -1,4 +1,4 @@
-"""The bounds every hand-written input is held to, in one place (the README lists them).
+"""The bounds every hand-written input is held to, in one place (docs/guide/security.md lists them).
 
 Why bounds at all: an experiment, a task bundle or a suite can come from a careless colleague or
 from someone who wants the runner's machine down. Each file is read whole and parsed before
@@ -29,8 +29,12 @@ PROMPT_FILE_MAX_BYTES = 1 * MIB
 JUDGE_FILE_MAX_BYTES = 256 * KIB
 RUBRIC_FILE_MAX_BYTES = 1 * MIB
 TEMPLATE_FILE_MAX_BYTES = 256 * KIB
+#: Largest Dockerfile read into a recipe (a real one is a few KiB; heredocs included).
+DOCKERFILE_MAX_BYTES = 1 * MIB
 #: Largest ``builtin/replay`` script file (canned model turns for rehearsals).
 REPLAY_FILE_MAX_BYTES = 16 * MIB
+#: Largest environment recipe (``env.yaml``): a suite, packages, steps; a real one is a few KiB.
+RECIPE_FILE_MAX_BYTES = 256 * KIB
 #: Largest ``.assay/holdout.yaml`` (one number).
 HOLDOUT_FILE_MAX_BYTES = 64 * KIB
 #: Largest cases or tasks JSONL file, and largest single line of one: read one line at a time,

@@ -11,7 +11,9 @@ loads. Regenerate with::
 
 from __future__ import annotations
 
+import functools
 import json
+import operator
 import re
 import sys
 import types
@@ -22,13 +24,14 @@ from pathlib import Path
 from typing import Any
 
 import annotated_types as at
-from pydantic import BaseModel
+from pydantic import BaseModel, Tag
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
 from assay.suites.bundle import TaskSpec
 from assay.suites.cases import SuiteConfig
 from assay.suites.experiment import ExperimentSpec
+from assay.suites.recipe import Recipe
 
 
 @dataclass(frozen=True)
@@ -56,8 +59,14 @@ PAGES = (
     Page("suite", "`suite.yaml`: a narrow suite's settings", SuiteConfig,
          "`suite.yaml` sits beside `data/cases.jsonl` and `prompts/system.txt`; every key is "
          "optional. Unknown keys are refused, with the nearest known key suggested. The "
-         "`scorer` key has its own grammar: see the README's Scorers section.",
+         "`scorer` key has its own grammar: see docs/guide/narrow.md, Scorers.",
          "examples/extract/suite.yaml"),
+    Page("recipe", "Debian recipes (`environment.image: <recipe>.yaml`)", Recipe,
+         "A recipe is the source of a task's pinned environment: `assay env build` turns it into "
+         "an image (docs/guide/environments.md). A `steps` item is a mapping with exactly one of "
+         "the keys `run`, `copy`, `env`, `workdir`, `user`, `pip`, `apt`. Unknown keys are "
+         "refused, with the nearest known key suggested.",
+         "examples/agent-tasks/leaderboard-rank-007/environment/recipe.yaml"),
 )
 
 
@@ -74,7 +83,12 @@ def _models_in(annotation: Any) -> list[tuple[str, type[BaseModel]]]:
     found: list[tuple[str, type[BaseModel]]] = []
     for a in _unwrap(annotation):
         origin = typing.get_origin(a)
-        if isinstance(a, type) and issubclass(a, BaseModel):
+        if origin is typing.Annotated:  # a tagged union and its members (recipe steps)
+            inner, *meta = typing.get_args(a)
+            tags = [m.tag for m in meta if isinstance(m, Tag)]
+            found += [(s + (f" ({tags[0]})" if tags and not s else ""), m)
+                      for s, m in _models_in(inner)]
+        elif isinstance(a, type) and issubclass(a, BaseModel):
             found.append(("", a))
         elif origin is list:
             found += [("[]" + s, m) for s, m in _models_in(typing.get_args(a)[0])]
@@ -83,8 +97,26 @@ def _models_in(annotation: Any) -> list[tuple[str, type[BaseModel]]]:
     return found
 
 
+def _plain(annotation: Any) -> Any:
+    """``annotation`` without its ``Annotated`` wrappers (constraints are shown as "allowed";
+    a tagged union's discriminator is no type)."""
+    origin = typing.get_origin(annotation)
+    args = typing.get_args(annotation)
+    if origin is typing.Annotated:
+        return _plain(args[0])
+    if origin is list:
+        return list[_plain(args[0])]  # type: ignore[misc]
+    if origin is dict:
+        return dict[_plain(args[0]), _plain(args[1])]  # type: ignore[misc]
+    if origin in (typing.Union, types.UnionType):
+        return functools.reduce(operator.or_, (_plain(a) for a in args))
+    return annotation
+
+
 def type_name(annotation: Any) -> str:
     """A short, readable spelling of a field's type."""
+    if "Annotated" in str(annotation):
+        annotation = _plain(annotation)
     if isinstance(annotation, type):
         return annotation.__name__
     text = str(annotation)

@@ -211,6 +211,7 @@ def _judge_spec(raw: dict[str, Any], root: Path, reads: str,
 
     path = raw.get("judge")
     loaded = None
+    judge_file: Path | None = None
     if not isinstance(path, str) or not path.strip():
         problems.append((("scorer", "judge"), "must be the path of a judge.yaml (relative to "
                          "the suite)"))
@@ -219,6 +220,7 @@ def _judge_spec(raw: dict[str, Any], root: Path, reads: str,
     else:
         try:
             loaded = load_judge(root / path)
+            judge_file = (root / path).resolve()
         except SuiteError as exc:
             problems += [(("scorer", "judge"), str(p)) for p in exc.problems]
     rule = raw.get("pass")
@@ -250,7 +252,7 @@ def _judge_spec(raw: dict[str, Any], root: Path, reads: str,
                                  f"{criterion.id} ({criterion.describe_scale()})"))
             else:
                 rule = {**rule, "one_of": [criterion.normalise(v) for v in values]}
-    return ScorerSpec("judge", reads, judge=(root / path).resolve() if loaded else None,
+    return ScorerSpec("judge", reads, judge=judge_file,
                       pass_rule=dict(rule), judge_loaded=loaded)
 
 

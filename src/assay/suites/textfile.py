@@ -50,7 +50,7 @@ def read_text(path: Path, *, limit: int, what: str, line: int | None = None,
 
 def too_large(path: Path, what: str, size: int, limit: int) -> SuiteError:
     return SuiteError.one(path, f"{what} is {describe_bytes(size)}, over the "
-                          f"{describe_bytes(limit)} limit for it (see the README's "
+                          f"{describe_bytes(limit)} limit for it (see docs/guide/security.md, "
                           "\"Input limits\"); refused without parsing")
 
 

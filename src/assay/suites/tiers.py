@@ -45,8 +45,10 @@ class SuiteTier(BaseModel):
 
 
 class _Identified(Protocol):
-    id: str
-    line: int
+    @property
+    def id(self) -> str: ...
+    @property
+    def line(self) -> int: ...
 
 
 def tier_named(tiers: dict[str, Any] | None, name: str, where: Path) -> Any:

@@ -33,7 +33,7 @@ KeyLines = dict[tuple[str, ...], int]
 _BaseLoader: type = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
-class SafeLoader(_BaseLoader):  # type: ignore[misc,valid-type]
+class SafeLoader(_BaseLoader):
     """PyYAML's safe loader (the C one when PyYAML was built with libyaml, several times
     faster), whose value errors name their line: a 5,000-digit ``seed``, a 13th month in a
     timestamp or ``!!int abc`` raise a plain ``ValueError`` in PyYAML, a traceback without a

@@ -1,0 +1,117 @@
+"""What a pinned environment adds to a trial: one example task on the host's root and in a
+built Debian image, same oracle, same verifier.
+
+    .venv/bin/python bench/environment_overhead.py [--rounds 3] [--cache DIR] [--cold]
+
+The image (Debian bookworm with python3, python3-pytest and git, the oracle's ``git apply``,
+built with ``mmdebstrap`` by
+``tests/support/images.py``) is kept under ``--cache`` (default ``~/.cache/assay-bench-images``)
+so a second run measures the cached case; ``--cold`` builds into a fresh folder and reports the
+first build's time. Each round runs one oracle trial of ``duration-parse-001`` as written (the
+host's system) and one of a copy pinned to the image, interleaved so that drift in machine load
+hits both sides equally. Prints the median seconds per trial (and of its prepare, agent and
+verify stages) on each side, their ratio and the added seconds, against the target of under
+0.5 s added per trial once the image is cached; exit status 1 when the target is missed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+TASK = REPO / "examples" / "agent-tasks" / "duration-parse-001"
+TARGET_ADDED_SECONDS = 0.5
+PACKAGES = ("git", "python3", "python3-pytest")
+
+
+def _pinned_copy(dest: Path, digest: str) -> Path:
+    shutil.copytree(TASK, dest, symlinks=True)
+    (dest / "environment").mkdir()
+    (dest / "environment" / "recipe.yaml").write_text(
+        "suite: bookworm\npackages: [" + ", ".join(PACKAGES) + "]\n")
+    path = dest / "task.yaml"
+    text = path.read_text()
+    text = re.sub(r"environment: \{", "environment: {image: environment/recipe.yaml, ", text)
+    text = re.sub(r"(  environment: .*\n)", r"\1  environment_image: " + digest + "\n", text)
+    path.write_text(text)
+    return dest
+
+
+def _trial(bundle_dir: Path, out: Path) -> dict[str, float]:
+    from assay.agents import parse_agent
+    from assay.runner.trial import run_trial
+    from assay.suites.bundle import load_bundle
+
+    t0 = time.perf_counter()
+    res = run_trial(load_bundle(bundle_dir), parse_agent("oracle"), out)
+    total = time.perf_counter() - t0
+    if res.grade is None or not res.grade.accepted:
+        raise SystemExit(f"{bundle_dir}: oracle not accepted ({res.error})")
+    record = json.loads((out / "trial.json").read_text())
+    stages = {s["name"]: s["seconds"] for s in record["stages"]}
+    return {"total": total, **stages}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--cache", type=Path,
+                    default=Path.home() / ".cache" / "assay-bench-images")
+    ap.add_argument("--cold", action="store_true", help="build the image into a fresh folder")
+    args = ap.parse_args(argv)
+    sys.path.insert(0, str(REPO / "tests"))
+    with tempfile.TemporaryDirectory(prefix="assay-bench-env-") as tmp:
+        root = Path(tmp)
+        os.environ["ASSAY_TEST_IMAGE_CACHE"] = str(root / "images" if args.cold else args.cache)
+        from support.images import BUILD_SECONDS, base_image, cache_dir
+
+        started = time.perf_counter()
+        try:
+            store, image = base_image(("git",))
+        except BaseException as exc:  # pytest.skip: mmdebstrap cannot build here
+            print(f"cannot build the image: {exc}", file=sys.stderr)
+            return 2
+        built = BUILD_SECONDS.get(PACKAGES)
+        lookup = time.perf_counter() - started
+        os.environ["ASSAY_CACHE_DIR"] = str(cache_dir(store))
+        pinned = _pinned_copy(root / "pinned", image.digest)
+        host: list[dict[str, float]] = []
+        inside: list[dict[str, float]] = []
+        _trial(TASK, root / "warm-host")  # the verifier's host cache of trusted runs, both
+        _trial(pinned, root / "warm-image")
+        for i in range(args.rounds):
+            host.append(_trial(TASK, root / f"host-{i}"))
+            inside.append(_trial(pinned, root / f"image-{i}"))
+
+    def med(rows: list[dict[str, float]], key: str) -> float:
+        return statistics.median(r.get(key, 0.0) for r in rows)
+
+    print(f"{'stage':<10} {'host root s':>12} {'image s':>9} {'ratio':>7} {'added s':>8}")
+    for key in ("prepare", "agent", "verify", "total"):
+        h, m = med(host, key), med(inside, key)
+        print(f"{key:<10} {h:>12.3f} {m:>9.3f} {m / h if h else float('nan'):>7.2f} "
+              f"{m - h:>+8.3f}")
+    if built is not None:
+        print(f"first build of the image (mmdebstrap, {image.files} files, "
+              f"{image.bytes / 2**20:.0f} MiB): {built:.1f} s")
+    else:
+        print(f"image cached in {args.cache} (found in {lookup:.2f} s; --cold measures the "
+              "first build)")
+    added = med(inside, "total") - med(host, "total")
+    verdict = "PASS" if added < TARGET_ADDED_SECONDS else "FAIL"
+    print(f"{verdict}: {added:+.3f} s per trial in the image, median of {args.rounds} "
+          f"(target < {TARGET_ADDED_SECONDS} s once cached)")
+    return 0 if verdict == "PASS" else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,25 @@
+#!/bin/bash
+# Harbor's usual verifier: fetch uv, then run pytest through uvx and turn its exit status
+# into the reward.
+apt-get update
+apt-get install -y curl
+
+curl -LsSf https://astral.sh/uv/0.9.5/install.sh | sh
+source $HOME/.local/bin/env
+
+if [ "$PWD" = "/" ]; then
+    echo "no WORKDIR set" >&2
+    exit 1
+fi
+
+uvx \
+  -p 3.12 \
+  -w pytest==8.4.1 \
+  -w pytest-json-ctrf==0.3.5 \
+  pytest --ctrf /logs/verifier/ctrf.json /tests/test_outputs.py -rA
+
+if [ $? -eq 0 ]; then
+  echo 1 > /logs/verifier/reward.txt
+else
+  echo 0 > /logs/verifier/reward.txt
+fi

@@ -1,0 +1,128 @@
+"""``assay env build|ls|rm``: pinned environments in the image store."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+
+from assay.cli.app import app, err, fail, out
+from assay.errors import AssayError
+
+env_app = typer.Typer(no_args_is_help=True,
+                      help="Pinned environments: build or import images, list, remove, open a "
+                      "shell in a task's.")
+app.add_typer(env_app, name="env")
+
+
+def _build_args(values: list[str]) -> dict[str, str]:
+    parsed: dict[str, str] = {}
+    for value in values:
+        key, sep, rest = value.partition("=")
+        if not sep or not key:
+            raise fail(f"--build-arg {value!r}: expected NAME=VALUE")
+        parsed[key] = rest
+    return parsed
+
+
+@contextlib.contextmanager
+def _errors() -> Iterator[None]:
+    """An assay error as its one-line message and exit code (2 input, 3 infrastructure)."""
+    try:
+        yield
+    except AssayError as exc:
+        raise fail(escape(str(exc)), exc.exit_code) from None
+
+
+def _size(n: int) -> str:
+    return f"{n / 2**20:,.0f} MiB" if n >= 2**20 else f"{n / 2**10:,.0f} KiB"
+
+
+@env_app.command("build")
+def env_build(
+    source: Annotated[Path, typer.Argument(metavar="RECIPE|DOCKERFILE|ARCHIVE",
+                                           help="A recipe file (env.yaml), a Dockerfile, an "
+                                           "OCI layout folder, an OCI tar or a docker save "
+                                           "archive.")],
+    build_arg: Annotated[list[str] | None, typer.Option(
+        "--build-arg", metavar="NAME=VALUE", help="A Dockerfile ARG value (repeatable).")] = None,
+    expect: Annotated[str | None, typer.Option(
+        "--expect", metavar="DIGEST", help="Refuse a result whose digest differs.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the image record as JSON "
+                                          "(progress still goes to stderr).")] = False,
+) -> None:
+    """Build or import an image into the store (a source seen before is a lookup); progress
+    lines go to stderr, the image's digest to stdout."""
+    from assay.api.environments import build_environment
+
+    args = _build_args(build_arg or [])
+    with _errors():
+        result = build_environment(source, build_args=args, expected_digest=expect,
+                                   progress=lambda line: err.print(f"[dim]{escape(line)}[/]",
+                                                                   highlight=False))
+    image = result.image
+    if as_json:
+        record = json.loads(image.model_dump_json(by_alias=True))
+        record["cached"] = result.cached
+        out.print_json(data=record)
+        return
+    for text in image.substitutions:
+        err.print(f"[yellow]substituted:[/] {escape(text)}", highlight=False)
+    for text in image.notes:
+        err.print(f"note: {escape(text)}", highlight=False)
+    how = {True: "cached", False: "built", None: "imported"}[result.cached]
+    err.print(f"{how}: {image.source_label or source} -> {image.files:,} files, "
+              f"{_size(image.bytes)}", highlight=False)
+    out.print(image.digest, highlight=False, soft_wrap=True)
+
+
+@env_app.command("ls")
+def env_ls(
+    as_json: Annotated[bool, typer.Option("--json", help="Every image record as a JSON "
+                                          "list.")] = False,
+) -> None:
+    """The images in the store: digest, source, size, when it was made."""
+    from rich.table import Table
+
+    from assay.api.environments import list_environments, short_digest, store_root
+
+    images = list_environments()
+    if as_json:
+        out.print_json(data=[json.loads(i.model_dump_json(by_alias=True)) for i in images])
+        return
+    if not images:
+        err.print(f"no images in {store_root()}", highlight=False)
+        return
+    table = Table(box=None, pad_edge=False)
+    for column in ("digest", "source", "label", "size", "created"):
+        if column == "label":  # long labels fold onto more lines rather than lose their end
+            table.add_column(column, overflow="fold")
+        else:
+            table.add_column(column, no_wrap=True)
+    for i in images:
+        table.add_row(short_digest(i.digest), i.source_kind, escape(i.source_label),
+                      _size(i.bytes), i.created_at)
+    out.print(table)
+
+
+@env_app.command("rm")
+def env_rm(
+    digest: Annotated[str, typer.Argument(metavar="DIGEST", help="A digest or a unique prefix "
+                                          "of one (sha256: optional).")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print the removed image's record "
+                                          "as JSON.")] = False,
+) -> None:
+    """Remove one image from the store."""
+    from assay.api.environments import remove_environment
+
+    with _errors():
+        image = remove_environment(digest)
+    if as_json:
+        out.print_json(data=json.loads(image.model_dump_json(by_alias=True)))
+        return
+    out.print(f"removed {image.digest}", highlight=False, soft_wrap=True)

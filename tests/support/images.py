@@ -1,0 +1,143 @@
+"""Real Debian images for the tests: built with assay's own recipe builder, once, and shared.
+
+``base_image(extra_packages)`` returns ``(ImageStore, EnvironmentImage)`` for a Debian bookworm
+root with ``python3`` and ``python3-pytest`` (plus ``extra_packages``), built from a recipe by
+:func:`assay.environments.debian.build_recipe` (``mmdebstrap``, then the finishing pass), so a
+session that uses an image has also tested that path. A build takes 40 s on an idle 2-core
+machine and 2-4 min under the load of the rest of the test run (most of it mmdebstrap
+downloading and unpacking ~60 packages).
+
+Where the store lives: ``<root>/environments``, the image store of a cache directory
+``<root>`` (a test points ``ASSAY_CACHE_DIR`` at :func:`cache_dir` for trials to find the
+image), with ``<root>`` ``$ASSAY_TEST_IMAGE_CACHE`` when set (kept across sessions: a second
+session finds the image by its recipe's digest and builds nothing); otherwise a folder of this
+session under the system temporary directory named by the pytest process (under
+pytest-xdist, by the controller: the workers' parent), shared by the workers and removed when
+the session ends (``tests/conftest.py``'s ``pytest_unconfigure``, or at exit without xdist).
+An ``fcntl.flock`` per recipe makes concurrent workers build each image once: one builds, the
+others wait and then find it in the store.
+
+Callers that cannot build (no ``mmdebstrap``, no bubblewrap) get ``pytest.skip`` with the
+reason.
+"""
+
+from __future__ import annotations
+
+import atexit
+import fcntl
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from assay.environments.debian import BuildResult, build_recipe
+from assay.environments.store import EnvironmentImage, ImageStore
+from assay.suites.recipe import load_recipe, recipe_digest
+
+BASE_PACKAGES = ("python3", "python3-pytest")
+#: Seconds the last build in this process took, by package tuple (the bench reads it).
+BUILD_SECONDS: dict[tuple[str, ...], float] = {}
+
+
+def recipe_text(packages: tuple[str, ...]) -> str:
+    """The recipe of a test image with ``packages`` (sorted, so the same set is one image)."""
+    return ("# A shared test image (tests/support/images.py).\n"
+            "suite: bookworm\n"
+            f"packages: [{', '.join(sorted(set(packages)))}]\n")
+
+
+#: The shared base image's recipe.
+BASE_RECIPE = recipe_text(BASE_PACKAGES)
+
+
+def cache_dir(store: ImageStore) -> Path:
+    """The cache directory whose image store ``store`` is (for ``ASSAY_CACHE_DIR``)."""
+    return store.root.parent
+
+
+def _session_root(owner: int) -> Path:
+    return Path(tempfile.gettempdir()) / f"assay-test-images-{os.getuid()}-{owner}"
+
+
+def _store_root() -> Path:
+    cached = os.environ.get("ASSAY_TEST_IMAGE_CACHE")
+    if cached:
+        return Path(cached)
+    if "PYTEST_XDIST_TESTRUNUID" in os.environ:  # a worker: the controller's folder, shared
+        return _session_root(os.getppid())
+    root = _session_root(os.getpid())
+    if not root.exists():
+        atexit.register(_remove, root)
+    return root
+
+
+def image_cache_dir(_factory: object = None) -> Path:
+    """The root the shared images live under (see the module's docstring)."""
+    root = _store_root()
+    root.mkdir(parents=True, exist_ok=True)
+    return root
+
+
+def remove_session_store() -> None:
+    """The controller's end of a session (``pytest_unconfigure``): the shared folder its
+    pytest-xdist workers built images in, unless they are kept (``ASSAY_TEST_IMAGE_CACHE``)."""
+    if not os.environ.get("ASSAY_TEST_IMAGE_CACHE"):
+        _remove(_session_root(os.getpid()))
+
+
+def _remove(root: Path) -> None:
+    if root.exists():
+        subprocess.run(["rm", "-rf", "--one-file-system", str(root)], check=False)
+
+
+def require_mmdebstrap() -> None:
+    """Skip (saying why) where images cannot be built: no mmdebstrap, no bubblewrap."""
+    if shutil.which("mmdebstrap") is None:
+        pytest.skip("mmdebstrap is not installed (scripts/bootstrap.sh installs it as root)")
+    if shutil.which("bwrap") is None:
+        pytest.skip("bubblewrap is not installed (scripts/bootstrap.sh installs it)")
+
+
+def build_shared(root: Path, name: str, text: str,
+                 progress: Callable[[str], None] | None = None) -> tuple[ImageStore,
+                                                                          BuildResult]:
+    """Build the recipe ``text`` (written to ``<root>/recipes/<name>/env.yaml``) into the store
+    ``<root>/environments``, one builder at a time across processes. Skips (saying why)
+    when the store lacks it and this machine cannot build it."""
+    folder = root / "recipes" / name
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "env.yaml"
+    store = ImageStore(root / "environments")
+    with open(root / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not path.is_file() or path.read_text() != text:
+            path.write_text(text)
+        recipe, context = load_recipe(path)
+        if store.lookup_source("debian-recipe", recipe_digest(recipe, context)) is None:
+            require_mmdebstrap()
+        result = build_recipe(recipe, context, store, source_label=f"{name}/env.yaml",
+                              origin=path, progress=progress)
+    return store, result
+
+
+def shared_base(_factory: object = None) -> tuple[ImageStore, BuildResult]:
+    """The shared base image and whether this call found it built."""
+    return build_shared(image_cache_dir(), "base", BASE_RECIPE)
+
+
+def base_image(extra_packages: tuple[str, ...] = ()) -> tuple[ImageStore, EnvironmentImage]:
+    """The shared image with ``python3``, ``python3-pytest`` and ``extra_packages``."""
+    packages = tuple(sorted(set(BASE_PACKAGES) | set(extra_packages)))
+    name = "base" if packages == tuple(sorted(BASE_PACKAGES)) else (
+        "base-" + hashlib.sha256(",".join(packages).encode()).hexdigest()[:12])
+    started = time.monotonic()
+    store, result = build_shared(image_cache_dir(), name, recipe_text(packages))
+    if not result.cached:
+        BUILD_SECONDS[packages] = time.monotonic() - started
+    return store, result.image

@@ -1,0 +1,100 @@
+"""The shipped examples (``examples/agent-tasks``) pass ``task check --mutants``.
+
+A file of its own so that the test suite's scheduler (tests/conftest.py) can run it beside
+tests/test_trials.py, whose module fixtures it does not use: it is the longest single test.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import run_cli
+
+from assay.sandbox import bwrap_available
+
+needs_bwrap = pytest.mark.skipif(not bwrap_available(), reason="bubblewrap cannot run here")
+
+
+def squash(text: str) -> str:
+    return "".join(text.split())
+
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "agent-tasks"
+
+
+#: The reduced form's plan: every example runs nop and its oracle, and seven mutants, so that
+#: every mutant runs on some example (the cross product, 7 x 20, is the full form). The one that
+#: sleeps out the verifier's whole limit (hang_at_import) runs on one example only.
+EXAMPLE_GROUPS: tuple[tuple[tuple[str, ...], tuple[str, ...]], ...] = (
+    (("leaderboard-rank-007",),  # solve.sh, no patch: the patch-based mutants do not apply
+     ("no_change", "hang_at_import", "shadow_pytest", "pytest_plugin", "twin_aware_noop",
+      "fake_output", "chmod_tests")),
+    (("duration-parse-001", "semver-compat-002", "slugify-fold-003"),
+     ("delete_tests", "neuter_tests", "symlink_protected", "outside_allowed", "link_outside",
+      "sourceless_bytecode", "partial_fix")),
+    (("retry-final-004", "ellipsize-width-005", "memo-key-006"),
+     ("fake_summary_exit", "noop_test_calls", "flip_failed_reports", "shadow_bytecode",
+      "shape_aware_noop", "runner_dep_shadow", "no_change")),
+)
+
+
+@needs_bwrap
+@pytest.mark.slow
+def test_examples_pass_task_check(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every shipped example passes ``task check --mutants``. Reduced form: every example runs
+    ``nop``, its oracle and seven mutants (``EXAMPLE_GROUPS``: every mutant on some example,
+    picked with ``--mutant``), on a copy of the examples whose ``verifier_wall_seconds`` is 20
+    instead of 60, since hang_at_import sleeps out the whole limit in each check (the oracle
+    must still finish within half of it, ``TRUSTED_SHARE``, for the time-out to count as the
+    mutant's); the image-pinned example (leaderboard-rank-007) is pinned to the image this
+    session's other image tests share (the same packages; its own recipe would be one more
+    build of minutes). Full form, every mutant on every example as shipped (its image built
+    from its recipe, which reproduces the pinned digest): ``.venv/bin/assay task check
+    examples/agent-tasks --mutants --reruns 1 --workers 6 --out /tmp/check`` (exit 0, every
+    mutant ``rejected:…``)."""
+    from support.images import base_image, cache_dir
+
+    from assay.agents import MUTANTS
+
+    assert EXAMPLES.is_dir()
+    assert {t for ts, _ in EXAMPLE_GROUPS for t in ts} == {
+        p.parent.name for p in EXAMPLES.glob("*/task.yaml")}, "an example left out"
+    assert {m for _, ms in EXAMPLE_GROUPS for m in ms} == {m.name for m in MUTANTS}, \
+        "a mutant no example runs: give it a group"
+    examples = tmp_path / "agent-tasks"
+    shutil.copytree(EXAMPLES, examples, symlinks=True)
+    for y in examples.glob("*/task.yaml"):
+        text = y.read_text()
+        assert "verifier_wall_seconds: 60}" in text, y
+        y.write_text(text.replace("verifier_wall_seconds: 60}", "verifier_wall_seconds: 20}"))
+    store, image = base_image(("python3-sortedcontainers",))
+    monkeypatch.setenv("ASSAY_CACHE_DIR", str(cache_dir(store)))
+    pinned = examples / "leaderboard-rank-007" / "task.yaml"
+    pinned.write_text(re.sub(r"environment_image: \S+", f"environment_image: {image.digest}",
+                             pinned.read_text()))
+    by_id: dict[str, dict[str, Any]] = {}
+    for n, (tasks, mutants) in enumerate(EXAMPLE_GROUPS):
+        out = tmp_path / f"check-{n}"
+        picks = [a for m in mutants for a in ("--mutant", m)]
+        res = run_cli(["task", "check", *(str(examples / t) for t in tasks), *picks,
+                       "--reruns", "1", "--workers", "6", "--out", str(out)])
+        assert res.code == 0, (res.stdout, res.stderr)
+        reports = json.loads((out / "task-check.json").read_text())
+        assert sorted(r["task"] for r in reports) == sorted(tasks)
+        for r in reports:
+            assert r["status"] == "ok" and r["digest"] == "ok", r
+            assert r["mutants"] and set(r["mutants"]) <= set(mutants), r
+            assert all(v.startswith("rejected:") for v in r["mutants"].values()), r
+            by_id[r["task"]] = r
+        if "leaderboard-rank-007" in tasks:
+            assert f"leaderboard-rank-007:raninimage{image.digest}" in squash(res.stdout)
+    # every mutant ran somewhere (none was silently not applicable to its whole group)
+    assert {m for r in by_id.values() for m in r["mutants"]} == {m.name for m in MUTANTS}
+    assert by_id["leaderboard-rank-007"]["environment_image"]["digest"] == image.digest
+    assert by_id["leaderboard-rank-007"]["mutants"]["hang_at_import"] == \
+        "rejected:candidate_timeout"
