@@ -23,6 +23,9 @@ import pytest
 from conftest import run_cli
 from support import agent_cli
 
+# real agent CLIs held to wall budgets: run after the other tests, two at a time (Makefile)
+pytestmark = pytest.mark.quiet
+
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "agent-tasks" / "duration-parse-001"
 TASK = "duration-parse-001"
 

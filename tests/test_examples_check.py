@@ -45,6 +45,7 @@ EXAMPLE_GROUPS: tuple[tuple[tuple[str, ...], tuple[str, ...]], ...] = (
 
 @needs_bwrap
 @pytest.mark.slow
+@pytest.mark.timeout(900)  # 90 s alone; over 300 s once in CI among eight workers
 def test_examples_pass_task_check(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Every shipped example passes ``task check --mutants``. Reduced form: every example runs
     ``nop``, its oracle and seven mutants (``EXAMPLE_GROUPS``: every mutant on some example,

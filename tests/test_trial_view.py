@@ -29,6 +29,9 @@ from assay.records.io import iter_rows
 from assay.records.transcript import BLOBS_FILE, CALLS_FILE, TranscriptBlob, load_transcript
 from assay.sandbox import bwrap_available
 
+# real agent CLIs held to wall budgets: run after the other tests, two at a time (Makefile)
+pytestmark = pytest.mark.quiet
+
 qwen_bin = agent_cli.install_fixture(agent_cli.SCRIPTS / "qwen.sh", "qwen-code")
 
 FIX_CMD = ("python3 -c \"import pathlib; p = pathlib.Path('src/calc/__init__.py'); "
