@@ -301,11 +301,13 @@ def test_sse_chunks_arrive_one_by_one_with_their_timing(workdir: Path, gateway: 
     sent = gateway.sse_sent
     assert len(sent) == n
     delays = [arrived - s for (_, arrived), s in zip(got, sent, strict=True)]
-    # each event arrives right after it was sent (buffering would delay the first ones by up
-    # to (n-1)*gap = 1.6 s), and the spacing the server chose survives the trip
-    assert max(delays) < 0.25, delays
-    gaps = [b[1] - a[1] for a, b in zip(got, got[1:], strict=False)]
-    assert min(gaps) > gap * 0.75, gaps
+    # each event arrives soon after it was sent: buffering would hold the first one back until
+    # the last was sent, (n-1)*gap = 1.6 s. Half that is the bound: on a loaded machine one
+    # event can be 0.1-0.2 s late (which also shortens the next gap, so gaps are not compared
+    # one by one), never 0.8 s.
+    assert max(delays) < (n - 1) * gap / 2, delays
+    # and the events stay spread out as sent, not bunched at the end
+    assert got[-1][1] - got[0][1] > (n - 1) * gap * 0.75, got
 
 
 def test_keep_alive_reuses_one_connection_without_delay(
