@@ -358,6 +358,22 @@ def test_an_entrypoint_that_starts_a_service_is_said_not_run(tmp_path: Path) -> 
                                     "starts every process of a task itself"]
 
 
+def test_a_cmd_that_starts_services_through_a_shell_is_said_not_run(tmp_path: Path) -> None:
+    """A public Harbor task's CMD started its mock services with ``bash -c "... && sleep
+    infinity"``; an earlier check took every CMD beginning with ``bash`` for idling and said
+    nothing. Only what idles (or gives a bare shell) goes unmentioned."""
+    lines = ['CMD ["bash", "-c", "python3 /srv/mock.py & sleep infinity"]',
+             'CMD bash /start.sh', 'ENTRYPOINT ["/bin/sh", "-c", "nginx && tail -f /dev/null"]',
+             'CMD ["sleep", "infinity"]', 'CMD ["/bin/bash"]', 'CMD tail -f /dev/null',
+             'CMD ["bash", "-c", "sleep infinity"]', "CMD sh -c 'tail -F /dev/null'"]
+    text = "FROM debian:bookworm\nWORKDIR /srv\nCOPY data.csv .\n" + "\n".join(lines) + "\n"
+    recipe, _ = dockerfile_recipe(context(tmp_path, text))
+    said = [s.split(":", 1)[0] for s in recipe.substitutions]
+    assert said == ["line 4", "line 5", "line 6"], recipe.substitutions
+    assert all(s.endswith("not run: assay starts every process of a task itself")
+               for s in recipe.substitutions)
+
+
 def test_a_symlink_out_of_the_context_and_a_setuid_mode_are_not_carried(
         tmp_path: Path) -> None:
     secret = tmp_path / "secret.txt"

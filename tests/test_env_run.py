@@ -185,6 +185,33 @@ def test_an_unbuilt_unpinned_image_and_a_foreign_engine_are_refused(tmp_path: Pa
         (res.error or "")
 
 
+def test_a_task_whose_image_fails_to_build_is_unsupported_and_the_others_are_checked(
+        tmp_path: Path, monkeypatch: Any) -> None:
+    """In a sample of public Harbor tasks, three images fetched media from a host beyond the
+    package registries at build time; the build's refusal ended ``task check`` with exit 2 and
+    no report, for every task named. Now that task alone is ``unsupported`` with the reason
+    (here a recipe the builder refuses before any download: the same path, in a second), the
+    others are checked, and ``task-check.json`` is written."""
+    from support.bundles import make_bundle
+
+    monkeypatch.setenv("ASSAY_CACHE_DIR", str(tmp_path / "cache"))
+    tasks = tmp_path / "tasks"
+    make_bundle(tasks / "calc")
+    bad = pinned_copy(tmp_path / "bad", None)
+    (bad / "environment" / "recipe.yaml").write_text(
+        "suite: bookworm\npackages: [python3]\nfetch: https://huggingface.co/x.mp4\n")
+    shutil.move(bad, tasks / "bad")
+    out = tmp_path / "check"
+    res = run_cli(["task", "check", str(tasks), "--reruns", "1", "--out", str(out)])
+    assert res.code == 4, res.stdout + res.stderr  # unsupported beside ok: not a failure
+    reports = {r["task"]: r for r in json.loads((out / "task-check.json").read_text())}
+    assert reports["calc-001"]["status"] == "ok"
+    bad_report = reports["leaderboard-rank-007"]
+    assert bad_report["status"] == "unsupported", bad_report
+    assert bad_report["unsupported"].startswith("its image could not be built here:")
+    assert "fetch" in bad_report["unsupported"]
+
+
 def test_an_image_path_outside_the_bundle_is_refused_at_load(tmp_path: Path) -> None:
     from assay.suites.errors import SuiteError
 

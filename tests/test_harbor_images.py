@@ -272,6 +272,15 @@ def test_the_multi_metric_example_passes_task_check_with_its_key(tmp_path: Path)
     grade = json.loads((tmp_path / "check" / "latency-summary" / "oracle" / "0" / "grades" /
                         "v1.json").read_text())
     assert grade["details"]["behavior"]["reward"]["value"] == 1.0
+    # access.log reaches /app by a RUN line at build time: the bundle's starting tree is empty
+    # and every trial's workspace gets the log from the image (environments/seed.py), as the
+    # agent in Harbor's container would find it; the oracle reads it
+    assert not any((tmp_path / "b" / "latency-summary" / "repo").iterdir())
+    trial = json.loads((tmp_path / "check" / "latency-summary" / "oracle" / "0" /
+                        "trial.json").read_text())
+    assert trial["environment_image"]["workdir_seeded"] == {
+        "files": 1, "bytes": (EXAMPLES / "latency-summary" / "environment" /
+                              "access.log").stat().st_size, "first": ["access.log"]}
 
 
 def test_the_repositorys_examples_import_as_supported_recipes(tmp_path: Path) -> None:

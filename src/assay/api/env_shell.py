@@ -27,6 +27,7 @@ from pathlib import Path
 def open_env_shell(task: Path, *, network: bool = False) -> int:
     """Run the shell until it exits; its exit status."""
     from assay.environments.run import task_root
+    from assay.environments.seed import seed_from_image
     from assay.grading.verify.canaries import TESTS_MOUNT
     from assay.sandbox import Mount, check_bwrap
     from assay.sandbox.bwrap import (
@@ -51,6 +52,7 @@ def open_env_shell(task: Path, *, network: bool = False) -> int:
     with tempfile.TemporaryDirectory(prefix="assay-env-shell-") as tmp:
         work = Path(tmp) / "work"
         bundle.export_starting_tree(work)
+        seed_from_image(bundle, work)  # as a trial's workspace starts
         mounts = []
         if bundle.tests_dir.is_dir():
             mounts.append(Mount(bundle.tests_dir.resolve(), TESTS_MOUNT).validated(workspace_at))

@@ -46,6 +46,7 @@ from typing import Any
 from assay.agents import parse_agent
 from assay.agents.base import AGENT_HOME, AgentContext
 from assay.agents.mutants import clear_tree
+from assay.environments.seed import seed_from_image
 from assay.errors import RecordError, SuiteError, TrialRefused
 from assay.models.client import redact_url
 from assay.models.gateway.budget import Limits as BudgetLimits
@@ -259,6 +260,7 @@ class ForkPrefixes:
                 record.fixture_digest = check.digest
                 if check.problem:
                     raise TrialRefused(check.problem)
+                seed_from_image(bundle, workspace)  # as a trial's workspace starts
                 ctx = AgentContext(bundle, workspace, home, fork_dir / "agent", model_env=env,
                                    proxy=proxy, grace_seconds=self.grace)
                 run = parse_agent(self.fork.prefix_agent).run(ctx)

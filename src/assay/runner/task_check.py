@@ -8,8 +8,10 @@ environment this machine cannot give (``initial_state.environment.unsupported``,
 import-harbor`` marks a task that needs a container image) runs no trial: it is reported
 ``unsupported`` with the reason, a status of its own, neither ok nor broken. So is a bundle
 pinned to an image that cannot be had here (not built, not pinned, another engine): the reason
-says how to build it. A task that runs in an image has it in its report (digest, source, what
-the build substituted).
+says how to build it. So is a task whose image fails to build here (a step that needs a host
+beyond the package registries, a recipe the builder refuses): the other tasks are still
+checked and ``task-check.json`` still written. A task that runs in an image has it in its
+report (digest, source, what the build substituted).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from typing import Any, Literal
 from assay.agents import MUTANTS, Agent, MutantAgent, parse_agent
 from assay.agents.mutants import NOT_APPLICABLE
 from assay.environments.run import ensure_image, image_record
-from assay.errors import TrialRefused
+from assay.errors import InfraError, InputError, TrialRefused
 from assay.runner.trial import TrialResult, run_trial
 from assay.suites.bundle import Bundle, DigestState, check_starting_tree
 
@@ -90,6 +92,8 @@ def check_tasks(bundles: list[Bundle], out_root: Path, *, reruns: int = 3,
                 image = ensure_image(b)
             except TrialRefused as exc:
                 why = str(exc)
+            except (InputError, InfraError) as exc:  # the build failed: this task's, not all
+                why = f"its image could not be built here: {exc}"
             else:
                 reports[b.id].image = image_record(image) if image is not None else None
         if why is not None:

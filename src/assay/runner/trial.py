@@ -26,6 +26,7 @@ from assay.environments.run import (
     image_record,
     image_root,
 )
+from assay.environments.seed import seed_from_image
 from assay.errors import NeverOverwrite, TrialRefused
 from assay.grading.verify.verifier import verify
 from assay.records.artifact import freeze, refuse
@@ -271,6 +272,11 @@ def run_trial(bundle: Bundle, agent: Agent, trial_dir: Path, *, rep: int = 0,
                     raise TrialRefused(check.problem)
                 image = image_for_record(bundle)
                 if image is not None:  # a task on the host's system: its record as before
+                    seeded = seed_from_image(bundle, workspace)
+                    if seeded.paths:  # what the image's build left where the workspace is
+                        image["workdir_seeded"] = {"files": len(seeded.paths),
+                                                   "bytes": seeded.bytes,
+                                                   "first": seeded.paths[:20]}
                     record.environment_image = image
                 record.environment = check_environment(bundle, workspace)
                 if hooks.start_state is not None:

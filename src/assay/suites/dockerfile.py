@@ -892,7 +892,7 @@ def _one(ins: Instruction, st: _State, global_args: dict[str, str]) -> None:
     elif kw == "SHELL":
         _shell(ins, st)
     elif kw in ("ENTRYPOINT", "CMD"):
-        if not re.search(r"^\[?\s*\"?(?:/bin/|/usr/bin/)?(?:sleep|bash|sh|tail)\b", ins.text):
+        if not _only_idles(ins.text):
             st.substitutions.append(f"line {ins.line}: {kw} {ins.text[:80]} not run: assay "
                                     "starts every process of a task itself")
     elif kw in _DROPPED:
@@ -901,6 +901,31 @@ def _one(ins: Instruction, st: _State, global_args: dict[str, str]) -> None:
         raise _Refused(f"{kw}: {_WHY_NOT[kw]}; not in the subset")
     else:
         raise _Refused(f"{kw}: not a Dockerfile instruction in the subset")
+
+
+#: Commands a container's ENTRYPOINT or CMD may run only to stay up (or to give a shell): they
+#: start nothing a task could depend on, so leaving them out needs no word.
+_IDLE: tuple[tuple[str | None, ...], ...] = (
+    ("sleep", None), ("tail", "-f", "/dev/null"), ("tail", "-F", "/dev/null"), ("bash",), ("sh",))
+
+
+def _only_idles(text: str) -> bool:
+    """Whether an ENTRYPOINT/CMD (exec or shell form) only idles: ``sleep infinity``, ``tail -f
+    /dev/null``, a bare shell, or one of those under ``sh -c``/``bash -c``. Anything else (a
+    service started with ``bash -c "service x start && sleep infinity"``, a script) is not
+    run here, and the translation says so."""
+    try:
+        words = json.loads(text) if text.lstrip().startswith("[") else shlex.split(text)
+    except (ValueError, TypeError):
+        return False
+    if not isinstance(words, list) or not words or not all(isinstance(w, str) for w in words):
+        return False
+    words = [posixpath.basename(words[0]), *words[1:]]
+    if len(words) == 3 and words[0] in ("sh", "bash") and words[1] == "-c":
+        return _only_idles(words[2])
+    return any(len(words) == len(idle)
+               and all(i is None or i == w for i, w in zip(idle, words, strict=True))
+               for idle in _IDLE)
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from assay.environments.seed import seed_from_image
 from assay.grading.judge.reply import Material, MaterialKind
 from assay.records.artifact import ARTIFACT_JSON, list_tree
 from assay.records.io import read_json_file
@@ -144,6 +145,7 @@ def rebuilt_tree(bundle: Bundle, trial_dir: Path, dest: Path, *,
         raise GradingError(f"{trial_dir}: the starting tree of {bundle.root} is not the one the "
                            f"trial started from ({expect_digest}): the artifact cannot be "
                            "rebuilt")
+    seed_from_image(bundle, pristine)  # as the agent's workspace started
     frozen = read_json_file(trial_dir / ARTIFACT_JSON)
     acc = bundle.spec.acceptance
     integrity = check_integrity(list_tree(pristine), frozen["entries"],

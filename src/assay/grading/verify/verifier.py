@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 from typing import Any, Literal, get_args
 
+from assay.environments.seed import seed_from_image
 from assay.errors import NeverOverwrite, VerifierError
 from assay.grading.verify.check_run import HOME_MOUNT, TESTS_MOUNT, run_command, runner_shadows
 from assay.grading.verify.expected_tests import (
@@ -284,6 +285,7 @@ def verify(bundle: Bundle, trial_dir: Path, *, revision: str, trial_id: str,
             digest = details.fixture_digest = check.digest
             if check.problem:
                 raise VerifierError(check.problem)
+            seed_from_image(bundle, pristine)  # as the agent's workspace started
             integrity = check_integrity(list_tree(pristine), artifact,
                                         protected=acc.protected_paths,
                                         allowed=acc.allowed_paths,

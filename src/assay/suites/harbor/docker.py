@@ -126,8 +126,9 @@ def read_dockerfile(path: Path) -> EnvironmentPlan:
             plan.requires.append(found[0])
     if _runs_in_workdir(recipe):
         plan.notes.append(f"{label}: a RUN line works in {recipe.workdir}; what RUN lines "
-                          "write there when the image is built is hidden by the task's "
-                          "workspace, mounted there holding what the Dockerfile copies into it")
+                          "write there when the image is built is copied from the image into "
+                          "each trial's starting tree, beside what the Dockerfile copies there "
+                          "(repo/, pinned by fixture_digest)")
     if recipe.user != "root":
         plan.notes.append(f"{label}: USER {recipe.user} recorded; the sandbox runs as its own "
                           "unprivileged uid")
