@@ -225,3 +225,23 @@ def test_an_upstream_error_body_is_bounded_and_redacted() -> None:
     assert text.startswith('upstream HTTP 502: {"error": "bad key *** for Bearer *** and ***')
     assert SECRET not in text and "sk-live" not in text and "\x00" not in text
     assert text.endswith("…") and len(text) < EXCERPT_BYTES + 40
+
+
+@needs_bwrap
+def test_a_solution_that_fails_on_a_missing_file_is_the_tasks_failure(tmp_path: Path) -> None:
+    """The oracle's ``solve.sh`` failing at once on a missing file ("No such file or
+    directory", workspace unchanged: the signs of an agent that never started) is the task's
+    own failure, and ``task check`` calls the task broken. It was ``infra_error:
+    agent_start_failed`` for a public Harbor task whose build-time log was missing."""
+    bundle = make_bundle(tmp_path / "tasks" / "calc")
+    (bundle / "solution" / "solve.patch").unlink()
+    (bundle / "solution" / "solve.sh").write_text("set -e\nawk 1 logs/service.log\n")
+    out = tmp_path / "check"
+    res = run_cli(["task", "check", str(bundle), "--reruns", "1", "--out", str(out)])
+    assert res.code == 1, res.stdout + res.stderr
+    [report] = json.loads((out / "task-check.json").read_text())
+    assert (report["status"], report["oracle"]) == ("broken", "0/1"), report
+    trial = json.loads((out / "calc-001" / "oracle" / "0" / "trial.json").read_text())
+    ex = trial["execution"]
+    assert ex["status"] == "exited_nonzero" and ex.get("failure_code") is None, ex
+    assert trial["grade"]["accepted"] is False

@@ -201,18 +201,21 @@ class TrialHooks:
         return contextlib.nullcontext()
 
 
-def _classify_start(record: TrialRecord, execution: dict[str, Any], ctx: AgentContext,
-                    hooks: TrialHooks, workspace: Path) -> None:
+def _classify_start(start_digest: str | None, execution: dict[str, Any], ctx: AgentContext,
+                    hooks: TrialHooks, workspace: Path, *, solution: bool = False) -> None:
     """An agent that exited without ever getting going is ``agent_start_failed``
     (``records/failures.py``), not a trial of the agent: its execution record says so, with
-    the tail of its stderr."""
+    the tail of its stderr. The task's own solution (``solution``: the oracle) failing early
+    on a missing file is the task's failure, which ``task check`` calls broken, unless it
+    could not be run at all (126, 127)."""
     if execution.get("status") != "exited_nonzero" or execution.get("failure_code"):
+        return
+    if solution and execution.get("exit_code") not in (126, 127):
         return
     tail = stderr_tail(ctx.record_dir)
     # None: no model, or no gateway that counted its calls (then only the plain signs count)
     calls = (execution.get("model_usage") or {}).get("calls") if hooks.model_env else None
-    pristine = record.task.fixture_digest
-    unchanged = hooks.start_state is None and pristine == tree_digest(workspace)
+    unchanged = hooks.start_state is None and start_digest == tree_digest(workspace)
     why = start_failure(execution, tail, model_calls=calls, unchanged=unchanged)
     if why is not None:
         execution.update(status="infra_error", failure_code=AGENT_START_FAILED, detail=why,
@@ -263,11 +266,14 @@ def run_trial(bundle: Bundle, agent: Agent, trial_dir: Path, *, rep: int = 0,
         workspace = Path(tmp) / "workspace"
         home = Path(tmp) / "home"
         try:
+            # the tree the agent starts from: the pinned one, or with what the image added
+            start_digest: list[str | None] = [None]
+
             def prepare() -> None:
                 bundle.export_starting_tree(workspace)
                 home.mkdir()
                 check = check_starting_tree(bundle, workspace)
-                record.task.fixture_digest = check.digest
+                record.task.fixture_digest = start_digest[0] = check.digest
                 if check.problem:
                     raise TrialRefused(check.problem)
                 image = image_for_record(bundle)
@@ -277,6 +283,7 @@ def run_trial(bundle: Bundle, agent: Agent, trial_dir: Path, *, rep: int = 0,
                         image["workdir_seeded"] = {"files": len(seeded.paths),
                                                    "bytes": seeded.bytes,
                                                    "first": seeded.paths[:20]}
+                        start_digest[0] = tree_digest(workspace)
                     record.environment_image = image
                 record.environment = check_environment(bundle, workspace)
                 if hooks.start_state is not None:
@@ -298,7 +305,8 @@ def run_trial(bundle: Bundle, agent: Agent, trial_dir: Path, *, rep: int = 0,
             if cpu.get("mechanism", "not_applied") == "not_applied":
                 record.not_enforced["resources.cpu_cores"] = cpu.get(
                     "reason", "the agent ran without a CPU quota")
-            _classify_start(record, execution, ctx, hooks, workspace)
+            _classify_start(start_digest[0], execution, ctx, hooks, workspace,
+                            solution=agent.name == "oracle")
             record.execution = execution  # the record holds a copy: now with the class
             code = execution.get("failure_code")
             if code in INFRA_CODES:  # never started, or its model never answered
