@@ -356,3 +356,26 @@ def test_a_terminal_bench_1_task_is_named_with_how_to_convert_it(tmp_path: Path)
                   "a Harbor task: convert it with Harbor's `harbor tasks migrate -i "
                   "<terminal-bench task(s)> -o <harbor tasks>` and import the result") in \
         squash(res.stdout + res.stderr)
+
+
+def test_a_server_the_solution_leaves_for_the_tests_is_noted(tmp_path: Path) -> None:
+    """A public Harbor task's ``solve.sh`` started an HTTP server with ``nohup ... &`` and its
+    tests called ``127.0.0.1:8080``: that passes in Harbor, where the tests run in the agent's
+    live container, and cannot pass here, where the verifier's sandbox is fresh. The import
+    says so (a note: a solution may start a helper for itself, as another public task's does,
+    and then the tests call nothing)."""
+    serve = ("#!/bin/bash\ncat > /app/server.py <<'PY'\nprint('serving')\nPY\n"
+             "nohup python3 /app/server.py >/var/log/server.log 2>&1 &\nsleep 1\n")
+    calls = "import urllib.request\n\n\ndef test_up():\n" \
+            "    urllib.request.urlopen('http://127.0.0.1:8080/health', timeout=5)\n"
+    [done] = import_harbor([harbor_task(tmp_path / "h", solve_sh=serve,
+                                        files={"tests/test_outputs.py": calls})], tmp_path / "b")
+    [note] = [n for n in done.notes if "leaves a process running" in n]
+    assert note.startswith("solution/solve.sh:5 leaves a process running and "
+                           "tests/test_outputs.py:5 calls 127.0.0.1:8080")
+    assert done.status == "supported"  # a note, not a blocker
+    # a helper the solution starts for itself, with tests that call no port: nothing to say;
+    # nor for a line that only continues with &&
+    helper = "#!/bin/bash\npython3 /app/mock.py > /tmp/mock.log 2>&1 &\ntrue &&\n  true\n"
+    [plain] = import_harbor([harbor_task(tmp_path / "h2", solve_sh=helper)], tmp_path / "b2")
+    assert not [n for n in plain.notes if "leaves a process running" in n]

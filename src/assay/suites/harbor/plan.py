@@ -110,6 +110,47 @@ def _script_scan(path: Path, label: str, plan: HarborPlan, text: str | None = No
             plan.requires.append(need)
 
 
+#: A line of a shell script that leaves a process running: ``cmd &`` or ``nohup cmd``.
+_BACKGROUND = re.compile(r"(?<![&|])&\s*(?:#.*)?$|(?<![\w-])nohup\s")
+#: A test that calls a service on this machine.
+_LOCAL_CALL = re.compile(r"(?:127\.0\.0\.1|localhost):(\d{2,5})\b")
+#: The test files read for such calls: at most this many, each within TASK_FILE_MAX_BYTES.
+_TEST_FILES_SCANNED = 50
+
+
+def _service_left_running(task_dir: Path, plan: HarborPlan) -> None:
+    """A note when ``solve.sh`` leaves a process running and the tests call a local port. In
+    Harbor the tests run in the agent's own live container, so a server the solution started
+    answers them. assay's verifier runs the tests in a fresh sandbox where nothing the agent
+    started runs, so such a check fails unless the tests start the server themselves. This is a
+    note, not a blocker: a solution may start a helper for its own use (public tasks do), and
+    the tests may start the server."""
+    solve = task_dir / "solution" / "solve.sh"
+    if not solve.is_file():
+        return
+    started = next((n for n, line in enumerate(
+        read_text(solve, limit=TASK_FILE_MAX_BYTES, what="solution/solve.sh")[1].splitlines(),
+        start=1) if not line.lstrip().startswith("#") and _BACKGROUND.search(line)), None)
+    if started is None:
+        return
+    tests = task_dir / "tests"
+    files = sorted(p for p in tests.rglob("*") if p.is_file() and not p.is_symlink())
+    for path in files[:_TEST_FILES_SCANNED]:
+        if path.stat().st_size > TASK_FILE_MAX_BYTES:
+            continue
+        text = path.read_text(encoding="utf-8", errors="replace")
+        for n, line in enumerate(text.splitlines(), start=1):
+            m = _LOCAL_CALL.search(line)
+            if m:
+                rel = path.relative_to(task_dir).as_posix()
+                plan.notes.append(
+                    f"solution/solve.sh:{started} leaves a process running and {rel}:{n} calls "
+                    f"{m.group(0)}: assay's verifier runs the tests in a fresh sandbox, where "
+                    "nothing the agent or the solution started is running (Harbor runs them in "
+                    "the agent's live container); unless the tests start it, the check fails")
+                return
+
+
 def _templated(env: dict[str, str], section: str, plan: HarborPlan) -> None:
     for key, value in env.items():
         if _TEMPLATE.search(value):
@@ -251,6 +292,7 @@ def plan_import(task_dir: Path, *, reward_key: str | None = None,
                           "(assay's verifier loads no pytest plugin the command does not name)")
     _script_scan(test_sh, "tests/test.sh", plan, plan.test_sh)
     _script_scan(task_dir / "solution" / "solve.sh", "solution/solve.sh", plan)
+    _service_left_running(task_dir, plan)
     plan.recipe = _recipe(plan, pip, image_env, packages)
     if image_env and plan.recipe is not None:
         plan.notes.append("task.toml [environment].env " + ", ".join(sorted(image_env))
