@@ -27,8 +27,8 @@ from assay.suites.bundle import load_bundle
 
 
 def _image(store: ImageStore, work: dict[str, str], workdir: str = "/work") -> str:
-    """Publish an image whose ``workdir`` holds ``work`` (relative path -> text), plus the
-    odd entries of :func:`test_each_kind_of_entry_is_copied_as_a_starting_tree_holds_it`."""
+    """Publish an image whose ``workdir`` holds ``work`` (relative path -> text) and an
+    ``/etc/os-release``; its digest."""
     with store.staging() as rootfs:
         base = rootfs / workdir.lstrip("/")
         base.mkdir(parents=True)
