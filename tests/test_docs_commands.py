@@ -68,6 +68,7 @@ from typing import Any
 import httpx
 import pytest
 import typer
+from support.ctrl_c import interruptible
 from support.doc_commands import (
     REPO,
     DocCommand,
@@ -277,7 +278,7 @@ def served(words: list[str], cwd: Path) -> Iterator[tuple[str, subprocess.Popen[
         words += ["--port", "0"]
     proc = subprocess.Popen([sys.executable, "-m", "assay", *words], cwd=cwd, env=_env(),
                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True, preexec_fn=interruptible)
     try:
         assert proc.stderr is not None
         line = proc.stderr.readline()  # "serving MODEL on http://HOST:PORT/v1 (Ctrl-C to stop)"

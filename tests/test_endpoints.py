@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from conftest import read_rows, run_cli, write_suite
+from support.ctrl_c import interruptible
 from support.scripted_server import Answer, ScriptedServer
 
 from assay.grading.answers.labels import parse_answer
@@ -102,7 +103,7 @@ def test_the_resume_hint_after_ctrl_c_works_as_printed(tmp_path: Path) -> None:
         # the model and endpoint come from the environment; --repeats is not a default
         cmd = [sys.executable, "-m", "assay", "run", str(suite), "--repeats", "2", "-j", "4"]
         proc = subprocess.Popen(cmd, env=env, cwd=tmp_path, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True)
+                                stderr=subprocess.PIPE, text=True, preexec_fn=interruptible)
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and len(srv.chat_requests()) < 20:
             time.sleep(0.02)

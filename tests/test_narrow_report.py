@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from conftest import read_rows, run_cli, write_suite
+from support.ctrl_c import interruptible
 from support.rows import U1, U2
 from support.rows import narrow_row as _row
 from support.scripted_server import Answer, RecordedRequest, ScriptedServer
@@ -185,7 +186,7 @@ def test_sigint_exits_130_and_resumes(tmp_path: Path, server: ScriptedServer) ->
     env = {**os.environ, "MODEL_BASE_URL": server.base_url, "MODEL_NAME": "m"}
     cmd = [sys.executable, "-m", "assay", "run", str(suite), "--out", str(run), "-j", "4"]
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+                            text=True, preexec_fn=interruptible)
     raw = run / "raw_predictions.jsonl"
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and not (raw.exists() and raw.stat().st_size > 2000):
