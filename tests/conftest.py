@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
+import shutil
 import sys
 import tempfile
 from collections.abc import Iterator, Sequence
@@ -24,8 +26,11 @@ from typer.testing import CliRunner
 sys.dont_write_bytecode = False
 
 # The verifier caches the test ids it learns from trusted trees; keep the tests' own cache out
-# of the user's home, and shared within one test session.
-os.environ.setdefault("ASSAY_CACHE_DIR", tempfile.mkdtemp(prefix="assay-test-cache-"))
+# of the user's home, and shared within one test session. It goes with the process: it holds
+# the images some tests build (hundreds of MB), and 74 runs' worth once filled /tmp with 2.9 GB.
+if "ASSAY_CACHE_DIR" not in os.environ:
+    os.environ["ASSAY_CACHE_DIR"] = tempfile.mkdtemp(prefix="assay-test-cache-")
+    atexit.register(shutil.rmtree, os.environ["ASSAY_CACHE_DIR"], ignore_errors=True)
 
 SYSTEM_PROMPT = 'Classify the issue. Reply only {"label": "bug|feature|question"}.'
 SECRET = "sk-test-SECRET-do-not-record-0123456789"

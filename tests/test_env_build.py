@@ -120,6 +120,43 @@ def test_second_build_is_a_cache_hit_without_mmdebstrap(base, tmp_path_factory,
     assert any(line.startswith("cached:") for line in lines)
 
 
+def test_a_build_another_process_holds_is_waited_for_not_repeated(tmp_path) -> None:
+    """Two builders of one recipe into one store build it once. Here the test is the first
+    builder: it holds the recipe's lock (``ImageStore.source_lock``), a real second process
+    asks for the same recipe, says it waits, and once the test publishes the image and lets
+    go it takes that image. Its PATH has no ``mmdebstrap``: had it built, it would have failed
+    saying so."""
+    store = ImageStore(tmp_path / "store")
+    recipe_path = tmp_path / "env.yaml"
+    recipe_path.write_text("suite: bookworm\npackages: [python3]\n")
+    source = recipe_digest(*load_recipe(recipe_path))
+    script = ("import sys\nfrom pathlib import Path\n"
+              "from assay.environments.debian import build_recipe\n"
+              "from assay.environments.store import ImageStore\n"
+              "from assay.suites.recipe import load_recipe\n"
+              f"p = Path({str(recipe_path)!r})\n"
+              f"r = build_recipe(*load_recipe(p), ImageStore(Path({str(store.root)!r})),"
+              " progress=lambda s: print(s, flush=True))\n"
+              "print('result', r.cached, r.image.digest, flush=True)\n")
+    env = {**os.environ, "PATH": str(tmp_path / "empty")}
+    with store.source_lock("debian-recipe", source):
+        proc = subprocess.Popen([sys.executable, "-c", script], env=env, text=True,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        assert proc.stdout is not None
+        first = proc.stdout.readline()
+        assert first.startswith("waiting: another process is building this source"), (
+            first + proc.stderr.read())
+        with store.staging() as rootfs:
+            (rootfs / "etc").mkdir()
+            (rootfs / "etc" / "built-by").write_text("the first builder\n")
+            mine = store.publish(rootfs, source_kind="debian-recipe", source_digest=source)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert out.splitlines()[-1] == f"result True {mine.digest}"
+    assert out.splitlines()[0].startswith("cached:")
+    assert [i.digest for i in store.ls()] == [mine.digest]
+
+
 # -- one recipe with every kind of step, after a killed first attempt ------------------------
 
 def _processes_naming(text: str) -> list[int]:

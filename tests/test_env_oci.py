@@ -7,10 +7,14 @@ layout, gzip'd as ``docker save | gzip`` makes it. The attacks are what a hostil
 carry: ``..`` paths, a link then a write through it, a hard link through a link to a host file,
 a decompression bomb, a blob that does not match its digest.
 
-The last test builds a real Debian root filesystem with python3 (``mmdebstrap``, once per test
-session: about 60 s alone, up to 3 minutes on this shared 2-core machine), packs it as a layer
-of an OCI layout, imports it (about 30 s), and runs python3 from the imported root under
-bubblewrap.
+The last test packs a real Debian root filesystem with python3 as a layer of an OCI layout,
+imports it (about 30 s), and runs python3 from the imported root under bubblewrap. The root is
+the tests' shared bookworm image (``tests/support/images.py``, built once per session and used
+by other files too), written out as a root filesystem tar carries it: with the set-id bits and
+device nodes Debian installs, which the store stripped when it built the image. The full form
+(``ASSAY_ENV_BUILD_FULL=1``, which ``make test-full`` sets) makes that tar with ``mmdebstrap``
+itself instead: about 60 s more alone, up to 3 minutes on this shared 2-core machine. Run it
+with ``ASSAY_ENV_BUILD_FULL=1 .venv/bin/python -m pytest -q tests/test_env_oci.py``.
 """
 
 from __future__ import annotations
@@ -24,8 +28,9 @@ import os
 import shutil
 import stat
 import subprocess
+import sys
 import tarfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -352,6 +357,36 @@ def test_second_import_is_a_store_hit(tmp_path: Path, store: ImageStore) -> None
     assert as_tar.digest == first.digest and as_tar.source_digest == built.manifest
 
 
+def test_an_import_another_process_holds_is_waited_for_not_repeated(
+        tmp_path: Path, store: ImageStore) -> None:
+    """Two imports of one archive into one store unpack it once: the test holds the source's
+    lock as a first importer would, a real second process says it waits, and after the test
+    has published the image it takes that one without unpacking a layer."""
+    built = make_oci(tmp_path / "layout", [BASE, TOP])
+    script = ("from pathlib import Path\n"
+              "from assay.environments.oci import import_image\n"
+              "from assay.environments.store import ImageStore\n"
+              f"i = import_image(Path({str(built.path)!r}), ImageStore(Path({str(store.root)!r})),"
+              " progress=lambda s: print(s, flush=True))\n"
+              "print('result', i.digest, flush=True)\n")
+    with store.source_lock("oci-layout", built.manifest):
+        proc = subprocess.Popen([sys.executable, "-c", script], text=True,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        assert proc.stdout is not None
+        before = [proc.stdout.readline() for _ in range(2)]
+        assert before[1].startswith("waiting: another process is building this source"), (
+            "".join(before) + proc.stderr.read())
+        with store.staging() as rootfs:
+            (rootfs / "etc").mkdir()
+            mine = store.publish(rootfs, source_kind="oci-layout", source_digest=built.manifest)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert out.splitlines()[-1] == f"result {mine.digest}"
+    assert out.splitlines()[0].startswith("cached:")
+    assert not any(x.startswith("layer ") for x in out.splitlines())
+    assert [i.digest for i in store.ls()] == [mine.digest]
+
+
 # -- docker save archives ------------------------------------------------------------------
 
 
@@ -642,11 +677,54 @@ def test_a_zstd_layer_without_zstandard_is_refused_by_its_media_type(
 # -- a real image under bubblewrap ---------------------------------------------------------
 
 
+#: What Debian bookworm installs set-id, as a root filesystem tar (mmdebstrap's, ``docker
+#: export``'s) carries it; the store strips these bits, so the shared image has them plain.
+SETID_IN_DEBIAN = {"usr/bin/passwd": 0o4000, "usr/bin/chfn": 0o4000, "usr/bin/chsh": 0o4000,
+                   "usr/bin/gpasswd": 0o4000, "usr/bin/newgrp": 0o4000, "usr/bin/su": 0o4000,
+                   "usr/bin/mount": 0o4000, "usr/bin/umount": 0o4000, "usr/bin/chage": 0o2000,
+                   "usr/bin/expiry": 0o2000, "usr/sbin/unix_chkpwd": 0o2000}
+#: The device nodes mmdebstrap writes into the tar (name, major, minor).
+DEBIAN_DEVICES = [("dev/null", 1, 3), ("dev/zero", 1, 5), ("dev/full", 1, 7),
+                  ("dev/random", 1, 8), ("dev/urandom", 1, 9), ("dev/tty", 5, 0),
+                  ("dev/console", 5, 1), ("dev/ptmx", 5, 2)]
+
+
 @pytest.fixture(scope="session")
-def debian_rootfs_tar(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """A bookworm root filesystem with python3, as the tar mmdebstrap writes (about 200 MB,
-    about 60 s). Skips when mmdebstrap is missing and cannot be installed, or Debian's archive
-    cannot be reached."""
+def debian_rootfs_tar(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A bookworm root filesystem with python3 as a tar (about 250 MB): the shared test image's
+    root with Debian's set-id bits and device nodes put back, or, in the full form, the tar
+    mmdebstrap writes."""
+    if os.environ.get("ASSAY_ENV_BUILD_FULL") == "1":
+        return _mmdebstrap_tar(tmp_path_factory)
+    from support.images import base_image, require_mmdebstrap
+
+    require_mmdebstrap()
+    store, image = base_image()
+    root = store.rootfs(image.digest)
+    restored: list[str] = []
+
+    def as_debian_ships_it(info: tarfile.TarInfo) -> tarfile.TarInfo:
+        bits = SETID_IN_DEBIAN.get(info.name.removeprefix("./"))
+        if bits and info.isfile():
+            info.mode |= bits
+            restored.append(info.name)
+        return info
+
+    out = tmp_path_factory.mktemp("debian") / "rootfs.tar"
+    with tarfile.open(out, "w") as tar:
+        tar.add(root, arcname=".", filter=as_debian_ships_it)
+        for name, major, minor in DEBIAN_DEVICES:
+            node = tarfile.TarInfo(name)
+            node.type, node.mode = tarfile.CHRTYPE, 0o666
+            node.devmajor, node.devminor = major, minor
+            tar.addfile(node)
+    assert len(restored) >= 5, restored  # the image still has Debian's set-id programs
+    return out
+
+
+def _mmdebstrap_tar(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The full form's tar, from mmdebstrap itself (about 60 s). Skips when mmdebstrap is
+    missing and cannot be installed, or Debian's archive cannot be reached."""
     if shutil.which("mmdebstrap") is None and os.geteuid() == 0 and shutil.which("apt-get"):
         subprocess.run(["apt-get", "install", "-y", "-q", "mmdebstrap"], capture_output=True,
                        timeout=600, check=False)
@@ -660,7 +738,7 @@ def debian_rootfs_tar(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path
     if proc.returncode != 0:
         last = (proc.stderr.strip().splitlines() or ["no message"])[-1]
         pytest.skip(f"mmdebstrap could not build a bookworm root filesystem here: {last}")
-    yield out
+    return out
 
 
 @pytest.mark.skipif(not bwrap_available(), reason="bubblewrap cannot run here")

@@ -164,10 +164,21 @@ def build_recipe(recipe: Recipe, context: Path | None, store: ImageStore, *,
     say = progress or (lambda _line: None)
     source_digest = recipe_digest(recipe, context)
     hit = store.lookup_source(source_kind, source_digest)
-    if hit is not None:
-        say(f"cached: {source_label or 'recipe'} is {hit.digest} (nothing to build)")
-        return BuildResult(hit, True)
-    _confine_copies(recipe, context, origin, step_lines or {})
+    if hit is None:
+        _confine_copies(recipe, context, origin, step_lines or {})
+        with store.source_lock(source_kind, source_digest, say):
+            hit = store.lookup_source(source_kind, source_digest)  # built while we waited
+            if hit is None:
+                return _build(recipe, context, store, source_kind, source_digest,
+                              source_label, origin, step_lines, say)
+    say(f"cached: {source_label or 'recipe'} is {hit.digest} (nothing to build)")
+    return BuildResult(hit, True)
+
+
+def _build(recipe: Recipe, context: Path | None, store: ImageStore, source_kind: SourceKind,
+           source_digest: str, source_label: str, origin: Path | None,
+           step_lines: Mapping[int, int] | None, say: Progress) -> BuildResult:
+    """:func:`build_recipe`'s build, with the source's lock held."""
     mmdebstrap = shutil.which("mmdebstrap")
     if mmdebstrap is None:
         raise InfraError("mmdebstrap is not installed: run scripts/bootstrap.sh as root, or "

@@ -128,7 +128,13 @@ def import_image(path: Path, store: ImageStore, *, expected_digest: str | None =
         say(f"{plan.kind} {short(plan.source_digest)}: {len(plan.layers)} layers, "
             f"{describe_bytes(total)}")
         try:
-            with store.staging() as rootfs:
+            with store.source_lock(plan.kind, plan.source_digest, say), \
+                    store.staging() as rootfs:
+                hit = store.lookup_source(plan.kind, plan.source_digest)  # while we waited
+                if hit is not None:
+                    say(f"cached: {plan.kind} {short(plan.source_digest)} is image "
+                        f"{short(hit.digest)}")
+                    return hit
                 unpacker = Unpacker(rootfs, limits)
                 for i, layer in enumerate(plan.layers, 1):
                     _unpack_layer(source, layer, f"layer {i}/{len(plan.layers)}", unpacker,

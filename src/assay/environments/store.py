@@ -10,6 +10,11 @@ sits under a final name, and two builders racing for the same result both end wi
 The store also remembers which *source* gave which image (``sources/<kind>-<hex>.json``): a
 recipe's digest names its build, the image's digest pins it; building the same recipe again is
 a lookup. Records name an image by its digest (``sha256:<64 hex>``) only.
+
+Two processes asked for the same source at once (two ``assay env build`` of one recipe, two
+runs whose tasks share a Dockerfile, a team's jobs on one shared store) build it once:
+:meth:`ImageStore.source_lock` holds a lock per source (``locks/``) while it is built, and
+whoever waited finds the image when it gets the lock. Different sources build side by side.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ import shutil
 import stat
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -135,6 +140,29 @@ class ImageStore:
         if not path.is_file():
             return None
         return self.get(str(read_json_file(path).get("digest", "")))
+
+    @contextmanager
+    def source_lock(self, kind: SourceKind, source_digest: str,
+                    progress: Callable[[str], None] | None = None) -> Iterator[None]:
+        """Hold the build of one source for this process (``locks/<kind>-<hex>.lock``,
+        ``flock``, so a killed holder frees it; the empty file stays). Says so through
+        ``progress`` when another process holds it; the caller looks the source up again once
+        this is entered."""
+        locks = self.root / "locks"
+        locks.mkdir(parents=True, exist_ok=True)
+        path = locks / f"{kind}-{_dir_name(source_digest)}{LOCK_SUFFIX}"
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                if progress is not None:
+                    progress("waiting: another process is building this source into "
+                             f"{self.root}")
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)
 
     @contextmanager
     def staging(self) -> Iterator[Path]:
