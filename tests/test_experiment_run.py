@@ -171,6 +171,35 @@ def test_a_changed_experiment_is_refused_on_resume(tmp_path: Path, upstream) -> 
 
 
 @needs_bwrap
+def test_a_start_killed_before_its_manifest_starts_again(tmp_path: Path, upstream) -> None:
+    """``kill -9`` while a run works out its manifest (fingerprints, agents' identities) leaves
+    the folder holding the experiment's copy and perhaps the manifest's half-written temporary
+    file. That is a run that never started, and the same command starts it (seen: a random
+    kill in the test below landed there, and the folder was refused from then on). A folder
+    holding anything else is still someone else's, and left as it is."""
+    exp = _experiment(tmp_path, reps=1)
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "experiment.yaml").write_text(exp.read_text()[:40])  # the copy, cut short
+    (out / ".manifest.json.k9x2ab.tmp").write_text('{"schema": "assay.exp')
+    res = run_cli(["exp", "run", str(exp), "--out", str(out)])
+    assert res.code == 0, res.stderr
+    assert (out / "experiment.yaml").read_text() == exp.read_text()
+    assert json.loads((out / "manifest.json").read_text())["kind"] == "experiment"
+    assert not list(out.glob(".manifest.json.*.tmp"))
+
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "experiment.yaml").write_text("mine\n")
+    (other / "notes.txt").write_text("a folder someone keeps\n")
+    res = run_cli(["exp", "run", str(exp), "--out", str(other)])
+    assert res.code == 2, res.stderr
+    assert "is not empty and has no manifest.json" in " ".join(res.stderr.split())
+    assert sorted(p.name for p in other.iterdir()) == ["experiment.yaml", "notes.txt"]
+    assert (other / "experiment.yaml").read_text() == "mine\n"
+
+
+@needs_bwrap
 def test_the_total_budget_stops_new_trials(tmp_path: Path, upstream) -> None:
     # each call costs (words in + words out) dollars at a million per million tokens
     exp = _experiment(tmp_path, reps=3, total=0.5)

@@ -347,6 +347,26 @@ def test_builtin_oracle_scores_everything(tmp_path: Path) -> None:
     assert rep["accuracy"] == 1.0 and rep["served_models"] == {"builtin/oracle": 4}
 
 
+def test_a_folder_left_by_a_start_killed_mid_manifest_is_started_again(
+        tmp_path: Path) -> None:
+    """A kill -9 while the manifest is written leaves only its temporary file: the same
+    command starts the run. Anything else in the folder is someone else's: refused."""
+    suite = write_suite(tmp_path / "suite", CASES)
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / ".manifest.json.q1w2e3.tmp").write_text('{"schema": "as')
+    res = run_cli(["run", str(suite), "--model", "builtin/oracle", "--out", str(run)])
+    assert res.code == 0, res.stderr
+    assert (run / "manifest.json").is_file() and not list(run.glob(".manifest.json.*"))
+    (tmp_path / "kept").mkdir()
+    (tmp_path / "kept" / "draft.md").write_text("mine\n")
+    res = run_cli(["run", str(suite), "--model", "builtin/oracle", "--out",
+                   str(tmp_path / "kept")])
+    assert res.code == 2, res.stderr
+    assert "is not empty and has no manifest.json" in " ".join(res.stderr.split())
+    assert [p.name for p in (tmp_path / "kept").iterdir()] == ["draft.md"]
+
+
 def test_builtin_baseline_on_example_suite(tmp_path: Path) -> None:
     run = tmp_path / "run"
     example = Path(__file__).parent.parent / "examples" / "triage"

@@ -43,6 +43,20 @@ RUN_GRADE_REVISION = "v1"
 _REVISION = re.compile(r"[A-Za-z0-9._-]+")
 
 
+def interrupted_start(run_dir: Path, own: Iterable[str] = ()) -> bool:
+    """Whether ``run_dir`` (which has no manifest) holds nothing but what a start killed before
+    its manifest was written leaves: the manifest's half-written temporary file and the files
+    in ``own``, which a start writes again before its manifest. Those temporary files are
+    removed; anything else means the folder is someone else's, and is never touched."""
+    left = list(run_dir.iterdir())
+    temps = [p for p in left if p.name.startswith(f".{MANIFEST}.") and p.name.endswith(".tmp")]
+    if any(p not in temps and p.name not in own for p in left):
+        return False
+    for p in temps:
+        p.unlink(missing_ok=True)
+    return True
+
+
 def run_stamp(now: dt.datetime | None = None) -> str:
     """``20261201T094052Z``: the UTC second a run started, as used in default directory names
     (sortable, path-safe, no colons)."""

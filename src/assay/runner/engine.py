@@ -19,7 +19,7 @@ from assay.errors import RunConflict
 from assay.models.client import ChatClient, redact_url
 from assay.records.base import Record
 from assay.records.io import TORN_SUFFIX, JsonlAppender, iter_rows
-from assay.records.layout import standing_rows
+from assay.records.layout import interrupted_start, standing_rows
 from assay.records.manifest import (
     MANIFEST,
     ManifestWriter,
@@ -148,7 +148,7 @@ def open_run_dir(run_dir: Path, kind: SuiteKind, comparable: dict[str, Any],
                 + "\n".join(lines) + "\nUse a new --out directory for a new run.")
         old["limits"] = limits  # what this session applies; sessions record when it changed
         return ManifestWriter(run_dir, old)
-    if run_dir.exists() and any(run_dir.iterdir()):
+    if run_dir.exists() and not interrupted_start(run_dir):
         raise RunConflict(f"{run_dir} exists, is not empty and has no {MANIFEST}")
     run_dir.mkdir(parents=True, exist_ok=True)
     writer = ManifestWriter(run_dir, new_manifest())

@@ -59,6 +59,7 @@ from assay.records.failures import (
     model_unavailable,
 )
 from assay.records.io import atomic_write_json, read_json_file
+from assay.records.layout import interrupted_start
 from assay.records.ledger import ledger_totals
 from assay.records.manifest import tool_identity, utc_now
 from assay.records.statuses import AttemptState, ExperimentStatus, TrialState
@@ -240,12 +241,14 @@ def _open_run_dir(out: Path, exp: Experiment, access: dict[str, _ArmAccess], job
         if manifest.get("kind") != "experiment":
             raise RunConflict(f"{out} holds a {manifest.get('kind')!r} run, not an experiment")
         return manifest
-    if out.exists() and any(out.iterdir()):
+    # a start killed before its manifest leaves the copy (and maybe the manifest's temporary
+    # file): that is still an empty run, not someone else's folder
+    if out.exists() and not interrupted_start(out, own=(EXPERIMENT_COPY,)):
         raise RunConflict(f"{out} exists, is not empty and has no {MANIFEST}")
-    out.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(exp.path, out / EXPERIMENT_COPY)
     manifest = _manifest(exp, access, jobs, grace)
     ExperimentManifest.read(manifest, path)  # the record's shape (records/experiment.py)
+    out.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(exp.path, out / EXPERIMENT_COPY)
     atomic_write_json(path, manifest)
     return manifest
 
