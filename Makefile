@@ -24,10 +24,10 @@ rehearsal: setup
 	@# exit 4 (inconclusive) is the rehearsal's honest answer on four tasks; 1 (reject) fails
 	@$(BIN)/assay exp verdict runs/rehearsal; code=$$?; [ $$code -eq 0 ] || [ $$code -eq 4 ]
 
-# Eight workers on two cores: most of the suite's wall time is spent waiting (real budgets, kills,
-# fsyncs, a Ray cluster, a browser, image builds), not computing: the CPU stays under one core on
-# average. Units and their order: tests/support/schedule.py. Serial: `make test TEST_WORKERS=0`.
-# tests/README.md has the figures.
+# Eight workers on two cores: many tests wait (real budgets, kills, a Ray cluster, a browser),
+# and eight keep both cores busy through the first pass (sampled from /proc/stat; the disk stays
+# under 15% busy). Units and their order: tests/support/schedule.py. Serial: `make test
+# TEST_WORKERS=0`. tests/README.md has the figures.
 TEST_WORKERS ?= 8
 
 # The tests marked quiet (real agent CLIs held to wall budgets, races between two time limits)
