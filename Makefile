@@ -41,8 +41,8 @@ QUIET_WORKERS ?= 4
 # Both passes run even when the first fails, so one run shows every failure. $(1): variables
 # for the environment of both (the full forms). Before them one collection in one process
 # writes the compiled test modules (assertions rewritten) and assay's own to __pycache__
-# (tests/conftest.py says why), so the ten workers read them instead of each compiling all of
-# them at once: about 30 s of start-up on two cores. A collection error shows in the passes.
+# (tests/conftest.py says why), so the workers of both passes read them instead of each compiling
+# all of them at once: about 30 s of start-up on two cores. A collection error shows in the passes.
 define run_tests
 	@$(1) $(BIN)/python -m pytest -q --collect-only -p no:cacheprovider >/dev/null 2>&1 || true
 	@code=0; \
