@@ -23,7 +23,7 @@ from assay.environments.seed import seed_from_image
 from assay.environments.store import ImageStore
 from assay.errors import TrialRefused
 from assay.records.environment import ImageConfig
-from assay.suites.bundle import load_bundle
+from assay.suites.bundle import Bundle, load_bundle
 
 
 def _image(store: ImageStore, work: dict[str, str], workdir: str = "/work") -> str:
@@ -55,14 +55,21 @@ def _bundle(root: Path, digest: str) -> Path:
     return bundle
 
 
+def _task_tree(tmp_path: Path, digest: str, name: str = "tree") -> tuple[Bundle, Path]:
+    """The task pinned to ``digest`` (:func:`_bundle`), and its starting tree exported to
+    ``tmp_path / name``, not yet seeded."""
+    bundle = load_bundle(_bundle(tmp_path / "b", digest))
+    tree = tmp_path / name
+    bundle.export_starting_tree(tree)
+    return bundle, tree
+
+
 def test_build_time_files_join_the_tree_and_the_trees_own_files_win(tmp_path: Path) -> None:
     store = ImageStore(tmp_path / "cache" / "environments")
     digest = _image(store, {"logs/service.log": "started\n",
                             "src/calc/__init__.py": "the image's copy, older\n",
                             "src/calc/generated.py": "TABLE = 1\n"})
-    bundle = load_bundle(_bundle(tmp_path / "b", digest))
-    tree = tmp_path / "tree"
-    bundle.export_starting_tree(tree)
+    bundle, tree = _task_tree(tmp_path, digest)
     ours = (tree / "src" / "calc" / "__init__.py").read_text()
     seeded = seed_from_image(bundle, tree, store)
     assert seeded.paths == ["logs/service.log", "src/calc/generated.py"]
@@ -90,9 +97,7 @@ def test_each_kind_of_entry_is_copied_as_a_starting_tree_holds_it(tmp_path: Path
         image = store.publish(rootfs, source_kind="debian-recipe",
                               source_digest="sha256:" + "1" * 64,
                               config=ImageConfig(workdir="/app"))
-    bundle = load_bundle(_bundle(tmp_path / "b", image.digest))
-    tree = tmp_path / "tree"
-    bundle.export_starting_tree(tree)
+    bundle, tree = _task_tree(tmp_path, image.digest)
     seeded = seed_from_image(bundle, tree, store)
     assert seeded.paths == ["bin/tool", "latest", "passwd"]
     mode = os.lstat(tree / "bin" / "tool").st_mode
@@ -130,8 +135,6 @@ def test_a_task_on_the_hosts_system_or_an_image_without_the_folder_adds_nothing(
         image = store.publish(rootfs, source_kind="debian-recipe",
                               source_digest="sha256:" + "2" * 64,
                               config=ImageConfig(workdir="/srv/app"))
-    bundle = load_bundle(_bundle(tmp_path / "b", image.digest))
-    tree2 = tmp_path / "t2"
-    bundle.export_starting_tree(tree2)
+    bundle, tree2 = _task_tree(tmp_path, image.digest, "t2")
     assert seed_from_image(bundle, tree2, store).paths == []
     assert sorted(p.relative_to(tree2) for p in tree2.rglob("*")) == before
