@@ -27,20 +27,20 @@ def squash(text: str) -> str:
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "agent-tasks"
 
 
-#: The reduced form's plan: every example runs nop and its oracle, and seven mutants, so that
-#: every mutant runs on some example (the cross product, 7 x 20, is the full form). The one that
-#: sleeps out the verifier's whole limit (hang_at_import) runs on one example only.
-EXAMPLE_GROUPS: tuple[tuple[tuple[str, ...], tuple[str, ...]], ...] = (
-    (("leaderboard-rank-007",),  # solve.sh, no patch: the patch-based mutants do not apply
-     ("no_change", "hang_at_import", "shadow_pytest", "pytest_plugin", "twin_aware_noop",
-      "fake_output", "chmod_tests")),
-    (("duration-parse-001", "semver-compat-002", "slugify-fold-003"),
-     ("delete_tests", "neuter_tests", "symlink_protected", "outside_allowed", "link_outside",
-      "sourceless_bytecode", "partial_fix")),
-    (("retry-final-004", "ellipsize-width-005", "memo-key-006"),
-     ("fake_summary_exit", "noop_test_calls", "flip_failed_reports", "shadow_bytecode",
-      "shape_aware_noop", "runner_dep_shadow", "no_change")),
-)
+#: The reduced form's plan: every example runs nop and its oracle, and every mutant runs on
+#: exactly one example (the cross product, 7 x 20, is the full form), so that each example's
+#: verifier meets a few kinds of cheating and each kind meets some example.
+#: leaderboard-rank-007 has a solve.sh and no patch: the patch-based mutants do not apply to it.
+#: The one that sleeps out the verifier's whole limit (hang_at_import) runs there, in the image.
+EXAMPLE_PLAN: dict[str, tuple[str, ...]] = {
+    "leaderboard-rank-007": ("hang_at_import", "shadow_pytest", "pytest_plugin"),
+    "duration-parse-001": ("delete_tests", "neuter_tests", "symlink_protected"),
+    "semver-compat-002": ("outside_allowed", "link_outside", "sourceless_bytecode"),
+    "slugify-fold-003": ("partial_fix", "twin_aware_noop", "fake_output"),
+    "retry-final-004": ("fake_summary_exit", "noop_test_calls", "flip_failed_reports"),
+    "ellipsize-width-005": ("shadow_bytecode", "shape_aware_noop", "chmod_tests"),
+    "memo-key-006": ("runner_dep_shadow", "no_change"),
+}
 
 
 @needs_bwrap
@@ -48,7 +48,7 @@ EXAMPLE_GROUPS: tuple[tuple[tuple[str, ...], tuple[str, ...]], ...] = (
 @pytest.mark.timeout(900)  # 90 s alone; over 300 s once in CI among eight workers
 def test_examples_pass_task_check(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Every shipped example passes ``task check --mutants``. Reduced form: every example runs
-    ``nop``, its oracle and seven mutants (``EXAMPLE_GROUPS``: every mutant on some example,
+    ``nop``, its oracle and two or three mutants (``EXAMPLE_PLAN``: every mutant on one example,
     picked with ``--mutant``), on a copy of the examples whose ``verifier_wall_seconds`` is 20
     instead of 60, since hang_at_import sleeps out the whole limit in each check (the oracle
     must still finish within half of it, ``TRUSTED_SHARE``, for the time-out to count as the
@@ -63,10 +63,11 @@ def test_examples_pass_task_check(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     from assay.agents import MUTANTS
 
     assert EXAMPLES.is_dir()
-    assert {t for ts, _ in EXAMPLE_GROUPS for t in ts} == {
-        p.parent.name for p in EXAMPLES.glob("*/task.yaml")}, "an example left out"
-    assert {m for _, ms in EXAMPLE_GROUPS for m in ms} == {m.name for m in MUTANTS}, \
-        "a mutant no example runs: give it a group"
+    assert set(EXAMPLE_PLAN) == {p.parent.name for p in EXAMPLES.glob("*/task.yaml")}, \
+        "an example left out"
+    planned = [m for ms in EXAMPLE_PLAN.values() for m in ms]
+    assert sorted(planned) == sorted({m.name for m in MUTANTS}), \
+        "every mutant runs on exactly one example: give a new one a place"
     examples = tmp_path / "agent-tasks"
     shutil.copytree(EXAMPLES, examples, symlinks=True)
     for y in examples.glob("*/task.yaml"):
@@ -79,23 +80,22 @@ def test_examples_pass_task_check(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     pinned.write_text(re.sub(r"environment_image: \S+", f"environment_image: {image.digest}",
                              pinned.read_text()))
     by_id: dict[str, dict[str, Any]] = {}
-    for n, (tasks, mutants) in enumerate(EXAMPLE_GROUPS):
-        out = tmp_path / f"check-{n}"
+    for task, mutants in EXAMPLE_PLAN.items():
+        out = tmp_path / f"check-{task}"
         picks = [a for m in mutants for a in ("--mutant", m)]
-        res = run_cli(["task", "check", *(str(examples / t) for t in tasks), *picks,
+        res = run_cli(["task", "check", str(examples / task), *picks,
                        "--reruns", "1", "--workers", "6", "--out", str(out)])
         assert res.code == 0, (res.stdout, res.stderr)
-        reports = json.loads((out / "task-check.json").read_text())
-        assert sorted(r["task"] for r in reports) == sorted(tasks)
-        for r in reports:
-            assert r["status"] == "ok" and r["digest"] == "ok", r
-            assert r["mutants"] and set(r["mutants"]) <= set(mutants), r
-            assert all(v.startswith("rejected:") for v in r["mutants"].values()), r
-            by_id[r["task"]] = r
-        if "leaderboard-rank-007" in tasks:
+        [r] = json.loads((out / "task-check.json").read_text())
+        assert r["task"] == task
+        assert r["status"] == "ok" and r["digest"] == "ok", r
+        assert r["nop"] == "fails behavior" and r["oracle"] == "1/1", r
+        # each planned mutant ran (none was silently not applicable) and was rejected
+        assert set(r["mutants"]) == set(mutants), r
+        assert all(v.startswith("rejected:") for v in r["mutants"].values()), r
+        by_id[task] = r
+        if task == "leaderboard-rank-007":
             assert f"leaderboard-rank-007:raninimage{image.digest}" in squash(res.stdout)
-    # every mutant ran somewhere (none was silently not applicable to its whole group)
-    assert {m for r in by_id.values() for m in r["mutants"]} == {m.name for m in MUTANTS}
     assert by_id["leaderboard-rank-007"]["environment_image"]["digest"] == image.digest
     assert by_id["leaderboard-rank-007"]["mutants"]["hang_at_import"] == \
         "rejected:candidate_timeout"
