@@ -62,10 +62,12 @@ test: setup-test
 	$(call run_tests,)
 
 # Every slow scenario in its full form (make test runs their reduced forms; tests/README.md lists
-# them): the Ray cluster scenario and the image builds that fail, several minutes more.
+# them): the Ray cluster scenario and the image builds that fail, several minutes more; the
+# shared test images are built afresh instead of taken from earlier sessions
+# (tests/support/images.py).
 test-full: setup-test
 	$(BIN)/ruff check src tests bench
-	$(call run_tests,ASSAY_RAY_FULL=1 ASSAY_ENV_BUILD_FULL=1)
+	$(call run_tests,ASSAY_RAY_FULL=1 ASSAY_ENV_BUILD_FULL=1 ASSAY_TEST_IMAGE_CACHE=session)
 
 # Measure every test's wall seconds again and rewrite tests/durations.json, which orders the
 # units of make test longest first (tests/support/schedule.py).

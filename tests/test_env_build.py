@@ -3,7 +3,9 @@ pip from PyPI, the steps in a bubblewrap sandbox rooted in the image being built
 
 Two real builds run here: the shared base image (``tests/support/images.py``: bookworm with
 python3 and python3-pytest, 40 s to 4 min on these 2-core machines depending on their load;
-found in the store instead when ``ASSAY_TEST_IMAGE_CACHE`` names a cache that already has it),
+found in the store instead when an earlier session built it with the same builder: the shared
+images are kept across sessions unless ``ASSAY_TEST_IMAGE_CACHE=session``, as in ``make
+test-full``),
 and one recipe using every kind of step (a Debian package this host lacks, a pip requirement,
 a copy, a shell line, env, workdir, user), 1-5 min, built right after a first attempt at it was
 killed with SIGKILL half way through mmdebstrap. Everything else (cache hits, bad recipes,

@@ -1,9 +1,9 @@
 """Tasks that run in a pinned image: the agent's and the verifier's sandboxes with the image's
 root, the host's trusted pytest lent to it, the pin checked and recorded.
 
-The images are real: Debian bookworm built with ``mmdebstrap`` once per test session
-(``tests/support/images.py``, about 35-40 s each on the 2-core test machine; set
-``ASSAY_TEST_IMAGE_CACHE`` to keep them across sessions). The example task
+The images are real: Debian bookworm built with ``mmdebstrap`` (``tests/support/images.py``,
+about 35-40 s each on the 2-core test machine), once for as long as assay's builder does not
+change: they are kept across sessions unless ``ASSAY_TEST_IMAGE_CACHE=session``. The example task
 ``examples/agent-tasks/leaderboard-rank-007`` imports ``sortedcontainers``
 (``python3-sortedcontainers``), which this host does not have: its oracle is accepted in its
 image and the same tests fail on the host's system.

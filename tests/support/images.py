@@ -9,13 +9,22 @@ downloading and unpacking ~60 packages).
 
 Where the store lives: ``<root>/environments``, the image store of a cache directory
 ``<root>`` (a test points ``ASSAY_CACHE_DIR`` at :func:`cache_dir` for trials to find the
-image), with ``<root>`` ``$ASSAY_TEST_IMAGE_CACHE`` when set (kept across sessions: a second
-session finds the image by its recipe's digest and builds nothing); otherwise a folder of this
-session under the system temporary directory named by the pytest process (under
-pytest-xdist, by the controller: the workers' parent), shared by the workers and removed when
-the session ends (``tests/conftest.py``'s ``pytest_unconfigure``, or at exit without xdist).
-An ``fcntl.flock`` per recipe makes concurrent workers build each image once: one builds, the
-others wait and then find it in the store.
+image). By default ``<root>`` is kept across sessions, like the agent CLIs the tests install:
+``~/.cache/assay/test-images/<fingerprint>`` (``$XDG_CACHE_HOME`` if set), where the fingerprint
+hashes what an image is made by besides its recipe: assay's builder (``src/assay/environments``,
+the recipe model), this file and the ``mmdebstrap`` script. A change to any of them starts an
+empty folder, so the next session builds again; a later session finds each image by its
+recipe's digest and builds nothing (about 40 CPU-seconds a run less on two cores). Folders of
+other fingerprints untouched for a week are removed when a session starts. The builder itself
+runs in every session all the same: tests/test_env_build.py builds its full recipe into a
+store of its own, and the Harbor tests build what they convert.
+``$ASSAY_TEST_IMAGE_CACHE`` names another root; ``ASSAY_TEST_IMAGE_CACHE=session`` keeps none:
+a folder of this session under the system temporary directory named by the pytest process
+(under pytest-xdist, by the controller: the workers' parent), shared by the workers and removed
+when the session ends (``tests/conftest.py``'s ``pytest_unconfigure``, or at exit without
+xdist); ``make test-full`` uses that, so the shared images are built there too.
+An ``fcntl.flock`` per recipe makes concurrent workers (and sessions) build each image once:
+one builds, the others wait and then find it in the store.
 
 Callers that cannot build (no ``mmdebstrap``, no bubblewrap) get ``pytest.skip`` with the
 reason.
@@ -25,6 +34,7 @@ from __future__ import annotations
 
 import atexit
 import fcntl
+import functools
 import hashlib
 import os
 import shutil
@@ -65,10 +75,47 @@ def _session_root(owner: int) -> Path:
     return Path(tempfile.gettempdir()) / f"assay-test-images-{os.getuid()}-{owner}"
 
 
+#: Folders of other builder fingerprints untouched this long are removed (seconds).
+STALE_AFTER_S = 7 * 24 * 3600
+
+
+@functools.cache
+def builder_fingerprint() -> str:
+    """A hash of what a test image is made by besides its recipe (see the module's docstring).
+    The ``mmdebstrap`` is looked for on the system's own path: a test that empties ``PATH`` to
+    show that a cached image needs no build must still find the same folder."""
+    src = Path(__file__).resolve().parents[2] / "src" / "assay"
+    parts = [*sorted((src / "environments").rglob("*.py")), src / "suites" / "recipe.py",
+             Path(__file__).resolve()]
+    mmdebstrap = shutil.which("mmdebstrap", path="/usr/local/bin:/usr/bin:/bin")
+    if mmdebstrap:
+        parts.append(Path(mmdebstrap))
+    digest = hashlib.sha256()
+    for part in parts:
+        digest.update(part.name.encode() + b"\0" + part.read_bytes() + b"\0")
+    return digest.hexdigest()[:16]
+
+
+def _kept_root() -> Path:
+    """The default root, kept across sessions; older fingerprints' folders are swept."""
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    parent = base / "assay" / "test-images"
+    root = parent / builder_fingerprint()
+    root.mkdir(parents=True, exist_ok=True)
+    os.utime(root)  # in use: not swept by another session
+    for other in parent.iterdir():
+        if other != root and other.is_dir() and \
+                time.time() - other.stat().st_mtime > STALE_AFTER_S:
+            _remove(other)
+    return root
+
+
 def _store_root() -> Path:
     cached = os.environ.get("ASSAY_TEST_IMAGE_CACHE")
-    if cached:
+    if cached and cached != "session":
         return Path(cached)
+    if not cached:
+        return _kept_root()
     if "PYTEST_XDIST_TESTRUNUID" in os.environ:  # a worker: the controller's folder, shared
         return _session_root(os.getppid())
     root = _session_root(os.getpid())
@@ -86,8 +133,9 @@ def image_cache_dir(_factory: object = None) -> Path:
 
 def remove_session_store() -> None:
     """The controller's end of a session (``pytest_unconfigure``): the shared folder its
-    pytest-xdist workers built images in, unless they are kept (``ASSAY_TEST_IMAGE_CACHE``)."""
-    if not os.environ.get("ASSAY_TEST_IMAGE_CACHE"):
+    pytest-xdist workers built images in, when they are not kept
+    (``ASSAY_TEST_IMAGE_CACHE=session``)."""
+    if os.environ.get("ASSAY_TEST_IMAGE_CACHE") == "session":
         _remove(_session_root(os.getpid()))
 
 
