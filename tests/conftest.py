@@ -26,11 +26,18 @@ from typer.testing import CliRunner
 sys.dont_write_bytecode = False
 
 # The verifier caches the test ids it learns from trusted trees; keep the tests' own cache out
-# of the user's home, and shared within one test session. It goes with the process: it holds
-# the images some tests build (hundreds of MB), and 74 runs' worth once filled /tmp with 2.9 GB.
+# of the user's home, and shared within one test session. It goes with the process (74 runs'
+# worth once filled /tmp with 2.9 GB), all but its image store: that is the kept store of the
+# shared test images (tests/support/images.py), so an image a test builds through assay (a
+# converted Harbor task's recipe) is built once for as long as the builder does not change.
 if "ASSAY_CACHE_DIR" not in os.environ:
     os.environ["ASSAY_CACHE_DIR"] = tempfile.mkdtemp(prefix="assay-test-cache-")
     atexit.register(shutil.rmtree, os.environ["ASSAY_CACHE_DIR"], ignore_errors=True)
+    from support.images import session_image_store
+
+    if (kept := session_image_store()) is not None:
+        kept.mkdir(parents=True, exist_ok=True)
+        os.symlink(kept, Path(os.environ["ASSAY_CACHE_DIR"]) / "environments")
 
 SYSTEM_PROMPT = 'Classify the issue. Reply only {"label": "bug|feature|question"}.'
 SECRET = "sk-test-SECRET-do-not-record-0123456789"

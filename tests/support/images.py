@@ -12,12 +12,14 @@ Where the store lives: ``<root>/environments``, the image store of a cache direc
 image). By default ``<root>`` is kept across sessions, like the agent CLIs the tests install:
 ``~/.cache/assay/test-images/<fingerprint>`` (``$XDG_CACHE_HOME`` if set), where the fingerprint
 hashes what an image is made by besides its recipe: assay's builder (``src/assay/environments``,
-the recipe model), this file and the ``mmdebstrap`` script. A change to any of them starts an
+the recipe model) and the ``mmdebstrap`` script. A change to any of them starts an
 empty folder, so the next session builds again; a later session finds each image by its
-recipe's digest and builds nothing (about 40 CPU-seconds a run less on two cores). Folders of
-other fingerprints untouched for a week are removed when a session starts. The builder itself
-runs in every session all the same: tests/test_env_build.py builds its full recipe into a
-store of its own, and the Harbor tests build what they convert.
+recipe's digest and builds nothing. The same store is the ``environments`` of the session's
+own cache folder (tests/conftest.py), so the images the Harbor tests' conversions ask for are
+kept too: five builds, about 100 CPU-seconds, that a session with an unchanged builder does
+not repeat. Folders of other fingerprints untouched for a week are removed when a session
+starts. The builder itself runs in every session all the same: tests/test_env_build.py builds
+its full recipe (after killing a first attempt) into a store of its own.
 ``$ASSAY_TEST_IMAGE_CACHE`` names another root; ``ASSAY_TEST_IMAGE_CACHE=session`` keeps none:
 a folder of this session under the system temporary directory named by the pytest process
 (under pytest-xdist, by the controller: the workers' parent), shared by the workers and removed
@@ -85,8 +87,7 @@ def builder_fingerprint() -> str:
     The ``mmdebstrap`` is looked for on the system's own path: a test that empties ``PATH`` to
     show that a cached image needs no build must still find the same folder."""
     src = Path(__file__).resolve().parents[2] / "src" / "assay"
-    parts = [*sorted((src / "environments").rglob("*.py")), src / "suites" / "recipe.py",
-             Path(__file__).resolve()]
+    parts = [*sorted((src / "environments").rglob("*.py")), src / "suites" / "recipe.py"]
     mmdebstrap = shutil.which("mmdebstrap", path="/usr/local/bin:/usr/bin:/bin")
     if mmdebstrap:
         parts.append(Path(mmdebstrap))
@@ -108,6 +109,16 @@ def _kept_root() -> Path:
                 time.time() - other.stat().st_mtime > STALE_AFTER_S:
             _remove(other)
     return root
+
+
+def session_image_store() -> Path | None:
+    """The image store a session's own cache folder (``$ASSAY_CACHE_DIR``, tests/conftest.py)
+    links to as its ``environments``: the shared images' store, unless nothing is kept
+    (``ASSAY_TEST_IMAGE_CACHE=session``)."""
+    cached = os.environ.get("ASSAY_TEST_IMAGE_CACHE")
+    if cached == "session":
+        return None
+    return (Path(cached) if cached else _kept_root()) / "environments"
 
 
 def _store_root() -> Path:
