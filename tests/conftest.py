@@ -81,7 +81,12 @@ def run_cli(args: Sequence[str], env: dict[str, str] | None = None) -> CliResult
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     """The session's shared test images (tests/support/images.py) go with the session; the
-    pytest-xdist workers leave them to the controller."""
+    pytest-xdist workers leave them to the controller. A process that counted its CPU in a
+    cgroup of its own (``ASSAY_TEST_CPU_LOG``) leaves it."""
+    if os.environ.get("ASSAY_TEST_CPU_LOG"):
+        from support import cpu_meter
+
+        cpu_meter.leave()
     if not hasattr(config, "workerinput"):
         from support.images import remove_session_store
 
@@ -152,30 +157,25 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
-    """With ``ASSAY_TEST_CPU_LOG=FILE``: one JSON line a test with the CPU seconds it cost (this
-    process and the children it waited for: sandboxes, agent CLIs, pytest inside the verifier)
-    and the 512-byte blocks they wrote, next to its wall seconds, for placing tests by
-    measurement (tests/README.md). Threads another test left running count against this one,
-    so the figures are approximate."""
+    """With ``ASSAY_TEST_CPU_LOG=FILE``: one JSON line a test with the CPU seconds it cost and
+    how they were counted (``support/cpu_meter.py``: a cgroup of this worker's where the machine
+    allows it, every process started from here; else the children it waited for), the 512-byte
+    blocks written, and its wall seconds, for placing tests by measurement (tests/README.md)."""
     log = os.environ.get("ASSAY_TEST_CPU_LOG")
     if not log:
         return (yield)
-    import resource
     import time
 
-    def cpu() -> tuple[float, int]:
-        """CPU seconds, and blocks written to disk (fsyncs and builds wait on those)."""
-        own, kids = (resource.getrusage(resource.RUSAGE_SELF),
-                     resource.getrusage(resource.RUSAGE_CHILDREN))
-        return (own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime,
-                own.ru_oublock + kids.ru_oublock)
+    from support import cpu_meter
 
-    (cpu0, out0), wall0, started = cpu(), time.monotonic(), time.time()
+    cpu0, out0 = cpu_meter.cpu_seconds(), cpu_meter.blocks_written()
+    wall0, started = time.monotonic(), time.time()
     try:
         return (yield)
     finally:
-        cpu1, out1 = cpu()
-        row = {"test": item.nodeid, "cpu": round(cpu1 - cpu0, 2), "blocks_out": out1 - out0,
+        row = {"test": item.nodeid, "cpu": round(cpu_meter.cpu_seconds() - cpu0, 2),
+               "counted_by": cpu_meter.method(),
+               "blocks_out": cpu_meter.blocks_written() - out0,
                "wall": round(time.monotonic() - wall0, 2), "started": round(started, 2),
                "worker": os.environ.get("PYTEST_XDIST_WORKER", "")}
         with open(log, "a", encoding="utf-8") as fh:
