@@ -97,13 +97,17 @@ def builder_fingerprint() -> str:
     return digest.hexdigest()[:16]
 
 
-def _kept_root() -> Path:
-    """The default root, kept across sessions; older fingerprints' folders are swept."""
+def _kept_root() -> Path | None:
+    """The default root, kept across sessions; older fingerprints' folders are swept. None
+    where it cannot be made (a home folder that cannot be written): then nothing is kept."""
     base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
     parent = base / "assay" / "test-images"
     root = parent / builder_fingerprint()
-    root.mkdir(parents=True, exist_ok=True)
-    os.utime(root)  # in use: not swept by another session
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        os.utime(root)  # in use: not swept by another session
+    except OSError:
+        return None
     for other in parent.iterdir():
         if other != root and other.is_dir() and \
                 time.time() - other.stat().st_mtime > STALE_AFTER_S:
@@ -111,22 +115,26 @@ def _kept_root() -> Path:
     return root
 
 
-def session_image_store() -> Path | None:
-    """The image store a session's own cache folder (``$ASSAY_CACHE_DIR``, tests/conftest.py)
-    links to as its ``environments``: the shared images' store, unless nothing is kept
-    (``ASSAY_TEST_IMAGE_CACHE=session``)."""
+def _kept() -> Path | None:
+    """The root kept across sessions (``$ASSAY_TEST_IMAGE_CACHE`` or the default), or None for
+    a folder of the session (``ASSAY_TEST_IMAGE_CACHE=session``, or no default to be had)."""
     cached = os.environ.get("ASSAY_TEST_IMAGE_CACHE")
     if cached == "session":
         return None
-    return (Path(cached) if cached else _kept_root()) / "environments"
+    return Path(cached) if cached else _kept_root()
+
+
+def session_image_store() -> Path | None:
+    """The image store a session's own cache folder (``$ASSAY_CACHE_DIR``, tests/conftest.py)
+    links to as its ``environments``: the kept images' store, unless nothing is kept."""
+    kept = _kept()
+    return None if kept is None else kept / "environments"
 
 
 def _store_root() -> Path:
-    cached = os.environ.get("ASSAY_TEST_IMAGE_CACHE")
-    if cached and cached != "session":
-        return Path(cached)
-    if not cached:
-        return _kept_root()
+    kept = _kept()
+    if kept is not None:
+        return kept
     if "PYTEST_XDIST_TESTRUNUID" in os.environ:  # a worker: the controller's folder, shared
         return _session_root(os.getppid())
     root = _session_root(os.getpid())
@@ -144,9 +152,8 @@ def image_cache_dir(_factory: object = None) -> Path:
 
 def remove_session_store() -> None:
     """The controller's end of a session (``pytest_unconfigure``): the shared folder its
-    pytest-xdist workers built images in, when they are not kept
-    (``ASSAY_TEST_IMAGE_CACHE=session``)."""
-    if os.environ.get("ASSAY_TEST_IMAGE_CACHE") == "session":
+    pytest-xdist workers built images in, when they are not kept (see :func:`_kept`)."""
+    if _kept() is None:
         _remove(_session_root(os.getpid()))
 
 

@@ -195,9 +195,9 @@ class Qwen:
         prefix, _ = install_prefix(self.bin)
         mounts = [Mount(prefix, PREFIX_MOUNT), Mount(self.node.resolve(), NODE_MOUNT)]
         # QWEN_CODE_NO_RELAUNCH: started without it, the CLI loads its whole bundle, then
-        # re-executes itself with a heap limit of half the machine's memory and loads it all
-        # again (about a second of CPU each time). In the sandbox the attempt's memory limit
-        # bounds the heap anyway, so the second start buys nothing.
+        # re-executes itself with a heap limit of half the machine's memory and loads it again
+        # (about half a CPU-second a trial). In the sandbox the attempt's memory limit bounds
+        # the heap anyway, so the second start buys nothing.
         env = {"PATH": f"{NODE_MOUNT}/bin:{DEFAULT_PATH}", "OPENAI_MODEL": model,
                "QWEN_CODE_SUPPRESS_YOLO_WARNING": "1", "NO_COLOR": "1",
                "QWEN_CODE_NO_RELAUNCH": "true"}
