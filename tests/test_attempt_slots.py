@@ -186,3 +186,26 @@ def test_verify_jobs_0_keeps_each_slot_until_graded(tmp_path: Path) -> None:
     assert a1 >= end0 - 0.05  # the second agent started after the first was graded
     session = json.loads((out / "manifest.json").read_text())["sessions"][-1]
     assert session["verify_jobs"] is None
+
+
+@needs_bwrap
+def test_an_attempt_whose_future_reads_done_before_its_callbacks_ran_frees_its_slot(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A future reads as done before its done-callbacks have run, and a thread can be put off
+    between the two for as long as the machine pleases (under load in CI it was). Here every
+    future's callbacks are put off by 1.5 s, longer than the scheduler's one-second poll: the
+    scheduler wakes, sees the only attempt done, and must still start the next trial instead
+    of ending the run with it pending (it ended exit 3, one of two trials never started)."""
+    from concurrent.futures import Future
+
+    invoke = Future._invoke_callbacks  # type: ignore[attr-defined]
+
+    def late(self: Future[object]) -> None:
+        time.sleep(1.5)
+        invoke(self)
+
+    monkeypatch.setattr(Future, "_invoke_callbacks", late)
+    out = _slow_verifier_run(tmp_path, sleep=0, reps=3, jobs=1, verify_jobs="0")
+    trials = [json.loads(p.read_text()) for p in out.glob("trials/*/*/*/a*/trial.json")]
+    assert sorted(t["rep"] for t in trials) == [0, 1, 2]
+    assert all(t["grade"]["accepted"] for t in trials)

@@ -517,8 +517,8 @@ class ExperimentRunner:
                         continue
                     attempt = state.begin_attempt(key)
                     ticket = slots.ticket()
-                    fut = pool.submit(self._attempt, state, attempt, ticket)
-                    fut.add_done_callback(ticket.end)
+                    fut = pool.submit(self._attempt_ending, state, attempt, ticket)
+                    fut.add_done_callback(ticket.end)  # one never run (cancelled) ends too
                     running[fut] = key
                     busy.add(key)
             if not running:
@@ -549,6 +549,16 @@ class ExperimentRunner:
                                "stopped before spending the run on it: fix the arm and run "
                                "the same command again")
             self.stop_new.set()
+
+    def _attempt_ending(self, state: StateDB, attempt: Attempt, ticket: Ticket) -> str:
+        """:meth:`_attempt`, its slot given back before its future reads as done. A future is
+        done before its done-callbacks run: had the slot been freed only by the callback, the
+        scheduler could see the last attempt done, the slots still full, and nothing running,
+        and end the run with trials never started (it did, once, under load)."""
+        try:
+            return self._attempt(state, attempt, ticket)
+        finally:
+            ticket.end()
 
     def _attempt(self, state: StateDB, attempt: Attempt, ticket: Ticket) -> str:
         key: TrialKey = attempt.trial
