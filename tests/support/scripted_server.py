@@ -366,6 +366,11 @@ class ScriptedServer:
         with self._lock:
             return [r for r in self.requests if _is_chat(r.method, r.path)]
 
+    def open_connections(self) -> int:
+        """TCP connections being served now (a killed client's close once the server has read
+        what it had sent)."""
+        return len(self._conn_tasks)
+
     def requests_for(self, case_input: str) -> list[RecordedRequest]:
         """Chat requests whose case_input (first user message) is `case_input`."""
         return [r for r in self.chat_requests() if r.case_input == case_input]
