@@ -97,9 +97,11 @@ def builder_fingerprint() -> str:
     return digest.hexdigest()[:16]
 
 
+@functools.cache
 def _kept_root() -> Path | None:
-    """The default root, kept across sessions; older fingerprints' folders are swept. None
-    where it cannot be made (a home folder that cannot be written): then nothing is kept."""
+    """The default root, kept across sessions; older fingerprints' folders are swept (once a
+    process: every image lookup asks). None where it cannot be made (a home folder that
+    cannot be written): then nothing is kept."""
     base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
     parent = base / "assay" / "test-images"
     root = parent / builder_fingerprint()
