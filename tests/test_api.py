@@ -372,3 +372,13 @@ def test_an_experiment_option_the_cli_does_not_have_is_refused(tmp_path: Path) -
     opts = assay.ExperimentOptions(jobs=2, tier="smoke")
     assert assay.ExperimentOptions.of(opts, jobs=4) == assay.ExperimentOptions(jobs=4,
                                                                               tier="smoke")
+
+
+def test_every_name_of_the_api_is_found_where_it_says_it_lives() -> None:
+    """``assay.api`` imports its names on first use from the module ``_WHERE`` gives: a name
+    added to ``__all__`` but not there (or the other way round) would fail only when used."""
+    import assay.api as api
+
+    assert sorted(api._WHERE) == sorted(api.__all__)
+    for name, module in api._WHERE.items():
+        assert getattr(api, name) is getattr(importlib.import_module(module), name), name
