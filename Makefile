@@ -7,12 +7,13 @@ BIN := $(VENV)/bin
 setup:
 	@bash scripts/bootstrap.sh
 
-# The tests also need a browser (headless Chromium for the HTML reports) and Ray (assay[ray]:
-# tests/test_ray_executor.py starts a two-node cluster on this machine); the demo needs neither.
+# The tests also need a browser (headless Chromium for the HTML reports), Ray (assay[ray]:
+# tests/test_ray_executor.py starts a two-node cluster on this machine) and Inspect
+# (assay[inspect]: tests/test_inspect_log.py reads the log it writes back); the demo needs none.
 setup-test:
 	@ASSAY_BOOTSTRAP_BROWSER=1 bash scripts/bootstrap.sh
-	@$(BIN)/python -c 'import ray, xdist, pytest_timeout, mypy' 2>/dev/null || \
-	  $(BIN)/python -m pip install -q -e '.[dev,ray]'
+	@$(BIN)/python -c 'import ray, xdist, pytest_timeout, mypy, atif, inspect_ai' 2>/dev/null || \
+	  $(BIN)/python -m pip install -q -e '.[dev,ray,inspect]'
 
 demo: setup
 	$(BIN)/assay run examples/triage --model builtin/baseline

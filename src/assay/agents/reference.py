@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from assay.agents.atif_file import ATIF_ENV, collect_agent_atif
 from assay.agents.base import SOLUTION_MOUNT, AgentContext, AgentRun, run_in_agent_sandbox
 from assay.sandbox import Mount
 
@@ -47,4 +48,7 @@ class Command:
     name: str = "command"
 
     def run(self, ctx: AgentContext) -> AgentRun:
-        return run_in_agent_sandbox(ctx, ["sh", "-c", self.command])
+        """The command, told where it may write its own ATIF trajectory (``ASSAY_ATIF_PATH``),
+        which is kept and checked once it ended (``agents/atif_file.py``)."""
+        run = run_in_agent_sandbox(ctx, ["sh", "-c", self.command], env=ATIF_ENV)
+        return collect_agent_atif(ctx, run)

@@ -131,6 +131,9 @@ def run_trial(task: PathLike | Bundle, agent: str | Agent, out: PathLike, *, rep
 
     done = run_one(bundles[0], the_agent, Path(out), rep=rep, attempt=attempt)
     assert done.record is not None  # a trial run here always ends in its record
+    from assay.report.atif import write_beside
+
+    write_beside(done.trial_dir)  # trajectory.atif.json beside trial.json (never raises)
     return TrialRun(done.trial_dir, done.status, done.record, done.grade)
 
 

@@ -15,6 +15,7 @@ from assay.cli import (  # noqa: F401  (registers the commands)
     env_shell,
     envs,
     experiments,
+    exports,
     grading,
     history,
     judge,

@@ -8,10 +8,12 @@ from the attempt directory alone (and the task bundle it names, for the starting
   over (caches, bytecode, links it refuses) listed as excluded;
 - each check of the newest grade (``grades/<revision>.json``): its command, outcome and the tail
   of its output;
-- the steps: from the agent's own stream where the adapter parsed one (Qwen Code and Claude
-  Code ``stream-json``, mini-swe-agent's ``trajectory.json``), else from the gateway transcript
-  (``records/transcript.py``); each step is one model turn (its text and tool calls) and the
-  tool results the agent sent back, with that call's tokens and latency from the ledger;
+- the steps: from the ATIF trajectory a ``command:`` agent wrote itself when it is valid
+  (``agents/atif_file.py``), from the agent's own stream where the adapter parsed one (Qwen
+  Code and Claude Code ``stream-json``, mini-swe-agent's ``trajectory.json``), else from the
+  gateway transcript (``records/transcript.py``); each step is one model turn (its text and
+  tool calls) and the tool results the agent sent back, with that call's tokens and latency
+  from the ledger;
 - the ledger totals and the stage timings of ``trial.json``.
 
 Every text shown is capped (``MAX_TEXT``) and says so when cut; unknown figures stay None.
@@ -47,6 +49,10 @@ def cap(text: str, limit: int = MAX_TEXT) -> str:
 class ToolCall:
     name: str
     arguments: str
+    #: the call's id in the agent's stream or the API's answer (what its result names)
+    id: str | None = None
+    #: the arguments as the agent sent them, parsed (an ATIF export needs the object)
+    value: Any = None
 
 
 @dataclass
@@ -58,11 +64,19 @@ class Step:
     reasoning: str = ""
     tool_calls: list[ToolCall] = field(default_factory=list)
     results: list[str] = field(default_factory=list)
+    #: the tool call each result answers (its id), None where the result names none
+    result_ids: list[str | None] = field(default_factory=list)
     input_tokens: int | None = None
     output_tokens: int | None = None
     latency_ms: float | None = None
     status: int | None = None
     error: str | None = None
+    #: the ledger row of this step's model call (its ``seq`` and whole figures), when known
+    ledger_row: dict[str, Any] | None = None
+
+    def add_result(self, text: str, call_id: Any = None) -> None:
+        self.results.append(text)
+        self.result_ids.append(call_id if isinstance(call_id, str) else None)
 
     def signature(self) -> tuple[Any, ...]:
         """What the agent did at this step, for telling where two trials part ways."""
@@ -145,8 +159,7 @@ def load_trial_view(path: Path) -> TrialView:
     grade, revision = _grade(adir)
     checks = _checks(grade)
     ledger_path = adir / "model_calls.jsonl"
-    rows = [r for r in iter_rows(ledger_path, on_torn=lambda _t: None)] \
-        if ledger_path.is_file() else []
+    rows = ledger_rows(adir)
     steps, source, note = _steps(adir, rows)
     ledger = ledger_totals(ledger_path) if ledger_path.is_file() else None
     if (adir / "transcript.jsonl").is_file():
@@ -284,29 +297,50 @@ def _checks(grade: dict[str, Any] | None) -> list[Check]:
 # ----------------------------------------------------------------------------- steps
 
 
-def _steps(adir: Path, rows: list[dict[str, Any]]) -> tuple[list[Step], str, str | None]:
+def ledger_rows(adir: Path) -> list[dict[str, Any]]:
+    """The attempt's ledger rows (a torn last row left out: the totals count it)."""
+    path = adir / "model_calls.jsonl"
+    return [r for r in iter_rows(path, on_torn=lambda _t: None)] if path.is_file() else []
+
+
+def steps_of(adir: Path, rows: list[dict[str, Any]],
+             limit: int = MAX_STEPS) -> tuple[list[Step], str, str | None]:
+    """An attempt's steps, their source and a note: the agent's stream, else the gateway
+    transcript, else the bare ledger (the trial view and the ATIF export read the same)."""
+    return _steps(adir, rows, limit)
+
+
+def newest_grade(adir: Path) -> tuple[dict[str, Any] | None, str | None]:
+    """The newest grade of an attempt and its revision (None, None before a grade)."""
+    return _grade(adir)
+
+
+def _steps(adir: Path, rows: list[dict[str, Any]],
+           limit: int = MAX_STEPS) -> tuple[list[Step], str, str | None]:
     calls = [r for r in rows if r.get("endpoint") not in ("models",)]
-    steps = _stream_steps(adir)
-    if steps:
-        _attach_ledger(steps, calls)
-        return steps[:MAX_STEPS], "the agent's stream", _more(steps)
+    for read, source in ((_atif_steps, "the agent's own ATIF trajectory"),
+                         (_stream_steps, "the agent's stream")):
+        steps = read(adir)
+        if steps:
+            _attach_ledger(steps, calls)
+            return steps[:limit], source, _more(steps, limit)
     steps = _transcript_steps(adir, calls)
     if steps:
-        return steps[:MAX_STEPS], "the gateway transcript", _more(steps)
+        return steps[:limit], "the gateway transcript", _more(steps, limit)
     if calls:
         steps = [_ledger_only(i + 1, r) for i, r in enumerate(calls)]
-        return steps[:MAX_STEPS], "the ledger (no bodies kept)", _more(steps)
+        return steps[:limit], "the ledger (no bodies kept)", _more(steps, limit)
     return [], "none", "no step was recorded: no stream the adapter parsed, no model call"
 
 
-def _more(steps: list[Step]) -> str | None:
-    return f"{len(steps) - MAX_STEPS} later steps not shown" if len(steps) > MAX_STEPS else None
+def _more(steps: list[Step], limit: int = MAX_STEPS) -> str | None:
+    return f"{len(steps) - limit} later steps not shown" if len(steps) > limit else None
 
 
 def _ledger_only(n: int, row: dict[str, Any]) -> Step:
     return Step(n, input_tokens=row.get("input_tokens"), output_tokens=row.get("output_tokens"),
                 latency_ms=row.get("latency_ms"), status=row.get("status"),
-                error=row.get("error"))
+                error=row.get("error"), ledger_row=row)
 
 
 def _attach_ledger(steps: list[Step], calls: list[dict[str, Any]]) -> None:
@@ -320,6 +354,7 @@ def _attach_ledger(steps: list[Step], calls: list[dict[str, Any]]) -> None:
         step.output_tokens = row.get("output_tokens")
         step.latency_ms = row.get("latency_ms")
         step.status = row.get("status")
+        step.ledger_row = row
 
 
 def _text_of(content: Any) -> str:
@@ -346,9 +381,55 @@ def _args(value: Any) -> str:
                                                           sort_keys=True)
 
 
+def _call(name: Any, value: Any, call_id: Any) -> ToolCall:
+    """A tool call as shown (its arguments capped) and as sent (parsed, for an export)."""
+    parsed = value
+    if isinstance(value, str):
+        try:
+            parsed = json.loads(value) if len(value) <= 1 << 20 else value
+        except ValueError:
+            parsed = value
+    return ToolCall(str(name), cap(_args(value), 2000),
+                    call_id if isinstance(call_id, str) else None, parsed)
+
+
+def _atif_steps(adir: Path) -> list[Step]:
+    """Steps from the ATIF trajectory the agent wrote itself (``agents/atif_file.py``), when it
+    is valid: each agent step with its tool calls and their observations."""
+    from assay.records.atif import ATIF_FILE, read_atif
+
+    path = adir / "agent" / ATIF_FILE
+    if not path.is_file():
+        return []
+    doc, _why = read_atif(path)
+    if doc is None:
+        return []
+    steps: list[Step] = []
+    for a in doc.steps:
+        if a.source != "agent":
+            continue
+        s = Step(len(steps) + 1, text=cap(_text_of(_plain(a.message))),
+                 reasoning=cap(a.reasoning_content or ""))
+        for tc in a.tool_calls or []:
+            s.tool_calls.append(_call(tc.function_name, tc.arguments, tc.tool_call_id))
+        for r in (a.observation.results if a.observation else []):
+            s.add_result(cap(_text_of(_plain(r.content))), r.source_call_id)
+        steps.append(s)
+    return steps
+
+
+def _plain(content: Any) -> Any:
+    """ATIF content as the chat shapes ``_text_of`` reads: text, or a list of parts."""
+    if isinstance(content, list):
+        return [p.model_dump(exclude_none=True) if hasattr(p, "model_dump") else p
+                for p in content]
+    return content
+
+
 def _stream_steps(adir: Path) -> list[Step]:
-    """Steps from a ``stream-json`` stdout (Qwen Code, Claude Code: ``assistant`` and ``user``
-    events holding content blocks) or mini-swe-agent's ``trajectory.json``."""
+    """Steps from a ``stream-json`` stdout (Qwen Code, Claude
+    Code: ``assistant`` and ``user`` events holding content blocks) or mini-swe-agent's
+    ``trajectory.json``."""
     traj = adir / "agent" / "trajectory.json"
     if traj.is_file():
         try:
@@ -388,19 +469,21 @@ def _stream_steps(adir: Path) -> list[Step]:
                     elif b.get("type") == "thinking" and isinstance(b.get("thinking"), str):
                         cur.reasoning += b["thinking"]
                     elif b.get("type") == "tool_use":
-                        cur.tool_calls.append(ToolCall(str(b.get("name")),
-                                                       cap(_args(b.get("input")), 2000)))
+                        cur.tool_calls.append(_call(b.get("name"), b.get("input"),
+                                                    b.get("id")))
             elif ev.get("type") == "user" and cur is not None:
                 for b in blocks:
                     if isinstance(b, dict) and b.get("type") == "tool_result":
                         mark = " (error)" if b.get("is_error") else ""
-                        cur.results.append(cap(_text_of(b.get("content")) + mark))
+                        cur.add_result(cap(_text_of(b.get("content")) + mark),
+                                       b.get("tool_use_id"))
     # a model turn split over several events (text, then the tool call) is one step
     merged: list[Step] = []
     for s in steps:
         if merged and not merged[-1].results and not merged[-1].tool_calls and \
                 not s.text and s.tool_calls:
             merged[-1].tool_calls, merged[-1].results = s.tool_calls, s.results
+            merged[-1].result_ids = s.result_ids
         else:
             merged.append(s)
     for i, s in enumerate(merged):
@@ -419,11 +502,11 @@ def _chat_steps(messages: list[dict[str, Any]]) -> list[Step]:
             for tc in m.get("tool_calls") or []:
                 fn = tc.get("function") if isinstance(tc, dict) else None
                 if isinstance(fn, dict):
-                    s.tool_calls.append(ToolCall(str(fn.get("name")),
-                                                 cap(_args(fn.get("arguments")), 2000)))
+                    s.tool_calls.append(_call(fn.get("name"), fn.get("arguments"),
+                                              tc.get("id")))
             steps.append(s)
         elif role in ("tool", "user") and steps:
-            steps[-1].results.append(cap(_text_of(m.get("content"))))
+            steps[-1].add_result(cap(_text_of(m.get("content"))), m.get("tool_call_id"))
     return steps
 
 
@@ -440,7 +523,8 @@ def _transcript_steps(adir: Path, calls: list[dict[str, Any]]) -> list[Step]:
         row = by_seq.get(call.row.seq, {})
         s = Step(len(steps) + 1, input_tokens=row.get("input_tokens"),
                  output_tokens=row.get("output_tokens"), latency_ms=row.get("latency_ms"),
-                 status=call.row.status, error=row.get("error") or call.row.response_note)
+                 status=call.row.status, error=row.get("error") or call.row.response_note,
+                 ledger_row=row or None)
         _answer_into(s, call.row.response, call.row.protocol)
         if i + 1 < len(bodies):
             later = bodies[i + 1].messages[len(call.messages):]
@@ -449,11 +533,13 @@ def _transcript_steps(adir: Path, calls: list[dict[str, Any]]) -> list[Step]:
                     continue
                 kind = m.get("type")
                 if m.get("role") == "tool" or kind == "function_call_output":
-                    s.results.append(cap(_text_of(m.get("content") or m.get("output"))))
+                    s.add_result(cap(_text_of(m.get("content") or m.get("output"))),
+                                 m.get("tool_call_id") or m.get("call_id"))
                 elif m.get("role") == "user" and isinstance(m.get("content"), list):
                     for b in m["content"]:
                         if isinstance(b, dict) and b.get("type") == "tool_result":
-                            s.results.append(cap(_text_of(b.get("content"))))
+                            s.add_result(cap(_text_of(b.get("content"))),
+                                         b.get("tool_use_id"))
         steps.append(s)
     return steps
 
@@ -472,8 +558,8 @@ def _answer_into(step: Step, response: Any, protocol: str) -> None:
             for tc in msg.get("tool_calls") or []:
                 fn = tc.get("function") if isinstance(tc, dict) else None
                 if isinstance(fn, dict):
-                    step.tool_calls.append(ToolCall(str(fn.get("name")),
-                                                    cap(_args(fn.get("arguments")), 2000)))
+                    step.tool_calls.append(_call(fn.get("name"), fn.get("arguments"),
+                                                 tc.get("id")))
     elif protocol == "anthropic":
         for b in response.get("content") or []:
             if not isinstance(b, dict):
@@ -483,8 +569,7 @@ def _answer_into(step: Step, response: Any, protocol: str) -> None:
             elif b.get("type") == "thinking":
                 step.reasoning += str(b.get("thinking") or "")
             elif b.get("type") == "tool_use":
-                step.tool_calls.append(ToolCall(str(b.get("name")),
-                                                cap(_args(b.get("input")), 2000)))
+                step.tool_calls.append(_call(b.get("name"), b.get("input"), b.get("id")))
     else:
         for item in response.get("output") or []:
             if not isinstance(item, dict):
@@ -492,8 +577,8 @@ def _answer_into(step: Step, response: Any, protocol: str) -> None:
             if item.get("type") == "message":
                 step.text = (step.text + "\n" + _text_of(item.get("content"))).strip()
             elif item.get("type") == "function_call":
-                step.tool_calls.append(ToolCall(str(item.get("name")),
-                                                cap(_args(item.get("arguments")), 2000)))
+                step.tool_calls.append(_call(item.get("name"), item.get("arguments"),
+                                             item.get("call_id")))
         if not step.text and isinstance(response.get("output_text"), str):
             step.text = response["output_text"]
         step.text = cap(step.text)

@@ -64,6 +64,7 @@ from assay.records.ledger import ledger_totals
 from assay.records.manifest import tool_identity, utc_now
 from assay.records.statuses import AttemptState, ExperimentStatus, TrialState
 from assay.records.trial import Grade, read_grade, read_trial
+from assay.report.atif import write_beside
 from assay.runner.agent_files import agent_spec_for, stage_agent_files
 from assay.runner.arm_check import check_arms
 from assay.runner.executors.base import WORKER_LOST, Executor, TrialJob
@@ -607,6 +608,8 @@ class ExperimentRunner:
         finally:
             if token is not None:
                 self.gateway.close_attempt(token)  # idempotent; revoked whatever happened
+            # the ledger is whole now (the token is revoked), on the driver whatever executor
+            write_beside(attempt_dir)
         if res.status == WORKER_LOST:
             return self._worker_lost(state, hooks.attempt, res)
         if res.grade is None:
