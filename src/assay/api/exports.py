@@ -68,3 +68,16 @@ def export_run_trajectories(run_dir: PathLike, out_dir: PathLike,
     if failed:
         raise RecordError(f"{len(failed)} attempt(s) not exported: " + "; ".join(failed[:5]))
     return written
+
+
+def write_inspect_log(run_dir: PathLike, target: PathLike,
+                      grade_revision: str | None = None) -> dict[str, Any]:
+    """A narrow or coding run as an Inspect eval log at ``target`` (``.eval`` or ``.json``),
+    through Inspect's own log API (the ``assay[inspect]`` extra; an InputError names it when
+    it is missing). Returns the samples written and the headline metric."""
+    from assay.report.inspect_log import write_inspect_log as write
+
+    run = Path(run_dir)
+    if not (run / "manifest.json").is_file():
+        raise InputError(f"{run}: not a run directory (no manifest.json)")
+    return write(run, Path(target), grade_revision)

@@ -278,6 +278,9 @@ def report(
     fail_under_ci: Annotated[bool, typer.Option(
         "--fail-under-ci", help="With --fail-under: use the 95% interval's lower bound.")]
     = False,
+    inspect_log: Annotated[Path | None, typer.Option(
+        "--inspect-log", metavar="FILE", help="Also write the run as an Inspect eval log "
+        "(FILE.eval or FILE.json; `inspect view` opens it): needs assay[inspect].")] = None,
 ) -> None:
     """Rebuild report.json, report.md and report.html from a run directory's rows alone."""
     try:
@@ -286,6 +289,18 @@ def report(
     except InputError as exc:
         raise fail(str(exc)) from None
     _print_report(rep)
+    if inspect_log is not None:
+        from rich.markup import escape
+
+        from assay.api.exports import write_inspect_log
+
+        try:
+            done = write_inspect_log(run_dir, inspect_log, grade_revision)
+        except InputError as exc:
+            raise fail(escape(str(exc))) from None  # "assay[inspect]" is not markup
+        value = "n/a" if done["value"] is None else f"{done['value']:.4f}"
+        out.print(f"Inspect log: {inspect_log} ({done['samples']} samples, "
+                  f"{done['metric']} {value})", highlight=False)
     _gate_exit(_ci_outputs(run_dir, rep, junit, fail_under, fail_under_ci))
 
 
