@@ -72,3 +72,45 @@ def test_the_rehearsal_experiment_runs_with_a_real_agent(tmp_path: Path) -> None
     assert rep["arms"]["baseline"]["accepted"] == 2 and rep["arms"]["candidate"]["accepted"] == 4
     assert rep["arms"]["candidate"]["cost_complete"] is True and rep["holdout"] is None
     assert not (exp.parent.parent / "agent-tasks" / ".assay").exists()
+    _every_trial_is_a_valid_atif_trajectory(out, tmp_path / "atif")
+
+
+def _every_trial_is_a_valid_atif_trajectory(out: Path, export: Path) -> None:
+    """Each of the rehearsal's real Qwen Code trials has ``trajectory.atif.json`` beside its
+    record, valid by the maintained ``atif`` package's models, every tool call answered by an
+    observation naming it, and the token totals equal to the gateway ledger's; ``exp export``
+    writes the same documents."""
+    atif = pytest.importorskip("atif", reason="the atif package (assay[dev]) validates ATIF")
+    from assay.records.ledger import ledger_totals
+
+    attempts = sorted(p.parent for p in out.glob("trials/*/*/*/a*/trial.json"))
+    assert len(attempts) == 8
+    matched = lined = 0
+    for adir in attempts:
+        data = json.loads((adir / "trajectory.atif.json").read_text())
+        doc = atif.Trajectory.model_validate(data)
+        assert doc.schema_version == "ATIF-v1.8" and doc.agent.name == "qwen-code"
+        assert data["extra"]["assay"]["steps_source"] == "the agent's stream"
+        for step in doc.steps:
+            calls = {tc.tool_call_id for tc in step.tool_calls or []}
+            answered = {r.source_call_id for r in (step.observation.results
+                                                   if step.observation else [])}
+            assert answered == calls, (adir, step.step_id)
+            matched += len(calls)
+        led = ledger_totals(adir / "model_calls.jsonl")
+        fm = doc.final_metrics
+        assert (fm.total_prompt_tokens, fm.total_completion_tokens) == (
+            led["input"], led["output"]), adir
+        assert fm.total_cost_usd == pytest.approx(led["cost_usd"])
+        # per step: each stream step's own call, when the stream's turns and the ledger's
+        # answered calls line up one to one; else unknown on every step (never a guess)
+        per_step = [s.metrics for s in doc.steps if s.source == "agent"]
+        if all(m is not None for m in per_step):
+            assert sum(m.prompt_tokens for m in per_step) == led["input"]
+        else:
+            assert all(m is None for m in per_step)
+        lined += all(m is not None for m in per_step)
+    assert matched > 0 and lined > 0
+    res = run_cli(["exp", "export", str(out), "--format", "atif", str(export)])
+    assert res.code == 0, res.stderr
+    assert len(list(export.rglob("*.atif.json"))) == 8

@@ -149,7 +149,7 @@ def _instruction(trial: dict[str, Any], extra: dict[str, Any]) -> str:
 def _agent(trial: dict[str, Any], model: str | None) -> AtifAgent:
     ident = trial.get("agent_identity") or {}
     spec = str(trial.get("agent") or "unknown")
-    name = str(ident.get("adapter") or spec.split(":", 1)[0])
+    name = spec.split(":", 1)[0]  # qwen, claude, command, oracle, ...: the agent as named
     version = ident.get("cli_version") or ident.get("version")
     return AtifAgent(name=name, version=str(version) if version else "unknown",
                      model_name=model,
