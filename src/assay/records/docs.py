@@ -98,7 +98,33 @@ def render() -> str:
             out += _table(sub)
             out.append("")
             pending += [n for f in sub.model_fields.values() for n in _nested(f.annotation)]
+    out += _interchange()
     return "\n".join(out).rstrip() + "\n"
+
+
+def _interchange() -> list[str]:
+    """The files written in other projects' formats: named here with the version written, so a
+    reader of a run directory finds them; their fields are those formats' own."""
+    from assay.records.atif import ATIF_FILE, ATIF_VERSION, MAX_ATIF_BYTES
+
+    return [
+        "## Interchange files (other projects' formats)", "",
+        f"`{ATIF_FILE}` beside each attempt's `trial.json`: the trial as an ATIF trajectory "
+        f"(Harbor's Agent Trajectory Interchange Format, RFC 0001), version `{ATIF_VERSION}` "
+        "(`schema_version`), validated in the tests by the `atif` package's models. Written "
+        "when the attempt ends and again, afresh, by `assay trial export` and `assay exp "
+        "export` (`DIR/TASK/ARM/REP/aN.atif.json`). assay's identifiers and verdict are under "
+        "`extra.assay`; a figure the ledger does not hold is left out with its reason in "
+        "`extra`, never 0. docs/guide/interchange.md maps every field.", "",
+        f"`agent/{ATIF_FILE}`: the trajectory a `command:` agent wrote itself "
+        f"(`ASSAY_ATIF_PATH`), kept as written (at most {MAX_ATIF_BYTES} bytes). "
+        "`trial.json`'s `execution.agent_atif` says what was found: `status` `valid` (with "
+        "`file`, `schema_version`, `steps`: it is the trial's step source) or `invalid` (with "
+        "`reason`, naming the field; `execution.evidence_gap` is then true and "
+        "`execution.anomalies` lists `agent_atif_invalid: …`).", "",
+        "An Inspect eval log (`.eval` or `.json`) is written only where `assay report RUN "
+        "--inspect-log FILE` puts it, through Inspect's own log API; it is not part of the run "
+        "directory.", ""]
 
 
 if __name__ == "__main__":
