@@ -198,3 +198,84 @@ def test_trial_and_run_export_commands(run: Path, tmp_path: Path) -> None:
         atif.Trajectory.model_validate_json(f.read_text())
     bad = run_cli(["trial", "export", str(adir), "--format", "jsonl"])
     assert bad.code == 2 and "--format jsonl: the formats are atif" in bad.stderr
+
+
+# ------------------------------------------------------------- an agent's document, hostile
+
+
+def _valid() -> dict[str, Any]:
+    return {"schema_version": "ATIF-v1.8", "agent": {"name": "a", "version": "1"},
+            "steps": [{"step_id": 1, "source": "user", "message": "hi"},
+                      {"step_id": 2, "source": "agent", "message": "ok",
+                       "tool_calls": [{"tool_call_id": "c1", "function_name": "sh",
+                                       "arguments": {}}],
+                       "observation": {"results": [{"source_call_id": "c1",
+                                                    "content": "done"}]}}]}
+
+
+@pytest.mark.parametrize(("damage", "said"), [
+    (lambda d: d["steps"].reverse(), "steps[0].step_id is 2, expected 1"),
+    (lambda d: d["steps"][1]["observation"]["results"][0].update(source_call_id="c9"),
+     "observation for 'c9', which no tool call of the step has"),
+    (lambda d: d["steps"][0].update(metrics={"prompt_tokens": 1}),
+     "metrics is for agent steps only"),
+    # stricter than the reference, which takes any tag: a 2.x may mean other fields
+    (lambda d: d.update(schema_version="ATIF-v2.0"), "assay reads ATIF 1.x"),
+    (lambda d: d.update(verdict="accepted"), "verdict: Extra inputs are not permitted"),
+    (lambda d: d["steps"][1].update(timestamp="yesterday"), "steps.1.timestamp"),
+])
+def test_an_invalid_document_is_refused_with_its_field(tmp_path: Path, damage: Any,
+                                                        said: str) -> None:
+    from assay.records.atif import read_atif
+
+    doc = _valid()
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(doc))
+    assert read_atif(path)[1] is None
+    atif.Trajectory.model_validate(doc)  # the reference agrees it is valid ...
+    damage(doc)
+    path.write_text(json.dumps(doc))
+    got, why = read_atif(path)
+    assert got is None and said in str(why) and str(path) in str(why)
+    if "1.x" not in said:
+        with pytest.raises(ValueError):  # ... and that the damaged one is not
+            atif.Trajectory.model_validate(doc)
+
+
+def test_what_an_agent_leaves_is_read_as_data_never_a_crash(tmp_path: Path) -> None:
+    """A link (to a file the agent must not make the runner read), a folder, bytes that are
+    not JSON, JSON nested past the recursion limit, a document over the read limit: each a
+    reason, none an exception."""
+    from assay.agents.atif_file import collect_agent_atif
+    from assay.agents.base import AgentContext, AgentRun
+    from assay.records.atif import ATIF_FILE, read_atif
+
+    cases: dict[str, Any] = {
+        "link": lambda p: p.symlink_to("/etc/hostname"),
+        "folder": lambda p: p.mkdir(),
+        "binary": lambda p: p.write_bytes(b"\xff\xfe{not json"),
+        "deep": lambda p: p.write_text("[" * 100_000 + "]" * 100_000),
+        "huge": lambda p: p.write_bytes(b" " * ((64 << 20) + 1)),
+    }
+    expect = {"link": "not a regular file", "folder": "not a regular file",
+              "binary": "not a JSON object", "deep": "not a JSON object", "huge": "over the"}
+    for name, make in cases.items():
+        home, record = tmp_path / name / "home", tmp_path / name / "agent"
+        home.mkdir(parents=True)
+        make(home / ATIF_FILE)
+        ctx = AgentContext(bundle=None, workspace=tmp_path, home=home,  # type: ignore[arg-type]
+                           record_dir=record)
+        run = collect_agent_atif(ctx, AgentRun(status="succeeded"))
+        found = run.extra["agent_atif"]
+        assert found["status"] == "invalid" and expect[name] in found["reason"], (name, found)
+        assert run.extra["evidence_gap"] is True
+        if name in ("binary", "deep"):  # copied and kept as evidence, then refused
+            assert read_atif(record / ATIF_FILE)[0] is None
+        else:
+            assert not (record / ATIF_FILE).exists()
+    # nothing written: nothing said (an agent need not write one)
+    home = tmp_path / "none" / "home"
+    home.mkdir(parents=True)
+    ctx = AgentContext(bundle=None, workspace=tmp_path, home=home,  # type: ignore[arg-type]
+                       record_dir=tmp_path / "none" / "agent")
+    assert collect_agent_atif(ctx, AgentRun(status="succeeded")).extra == {}

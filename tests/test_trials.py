@@ -153,6 +153,12 @@ def test_oracle_accepted_end_to_end(oracle_trial: tuple[Any, Path]) -> None:
         assert s["started_at"]
     assert rec["task"]["fixture_digest"] == rec["task"]["fixture_digest_pinned"]
     assert rec["grade"] == {"revision": "v1", "accepted": True, "failure_code": None}
+    # an ATIF trajectory beside the record (tests/test_atif.py checks it against the atif
+    # package): no gateway, so no model figures, and the reason instead of zeros
+    traj = json.loads((out / "trajectory.atif.json").read_text())
+    assert traj["extra"]["assay"]["verdict"] == "accepted" and traj["agent"]["name"] == "oracle"
+    assert "total_prompt_tokens" not in traj["final_metrics"]
+    assert "no gateway ledger" in traj["final_metrics"]["extra"]["usage_note"]
     # resources.cpu_cores (1 in this bundle) is a CPU quota for agent and verifier alike, or
     # the trial says it was not enforced, with the sandbox's reason
     cpu = rec["execution"]["limits_applied"]["cpu_cores"]

@@ -669,6 +669,7 @@ class ExperimentRunner:
             execution = {}
         grade = verify(bundle, attempt_dir, revision=revision,
                        trial_id=f"{key.task}/{key.arm}/{key.rep}", execution=execution)
+        write_beside(attempt_dir)  # with the new verdict (or for the first time, after a kill)
         return self._record_grade(state, attempt, grade)
 
 
