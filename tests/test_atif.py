@@ -200,6 +200,28 @@ def test_trial_and_run_export_commands(run: Path, tmp_path: Path) -> None:
     assert bad.code == 2 and "--format jsonl: the formats are atif" in bad.stderr
 
 
+def test_a_torn_ledger_row_leaves_the_totals_out_with_their_lower_bounds(
+        run: Path, tmp_path: Path) -> None:
+    """The runner killed while the gateway wrote a row: that call's usage is lost, so no
+    token total is known; they are left out with the reason and the lower bound, never a
+    total that passes for the whole."""
+    import shutil
+
+    adir, data, _ = _doc(run, "own")
+    copy = tmp_path / "a1"
+    shutil.copytree(adir, copy)
+    with (copy / "model_calls.jsonl").open("ab") as fh:
+        fh.write(b'{"time": "2026-01-01T00:00:00Z", "latency_ms": 1.0, "attem')
+    res = run_cli(["trial", "export", str(copy)])
+    assert res.code == 0, res.stderr
+    doc = json.loads(res.stdout)
+    fm = atif.Trajectory.model_validate(doc).final_metrics
+    assert fm.total_prompt_tokens is None and fm.total_cost_usd is None
+    assert "cut short" in fm.extra["usage_note"]
+    assert fm.extra["lower_bounds"]["total_prompt_tokens"] == \
+        data["final_metrics"]["total_prompt_tokens"]
+
+
 # ------------------------------------------------------------- an agent's document, hostile
 
 
