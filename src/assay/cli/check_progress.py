@@ -1,0 +1,55 @@
+"""What ``assay task check`` says while it runs, and what its figures mean once it is done.
+
+A bundle's self-test is some twenty sandboxed trials, and a suite's is hundreds: a plain line on
+stderr per finished trial (how far, which bundle and which agent or mutant, what it said, the
+elapsed time and an ETA from this run's pace) shows life in a terminal and in a CI log alike.
+Lines are written whole, never wrapped, so a bundle or mutant name can be found with grep.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from assay.cli.exp_progress import clock_text
+
+if TYPE_CHECKING:
+    from assay.api.tasks import CheckProgress
+
+
+def progress_line(step: CheckProgress) -> str:
+    """``[5/24] 12s, ETA 40s · duration-parse-001 · mutant fake_output: rejected:…``."""
+    left = step.total - step.done
+    eta = (f"ETA {clock_text(step.elapsed_seconds / step.done * left)}" if left else "done")
+    who = step.label.replace("mutant:", "mutant ", 1)
+    return (f"[{step.done}/{step.total}] {clock_text(step.elapsed_seconds)}, {eta} · "
+            f"{step.task} · {who}: {step.said}")
+
+
+def line_writer(write: Callable[[str], object] | None = None) -> Callable[[CheckProgress], None]:
+    """A ``progress`` callback for ``check_tasks`` writing one line a trial (stderr)."""
+    def emit(text: str) -> object:
+        sys.stderr.write(text)
+        return sys.stderr.flush()
+
+    sink = write or emit
+
+    def told(step: CheckProgress) -> None:
+        sink(progress_line(step) + "\n")
+    return told
+
+
+def legend(reruns: int, mutants: bool) -> list[str]:
+    """What the table's columns mean, in plain words: printed under it."""
+    lines = ["nop: an agent that changes nothing must fail the behavior check, or the task "
+             "tests nothing.",
+             f"oracle N/{reruns}: the task's reference solution (solution/) was accepted in "
+             f"N of {reruns} runs, each in a fresh workspace: {reruns}/{reruns} is ok, fewer "
+             "is flaky, 0 is broken."]
+    if mutants:
+        lines.append("mutants rejected N/M: M built-in bad agents (a faked test output, deleted "
+                     "or neutered tests, a hang, ...) that the grader must each reject, N "
+                     "were; one accepted is a defect in the grader. n/a: nothing in this task "
+                     "for that attack.")
+    return lines
