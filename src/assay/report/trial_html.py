@@ -27,6 +27,7 @@ from urllib.parse import quote
 from assay.records.io import atomic_write_text
 from assay.report.experiment_html import trial_href
 from assay.report.render import NA, count, render
+from assay.report.tool_calls import call_view, diff_lines, without_echo
 from assay.report.trial_view import Step, TrialView, first_divergence, load_trial_view
 from assay.version import __version__
 
@@ -47,22 +48,40 @@ def compare_rel(task: str) -> str:
 
 
 def _diff_lines(diff: str) -> list[dict[str, str]]:
-    out = []
-    for line in diff.splitlines():
-        cls = ("hunk" if line.startswith("@@") else "head" if line.startswith(("+++", "---"))
-               else "add" if line.startswith("+") else "del" if line.startswith("-") else "")
-        out.append({"cls": cls, "text": line})
-    return out
+    return diff_lines(diff, capped=False)
 
 
 def _step(s: Step | None) -> dict[str, Any] | None:
     if s is None:
         return None
-    return {"n": s.n, "text": s.text, "reasoning": s.reasoning,
-            "tools": [{"name": t.name, "args": t.arguments} for t in s.tool_calls],
-            "results": s.results, "error": s.error,
+    calls = [call_view(t.name, t.arguments) for t in s.tool_calls]
+    return {"n": s.n, "text": s.text, "reasoning": s.reasoning, "tools": calls,
+            "results": [without_echo(r, calls) for r in s.results], "error": s.error,
             "figures": f"in {count(s.input_tokens)} · out {count(s.output_tokens)} tokens · "
                        + (NA if s.latency_ms is None else f"{round(s.latency_ms)} ms")}
+
+
+#: the most failed test ids named per check on a page (the rest are counted)
+MAX_FAILED_SHOWN = 25
+
+
+def failed_tests(grade: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """Per test check, the task's own tests that failed (the verifier's ``failed_ids``, from
+    trusted expected ids: canaries are not among them), for naming them on a page."""
+    details = (grade or {}).get("details") or {}
+    out = []
+    for check in ("behavior", "regression"):
+        rec = details.get(check)
+        if not isinstance(rec, dict):
+            continue
+        ids = (rec.get("tamper_evident") or {}).get("failed_ids")
+        if not isinstance(ids, list):
+            continue
+        names = [str(i) for i in ids]
+        out.append({"check": check, "ids": names[:MAX_FAILED_SHOWN],
+                    "more": max(0, len(names) - MAX_FAILED_SHOWN),
+                    "status": str(rec.get("status") or ""), "reason": rec.get("reason")})
+    return out
 
 
 def _view(v: TrialView, up: str) -> dict[str, Any]:
@@ -93,6 +112,7 @@ def _view(v: TrialView, up: str) -> dict[str, Any]:
         "checks": [{"name": c.name, "outcome": c.outcome, "required": c.required,
                     "command": c.command, "reason": c.reason,
                     "exit": count(c.exit_code), "tail": c.output_tail} for c in v.checks],
+        "failed_tests": failed_tests(v.grade),
         "steps": [_step(s) for s in v.steps], "steps_source": v.steps_source,
         "steps_note": v.steps_note, "ledger": ledger,
         "timings": [(n, count(s, " s"), st) for n, s, st in v.timings],
