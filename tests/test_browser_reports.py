@@ -245,6 +245,15 @@ def test_experiment_report_of_a_real_run_in_a_browser(browser: Browser, tmp_path
     assert p["decision"] == "accept" and p["forestRows"] == 3 and p["diamond"] == 1
     assert p["trialLinks"] == 6
     check_widths(browser, tmp_path / "run" / "report.html", tmp_path, "real-experiment")
+    # exp report tells its steps as they start (the CLI prints them on a run that takes more
+    # than a few seconds): one count per trial page, then the page
+    from assay.api.experiments import experiment_report
+
+    steps: list[str] = []
+    experiment_report(tmp_path / "run", progress=steps.append)
+    assert steps[0] == "comparing 6 trials" and steps[-1] == "report.html"
+    assert [s for s in steps if s.startswith("trial pages")] == [
+        f"trial pages {i}/6" for i in range(1, 7)]
     for link in re.findall(r'href="(trials/[^"]+)"',
                            (tmp_path / "run" / "report.html").read_text()):
         assert (tmp_path / "run" / link).is_file(), link

@@ -1,4 +1,5 @@
-"""What ``assay task check`` says while it runs, and what its figures mean once it is done.
+"""What ``assay task check`` (and ``exp report`` on a large run) says while it runs, and what
+``task check``'s figures mean once it is done.
 
 A bundle's self-test is some twenty sandboxed trials, and a suite's is hundreds: a plain line on
 stderr per finished trial (how far, which bundle and which agent or mutant, what it said, the
@@ -9,6 +10,7 @@ Lines are written whole, never wrapped, so a bundle or mutant name can be found 
 from __future__ import annotations
 
 import sys
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -53,3 +55,38 @@ def legend(reruns: int, mutants: bool) -> list[str]:
                      "were; one accepted is a defect in the grader. n/a: nothing in this task "
                      "for that attack.")
     return lines
+
+
+#: a command quicker than this says nothing while it runs; a slower one a line this often
+QUIET_SECONDS = 2.0
+
+
+def step_writer(what: str, write: Callable[[str], object] | None = None,
+                clock: Callable[[], float] = time.monotonic) -> Callable[[str], None]:
+    """A ``progress`` callback for steps told as text (``trial pages 120/3000``): silent for
+    the first ``QUIET_SECONDS``, then a line on stderr at most every ``QUIET_SECONDS`` with the
+    elapsed time and, for a step of the form ``name done/total``, an ETA from the pace."""
+    started = clock()
+    last = [started]
+    first_count: dict[str, tuple[float, int]] = {}
+
+    def emit(text: str) -> object:
+        sys.stderr.write(text)
+        return sys.stderr.flush()
+
+    sink = write or emit
+
+    def told(step: str) -> None:
+        now = clock()
+        name, _, frac = step.rpartition(" ")
+        eta = ""
+        if "/" in frac and frac.replace("/", "").isdigit():
+            done, total = (int(x) for x in frac.split("/"))
+            t0, d0 = first_count.setdefault(name, (now, done))
+            if done > d0 and now > t0:
+                eta = f", ETA {clock_text((now - t0) / (done - d0) * (total - done))}"
+        if now - started < QUIET_SECONDS or now - last[0] < QUIET_SECONDS:
+            return
+        last[0] = now
+        sink(f"{what}: {step} · {clock_text(now - started)}{eta}\n")
+    return told

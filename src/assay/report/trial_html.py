@@ -20,6 +20,7 @@ Every string from the run is data and reaches the page through Jinja2 autoescapi
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -170,12 +171,17 @@ def _current(dest: Path, adir: Path) -> bool:
     return all(made > q.stat().st_mtime for q in inputs if q.exists())
 
 
-def write_trial_pages(run_dir: Path, rep: dict[str, Any]) -> dict[str, Any]:
+def write_trial_pages(run_dir: Path, rep: dict[str, Any],
+                      progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Write a page for every attempt with a ``trial.json`` (unless its page is current) and a
     side-by-side page for every task where the two compared arms have graded trials with
     different outcomes. Returns what the experiment page links: ``{"pages": {link: href},
-    "compare": {task: href}}``."""
+    "compare": {task: href}}``. ``progress`` is told how far (``trial pages 120/3000``), once
+    an attempt: a large run's pages take a while the first time."""
     run_dir = Path(run_dir)
+    say = progress or (lambda _text: None)
+    total = sum(len(t.get("attempts") or []) for t in rep.get("trials") or [])
+    seen = 0
     pages: dict[str, str] = {}
     views: dict[str, TrialView] = {}
 
@@ -189,6 +195,8 @@ def write_trial_pages(run_dir: Path, rep: dict[str, Any]) -> dict[str, Any]:
 
     for t in rep.get("trials") or []:
         for a in t.get("attempts") or []:
+            seen += 1
+            say(f"trial pages {seen}/{total}")
             link = f"trials/{t['task']}/{t['arm']}/{t['rep']}/{a['attempt']}"
             adir = run_dir / link
             if trial_href(link) is None or not (adir / "trial.json").is_file():
