@@ -307,6 +307,8 @@ def test_the_trial_and_side_by_side_pages_read_at_800_and_1400_px(pair: Any, bro
         header, *rows = p["columns"]
         assert len(header) == 3 and len(rows) >= 7, p["columns"]
         assert all(r == header for r in rows), ("columns not under their headers", p["columns"])
+        left, right = p["headTops"]
+        assert len(left) == 3 and left[:2] == right[:2], ("headers not level", p["headTops"])
         body = p["body"]
         # each command as typed: the JSON form (escaped quotes, a literal \n) never shows
         assert "$ " + FIX_CMD in body and "$ " + NOTE_CMD in body

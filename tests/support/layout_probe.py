@@ -11,7 +11,8 @@
   goes on to a new line in the middle of a word (a name or a number split; a break at a space
   is fine);
 - ``columns``: for a side-by-side table (``table.sbs``), the left edge of each column in every
-  row, so a test can hold the header over its cells.
+  row, so a test can hold the header over its cells; ``headTops``: the top of each part of the
+  two column headers (arm, trial link, outcome), so a test can hold them level.
 """
 
 from __future__ import annotations
@@ -64,8 +65,10 @@ LAYOUT_PROBE = """(() => {
   }
   const columns = [...document.querySelectorAll('table.sbs tr')].map(
     tr => [...tr.children].map(c => Math.round(c.getBoundingClientRect().left)));
+  const headTops = [...document.querySelectorAll('table.sbs th.side')].map(
+    th => [...th.children].map(c => Math.round(c.getBoundingClientRect().top)));
   return {W, scrollWidth: document.documentElement.scrollWidth, wide: wide.slice(0, 20),
-          clipped: clipped.slice(0, 20), broken: broken.slice(0, 20), columns,
+          clipped: clipped.slice(0, 20), broken: broken.slice(0, 20), columns, headTops,
           svgTexts: document.querySelectorAll('svg text').length,
           body: document.body.textContent.replace(/\\s+/g, ' ')};
 })()"""
