@@ -6,7 +6,7 @@ steps on a real run)."""
 
 from __future__ import annotations
 
-from assay.cli.check_progress import QUIET_SECONDS, legend, progress_line, step_writer
+from assay.cli.check_progress import QUIET_SECONDS, legend, progress_line, step_writer, timed
 from assay.runner.task_check import CheckProgress
 
 
@@ -54,3 +54,12 @@ def test_steps_are_silent_for_a_quick_command_then_paced_with_an_eta() -> None:
     clock.now += QUIET_SECONDS
     told("report.html")
     assert lines[-1] == "exp report: report.html · 6s\n"  # 5.5 s, rounded
+
+
+def test_an_image_build_line_carries_the_time_since_the_start() -> None:
+    clock, lines = Clock(), []
+    told = timed(lines.append, clock)
+    told("step 1/3 apt: python3-six")
+    clock.now += 65
+    told("step 2/3 run: make")
+    assert lines == ["    0s step 1/3 apt: python3-six", " 1m05s step 2/3 run: make"]

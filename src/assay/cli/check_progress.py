@@ -1,5 +1,5 @@
-"""What ``assay task check`` (and ``exp report`` on a large run) says while it runs, and what
-``task check``'s figures mean once it is done.
+"""What ``assay task check`` (and ``exp report`` on a large run, and ``env build``) says while
+it runs, and what ``task check``'s figures mean once it is done.
 
 A bundle's self-test is some twenty sandboxed trials, and a suite's is hundreds: a plain line on
 stderr per finished trial (how far, which bundle and which agent or mutant, what it said, the
@@ -89,4 +89,16 @@ def step_writer(what: str, write: Callable[[str], object] | None = None,
             return
         last[0] = now
         sink(f"{what}: {step} · {clock_text(now - started)}{eta}\n")
+    return told
+
+
+def timed(say: Callable[[str], object],
+          clock: Callable[[], float] = time.monotonic) -> Callable[[str], None]:
+    """Each progress line with the time since the command started in front (``1m05s step
+    3/7 apt: ...``): an image build's lines already say which step of how many; the time says
+    how long each took."""
+    started = clock()
+
+    def told(line: str) -> None:
+        say(f"{clock_text(clock() - started):>6} {line}")
     return told
