@@ -145,8 +145,10 @@ def task_check(
     from assay.cli.check_progress import legend, line_writer
 
     root = out_dir or Path("runs") / f"task-check-{run_stamp()}"
-    out.print(f"task check: {len(bundles)} bundle(s), {workers} trial(s) at once, a line per "
-              f"finished trial; trials under {root}", highlight=False, soft_wrap=True)
+    n = len(bundles)
+    out.print(f"task check: {n} bundle{'' if n == 1 else 's'}, {workers} trial"
+              f"{'' if workers == 1 else 's'} at once; a line per finished trial on stderr",
+              highlight=False)
     reports = check_tasks(bundles, root, reruns=reruns, mutants=mutants, workers=workers,
                           only_mutants=only_mutants, progress=line_writer())
     table = Table(title=f"task check ({root})", title_justify="left")
