@@ -24,6 +24,7 @@ from conftest import run_cli
 from support.bundles import make_bundle
 from support.cdp import Browser, PageResult, chromium
 from support.experiment_report import XSS, experiment_report
+from support.layout_probe import LAYOUT_PROBE, WIDTHS, assert_reads
 
 from assay.report.experiment_html import write_experiment_html
 from assay.sandbox import bwrap_available
@@ -109,6 +110,44 @@ def check_page(res: PageResult, shot: Path) -> dict[str, Any]:
     return p
 
 
+def check_widths(browser: Browser, page: Path, shots: Path, name: str) -> list[dict[str, Any]]:
+    """The page at 800 and 1,400 px (``support/layout_probe.py``): nothing past the window's
+    edge outside a scroll box, no SVG label cut off, no chip broken mid-word. The screenshots
+    stay in the test's folder (``<name>-<width>.png``)."""
+    probes = []
+    for width in WIDTHS:
+        res = browser.load(page, LAYOUT_PROBE, width=width)
+        (shots / f"{name}-{width}.png").write_bytes(res.png)
+        assert res.errors == [], res.errors
+        assert png_facts(res.png)["width"] == width
+        assert_reads(res.probe, f"{name} at {width} px")
+        probes.append(res.probe)
+    return probes
+
+
+def test_the_layout_checks_catch_overflow_clipped_labels_and_broken_chips(
+        browser: Browser, tmp_path: Path) -> None:
+    """A control page at 800 px: a table wider than the window (not in a scroll box), an SVG
+    label drawn past its plot's edge, a chip whose name breaks mid-word. Each is reported, so
+    a report page that passes passes for a reason; the same table inside a scroll box is
+    not."""
+    page = tmp_path / "control.html"
+    cells = "".join(f"<td>cell_{i}_wide_enough</td>" for i in range(12))
+    page.write_text(
+        '<!DOCTYPE html><html><head><title>c</title></head><body>'
+        f'<table class="raw"><tr>{cells}</tr></table>'
+        f'<div style="overflow-x:auto"><table class="boxed"><tr>{cells}</tr></table></div>'
+        '<svg width="200" height="40"><text x="150" y="20">a label past the edge</text></svg>'
+        '<ul class="chips" style="width:60px"><li style="overflow-wrap:anywhere">'
+        'unreadable_label_name</li></ul></body></html>')
+    p = browser.load(page, LAYOUT_PROBE, width=800).probe
+    assert p["scrollWidth"] > 800
+    assert any(w.startswith("table.raw ") for w in p["wide"]), p["wide"]
+    assert not any(w.startswith("table.boxed ") for w in p["wide"]), p["wide"]
+    assert p["clipped"] == ["a label past the edge"]
+    assert p["broken"] == ["unreadable_label_name"]
+
+
 def test_the_checks_catch_scripts_errors_and_requests(browser: Browser, tmp_path: Path) -> None:
     """A control page: a script that logs an error and throws, and a remote image. Each is seen
     (and the image's request refused), so a clean report page is clean for a reason."""
@@ -136,6 +175,8 @@ def test_narrow_report_in_a_browser(browser: Browser, tmp_path: Path) -> None:
     assert p["h1"] == f"{rep['suite']} × builtin/baseline"
     assert p["hero"].startswith("accuracy") and f"of {rep['n']} answers correct" in p["hero"]
     assert p["confusion"] == 1 and p["svgs"] >= 1
+    narrow, _ = check_widths(browser, run / "report.html", tmp_path, "narrow")
+    assert "wrong and invalid answers" in narrow["body"].lower() or narrow["svgTexts"] > 0
 
 
 def test_coding_report_in_a_browser(browser: Browser, tmp_path: Path) -> None:
@@ -181,6 +222,9 @@ def test_experiment_report_in_a_browser(browser: Browser, tmp_path: Path) -> Non
     assert "looked at 2 times" in p["holdout"] and "reused" in p["holdout"]
     assert p["taskRows"] == 5 and p["trialLinks"] == 21  # 18 graded + 3 ungraded attempts
     assert XSS in p["body"]
+    # the forest plot keeps every label at both widths: four tasks, the overall row, notes
+    for probe in check_widths(browser, path, tmp_path, "experiment"):
+        assert probe["svgTexts"] >= 4 + 1 + 4
 
 
 @pytest.mark.skipif(not bwrap_available(), reason="bubblewrap cannot run here")
@@ -200,6 +244,16 @@ def test_experiment_report_of_a_real_run_in_a_browser(browser: Browser, tmp_path
                    tmp_path / "real-experiment.png")
     assert p["decision"] == "accept" and p["forestRows"] == 3 and p["diamond"] == 1
     assert p["trialLinks"] == 6
+    check_widths(browser, tmp_path / "run" / "report.html", tmp_path, "real-experiment")
+    # exp report tells its steps as they start (the CLI prints them on a run that takes more
+    # than a few seconds): one count per trial page, then the page
+    from assay.api.experiments import experiment_report
+
+    steps: list[str] = []
+    experiment_report(tmp_path / "run", progress=steps.append)
+    assert steps[0] == "comparing 6 trials" and steps[-1] == "report.html"
+    assert [s for s in steps if s.startswith("trial pages")] == [
+        f"trial pages {i}/6" for i in range(1, 7)]
     for link in re.findall(r'href="(trials/[^"]+)"',
                            (tmp_path / "run" / "report.html").read_text()):
         assert (tmp_path / "run" / link).is_file(), link

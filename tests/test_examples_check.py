@@ -31,7 +31,7 @@ EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "agent-tasks"
 #: exactly one example (the cross product, 7 x 20, is the full form), so that each example's
 #: verifier meets a few kinds of cheating and each kind meets some example.
 #: leaderboard-rank-007 has a solve.sh and no patch: the patch-based mutants do not apply to it.
-#: The one that sleeps out the verifier's whole limit (hang_at_import) runs there, in the image.
+#: The one that hangs (hang_at_import) runs there, in the image.
 EXAMPLE_PLAN: dict[str, tuple[str, ...]] = {
     "leaderboard-rank-007": ("hang_at_import", "shadow_pytest", "pytest_plugin"),
     "duration-parse-001": ("delete_tests", "neuter_tests", "symlink_protected"),
@@ -49,15 +49,14 @@ EXAMPLE_PLAN: dict[str, tuple[str, ...]] = {
 def test_examples_pass_task_check(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Every shipped example passes ``task check --mutants``. Reduced form: every example runs
     ``nop``, its oracle and two or three mutants (``EXAMPLE_PLAN``: every mutant on one example,
-    picked with ``--mutant``), on a copy of the examples whose ``verifier_wall_seconds`` is 20
-    instead of 60, since hang_at_import sleeps out the whole limit in each check (the oracle
-    must still finish within half of it, ``TRUSTED_SHARE``, for the time-out to count as the
-    mutant's); the image-pinned example (leaderboard-rank-007) is pinned to the image this
-    session's other image tests share (the same packages; its own recipe would be one more
-    build of minutes). Full form, every mutant on every example as shipped (its image built
-    from its recipe, which reproduces the pinned digest): ``.venv/bin/assay task check
-    examples/agent-tasks --mutants --reruns 1 --workers 6 --out /tmp/check`` (exit 0, every
-    mutant ``rejected:…``)."""
+    picked with ``--mutant``), on a copy of the examples with their own ``verifier_wall_seconds``
+    (60): hang_at_import is judged under a limit set from the oracle's measured time
+    (``task_check.hang_limit``), not the task's 60 s twice; the image-pinned example
+    (leaderboard-rank-007) is pinned to the image this session's other image tests share (the
+    same packages; its own recipe would be one more build of minutes). Full form, every mutant
+    on every example as shipped (its image built from its recipe, which reproduces the pinned
+    digest): ``.venv/bin/assay task check examples/agent-tasks --mutants --reruns 1 --workers 6
+    --out /tmp/check`` (exit 0, every mutant ``rejected:…``)."""
     from support.images import base_image, cache_dir
 
     from assay.agents import MUTANTS
@@ -70,10 +69,6 @@ def test_examples_pass_task_check(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
         "every mutant runs on exactly one example: give a new one a place"
     examples = tmp_path / "agent-tasks"
     shutil.copytree(EXAMPLES, examples, symlinks=True)
-    for y in examples.glob("*/task.yaml"):
-        text = y.read_text()
-        assert "verifier_wall_seconds: 60}" in text, y
-        y.write_text(text.replace("verifier_wall_seconds: 60}", "verifier_wall_seconds: 20}"))
     store, image = base_image(("python3-sortedcontainers",))
     monkeypatch.setenv("ASSAY_CACHE_DIR", str(cache_dir(store)))
     pinned = examples / "leaderboard-rank-007" / "task.yaml"
@@ -99,3 +94,5 @@ def test_examples_pass_task_check(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     assert by_id["leaderboard-rank-007"]["environment_image"]["digest"] == image.digest
     assert by_id["leaderboard-rank-007"]["mutants"]["hang_at_import"] == \
         "rejected:candidate_timeout"
+    judged = by_id["leaderboard-rank-007"]["hang_judged"]["hang_at_import"]
+    assert judged["task_limit_seconds"] == 60 and judged["limit_seconds"] < 60, judged

@@ -163,8 +163,9 @@ def test_a_converted_task_carries_every_part_over_and_passes_task_check(tmp_path
 @needs_bwrap
 def test_the_example_harbor_task_converts_and_its_oracle_and_mutants_check_out(
         tmp_path: Path) -> None:
-    """Reduced form: every mutant but hang_at_import, which would sleep out the task's whole
-    60 s verifier limit twice (tests/test_verifier_canaries.py covers it on a short limit).
+    """Reduced form: every mutant but hang_at_import, which would sleep twice the limit task
+    check judges it under (about 20 s; tests/test_verifier_canaries.py covers it on a short
+    limit).
     Full form: ``assay task import-harbor examples/harbor-tasks/csv-column-total --out /tmp/b &&
     assay task check /tmp/b --mutants --reruns 1`` (exit 0, every mutant rejected)."""
     from assay.agents import MUTANTS

@@ -282,6 +282,46 @@ def test_the_side_by_side_page_marks_where_the_arms_part(pair: Any, browser: Any
     assert "echo remember to fix add > NOTES.txt" in p["body"]
 
 
+def test_the_trial_and_side_by_side_pages_read_at_800_and_1400_px(pair: Any, browser: Any,
+                                                                    tmp_path: Path) -> None:
+    """At a small and a wide window: nothing past the window's edge outside a scroll box, no
+    chip broken over lines; the side-by-side page's two columns start where their headers do
+    in every row. Tool arguments read as the commands they are (no JSON escapes), a result
+    does not repeat its command, the two final diffs sit side by side and each arm's failed
+    tests are named. Screenshots: ``trial-<width>.png``, ``side-by-side-<width>.png``."""
+    from support.layout_probe import LAYOUT_PROBE, WIDTHS, assert_reads
+
+    out, _ = pair
+    trial = out / "pages" / "trials" / "calc-001" / "note" / "0" / "a1.html"
+    compare = out / "pages" / "compare" / "calc-001.html"
+    for width in WIDTHS:
+        res = browser.load(trial, LAYOUT_PROBE, width=width)
+        (tmp_path / f"trial-{width}.png").write_bytes(res.png)
+        assert res.errors == []
+        assert_reads(res.probe, f"trial page at {width} px")
+        res = browser.load(compare, LAYOUT_PROBE, width=width)
+        (tmp_path / f"side-by-side-{width}.png").write_bytes(res.png)
+        assert res.errors == []
+        p = res.probe
+        assert_reads(p, f"side-by-side page at {width} px")
+        header, *rows = p["columns"]
+        assert len(header) == 3 and len(rows) >= 7, p["columns"]
+        assert all(r == header for r in rows), ("columns not under their headers", p["columns"])
+        left, right = p["headTops"]
+        assert len(left) == 3 and left[:2] == right[:2], ("headers not level", p["headTops"])
+        body = p["body"]
+        # each command as typed: the JSON form (escaped quotes, a literal \n) never shows
+        assert "$ " + FIX_CMD in body and "$ " + NOTE_CMD in body
+        assert '\\"' not in body and "\\n" not in body
+        assert body.count(NOTE_CMD) == 1, "a result repeats the command it ran"
+        # the final change of each arm, side by side; the failed tests named per arm
+        assert "final change" in body and "added NOTES.txt" in body
+        assert "modified src/calc/__init__.py" in body
+        assert "behavior: none failed" in body  # the fix arm
+        assert "behavior: 3 failed" in body or "behavior: 2 failed" in body \
+            or "behavior: 1 failed" in body, body
+
+
 def test_a_click_from_the_per_task_table_opens_the_trial_page(pair: Any, browser: Any,
                                                                tmp_path: Path) -> None:
     """From the report's verdict page, the per-task table's link of the rejected trial, then

@@ -377,7 +377,6 @@ def good_check(bundle: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[
     if not bwrap_available():
         pytest.skip("bubblewrap cannot run here")
     out = tmp_path_factory.mktemp("check") / "good"
-    # three at a time: the hang_at_import mutant sleeps out the verifier limit in each check
     return run_cli(["task", "check", str(bundle), "--reruns", "2", "--mutants",
                     "--workers", "3", "--out", str(out)]), out
 
@@ -860,6 +859,56 @@ def test_task_check_good_bundle(good_check: tuple[Any, Path]) -> None:
                                      ((c,) if isinstance(c, str) else c)}, m
     for rep_no in ("0", "1"):
         assert grade_of(out / "calc-001" / "oracle" / rep_no)["accepted"] is True
+    # the hang is judged against the trusted tree's own time, not the task's 30 s, and is
+    # still the candidate's time-out under that limit (the verifier's own rule decided it)
+    from assay.runner.task_check import HANG_FACTOR, HANG_FLOOR_SECONDS
+
+    judged = rep["hang_judged"]["hang_at_import"]
+    trusted = judged["trusted_seconds"]
+    assert 0 < trusted < 7.5, judged
+    assert judged["limit_seconds"] == max(HANG_FLOOR_SECONDS, HANG_FACTOR * trusted) < 30
+    assert judged["said"] == "rejected:candidate_timeout" and "again_at_task_limit" not in judged
+    hang = grade_of(out / "calc-001" / "mutant-hang_at_import" / "0")
+    timeout = hang["details"]["behavior"]["timeout"]
+    assert timeout["owner"] == "candidate", timeout
+    assert trial_record(out / "calc-001" / "mutant-hang_at_import" / "0")["budget"][
+        "verifier_wall_seconds"] == judged["limit_seconds"]
+    # a line per finished trial on stderr, whole; the figures explained under the table
+    total = 1 + 2 + len(EXPECTED_MUTANT_CODES)
+    lines = [ln for ln in res.stderr.splitlines() if ln.startswith("[")]
+    assert len(lines) == total and lines[-1].startswith(f"[{total}/{total}] "), res.stderr
+    assert "ETA" in lines[0] and lines[-1].split(" · ")[1] == "calc-001"
+    assert any(ln.endswith("· calc-001 · mutant hang_at_import: rejected:candidate_timeout")
+               for ln in lines), lines
+    assert "oracleN/2:thetask'sreferencesolution(solution/)wasacceptedinNof2runs" in \
+        squash(res.stdout)
+
+
+@needs_bwrap
+def test_a_hang_not_blamed_at_the_short_limit_runs_again_at_the_tasks(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A short limit never decides a verdict the task's own limit would not: with the hang's
+    limit forced below what the trusted tree needs (0.3 s), the verifier cannot blame the
+    candidate there (a grader error), so the mutant runs again under the task's 8 s and is
+    rejected as the candidate's time-out. Costs about 3 CPU-seconds, 20 s of wall (sleeping)."""
+    import assay.runner.task_check as task_check
+
+    monkeypatch.setattr(task_check, "HANG_FACTOR", 0.01)
+    monkeypatch.setattr(task_check, "HANG_FLOOR_SECONDS", 0.3)
+    bundle = make_bundle(tmp_path / "b", task_id="calc-hang", verifier_seconds=8)
+    out = tmp_path / "check"
+    res = run_cli(["task", "check", str(bundle), "--reruns", "1", "--mutant", "hang_at_import",
+                   "--out", str(out)])
+    assert res.code == 0, (res.stdout, res.stderr)
+    [rep] = json.loads((out / "task-check.json").read_text())
+    judged = rep["hang_judged"]["hang_at_import"]
+    assert judged["limit_seconds"] == 0.3 and judged["task_limit_seconds"] == 8
+    assert judged["said"].startswith("grader_error"), judged
+    assert judged["again_at_task_limit"] == "rejected:candidate_timeout"
+    assert rep["mutants"]["hang_at_import"] == "rejected:candidate_timeout"
+    assert rep["status"] == "ok" and rep["problems"] == []
+    again = out / "calc-hang" / "mutant-hang_at_import" / "1"
+    assert trial_record(again)["budget"]["verifier_wall_seconds"] == 8
 
 
 @needs_bwrap

@@ -383,6 +383,10 @@ class Mutant:
     name: str
     action: Callable[[Path, Bundle], str]
     applies: Callable[[Bundle], bool] = lambda b: True
+    #: its tree never finishes a check: what it proves is that the verifier stops a hang and
+    #: blames the candidate, which ``task check`` judges against the trusted tree's own time
+    #: (``runner/task_check.py``) instead of sleeping out the task's whole verifier budget
+    hangs: bool = False
 
 
 def _has(name: str) -> Callable[[Bundle], bool]:
@@ -411,7 +415,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("shape_aware_noop", shape_aware_noop),
     Mutant("twin_aware_noop", twin_aware_noop),
     Mutant("runner_dep_shadow", runner_dep_shadow),
-    Mutant("hang_at_import", hang_at_import),
+    Mutant("hang_at_import", hang_at_import, hangs=True),
     Mutant("sourceless_bytecode", sourceless_bytecode, _has("solve.patch")),
 )
 BY_NAME = {m.name: m for m in MUTANTS}

@@ -15,6 +15,9 @@ from typing import TYPE_CHECKING, Any
 from assay.errors import InputError
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
+if TYPE_CHECKING:
     from assay.report.noise_floor import NoiseFloorFigures
 
 PathLike = str | os.PathLike[str]
@@ -234,11 +237,13 @@ def _bar_matches_state(run_dir: Path, manifest: dict[str, Any] | None) -> None:
 
 
 def experiment_report(source: PathLike, *, out: PathLike | None = None,
-                      command: str = "exp report") -> dict[str, Any]:
+                      command: str = "exp report",
+                      progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Write the experiment report (report.json, report.md, report.html, outcomes.jsonl) of
     ``source`` into ``out`` (default: the run directory) and return it. ``source`` is a run
     directory or a Harbor job directory, which is never written into (``out`` is then
-    required). Results of a run with holdout tasks are noted as shown, by ``command``."""
+    required). Results of a run with holdout tasks are noted as shown, by ``command``.
+    ``progress`` is told each step as it starts (a large run's trial pages, one by one)."""
     from assay.report.experiment import write_experiment_report
     from assay.report.sources import load_outcomes
 
@@ -246,7 +251,7 @@ def experiment_report(source: PathLike, *, out: PathLike | None = None,
     if data.kind != "run" and out is None:
         raise InputError("not an assay run directory: say where the report goes with --out DIR")
     rep = write_experiment_report(Path(source), data=data,
-                                  out=None if out is None else Path(out))
+                                  out=None if out is None else Path(out), progress=progress)
     record_results_shown(data, command=command)  # before anything reaches the screen
     return rep
 

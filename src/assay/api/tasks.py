@@ -9,7 +9,7 @@ reported once, up front, instead of as one failed trial after another.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -24,7 +24,8 @@ if TYPE_CHECKING:
     from assay.grading.answers.suite_check import TaskCheck
     from assay.records.statuses import TrialRunStatus
     from assay.records.trial import Grade, TrialRecord
-    from assay.runner.task_check import TaskReport
+    from assay.runner.task_check import CheckProgress as CheckProgress
+    from assay.runner.task_check import HangBudget, TaskReport
     from assay.suites.bundle import Bundle, DigestCheck
     from assay.suites.cases import NarrowSuite
     from assay.suites.coding import CodingSuite
@@ -139,12 +140,16 @@ def run_trial(task: PathLike | Bundle, agent: str | Agent, out: PathLike, *, rep
 
 def check_tasks(tasks: Sequence[PathLike | Bundle], out: PathLike, *, reruns: int = 3,
                 mutants: bool = False, workers: int = 2,
-                only_mutants: Sequence[str] | None = None) -> list[TaskReport]:
+                only_mutants: Sequence[str] | None = None,
+                hang_budget: HangBudget = "measured",
+                progress: Callable[[CheckProgress], None] | None = None) -> list[TaskReport]:
     """``nop`` must fail, ``oracle`` must pass on every one of ``reruns``, and with
     ``mutants`` every built-in bad agent must be rejected (``only_mutants``: just these, by
     name, which implies ``mutants``; a task author chasing one). The trials go under ``out``,
     with ``task-check.json`` beside them. An unknown mutant name is an :class:`InputError`
-    that lists the known ones, before anything runs."""
+    that lists the known ones, before anything runs. A hanging mutant is judged against the
+    trusted tree's measured time (``hang_budget="task"``: under the task's whole verifier
+    limit, as before); ``progress`` is told each finished trial."""
     from assay.agents import MUTANTS
     from assay.records.io import atomic_write_json
     from assay.runner.task_check import check_tasks as check
@@ -160,7 +165,7 @@ def check_tasks(tasks: Sequence[PathLike | Bundle], out: PathLike, *, reruns: in
     _sandbox("bwrap")
     root = Path(out)
     reports = check(bundles, root, reruns=reruns, mutants=mutants, workers=workers,
-                    only_mutants=only_mutants)
+                    only_mutants=only_mutants, hang_budget=hang_budget, progress=progress)
     atomic_write_json(root / "task-check.json", [r.to_record() for r in reports])
     return reports
 

@@ -59,12 +59,13 @@ def env_build(
     """Build or import an image into the store (a source seen before is a lookup); progress
     lines go to stderr, the image's digest to stdout."""
     from assay.api.environments import build_environment
+    from assay.cli.check_progress import timed
 
     args = _build_args(build_arg or [])
     with _errors():
         result = build_environment(source, build_args=args, expected_digest=expect,
-                                   progress=lambda line: err.print(f"[dim]{escape(line)}[/]",
-                                                                   highlight=False))
+                                   progress=timed(lambda line: err.print(
+                                       f"[dim]{escape(line)}[/]", highlight=False)))
     image = result.image
     if as_json:
         record = json.loads(image.model_dump_json(by_alias=True))

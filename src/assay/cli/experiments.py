@@ -278,8 +278,10 @@ def exp_report(
     if not run_dir.is_dir():
         raise fail(f"{run_dir}: not a directory (give an experiment run directory or a Harbor "
                    "job directory; for an outcomes file use `assay exp compare`)")
+    from assay.cli.check_progress import step_writer
+
     try:
-        rep = experiment_report(run_dir, out=out_dir)
+        rep = experiment_report(run_dir, out=out_dir, progress=step_writer("exp report"))
     except (KeyError, AssayError) as exc:
         raise fail(f"{run_dir}: {exc}") from None
     _ci_outputs(rep, junit)

@@ -142,9 +142,15 @@ def task_check(
         raise fail("--tier: name the experiment whose tier to check (--experiment FILE)")
     _require_sandbox("bwrap")
     bundles = _load_bundles(dirs) if dirs else _experiment_bundles(experiment, tier)
+    from assay.cli.check_progress import legend, line_writer
+
     root = out_dir or Path("runs") / f"task-check-{run_stamp()}"
+    n = len(bundles)
+    out.print(f"task check: {n} bundle{'' if n == 1 else 's'}, {workers} trial"
+              f"{'' if workers == 1 else 's'} at once; a line per finished trial on stderr",
+              highlight=False)
     reports = check_tasks(bundles, root, reruns=reruns, mutants=mutants, workers=workers,
-                          only_mutants=only_mutants)
+                          only_mutants=only_mutants, progress=line_writer())
     table = Table(title=f"task check ({root})", title_justify="left")
     table.add_column("task", no_wrap=True)
     for col in ("digest", "nop", "oracle", "mutants rejected", "status"):
@@ -159,6 +165,8 @@ def task_check(
         table.add_row(r.task_id, r.digest, r.nop or "", f"{r.oracle_accepted}/{r.oracle_runs}",
                       mut, f"[{style}]{r.status}[/]")
     out.print(table)
+    for line in legend(reruns, bool(mutants or only_mutants)):
+        out.print(line, highlight=False)
     for r in reports:
         if r.image is not None:
             subs = "; ".join(r.image["substitutions"])

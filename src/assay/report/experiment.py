@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -464,9 +465,10 @@ def write_outcomes(run_dir: Path, data: OutcomeSet) -> Path:
 
 
 def write_experiment_report(run_dir: Path, *, data: OutcomeSet | None = None,
-                            out: Path | None = None) -> dict[str, Any]:
+                            out: Path | None = None,
+                            progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """report.json, report.md, report.html and outcomes.jsonl into ``out`` (default: the run
-    directory).
+    directory). ``progress`` is told each step (and each trial page) as it starts.
     ``data`` from another source (a Harbor job, an outcomes file) is reported the same way;
     such a source is never written into, so ``out`` is required then."""
     run_dir = Path(run_dir)
@@ -476,12 +478,16 @@ def write_experiment_report(run_dir: Path, *, data: OutcomeSet | None = None,
                          "an assay run directory")
     dest = Path(out) if out is not None else run_dir
     dest.mkdir(parents=True, exist_ok=True)
+    say = progress or (lambda _text: None)
+    say(f"comparing {len(data.trials)} trials")
     rep = build_experiment_report(run_dir, data=data)
     ExperimentReport.read(rep, dest / REPORT_FILE)  # the record's shape (records/experiment.py)
     write_outcomes(dest, data)
     atomic_write_text(dest / REPORT_FILE, json.dumps(rep, indent=2) + "\n")
     atomic_write_text(dest / "report.md", experiment_markdown(rep))
-    pages = write_trial_pages(dest, rep) if data.kind == "run" and dest == run_dir else None
+    pages = (write_trial_pages(dest, rep, progress) if data.kind == "run" and dest == run_dir
+             else None)
+    say("report.html")
     write_experiment_html(dest, rep, pages)
     return rep
 

@@ -20,6 +20,7 @@ Every string from the run is data and reaches the page through Jinja2 autoescapi
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -27,6 +28,7 @@ from urllib.parse import quote
 from assay.records.io import atomic_write_text
 from assay.report.experiment_html import trial_href
 from assay.report.render import NA, count, render
+from assay.report.tool_calls import call_view, diff_lines, without_echo
 from assay.report.trial_view import Step, TrialView, first_divergence, load_trial_view
 from assay.version import __version__
 
@@ -47,22 +49,40 @@ def compare_rel(task: str) -> str:
 
 
 def _diff_lines(diff: str) -> list[dict[str, str]]:
-    out = []
-    for line in diff.splitlines():
-        cls = ("hunk" if line.startswith("@@") else "head" if line.startswith(("+++", "---"))
-               else "add" if line.startswith("+") else "del" if line.startswith("-") else "")
-        out.append({"cls": cls, "text": line})
-    return out
+    return diff_lines(diff, capped=False)
 
 
 def _step(s: Step | None) -> dict[str, Any] | None:
     if s is None:
         return None
-    return {"n": s.n, "text": s.text, "reasoning": s.reasoning,
-            "tools": [{"name": t.name, "args": t.arguments} for t in s.tool_calls],
-            "results": s.results, "error": s.error,
+    calls = [call_view(t.name, t.arguments) for t in s.tool_calls]
+    return {"n": s.n, "text": s.text, "reasoning": s.reasoning, "tools": calls,
+            "results": [without_echo(r, calls) for r in s.results], "error": s.error,
             "figures": f"in {count(s.input_tokens)} · out {count(s.output_tokens)} tokens · "
                        + (NA if s.latency_ms is None else f"{round(s.latency_ms)} ms")}
+
+
+#: the most failed test ids named per check on a page (the rest are counted)
+MAX_FAILED_SHOWN = 25
+
+
+def failed_tests(grade: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """Per test check, the task's own tests that failed (the verifier's ``failed_ids``, from
+    trusted expected ids: canaries are not among them), for naming them on a page."""
+    details = (grade or {}).get("details") or {}
+    out = []
+    for check in ("behavior", "regression"):
+        rec = details.get(check)
+        if not isinstance(rec, dict):
+            continue
+        ids = (rec.get("tamper_evident") or {}).get("failed_ids")
+        if not isinstance(ids, list):
+            continue
+        names = [str(i) for i in ids]
+        out.append({"check": check, "ids": names[:MAX_FAILED_SHOWN],
+                    "more": max(0, len(names) - MAX_FAILED_SHOWN),
+                    "status": str(rec.get("status") or ""), "reason": rec.get("reason")})
+    return out
 
 
 def _view(v: TrialView, up: str) -> dict[str, Any]:
@@ -93,6 +113,7 @@ def _view(v: TrialView, up: str) -> dict[str, Any]:
         "checks": [{"name": c.name, "outcome": c.outcome, "required": c.required,
                     "command": c.command, "reason": c.reason,
                     "exit": count(c.exit_code), "tail": c.output_tail} for c in v.checks],
+        "failed_tests": failed_tests(v.grade),
         "steps": [_step(s) for s in v.steps], "steps_source": v.steps_source,
         "steps_note": v.steps_note, "ledger": ledger,
         "timings": [(n, count(s, " s"), st) for n, s, st in v.timings],
@@ -150,12 +171,17 @@ def _current(dest: Path, adir: Path) -> bool:
     return all(made > q.stat().st_mtime for q in inputs if q.exists())
 
 
-def write_trial_pages(run_dir: Path, rep: dict[str, Any]) -> dict[str, Any]:
+def write_trial_pages(run_dir: Path, rep: dict[str, Any],
+                      progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Write a page for every attempt with a ``trial.json`` (unless its page is current) and a
     side-by-side page for every task where the two compared arms have graded trials with
     different outcomes. Returns what the experiment page links: ``{"pages": {link: href},
-    "compare": {task: href}}``."""
+    "compare": {task: href}}``. ``progress`` is told how far (``trial pages 120/3000``), once
+    an attempt: a large run's pages take a while the first time."""
     run_dir = Path(run_dir)
+    say = progress or (lambda _text: None)
+    total = sum(len(t.get("attempts") or []) for t in rep.get("trials") or [])
+    seen = 0
     pages: dict[str, str] = {}
     views: dict[str, TrialView] = {}
 
@@ -169,6 +195,8 @@ def write_trial_pages(run_dir: Path, rep: dict[str, Any]) -> dict[str, Any]:
 
     for t in rep.get("trials") or []:
         for a in t.get("attempts") or []:
+            seen += 1
+            say(f"trial pages {seen}/{total}")
             link = f"trials/{t['task']}/{t['arm']}/{t['rep']}/{a['attempt']}"
             adir = run_dir / link
             if trial_href(link) is None or not (adir / "trial.json").is_file():
