@@ -230,7 +230,9 @@ class ImageStore:
                 packages: dict[str, str] | None = None,
                 adjustments: dict[str, int] | None = None,
                 notes: list[str] | None = None,
-                build_hosts: list[str] | None = None) -> EnvironmentImage:
+                build_hosts: list[str] | None = None,
+                manifest_digest: str | None = None,
+                reference: str | None = None) -> EnvironmentImage:
         """Digest a finished root filesystem (made inside :meth:`staging`) and move it under its
         final name in one rename. An image already stored under that digest wins; the staged
         copy is then dropped with the staging folder."""
@@ -241,7 +243,8 @@ class ImageStore:
             substitutions=list(substitutions or []), packages=dict(packages or {}),
             adjustments=dict(adjustments or {}), notes=list(notes or []),
             build_hosts=list(build_hosts) if build_hosts is not None else None, files=files,
-            bytes=size, created_at=utc_now())
+            bytes=size, created_at=utc_now(), manifest_digest=manifest_digest,
+            reference=reference)
         final = self.image_dir(digest)
         if self.get(digest) is None:
             holder = rootfs.parent

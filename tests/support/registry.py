@@ -1,0 +1,112 @@
+"""A real image registry on loopback for the tests: Debian's ``docker-registry`` (the CNCF
+distribution server Docker Hub and most private registries speak), plain HTTP, its storage in
+a folder of the test, and ``skopeo`` to push OCI layouts the tests make into it.
+
+skopeo is told the registry is insecure (plain HTTP) the way a user would tell it: a
+``registries.conf`` naming ``127.0.0.1:PORT`` with ``insecure = true``, passed as
+``--registries-conf`` here and through ``CONTAINERS_REGISTRIES_CONF`` to assay (set for the
+test's process and every ``python -m assay`` it starts; Debian's skopeo 1.9 reads only the
+flag, which assay passes from that variable). Nothing here is mocked; a machine without the
+two packages skips with the reason.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import socket
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+#: Seconds the server gets to answer ``GET /v2/``.
+READY_SECONDS = 20
+
+
+def require_tools() -> None:
+    """Skip (with the package to install) where the registry or skopeo is missing."""
+    for tool, package in (("docker-registry", "docker-registry"), ("skopeo", "skopeo")):
+        if shutil.which(tool) is None:
+            pytest.skip(f"{tool} is not installed (apt-get install {package}; `make setup`)")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Registry:
+    """One running ``docker-registry serve``; :meth:`stop` ends it (by its own pid)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.storage = root / "storage"
+        self.storage.mkdir(parents=True, exist_ok=True)
+        self.port = _free_port()
+        self.host = f"127.0.0.1:{self.port}"
+        config = root / "config.yml"
+        config.write_text(
+            "version: 0.1\n"
+            "log: {level: error, accesslog: {disabled: true}}\n"
+            f"storage: {{filesystem: {{rootdirectory: {self.storage}}}}}\n"
+            f"http: {{addr: '{self.host}'}}\n")
+        self.conf = root / "registries.conf"
+        self.conf.write_text(f'[[registry]]\nlocation = "{self.host}"\ninsecure = true\n')
+        self.log = open(root / "registry.log", "wb")  # noqa: SIM115 - closed by stop()
+        self.proc = subprocess.Popen(["docker-registry", "serve", str(config)],
+                                     stdout=self.log, stderr=subprocess.STDOUT,
+                                     stdin=subprocess.DEVNULL)
+        deadline = time.monotonic() + READY_SECONDS
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://{self.host}/v2/", timeout=2):
+                    break
+            except OSError:
+                if self.proc.poll() is not None or time.monotonic() > deadline:
+                    self.stop()
+                    raise RuntimeError("docker-registry did not start: "
+                                       + (root / "registry.log").read_text()[-2000:]) from None
+                time.sleep(0.05)
+
+    def env(self) -> dict[str, str]:
+        """The environment skopeo (and ``python -m assay``) needs to reach this registry."""
+        return {**os.environ, "CONTAINERS_REGISTRIES_CONF": str(self.conf)}
+
+    def push(self, layout: Path, name: str, *, ref: str = "", all_images: bool = False) -> str:
+        """Push an OCI layout (its one image, or ``ref``) as ``name`` (``repo:tag``); returns
+        the manifest digest the registry names it by."""
+        digest_file = self.root / "pushed.digest"
+        src = f"oci:{layout}" + (f":{ref}" if ref else "")
+        done = subprocess.run(["skopeo", f"--registries-conf={self.conf}", "copy", "--quiet",
+                               "--preserve-digests", *(["--all"] if all_images else []),
+                               f"--digestfile={digest_file}", src,
+                               f"docker://{self.host}/{name}"],
+                       check=False, env=self.env(), capture_output=True, timeout=120,
+                       text=True)
+        if done.returncode != 0:
+            raise RuntimeError(f"skopeo push failed: {done.stderr[-2000:]}")
+        return digest_file.read_text().strip()
+
+    def blob_path(self, digest: str) -> Path:
+        """Where the registry keeps a blob on disk (to tamper with it)."""
+        hexd = digest.removeprefix("sha256:")
+        return self.storage / "docker/registry/v2/blobs/sha256" / hexd[:2] / hexd / "data"
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+
+
+def sha(data: bytes) -> str:
+    return "sha256:" + hashlib.sha256(data).hexdigest()

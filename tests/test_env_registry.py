@@ -1,0 +1,224 @@
+"""Pulling pinned images from a registry (issue 33): ``assay env pull`` and
+:func:`assay.environments.registry.pull_image` against a real registry on loopback.
+
+The registry is Debian's ``docker-registry`` (the CNCF distribution server), started by the
+test on a free port, plain HTTP, storage in the test's folder; the images are small OCI layouts
+made by the test (the same writer as ``test_env_oci.py``) and pushed with ``skopeo copy``. The
+client under test is skopeo too (assay drives it), so nothing on the pull path is mocked. What a
+hostile or careless registry does is done to the real one: a blob's bytes changed in its
+storage, a tag moved to another image after pinning, a layer that climbs out of the root, a
+pull killed with SIGKILL half way.
+
+A machine without ``docker-registry`` or ``skopeo`` skips (``make setup`` installs both).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from support.registry import Registry, require_tools
+from test_env_oci import ARCH, Layout, d, f, make_oci
+
+from assay.environments.registry import is_reference, parse_reference, pull_image
+from assay.environments.store import ImageStore
+from assay.errors import ImageRefused, InputError, PullFailed
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def registry(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Registry]:
+    require_tools()
+    reg = Registry(tmp_path / "registry")
+    monkeypatch.setenv("CONTAINERS_REGISTRIES_CONF", str(reg.conf))
+    try:
+        yield reg
+    finally:
+        reg.stop()
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> ImageStore:
+    return ImageStore(tmp_path / "store")
+
+
+def leftovers(store: ImageStore) -> list[str]:
+    """What a failed pull left in the store: images, source entries, staging folders."""
+    found: list[str] = []
+    for folder in (store.images_dir, store.sources_dir):
+        if folder.exists():
+            found += [str(p) for p in folder.iterdir()]
+    if store.staging_dir.exists():
+        store.sweep()
+        found += [str(p) for p in store.staging_dir.iterdir()]
+    return found
+
+
+def _hello(root: Path, text: str = "hello") -> Path:
+    layout = root / f"layout-{text}"
+    make_oci(layout, [[d("etc"), f("etc/greeting", text), d("bin")]],
+             Env=["PATH=/bin", "GREETING=" + text], WorkingDir="/srv")
+    return layout
+
+
+def test_references_are_parsed_and_told_from_bare_digests() -> None:
+    pin = "sha256:" + "ab" * 32
+    ref = parse_reference(f"127.0.0.1:5000/team/py:3.13@{pin}")
+    assert (ref.name, ref.tag, ref.digest) == ("127.0.0.1:5000/team/py", "3.13", pin)
+    assert parse_reference("ghcr.io/x/y").tag == "latest"
+    assert is_reference(f"ghcr.io/x/y@{pin}") and is_reference("localhost:5000/y:1")
+    assert not is_reference(pin) and not is_reference("python:3.13")
+    with pytest.raises(InputError, match="digest after '@'"):
+        parse_reference("ghcr.io/x/y@sha256:abc")
+    with pytest.raises(InputError, match="not a registry/repository name"):
+        parse_reference("ghcr.io/X Y/z:1")
+
+
+def test_pull_by_digest_records_both_digests_and_is_then_a_lookup(
+        tmp_path: Path, registry: Registry, store: ImageStore) -> None:
+    pushed = registry.push(_hello(tmp_path), "team/hello:v1")
+    ref = f"{registry.host}/team/hello@{pushed}"
+    lines: list[str] = []
+    got = pull_image(ref, store, progress=lines.append)
+    assert not got.cached and got.pinned_digest == got.manifest_digest == pushed
+    image = got.image
+    assert image.source_kind == "registry" and image.source_digest == pushed
+    assert image.manifest_digest == pushed and image.reference == ref
+    assert image.digest != pushed  # assay's own digest: the root filesystem's
+    root = store.rootfs(image.digest)
+    assert (root / "etc/greeting").read_text() == "hello"
+    assert image.config.workdir == "/srv" and image.config.env["GREETING"] == "hello"
+    assert any("skopeo" in line for line in lines), lines
+    registry.stop()  # a second pull of the same pin needs no registry
+    again = pull_image(ref, store)
+    assert again.cached and again.image.digest == image.digest
+    assert not list(store.staging_dir.glob("build-*"))
+
+
+def test_a_tag_resolves_once_and_a_moved_tag_is_refused_by_digest(
+        tmp_path: Path, registry: Registry, store: ImageStore) -> None:
+    first = registry.push(_hello(tmp_path, "one"), "team/app:stable")
+    got = pull_image(f"{registry.host}/team/app:stable", store)
+    assert got.resolved_tag == "stable" and got.pinned_digest == first
+    registry.push(_hello(tmp_path, "two"), "team/app:stable")  # the tag moves
+    pinned = f"{registry.host}/team/app:stable@{first}"
+    with pytest.raises(ImageRefused, match="tag 'stable' now names sha256:.*not the pinned"):
+        pull_image(pinned, ImageStore(tmp_path / "other"))
+    assert leftovers(ImageStore(tmp_path / "other")) == []
+    # by digest alone the old image is still what the pin names
+    old = pull_image(f"{registry.host}/team/app@{first}", ImageStore(tmp_path / "third"))
+    assert (ImageStore(tmp_path / "third").rootfs(old.image.digest)
+            / "etc/greeting").read_text() == "one"
+
+
+def test_a_tampered_blob_is_refused_and_nothing_is_left(
+        tmp_path: Path, registry: Registry, store: ImageStore) -> None:
+    layout = _hello(tmp_path)
+    pushed = registry.push(layout, "team/hello:v1")
+    manifest = json.loads((layout / "blobs/sha256" / pushed[7:]).read_text())
+    blob = registry.blob_path(manifest["layers"][0]["digest"])
+    data = bytearray(blob.read_bytes())
+    data[-1] ^= 0xFF  # same size, other bytes: the registry serves it as it is
+    blob.write_bytes(bytes(data))
+    with pytest.raises(ImageRefused, match="does not match"):
+        pull_image(f"{registry.host}/team/hello@{pushed}", store)
+    assert leftovers(store) == []
+
+
+def test_a_manifest_not_matching_the_pin_is_refused(
+        tmp_path: Path, registry: Registry, store: ImageStore) -> None:
+    layout = _hello(tmp_path)
+    pushed = registry.push(layout, "team/hello:v1")
+    # the registry's copy of the manifest rewritten in place: served under the pinned name
+    stored = registry.blob_path(pushed)
+    doc = json.loads(stored.read_text())
+    doc["annotations"] = {"changed": "yes"}
+    stored.write_text(json.dumps(doc))
+    with pytest.raises((ImageRefused, PullFailed)) as caught:
+        pull_image(f"{registry.host}/team/hello@{pushed}", store)
+    assert pushed in str(caught.value) or "match" in str(caught.value)
+    assert leftovers(store) == []
+
+
+def test_a_layer_that_climbs_out_is_refused(tmp_path: Path, registry: Registry,
+                                           store: ImageStore) -> None:
+    layout = tmp_path / "evil"
+    make_oci(layout, [[d("etc"), f("../../escaped", "x")]])
+    pushed = registry.push(layout, "team/evil:v1")
+    with pytest.raises(ImageRefused, match="escaped"):
+        pull_image(f"{registry.host}/team/evil@{pushed}", store)
+    assert leftovers(store) == []
+    assert not (tmp_path / "escaped").exists() and not (store.root / "escaped").exists()
+
+
+def test_this_machines_image_is_chosen_from_a_multi_platform_index(
+        tmp_path: Path, registry: Registry, store: ImageStore) -> None:
+    other = "arm64" if ARCH != "arm64" else "amd64"
+    lay = Layout(tmp_path / "multi")
+    mine, _ = lay.image([[d("etc"), f("etc/arch", ARCH)]], arch=ARCH)
+    theirs, _ = lay.image([[d("etc"), f("etc/arch", other)]], arch=other)
+    lay.index([{**mine, "platform": {"os": "linux", "architecture": ARCH}},
+               {**theirs, "platform": {"os": "linux", "architecture": other}}])
+    # the index itself as the image skopeo pushes (an OCI layout of one index)
+    index_doc = json.loads((lay.root / "index.json").read_text())
+    idesc = {"mediaType": index_doc["mediaType"], **lay.blob(json.dumps(index_doc).encode())}
+    (lay.root / "index.json").write_text(json.dumps(
+        {"schemaVersion": 2, "manifests": [
+            {**idesc, "annotations": {"org.opencontainers.image.ref.name": "multi"}}]}))
+    pushed = registry.push(lay.root, "team/multi:v1", ref="multi", all_images=True)
+    assert pushed == idesc["digest"]
+    got = pull_image(f"{registry.host}/team/multi@{pushed}", store)
+    assert got.pinned_digest == pushed and got.manifest_digest == mine["digest"]
+    assert (store.rootfs(got.image.digest) / "etc/arch").read_text() == ARCH
+
+
+def test_an_unreachable_registry_or_unknown_image_cannot_be_pulled(
+        tmp_path: Path, registry: Registry, store: ImageStore) -> None:
+    missing = "sha256:" + "0" * 64
+    with pytest.raises(PullFailed, match=rf"cannot pull {registry.host}/team/none@"):
+        pull_image(f"{registry.host}/team/none@{missing}", store)
+    registry.stop()
+    with pytest.raises(PullFailed, match="cannot pull"):
+        pull_image(f"{registry.host}/team/none:v1", store)
+    assert leftovers(store) == []
+
+
+def _assay(*args: str, env: dict[str, str]) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-m", "assay", *args], env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO,
+                            start_new_session=True)
+
+
+def test_env_pull_cli_and_a_pull_killed_half_way_leaves_nothing(
+        tmp_path: Path, registry: Registry) -> None:
+    layout = tmp_path / "big"
+    # 24 MiB that do not compress: the copy takes long enough to be killed inside it
+    make_oci(layout, [[d("data"), f("data/noise", os.urandom(24 << 20))]])
+    pushed = registry.push(layout, "team/big:v1")
+    ref = f"{registry.host}/team/big@{pushed}"
+    env = {**registry.env(), "ASSAY_CACHE_DIR": str(tmp_path / "cache")}
+    store = ImageStore(tmp_path / "cache" / "environments")
+    proc = _assay("env", "pull", ref, env=env)
+    deadline = time.monotonic() + 60
+    while not list(store.staging_dir.glob("build-*/dir")) and proc.poll() is None:
+        assert time.monotonic() < deadline, "the pull never started downloading"
+        time.sleep(0.01)
+    os.killpg(proc.pid, signal.SIGKILL)  # its own group: assay and the skopeo it started
+    proc.communicate(timeout=30)
+    assert not store.images_dir.exists() or not any(store.images_dir.iterdir())
+    assert not list(store.sources_dir.glob("registry-*"))
+    done = _assay("env", "pull", ref, env=env)
+    out, err = done.communicate(timeout=120)
+    assert done.returncode == 0, err
+    image = store.get(out.strip())
+    assert image is not None and image.manifest_digest == pushed
+    assert f"pulled: {ref} (manifest {pushed})" in " ".join(err.split())
+    assert not list(store.staging_dir.glob("build-*")), "the killed pull's folder was swept"
