@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -24,14 +26,22 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from support.registry import Registry, require_tools
+from support.images import base_image
+from support.registry import Registry, layout_of_root, require_tools
 from test_env_oci import ARCH, Layout, d, f, make_oci
 
+from assay.agents import parse_agent
 from assay.environments.registry import is_reference, parse_reference, pull_image
 from assay.environments.store import ImageStore
 from assay.errors import ImageRefused, InputError, PullFailed
+from assay.runner.trial import run_trial
+from assay.sandbox import bwrap_available
+from assay.suites.bundle import load_bundle
 
 REPO = Path(__file__).resolve().parents[1]
+EXAMPLE = REPO / "examples" / "agent-tasks" / "leaderboard-rank-007"
+#: The example's image (what ``test_env_run.py`` builds too): its tests need sortedcontainers.
+PACKAGES = ("python3-sortedcontainers",)
 
 
 @pytest.fixture
@@ -200,8 +210,8 @@ def _assay(*args: str, env: dict[str, str]) -> subprocess.Popen[str]:
 def test_env_pull_cli_and_a_pull_killed_half_way_leaves_nothing(
         tmp_path: Path, registry: Registry) -> None:
     layout = tmp_path / "big"
-    # 24 MiB that do not compress: the copy takes long enough to be killed inside it
-    make_oci(layout, [[d("data"), f("data/noise", os.urandom(24 << 20))]])
+    # 12 MiB that do not compress: the copy takes long enough to be killed inside it
+    make_oci(layout, [[d("data"), f("data/noise", os.urandom(12 << 20))]])
     pushed = registry.push(layout, "team/big:v1")
     ref = f"{registry.host}/team/big@{pushed}"
     env = {**registry.env(), "ASSAY_CACHE_DIR": str(tmp_path / "cache")}
@@ -222,3 +232,40 @@ def test_env_pull_cli_and_a_pull_killed_half_way_leaves_nothing(
     assert image is not None and image.manifest_digest == pushed
     assert f"pulled: {ref} (manifest {pushed})" in " ".join(err.split())
     assert not list(store.staging_dir.glob("build-*")), "the killed pull's folder was swept"
+
+
+def _registry_pinned_copy(tmp: Path, ref: str) -> Path:
+    """The example bundle, its environment the registry image ``ref`` (no recipe)."""
+    dest = tmp / "bundle"
+    shutil.copytree(EXAMPLE, dest, symlinks=True)
+    path = dest / "task.yaml"
+    text = path.read_text().replace("image: environment/recipe.yaml, ", "")
+    text = re.sub(r"environment_image: \S+", f"environment_image: {ref}", text)
+    path.write_text(text)
+    return dest
+
+
+@pytest.mark.skipif(not bwrap_available(), reason="bubblewrap cannot run here")
+def test_a_task_pinned_to_a_registry_image_runs_its_oracle_and_nop_in_it(
+        tmp_path: Path, registry: Registry, monkeypatch: pytest.MonkeyPatch) -> None:
+    built_store, built = base_image(PACKAGES)
+    layout = layout_of_root(built_store.rootfs(built.digest), tmp_path / "layout")
+    pushed = registry.push(layout, "team/leaderboard:v1")
+    ref = f"{registry.host}/team/leaderboard@{pushed}"
+    monkeypatch.setenv("ASSAY_CACHE_DIR", str(tmp_path / "cache"))  # an empty store: a real pull
+    bundle = load_bundle(_registry_pinned_copy(tmp_path, ref))
+    assert bundle.spec.initial_state.environment.image == ref
+    oracle = run_trial(bundle, parse_agent("oracle"), tmp_path / "oracle")
+    assert oracle.status == "graded", oracle.error
+    grade = json.loads((tmp_path / "oracle" / "grades" / "v1.json").read_text())
+    assert grade["accepted"] is True, grade
+    env = json.loads((tmp_path / "oracle" / "trial.json").read_text())["environment_image"]
+    pulled = ImageStore(tmp_path / "cache" / "environments").lookup_source("registry", pushed)
+    assert pulled is not None
+    assert env["source_kind"] == "registry" and env["reference"] == ref
+    assert env["manifest_digest"] == pushed and env["source_digest"] == pushed
+    assert env["digest"] == pulled.digest and env["pinned"] is True
+    nop = run_trial(bundle, parse_agent("nop"), tmp_path / "nop")
+    assert nop.status == "graded", nop.error
+    grade = json.loads((tmp_path / "nop" / "grades" / "v1.json").read_text())
+    assert grade["accepted"] is False and grade["checks"]["behavior"] == "fail", grade

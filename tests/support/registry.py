@@ -13,15 +13,21 @@ two packages skips with the reason.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import socket
 import subprocess
+import tarfile
 import time
 import urllib.request
 from pathlib import Path
 
 import pytest
+
+from assay.environments.oci import machine_platform
+
+ARCH = machine_platform().split("/")[1]
 
 #: Seconds the server gets to answer ``GET /v2/``.
 READY_SECONDS = 20
@@ -110,3 +116,39 @@ class Registry:
 
 def sha(data: bytes) -> str:
     return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+def layout_of_root(root: Path, out: Path, *, workdir: str = "/work") -> Path:
+    """An OCI layout of one uncompressed layer holding the folder ``root`` (an image the tests
+    already built): what ``docker save`` or a build would push, without compressing 200 MB
+    (skopeo pushes it as it is with ``--preserve-digests``)."""
+    blobs = out / "blobs" / "sha256"
+    blobs.mkdir(parents=True)
+    (out / "oci-layout").write_text('{"imageLayoutVersion": "1.0.0"}')
+    staged = out / "layer.tar"
+    with tarfile.open(staged, "w") as tar:
+        tar.add(root, arcname=".")
+    digest = hashlib.sha256()
+    with open(staged, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(chunk)
+    layer = "sha256:" + digest.hexdigest()
+    size = staged.stat().st_size
+    os.rename(staged, blobs / layer[7:])
+
+    def blob(data: bytes) -> dict[str, object]:
+        (blobs / sha(data)[7:]).write_bytes(data)
+        return {"digest": sha(data), "size": len(data)}
+
+    config = blob(json.dumps({
+        "architecture": ARCH, "os": "linux",
+        "config": {"Env": ["PATH=/usr/local/bin:/usr/bin:/bin"], "WorkingDir": workdir},
+        "rootfs": {"type": "layers", "diff_ids": [layer]}}).encode())
+    manifest = blob(json.dumps({
+        "schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "config": {"mediaType": "application/vnd.oci.image.config.v1+json", **config},
+        "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar", "digest": layer,
+                    "size": size}]}).encode())
+    (out / "index.json").write_text(json.dumps({"schemaVersion": 2, "manifests": [
+        {"mediaType": "application/vnd.oci.image.manifest.v1+json", **manifest}]}))
+    return out

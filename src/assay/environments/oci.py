@@ -162,7 +162,10 @@ def import_image(path: Path, store: ImageStore, *, expected_digest: str | None =
                                       adjustments=unpacker.counts.adjustments(),
                                       manifest_digest=(plan.source_digest if name is not None
                                                        else None),
-                                      reference=name.reference if name is not None else None)
+                                      reference=name.reference if name is not None else None,
+                                      source_extra=({"manifest_digest": plan.source_digest,
+                                                     "reference": name.reference or ""}
+                                                    if name is not None else None))
         except OSError as exc:  # a full disk, a store that cannot be written: not the input
             raise InfraError(f"{path}: could not unpack the image into {store.root}: "
                              f"{exc}") from exc

@@ -46,12 +46,12 @@ from assay.environments.oci import (
 )
 from assay.environments.store import EnvironmentImage, ImageStore
 from assay.errors import ImageRefused, InputError, PullFailed
+from assay.suites.image_ref import ImageRef, is_reference, parse_reference
 
-__all__ = ["ImageRef", "PullResult", "is_reference", "parse_reference", "pull_image",
+__all__ = ["ImageRef", "PullResult", "is_reference", "lookup_pulled", "parse_reference",
+           "pull_image",
            "resolve_tag", "skopeo_argv", "skopeo_executable"]
 
-#: Bytes of a reference (Docker's own limit on a repository name is 255).
-MAX_REFERENCE_BYTES = 512
 #: Seconds for ``skopeo inspect`` (one manifest) and ``skopeo copy`` (every blob).
 INSPECT_SECONDS = 120
 COPY_SECONDS = 3600
@@ -60,82 +60,11 @@ MESSAGE_BYTES = 2000
 #: Times skopeo retries a failed request (its ``--retry-times``).
 RETRIES = 2
 
-#: One path component of a repository name, and a registry host (``host[:port]``).
-_COMPONENT_RE = re.compile(r"^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*$")
-_TAG_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
-_HOST_RE = re.compile(r"^(?:localhost|[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+|"
-                      r"\[?[0-9a-fA-F:.]+\]?)(?::[0-9]+)?$|^[A-Za-z0-9.-]+:[0-9]+$")
 #: skopeo's words for content that does not match its digest (containers/image).
 _MISMATCH_WORDS = ("digest did not match", "does not match digest", "digest mismatch",
                    "manifest digest", "invalid checksum")
 
 
-@dataclass(frozen=True)
-class ImageRef:
-    """A registry reference: ``REGISTRY/NAME``, then ``:TAG``, ``@sha256:…`` or both."""
-
-    name: str
-    tag: str | None
-    digest: str | None
-
-    @property
-    def text(self) -> str:
-        return (self.name + (f":{self.tag}" if self.tag else "")
-                + (f"@{self.digest}" if self.digest else ""))
-
-    def at(self, digest: str) -> str:
-        """The reference of one digest in the same repository, as skopeo takes it."""
-        return f"docker://{self.name}@{digest}"
-
-    @property
-    def pinned(self) -> bool:
-        return self.digest is not None
-
-
-def parse_reference(text: str) -> ImageRef:
-    """``text`` as an image reference; an :class:`InputError` naming what is wrong."""
-    if len(text.encode()) > MAX_REFERENCE_BYTES:
-        raise InputError(f"image reference longer than {MAX_REFERENCE_BYTES} bytes")
-    rest, _, digest = text.partition("@")
-    if digest and not DIGEST_RE.match(digest):
-        raise InputError(f"{text!r}: the digest after '@' must be 'sha256:' and 64 lowercase "
-                         "hex digits")
-    name, tag = rest, None
-    slash = rest.rfind("/")
-    colon = rest.rfind(":")
-    if colon > slash:
-        name, tag = rest[:colon], rest[colon + 1:]
-        if not _TAG_RE.match(tag):
-            raise InputError(f"{text!r}: tag {tag!r} is not a valid tag")
-    if not _valid_name(name):
-        raise InputError(f"{text!r}: {name!r} is not a registry/repository name (lowercase "
-                         "letters, digits, '.', '_', '-', '/' and a registry's host[:port])")
-    if tag is None and not digest:
-        tag = "latest"
-    return ImageRef(name=name, tag=tag, digest=digest or None)
-
-
-def _valid_name(name: str) -> bool:
-    parts = name.split("/")
-    if len(parts) > 1 and _HOST_RE.match(parts[0]):
-        parts = parts[1:]
-    return all(_COMPONENT_RE.match(p) for p in parts)
-
-
-def is_reference(text: str) -> bool:
-    """Whether a bundle's ``environment_image`` is a registry reference (not a bare digest):
-    it names a repository with a registry host (``host.name/…``, ``host:port/…``,
-    ``localhost/…``) and a digest or a tag."""
-    if DIGEST_RE.match(text):
-        return False
-    first = text.split("/", 1)[0]
-    if "/" not in text or not _HOST_RE.match(first):
-        return False
-    try:
-        parse_reference(text)
-    except InputError:
-        return False
-    return True
 
 
 def skopeo_executable() -> str | None:
@@ -280,19 +209,17 @@ def pull_image(text: str, store: ImageStore | None = None, *,
     ref = parse_reference(text)
     if ref.pinned and ref.tag is None:
         assert ref.digest is not None
-        hit = store.lookup_source("registry", ref.digest)
+        hit = lookup_pulled(ref.digest, store, ref.text)
         if hit is not None:
-            say(f"cached: {ref.text} is image {short(hit.digest)}")
-            return PullResult(hit, ref.text, ref.digest, hit.manifest_digest or ref.digest,
-                              True, None)
+            say(f"cached: {ref.text} is image {short(hit.image.digest)}")
+            return hit
     pinned, raw = _pin(ref, limits)
     if ref.tag is not None:
         say(f"{ref.name}:{ref.tag} resolves to {pinned}")
-    hit = store.lookup_source("registry", pinned)
+    hit = lookup_pulled(pinned, store, ref.text, ref.tag)
     if hit is not None:
-        say(f"cached: {ref.name}@{pinned} is image {short(hit.digest)}")
-        return PullResult(hit, ref.text, pinned, hit.manifest_digest or pinned, True,
-                          ref.tag)
+        say(f"cached: {ref.name}@{pinned} is image {short(hit.image.digest)}")
+        return hit
     if raw is None:
         raw = _raw_manifest(ref, ref.at(pinned), limits)
         if _sha(raw) != pinned:
@@ -315,7 +242,30 @@ def pull_image(text: str, store: ImageStore | None = None, *,
                                  limits=limits, name=name)
     except OSError as exc:
         raise PullFailed(f"cannot pull {ref.text} (writing to {store.root}: {exc})") from exc
-    return PullResult(image, ref.text, pinned, manifest, False, ref.tag)
+    return PullResult(_as_pulled(image, ref.text, pinned, manifest), ref.text, pinned,
+                      manifest, False, ref.tag)
+
+
+def _as_pulled(image: EnvironmentImage, reference: str, pinned: str,
+               manifest: str) -> EnvironmentImage:
+    """The stored image as this pull reached it. The same files reached from another source
+    first (an archive, a build) are one image whose ``image.json`` names that source; what a
+    record says of a pull (both digests, the reference) comes from the pull."""
+    name = parse_reference(reference).name
+    return image.model_copy(update={
+        "source_kind": "registry", "source_digest": pinned, "source_label": f"{name}@{pinned}",
+        "manifest_digest": manifest, "reference": reference})
+
+
+def lookup_pulled(pinned: str, store: ImageStore, reference: str,
+                  tag: str | None = None) -> PullResult | None:
+    """An earlier pull of ``pinned`` still in the store (no network), or None."""
+    hit = store.lookup_source("registry", pinned)
+    if hit is None:
+        return None
+    manifest = str(store.source_entry("registry", pinned).get("manifest_digest") or pinned)
+    return PullResult(_as_pulled(hit, reference, pinned, manifest), reference, pinned,
+                      manifest, True, tag)
 
 
 def _download(ref: ImageRef, manifest: str, work: Path, limits: ImportLimits,

@@ -25,6 +25,7 @@ from assay.records.workspace import DEFAULT_IGNORED_PATHS, WorkspaceLimits
 from assay.suites import limits
 from assay.suites.confine import links_out, path_problem
 from assay.suites.errors import Problem, SuiteError
+from assay.suites.image_ref import DIGEST_RE, is_reference, parse_reference
 from assay.suites.textfile import read_text
 from assay.suites.yamlfile import load_mapping, validation_error
 
@@ -48,14 +49,23 @@ class Environment(_Strict):
     """Why this machine cannot give the task the environment it needs (a container image, a
     GPU...): the bundle is kept, but no trial runs and ``task check`` reports the reason."""
     image: str | None = Field(default=None, min_length=1)
-    """The source of the task's pinned environment, a path inside the bundle: a Debian recipe
-    (``*.yaml``), a ``Dockerfile`` or an OCI layout / ``docker save`` archive. ``assay env build
-    <path>`` builds it into the image store; ``initial_state.environment_image`` pins the
-    result. Null: the task runs on the host's own system, as before."""
+    """The source of the task's pinned environment: an image in a registry
+    (``REGISTRY/NAME@sha256:…``, or ``REGISTRY/NAME:TAG``, resolved once a run and recorded
+    with the digest it resolved to; ``task lint`` says it is unpinned), pulled with ``assay env
+    pull``; or a path inside the bundle: a Debian recipe (``*.yaml``), a ``Dockerfile`` or an
+    OCI layout / ``docker save`` archive, which ``assay env build <path>`` builds into the
+    image store. ``initial_state.environment_image`` pins the result. Null: the task runs on
+    the host's own system, as before."""
     engine: Literal["bwrap", "docker", "podman"] = "bwrap"
     """What runs the pinned image: ``bwrap`` (assay's own sandbox with the image as its root,
     no daemon) or, on machines where they work, ``docker``/``podman`` (not implemented yet: a
     trial asking for them is refused with that reason)."""
+
+
+def _same_repository(source: str, pin: str) -> bool:
+    """``environment.image: REG/NAME:TAG`` pinned by ``environment_image: REG/NAME@sha256:…``
+    (what ``task lint --write-digest`` leaves): the same repository."""
+    return is_reference(source) and parse_reference(source).name == parse_reference(pin).name
 
 
 class InitialState(_Strict):
@@ -74,15 +84,38 @@ class InitialState(_Strict):
     model. An arm with a model needs ``model-proxy-only`` (refused at load otherwise)."""
     environment: Environment = Field(default_factory=Environment)
     """What the task needs of the machine."""
-    environment_image: str | None = Field(default=None, pattern=r"^sha256:[0-9a-f]{64}$")
-    """``sha256:<64 hex>``: the digest of the root filesystem the agent's and the verifier's
-    sandboxes run in (built from ``environment.image``). A trial refuses an image that is not
-    in the store (``assay env build <path>`` makes it) and a build whose digest differs; the
-    digest is recorded in the manifest and every trial record. Null: the host's own system."""
+    environment_image: str | None = Field(default=None, min_length=1, max_length=512)
+    """The image the agent's and the verifier's sandboxes run in, pinned. Either a registry
+    image by its manifest digest, ``REGISTRY/NAME@sha256:<64 hex>`` (pulled with skopeo into
+    the image store on first use; ``environment.image`` may then be left out), or
+    ``sha256:<64 hex>``, the digest of the root filesystem built from ``environment.image``.
+    A trial refuses an image it cannot pull, one not in the store (``assay env build <path>``
+    makes it) and a build whose digest differs; both digests (the registry's and the root
+    filesystem's) are recorded in the manifest and every trial record. Null: the host's own
+    system."""
+
+    @field_validator("environment_image")
+    @classmethod
+    def _pin_shape(cls, v: str | None) -> str | None:
+        if v is None or DIGEST_RE.match(v):
+            return v
+        if not is_reference(v):
+            raise ValueError("must be sha256:<64 hex digits> (a root filesystem) or "
+                             "REGISTRY/NAME@sha256:<64 hex digits> (a registry image; a "
+                             ":TAG is accepted and reported unpinned by task lint)")
+        return v
 
     @model_validator(mode="after")
     def _image_pair(self) -> InitialState:
-        if self.environment_image is not None and self.environment.image is None:
+        pin = self.environment_image
+        if pin is not None and not DIGEST_RE.match(pin):  # a registry image names itself
+            if self.environment.image is None:
+                self.environment.image = pin
+            elif self.environment.image != pin and not _same_repository(
+                    self.environment.image, pin):
+                raise ValueError("environment_image pins a registry image, and "
+                                 "environment.image names another source; leave one out")
+        if pin is not None and self.environment.image is None:
             raise ValueError("environment_image pins an image but environment.image names no "
                              "source to build it from")
         return self
@@ -460,7 +493,8 @@ def _outside_problems(root: Path, path: Path, text: str, spec: TaskSpec) -> list
              ("tests", ("tests",)), ("solution", ("solution",))]
     if spec.acceptance.judge is not None:
         named.append((spec.acceptance.judge.judge, ("acceptance", "judge", "judge")))
-    if spec.initial_state.environment.image is not None:
+    if spec.initial_state.environment.image is not None and not is_reference(
+            spec.initial_state.environment.image):  # a registry image is not a path
         named.append((spec.initial_state.environment.image,
                       ("initial_state", "environment", "image")))
     problems = []
