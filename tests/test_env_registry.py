@@ -26,6 +26,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from conftest import run_cli
 from support.images import base_image
 from support.registry import Registry, layout_of_root, require_tools
 from test_env_oci import ARCH, Layout, d, f, make_oci
@@ -234,15 +235,37 @@ def test_env_pull_cli_and_a_pull_killed_half_way_leaves_nothing(
     assert not list(store.staging_dir.glob("build-*")), "the killed pull's folder was swept"
 
 
-def _registry_pinned_copy(tmp: Path, ref: str) -> Path:
-    """The example bundle, its environment the registry image ``ref`` (no recipe)."""
+def _registry_pinned_copy(tmp: Path, ref: str, *, as_source: bool = False) -> Path:
+    """The example bundle, its environment the registry image ``ref`` (no recipe): as its
+    ``environment_image``, or (``as_source``) as ``environment.image`` with no pin."""
     dest = tmp / "bundle"
     shutil.copytree(EXAMPLE, dest, symlinks=True)
     path = dest / "task.yaml"
-    text = path.read_text().replace("image: environment/recipe.yaml, ", "")
-    text = re.sub(r"environment_image: \S+", f"environment_image: {ref}", text)
+    if as_source:
+        text = path.read_text().replace("image: environment/recipe.yaml", f"image: {ref}")
+        text = re.sub(r"\n *environment_image: \S+", "", text)
+    else:
+        text = path.read_text().replace("image: environment/recipe.yaml, ", "")
+        text = re.sub(r"environment_image: \S+", f"environment_image: {ref}", text)
     path.write_text(text)
     return dest
+
+
+def test_task_lint_says_a_tag_is_unpinned_and_write_digest_pins_it(
+        tmp_path: Path, registry: Registry) -> None:
+    pushed = registry.push(_hello(tmp_path), "team/hello:v1")
+    bundle = _registry_pinned_copy(tmp_path, f"{registry.host}/team/hello:v1", as_source=True)
+    got = run_cli(["task", "lint", str(bundle)])
+    assert got.code == 1
+    assert f"unpinned image {registry.host}/team/hello:v1" in " ".join(got.stdout.split())
+    got = run_cli(["task", "lint", "--write-digest", str(bundle)])
+    assert got.code == 0, got.stdout + got.stderr
+    text = (bundle / "task.yaml").read_text()
+    assert f"environment_image: {registry.host}/team/hello@{pushed}\n" in text
+    assert f"image: {registry.host}/team/hello:v1" in text  # the tag stays as the source
+    assert run_cli(["task", "lint", str(bundle)]).code == 0
+    state = load_bundle(bundle).spec.initial_state
+    assert state.environment_image == f"{registry.host}/team/hello@{pushed}"
 
 
 @pytest.mark.skipif(not bwrap_available(), reason="bubblewrap cannot run here")

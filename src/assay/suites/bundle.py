@@ -597,14 +597,35 @@ def set_fixture_digest(root: Path, digest: str) -> None:
     atomic_write_text(path, new)
 
 
-def _insert_digest_line(path: Path, text: str, digest: str) -> str:
+def set_environment_image(root: Path, reference: str) -> None:
+    """Pin a registry image in task.yaml (``environment_image: REGISTRY/NAME@sha256:…``) by
+    editing its one ``environment_image:`` line, or adding one under ``initial_state`` after
+    ``environment``; only on request (``task lint --write-digest``)."""
+    import re
+
+    from assay.records.io import atomic_write_text
+
+    path = root / TASK_FILE
+    text = path.read_text(encoding="utf-8")
+    new, n = re.subn(r"^(\s*environment_image:)[ \t]*[^\s#]*", rf"\g<1> {reference}", text,
+                     count=1, flags=re.MULTILINE)
+    if n != 1:
+        new = _insert_digest_line(path, text, reference, key="environment_image",
+                                  after_keys=("repository:", "repository_commit:",
+                                              "environment:"))
+    atomic_write_text(path, new)
+
+
+def _insert_digest_line(path: Path, text: str, digest: str, *, key: str = "fixture_digest",
+                        after_keys: tuple[str, ...] = ("repository:",
+                                                       "repository_commit:")) -> str:
     lines = text.splitlines(keepends=True)
     head = next((i for i, line in enumerate(lines)
                  if line.rstrip("\r\n").split("#", 1)[0].rstrip() == "initial_state:"), None)
     if head is None:
         raise SuiteError.one(path, "initial_state is not a block mapping (one key per line): "
-                             "add 'fixture_digest: null' under it, then --write-digest again",
-                             field="initial_state.fixture_digest")
+                             f"add '{key}: null' under it, then --write-digest again",
+                             field=f"initial_state.{key}")
     children = []
     for i in range(head + 1, len(lines)):
         body = lines[i].split("#", 1)[0]
@@ -618,12 +639,13 @@ def _insert_digest_line(path: Path, text: str, digest: str) -> str:
         raise SuiteError.one(path, "initial_state has no keys", field="initial_state")
     indent = children[0][1]
     after = head
-    for key in ("repository:", "repository_commit:"):
-        after = next((i for i, ind, b in children if ind == indent and b.startswith(key)), after)
+    for name in after_keys:
+        after = next((i for i, ind, b in children if ind == indent and b.startswith(name)),
+                     after)
     newline = "\r\n" if lines[after].endswith("\r\n") else "\n"
     if not lines[after].endswith(("\n", "\r")):
         lines[after] += newline
-    lines.insert(after + 1, " " * indent + f"fixture_digest: {digest}" + newline)
+    lines.insert(after + 1, " " * indent + f"{key}: {digest}" + newline)
     return "".join(lines)
 
 
