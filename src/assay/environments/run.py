@@ -175,17 +175,21 @@ def _builder() -> Callable[..., EnvironmentImage] | None:
     return build_source
 
 
-def image_root(image: EnvironmentImage, store: Any = None) -> ImageRoot:
-    """The sandbox root of a stored image."""
+def image_root(image: EnvironmentImage, store: Any = None, *,
+               several_users: bool = False) -> ImageRoot:
+    """The sandbox root of a stored image (``several_users``: ids 0-65535 mapped)."""
     store = _store(store)
     return ImageRoot(rootfs=store.rootfs(image.digest), workdir=image.config.workdir,
-                     env=tuple(image.config.env.items()), digest=image.digest)
+                     env=tuple(image.config.env.items()), digest=image.digest,
+                     several_users=several_users)
 
 
 def task_root(bundle: Bundle, store: Any = None, *, build: bool = True) -> ImageRoot | None:
-    """The sandbox root of the task's image (None: the host's system)."""
+    """The sandbox root of the task's image (None: the host's system), with as many users as
+    the task asks for (``environment.users``)."""
     image = ensure_image(bundle, store, build=build)
-    return None if image is None else image_root(image, store)
+    several = bundle.spec.initial_state.environment.users == "several"
+    return None if image is None else image_root(image, store, several_users=several)
 
 
 def image_record(image: EnvironmentImage) -> dict[str, Any]:

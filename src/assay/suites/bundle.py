@@ -56,6 +56,14 @@ class Environment(_Strict):
     OCI layout / ``docker save`` archive, which ``assay env build <path>`` builds into the
     image store. ``initial_state.environment_image`` pins the result. Null: the task runs on
     the host's own system, as before."""
+    users: Literal["one", "several"] = "one"
+    """Users in the image's sandboxes. ``one``: the command runs as uid 1000, the only id
+    mapped (as before). ``several``: as root of a user namespace that maps ids 0-65535, as in
+    a container, with the image's own ``passwd``/``group``: a test can switch user (``su``,
+    ``runuser``, ``setpriv``, ``subprocess.run(user="nobody")``) and a 0600 file of root's is
+    unreadable to ``nobody``. Root there has a container root's capabilities, inside the
+    namespace only. Where the machine cannot map a range (assay not running as root), the
+    trial records a warning and runs with one user. Needs ``environment.image``."""
     engine: Literal["bwrap", "docker", "podman"] = "bwrap"
     """What runs the pinned image: ``bwrap`` (assay's own sandbox with the image as its root,
     no daemon) or, on machines where they work, ``docker``/``podman`` (not implemented yet: a
