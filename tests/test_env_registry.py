@@ -114,20 +114,22 @@ def test_pull_by_digest_records_both_digests_and_is_then_a_lookup(
     assert not list(store.staging_dir.glob("build-*"))
 
 
-def test_a_tag_resolves_once_and_a_moved_tag_is_refused_by_digest(
+def test_a_tag_resolves_once_and_a_moved_tag_is_never_followed_past_a_pin(
         tmp_path: Path, registry: Registry, store: ImageStore) -> None:
     first = registry.push(_hello(tmp_path, "one"), "team/app:stable")
     got = pull_image(f"{registry.host}/team/app:stable", store)
     assert got.resolved_tag == "stable" and got.pinned_digest == first
-    registry.push(_hello(tmp_path, "two"), "team/app:stable")  # the tag moves
-    pinned = f"{registry.host}/team/app:stable@{first}"
-    with pytest.raises(ImageRefused, match="tag 'stable' now names sha256:.*not the pinned"):
-        pull_image(pinned, ImageStore(tmp_path / "other"))
-    assert leftovers(ImageStore(tmp_path / "other")) == []
-    # by digest alone the old image is still what the pin names
-    old = pull_image(f"{registry.host}/team/app@{first}", ImageStore(tmp_path / "third"))
-    assert (ImageStore(tmp_path / "third").rootfs(old.image.digest)
-            / "etc/greeting").read_text() == "one"
+    second = registry.push(_hello(tmp_path, "two"), "team/app:stable")  # the tag moves
+    assert second != first
+    # pinned as task corpora pin (tag and digest): the digest decides, as with Docker
+    other = ImageStore(tmp_path / "other")
+    old = pull_image(f"{registry.host}/team/app:stable@{first}", other)
+    assert old.pinned_digest == first and old.resolved_tag is None
+    assert (other.rootfs(old.image.digest) / "etc/greeting").read_text() == "one"
+    # the tag alone now names the other image, under its own digest
+    new = pull_image(f"{registry.host}/team/app:stable", other)
+    assert new.pinned_digest == second and new.image.digest != old.image.digest
+    assert (other.rootfs(new.image.digest) / "etc/greeting").read_text() == "two"
 
 
 def test_a_tampered_blob_is_refused_and_nothing_is_left(

@@ -85,7 +85,7 @@ def env_build(
 def env_pull(
     reference: Annotated[str, typer.Argument(
         metavar="REF", help="REGISTRY/NAME@sha256:DIGEST (or :TAG, resolved once and "
-        "printed, or NAME:TAG@sha256:DIGEST: the tag must still name the digest).")],
+        "printed; in NAME:TAG@sha256:DIGEST the digest decides).")],
     as_json: Annotated[bool, typer.Option("--json", help="Print the image record and both "
                                           "digests as JSON (progress still goes to "
                                           "stderr).")] = False,

@@ -10,8 +10,9 @@ keeps the manifest's bytes, so its digest is still the registry's; an ``oci:`` d
 would convert a Docker manifest and change it).
 
 Nothing the registry serves is trusted. The manifest's bytes are hashed here and must equal the
-pin (``NAME@sha256:…``), or, for a ``NAME:TAG@sha256:…`` reference, the tag must still resolve
-to the pinned digest (a tag moved after pinning is refused by digest). A multi-platform index is
+pin (``NAME@sha256:…``; in ``NAME:TAG@sha256:…`` the digest decides, as with Docker, and a tag
+moved after pinning is never followed). A tag alone is resolved once (its manifest hashed) and
+the pull is filed under the digest it named. A multi-platform index is
 walked to this machine's platform here. The blobs skopeo wrote are then imported by the OCI
 importer (:mod:`.oci`), which checks every blob against its digest again, refuses layers that
 escape the root or pass a bound, and publishes the root filesystem under its own digest. The
@@ -183,17 +184,13 @@ def _platform_manifest(ref: ImageRef, index: dict[str, Any], what: str) -> str:
 
 def _pin(ref: ImageRef, limits: ImportLimits) -> tuple[str, bytes | None]:
     """The digest the pull is pinned to, and the manifest bytes when reading the tag already
-    fetched them. A tag and a digest together: the tag must still name the digest."""
-    if ref.tag is None:
-        assert ref.digest is not None
+    fetched them. A tag and a digest together (``python:3.13-slim@sha256:…``, as task corpora
+    pin): the digest decides, as with Docker; the tag is a label, never followed, so a tag
+    moved after pinning cannot change what runs."""
+    if ref.digest is not None:
         return ref.digest, None
     raw = _raw_manifest(ref, f"docker://{ref.name}:{ref.tag}", limits)
-    now = _sha(raw)
-    if ref.digest is not None and now != ref.digest:
-        raise ImageRefused(f"{ref.text}: the tag {ref.tag!r} now names {now}, not the pinned "
-                           f"{ref.digest}: the tag was moved after pinning; pin the new digest "
-                           "after checking it, or pull by the digest alone")
-    return now, raw
+    return _sha(raw), raw
 
 
 def pull_image(text: str, store: ImageStore | None = None, *,
@@ -207,16 +204,16 @@ def pull_image(text: str, store: ImageStore | None = None, *,
     say = progress or (lambda _line: None)
     limits = limits or ImportLimits()
     ref = parse_reference(text)
-    if ref.pinned and ref.tag is None:
-        assert ref.digest is not None
+    if ref.digest is not None:
         hit = lookup_pulled(ref.digest, store, ref.text)
         if hit is not None:
             say(f"cached: {ref.text} is image {short(hit.image.digest)}")
             return hit
     pinned, raw = _pin(ref, limits)
-    if ref.tag is not None:
+    resolved = ref.tag if ref.digest is None else None
+    if resolved is not None:
         say(f"{ref.name}:{ref.tag} resolves to {pinned}")
-    hit = lookup_pulled(pinned, store, ref.text, ref.tag)
+    hit = lookup_pulled(pinned, store, ref.text, resolved)
     if hit is not None:
         say(f"cached: {ref.name}@{pinned} is image {short(hit.image.digest)}")
         return hit
@@ -243,7 +240,7 @@ def pull_image(text: str, store: ImageStore | None = None, *,
     except OSError as exc:
         raise PullFailed(f"cannot pull {ref.text} (writing to {store.root}: {exc})") from exc
     return PullResult(_as_pulled(image, ref.text, pinned, manifest), ref.text, pinned,
-                      manifest, False, ref.tag)
+                      manifest, False, resolved)
 
 
 def _as_pulled(image: EnvironmentImage, reference: str, pinned: str,

@@ -149,7 +149,7 @@ def _pulled(bundle: Bundle, ref: str, store: Any, progress: Callable[[str], None
     if parsed.digest is None and ref in _RESOLVED:
         asked = f"{parsed.name}@{_RESOLVED[ref]}"
     pinned = parse_reference(asked).digest
-    hit = lookup_pulled(pinned, store, ref) if pinned is not None and not parsed.tag else None
+    hit = lookup_pulled(pinned, store, ref) if pinned is not None else None
     if hit is None and not build:
         raise TrialRefused(f"{bundle.id}: the registry image {ref} is not in the image store "
                            f"({store.root}): pull it with `assay env pull {ref}`")
