@@ -26,6 +26,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import test_harbor_import as harbor
 from conftest import run_cli
 from support.images import base_image
 from support.registry import Registry, layout_of_root, require_tools
@@ -274,7 +275,10 @@ def test_task_lint_says_a_tag_is_unpinned_and_write_digest_pins_it(
 def test_a_task_pinned_to_a_registry_image_runs_its_oracle_and_nop_in_it(
         tmp_path: Path, registry: Registry, monkeypatch: pytest.MonkeyPatch) -> None:
     built_store, built = base_image(PACKAGES)
-    layout = layout_of_root(built_store.rootfs(built.digest), tmp_path / "layout")
+    # one image serves both tasks (a second would cost another 200 MB pull): the example's
+    # Debian root, and /app/greet.py for the Harbor task (its WORKDIR)
+    layout = layout_of_root(built_store.rootfs(built.digest), tmp_path / "layout",
+                            workdir="/app", files={"/app/greet.py": harbor.BUGGY})
     pushed = registry.push(layout, "team/leaderboard:v1")
     ref = f"{registry.host}/team/leaderboard@{pushed}"
     monkeypatch.setenv("ASSAY_CACHE_DIR", str(tmp_path / "cache"))  # an empty store: a real pull
@@ -294,3 +298,18 @@ def test_a_task_pinned_to_a_registry_image_runs_its_oracle_and_nop_in_it(
     assert nop.status == "graded", nop.error
     grade = json.loads((tmp_path / "nop" / "grades" / "v1.json").read_text())
     assert grade["accepted"] is False and grade["checks"]["behavior"] == "fail", grade
+
+    # A Harbor task with a prebuilt docker_image (no Dockerfile) runs in that image as it is
+    toml = harbor.TOML.replace("[environment]\n", f'[environment]\ndocker_image = "{ref}"\n')
+    task = harbor.harbor_task(tmp_path / "harbor", toml=toml, dockerfile=None)
+    (task / "environment" / "greet.py").unlink()  # the image holds it
+    got = run_cli(["task", "import-harbor", str(task), "--out", str(tmp_path / "imported")])
+    assert got.code == 0, got.stdout + got.stderr
+    bundle_dir = tmp_path / "imported" / "greet-task"
+    report = json.loads((bundle_dir / "harbor-import.json").read_text())["environment"]
+    assert report["image"] == ref and report["image_source"] == "pulled", report
+    assert load_bundle(bundle_dir).spec.initial_state.environment_image == ref
+    code, out, rows = harbor.task_check(tmp_path / "imported", tmp_path / "check")
+    assert code == 0, out
+    assert rows[0]["status"] == "ok", rows
+    assert rows[0]["environment_image"]["manifest_digest"] == pushed, rows

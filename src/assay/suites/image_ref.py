@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from assay.errors import InputError
 
-__all__ = ["DIGEST_RE", "ImageRef", "is_reference", "parse_reference"]
+__all__ = ["DIGEST_RE", "ImageRef", "is_reference", "parse_reference", "qualified"]
 
 #: ``sha256:`` and 64 lowercase hex digits: a bare digest, never a reference.
 DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
@@ -94,3 +94,19 @@ def is_reference(text: str) -> bool:
     except InputError:
         return False
     return True
+
+
+def qualified(text: str) -> str:
+    """``text`` with its registry spelled out, as Docker reads a short name: ``python:3.13``
+    is ``docker.io/library/python:3.13``, ``team/app`` is ``docker.io/team/app``; a name whose
+    first part is a host (``ghcr.io/…``, ``host:5000/…``, ``localhost/…``) is kept. An
+    :class:`InputError` when it is no reference."""
+    ref = parse_reference(text)
+    first, _, rest = ref.name.partition("/")
+    if rest and ("." in first or ":" in first or first == "localhost") and _HOST_RE.match(first):
+        name = ref.name
+    elif rest:
+        name = f"docker.io/{ref.name}"
+    else:
+        name = f"docker.io/library/{ref.name}"
+    return ImageRef(name, ref.tag, ref.digest).text
