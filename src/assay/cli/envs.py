@@ -97,7 +97,7 @@ def env_pull(
 
     with _errors():
         result = pull_environment(reference, progress=lambda line: err.print(
-            f"[dim]{escape(line)}[/]", highlight=False))
+            f"[dim]{escape(line)}[/]", highlight=False, soft_wrap=True))
     image = result.image
     if as_json:
         record = json.loads(image.model_dump_json(by_alias=True))

@@ -141,7 +141,7 @@ def import_image(path: Path, store: ImageStore, *, expected_digest: str | None =
             say(f"cached: {kind} {short(source_digest)} is image {short(hit.digest)}")
             return hit
         total = sum(layer.size or 0 for layer in plan.layers)
-        say(f"{plan.kind} {short(plan.source_digest)}: {len(plan.layers)} layers, "
+        say(f"{kind} {short(plan.source_digest)}: {len(plan.layers)} layers, "
             f"{describe_bytes(total)}")
         try:
             with store.source_lock(kind, source_digest, say), \

@@ -109,7 +109,9 @@ def _run(argv: list[str], ref: str, seconds: float, what: str) -> bytes:
         raise PullFailed(f"cannot pull {ref} ({what}: {exc.strerror})") from None
     if done.returncode != 0:
         message = done.stderr.decode("utf-8", "replace").strip()[-MESSAGE_BYTES:]
-        message = " ".join(message.split()) or f"skopeo exited with {done.returncode}"
+        said = re.findall(r'level=fatal msg="((?:[^"\\]|\\.)*)"', message)
+        message = (said[-1].replace('\\"', '"') if said else " ".join(message.split())
+                   ) or f"skopeo exited with {done.returncode}"
         if any(w in message.lower() for w in _MISMATCH_WORDS):
             raise ImageRefused(f"{ref}: the registry served content that does not match its "
                                f"digest ({message})")
