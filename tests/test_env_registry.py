@@ -201,6 +201,34 @@ def test_this_machines_image_is_chosen_from_a_multi_platform_index(
     assert (store.rootfs(got.image.digest) / "etc/arch").read_text() == ARCH
 
 
+def test_a_registry_with_tls_and_a_login_is_pulled_from_with_the_users_auth_file(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """HTTPS with a certificate made here and basic auth: assay's pull works with what skopeo
+    reads, the user's auth file (``REGISTRY_AUTH_FILE``) and trusted roots; without the
+    login it is refused with the registry's reason."""
+    require_tools()
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl is not installed (it makes the registry's certificate)")
+    reg = Registry(tmp_path / "registry", login=("tester", "s3cret-pw"))
+    try:
+        pushed = reg.push(_hello(tmp_path), "team/private:v1")
+        ref = f"{reg.host}/team/private@{pushed}"
+        for key, value in reg.env().items():
+            if key in ("CONTAINERS_REGISTRIES_CONF", "SSL_CERT_FILE", "REGISTRY_AUTH_FILE"):
+                monkeypatch.setenv(key, value)
+        nobody = tmp_path / "no-login.json"
+        nobody.write_text('{"auths": {}}')
+        monkeypatch.setenv("REGISTRY_AUTH_FILE", str(nobody))
+        with pytest.raises(PullFailed, match="cannot pull .*(unauthorized|authentication)"):
+            pull_image(ref, ImageStore(tmp_path / "refused"))
+        monkeypatch.setenv("REGISTRY_AUTH_FILE", str(reg.auth_file))
+        got = pull_image(ref, ImageStore(tmp_path / "store"))
+        assert got.manifest_digest == pushed and not got.cached
+        assert "s3cret" not in got.image.model_dump_json()  # no secret in the record
+    finally:
+        reg.stop()
+
+
 def test_an_unreachable_registry_or_unknown_image_cannot_be_pulled(
         tmp_path: Path, registry: Registry, store: ImageStore) -> None:
     missing = "sha256:" + "0" * 64

@@ -12,16 +12,20 @@ two packages skips with the reason.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import io
 import json
 import os
 import shutil
 import socket
+import ssl
 import subprocess
 import tarfile
 import time
+import urllib.error
 import urllib.request
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 
@@ -49,31 +53,66 @@ def _free_port() -> int:
 
 
 class Registry:
-    """One running ``docker-registry serve``; :meth:`stop` ends it (by its own pid)."""
+    """One running ``docker-registry serve``; :meth:`stop` ends it (by its own pid).
 
-    def __init__(self, root: Path) -> None:
+    ``login`` (user, password): HTTPS with a certificate made here for ``127.0.0.1`` and
+    basic auth from an htpasswd file (bcrypt, as the registry requires). skopeo then trusts the
+    certificate through ``SSL_CERT_FILE`` (Go reads it) and logs in from the auth file
+    :attr:`auth_file` names (``REGISTRY_AUTH_FILE``), as a user's would."""
+
+    def __init__(self, root: Path, *, login: tuple[str, str] | None = None) -> None:
         self.root = root
         self.storage = root / "storage"
         self.storage.mkdir(parents=True, exist_ok=True)
         self.port = _free_port()
         self.host = f"127.0.0.1:{self.port}"
+        self.login = login
+        self.ca: Path | None = None
+        self.auth_file: Path | None = None
+        http = f"addr: '{self.host}'"
+        auth = ""
+        if login is not None:
+            self.ca, key = root / "cert.pem", root / "key.pem"
+            subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
+                            "ec_paramgen_curve:prime256v1", "-nodes", "-days", "1", "-subj",
+                            "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
+                            "-keyout", str(key), "-out", str(self.ca)],
+                           check=True, capture_output=True, timeout=60)
+            http += f", tls: {{certificate: {self.ca}, key: {key}}}"
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", DeprecationWarning)
+                import crypt
+                hashed = crypt.crypt(login[1], crypt.mksalt(crypt.METHOD_BLOWFISH, rounds=32))
+            (root / "htpasswd").write_text(f"{login[0]}:{hashed}\n")
+            auth = f"auth: {{htpasswd: {{realm: test, path: {root / 'htpasswd'}}}}}\n"
+            self.auth_file = root / "auth.json"
+            token = base64.b64encode(f"{login[0]}:{login[1]}".encode()).decode()
+            self.auth_file.write_text(json.dumps({"auths": {self.host: {"auth": token}}}))
         config = root / "config.yml"
         config.write_text(
             "version: 0.1\n"
             "log: {level: error, accesslog: {disabled: true}}\n"
             f"storage: {{filesystem: {{rootdirectory: {self.storage}}}}}\n"
-            f"http: {{addr: '{self.host}'}}\n")
+            f"http: {{{http}}}\n" + auth)
         self.conf = root / "registries.conf"
-        self.conf.write_text(f'[[registry]]\nlocation = "{self.host}"\ninsecure = true\n')
+        self.conf.write_text(f'[[registry]]\nlocation = "{self.host}"\n'
+                             + ("insecure = true\n" if login is None else ""))
         self.log = open(root / "registry.log", "wb")  # noqa: SIM115 - closed by stop()
         self.proc = subprocess.Popen(["docker-registry", "serve", str(config)],
                                      stdout=self.log, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL)
         deadline = time.monotonic() + READY_SECONDS
+        scheme = "http" if login is None else "https"
+        context = ssl.create_default_context(cafile=str(self.ca)) if self.ca else None
         while True:
             try:
-                with urllib.request.urlopen(f"http://{self.host}/v2/", timeout=2):
+                with urllib.request.urlopen(f"{scheme}://{self.host}/v2/", timeout=2,
+                                            context=context):
                     break
+            except urllib.error.HTTPError as exc:  # 401: up, and asking for the login
+                if exc.code == 401:
+                    break
+                raise
             except OSError:
                 if self.proc.poll() is not None or time.monotonic() > deadline:
                     self.stop()
@@ -83,7 +122,9 @@ class Registry:
 
     def env(self) -> dict[str, str]:
         """The environment skopeo (and ``python -m assay``) needs to reach this registry."""
-        return {**os.environ, "CONTAINERS_REGISTRIES_CONF": str(self.conf)}
+        extra = ({} if self.login is None else
+                 {"SSL_CERT_FILE": str(self.ca), "REGISTRY_AUTH_FILE": str(self.auth_file)})
+        return {**os.environ, "CONTAINERS_REGISTRIES_CONF": str(self.conf), **extra}
 
     def push(self, layout: Path, name: str, *, ref: str = "", all_images: bool = False) -> str:
         """Push an OCI layout (its one image, or ``ref``) as ``name`` (``repo:tag``); returns
