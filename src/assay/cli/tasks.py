@@ -237,11 +237,13 @@ def task_import_harbor(
     except InputError as exc:  # SuiteError, NeverOverwrite, a bad threshold
         raise fail(f"nothing imported:\n{exc}") from None
     table = Table(title=f"task import-harbor ({out_dir})", title_justify="left")
-    for col in ("task", "bundle", "environment"):
-        table.add_column(col)
+    for col in ("task", "bundle", "environment", "image"):
+        table.add_column(col, overflow="fold")
     for d in done:
         env = "[green]supported[/]" if d.status == "supported" else "[yellow]unsupported[/]"
-        table.add_row(d.task_id, str(d.bundle), env)
+        image = (f"{d.image_source}: {escape(d.image)}" if d.image is not None and d.image_source
+                 else "none")
+        table.add_row(d.task_id, str(d.bundle), env, image)
     out.print(table)
     for d in done:
         for why in d.reasons:

@@ -76,6 +76,11 @@ class Imported:
     status: ImportStatus
     reasons: list[str]
     notes: list[str]
+    #: the image it will run in: a registry reference, or the recipe file; None: none
+    image: str | None = None
+    #: ``pulled`` (a registry image as it is) or ``approximated`` (a Dockerfile's Debian
+    #: recipe); None: no image
+    image_source: str | None = None
 
 
 def path_rewriter(workdir: str | None, paths: SandboxPaths) -> tuple[re.Pattern[str],
@@ -358,7 +363,9 @@ def write_bundle(plan: HarborPlan, out: Path, paths: SandboxPaths, *,
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    return Imported(plan.task_id, plan.source, dest, plan.status, plan.unsupported, plan.notes)
+    return Imported(plan.task_id, plan.source, dest, plan.status, plan.unsupported, plan.notes,
+                    plan.image_ref or (RECIPE_FILE if plan.recipe is not None else None),
+                    plan.image_source)
 
 
 def import_harbor_tasks(task_dirs: list[Path], out: Path, paths: SandboxPaths, *,
