@@ -180,3 +180,14 @@ def test_the_user_namespace_is_made_once_a_process() -> None:
     finally:
         os.close(first)
         os.close(second)
+
+
+def test_several_users_without_an_image_is_refused_at_load(tmp_path: Path) -> None:
+    from assay.errors import SuiteError
+
+    bundle = _task(tmp_path, "sha256:" + "0" * 64)
+    path = bundle / "task.yaml"
+    text = path.read_text().replace("image: environment/recipe.yaml, ", "")
+    path.write_text(text.replace("  environment_image: sha256:" + "0" * 64 + "\n", ""))
+    with pytest.raises(SuiteError, match="environment.users: several needs an image"):
+        load_bundle(bundle)

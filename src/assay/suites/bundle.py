@@ -126,6 +126,10 @@ class InitialState(_Strict):
         if pin is not None and self.environment.image is None:
             raise ValueError("environment_image pins an image but environment.image names no "
                              "source to build it from")
+        if self.environment.users == "several" and self.environment.image is None:
+            raise ValueError("environment.users: several needs an image (environment.image or "
+                             "a registry environment_image): the host's system has one user "
+                             "in the sandbox")
         return self
 
     @field_validator("fixture_digest")
