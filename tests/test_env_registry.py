@@ -348,3 +348,22 @@ def test_a_task_pinned_to_a_registry_image_runs_its_oracle_and_nop_in_it(
     assert code == 0, out
     assert rows[0]["status"] == "ok", rows
     assert rows[0]["environment_image"]["manifest_digest"] == pushed, rows
+
+
+def test_a_task_whose_image_cannot_be_pulled_is_unsupported_here_and_task_check_exits_4(
+        tmp_path: Path, registry: Registry, monkeypatch: pytest.MonkeyPatch) -> None:
+    pushed = registry.push(_hello(tmp_path), "team/gone:v1")
+    ref = f"{registry.host}/team/gone@{pushed}"
+    registry.stop()  # the registry is unreachable from here on
+    monkeypatch.setenv("ASSAY_CACHE_DIR", str(tmp_path / "cache"))
+    bundles = tmp_path / "bundles"
+    bundles.mkdir()
+    shutil.move(str(_registry_pinned_copy(tmp_path, ref)), bundles / "gone")
+    got = run_cli(["task", "check", str(bundles), "--reruns", "1", "--out",
+                   str(tmp_path / "check")])
+    assert got.code == 4, got.stdout + got.stderr
+    rows = json.loads((tmp_path / "check" / "task-check.json").read_text())
+    assert rows[0]["status"] == "unsupported", rows
+    assert f"unsupported here: cannot pull {ref} (" in rows[0]["unsupported"], rows
+    assert not (tmp_path / "cache" / "environments" / "images").exists() or not any(
+        (tmp_path / "cache" / "environments" / "images").iterdir())
