@@ -13,6 +13,10 @@ command -v node >/dev/null 2>&1 || need_apt+=(nodejs)
 command -v git >/dev/null 2>&1 || need_apt+=(git)
 # Pinned environments: `assay env build` makes Debian images with mmdebstrap (its tests build one).
 command -v mmdebstrap >/dev/null 2>&1 || need_apt+=(mmdebstrap)
+# Registry images: `assay env pull` fetches them with skopeo (no daemon); the tests push to a
+# real registry on loopback (docker-registry, the CNCF distribution server).
+command -v skopeo >/dev/null 2>&1 || need_apt+=(skopeo)
+command -v docker-registry >/dev/null 2>&1 || need_apt+=(docker-registry)
 # Task verifiers run `python3 -m pytest` with the system interpreter inside the sandbox, which
 # sees /usr but not this project's virtualenv.
 /usr/bin/python3 -c 'import pytest' >/dev/null 2>&1 || need_apt+=(python3-pytest)

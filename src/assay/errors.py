@@ -17,6 +17,7 @@ meaning, so an unrelated ``RuntimeError`` can never be recorded as, say, a sandb
     │   ├── RecordError            a record file that cannot be read (corrupt, newer schema)
     │   └── ImageRefused           an image archive or layout that is unsafe, corrupt or unknown
     └── InfraError                 exit 3: the environment failed, not the input
+        ├── PullFailed             an image could not be fetched from its registry
         ├── TransportError         the endpoint gave no usable answer within the retry budget
         ├── SandboxUnavailable     bubblewrap cannot run on this machine
         ├── SandboxFailed          one sandboxed execution could not be carried out
@@ -137,6 +138,12 @@ class ImageRefused(InputError):
     match its digest, an unsafe layer entry (a path out of the root, a write through a link),
     a limit passed, no image for this machine. The message names the file, the layer and the
     entry."""
+
+
+class PullFailed(InfraError):
+    """An image could not be fetched from its registry (unreachable, no credentials, no such
+    image, skopeo missing): the message is ``cannot pull REF (reason)``. Content the registry
+    served that does not match its digest is :class:`ImageRefused` instead."""
 
 
 class TransportError(InfraError):

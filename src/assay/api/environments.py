@@ -15,7 +15,10 @@ that file. Every image goes to the store under the cache directory (``ImageStore
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from assay.environments.build import BuildResult, SourceType, build_environment, source_type
+from assay.environments.registry import PullResult
 from assay.environments.store import EnvironmentImage, ImageStore
 from assay.errors import InputError
 
@@ -23,6 +26,16 @@ from assay.errors import InputError
 def store_root() -> str:
     """Where the image store is (for messages)."""
     return str(ImageStore().root)
+
+
+def pull_environment(reference: str, *, store: ImageStore | None = None,
+                     progress: Callable[[str], None] | None = None) -> PullResult:
+    """Pull ``REGISTRY/NAME@sha256:…`` (or ``:TAG``) into the store with skopeo, or find it
+    there; the result holds the image and both digests (the registry's and the root
+    filesystem's)."""
+    from assay.environments.registry import pull_image
+
+    return pull_image(reference, store or ImageStore(), progress=progress)
 
 
 def list_environments(*, store: ImageStore | None = None) -> list[EnvironmentImage]:
@@ -64,5 +77,6 @@ def short_digest(digest: str) -> str:
     return digest[: len("sha256:") + 12]
 
 
-__all__ = ["BuildResult", "SourceType", "build_environment", "list_environments",
+__all__ = ["BuildResult", "PullResult", "SourceType", "build_environment", "list_environments",
+           "pull_environment",
            "remove_environment", "resolve_digest", "short_digest", "source_type", "store_root"]

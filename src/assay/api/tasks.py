@@ -282,6 +282,32 @@ def pin_starting_tree(bundle: Bundle, digest: str) -> None:
     set_fixture_digest(bundle.root, digest)
 
 
+def unpinned_image(bundle: Bundle) -> str | None:
+    """The registry reference a task runs in when it names a tag and no digest (``task lint``
+    reports it unpinned), else None."""
+    from assay.environments.run import registry_reference
+    from assay.suites.image_ref import parse_reference
+
+    ref = registry_reference(bundle)
+    return ref if ref is not None and parse_reference(ref).digest is None else None
+
+
+def pin_image(bundle: Bundle) -> str:
+    """Resolve the task's unpinned registry tag now (skopeo, one manifest read) and write
+    ``environment_image: REGISTRY/NAME@sha256:…`` into its task.yaml; returns what was
+    written."""
+    from assay.environments.registry import resolve_tag
+    from assay.suites.bundle import set_environment_image
+    from assay.suites.image_ref import parse_reference
+
+    ref = unpinned_image(bundle)
+    if ref is None:
+        raise InputError(f"{bundle.id}: its image is pinned already, or not a registry image")
+    pinned = f"{parse_reference(ref).name}@{resolve_tag(ref)}"
+    set_environment_image(bundle.root, pinned)
+    return pinned
+
+
 def split_overlaps(bundles: list[Bundle], digests: dict[str, str]) -> list[str]:
     """A warning per pair of bundles in different splits that look like one task."""
     from assay.suites.split_lint import split_overlaps as overlaps
@@ -299,4 +325,5 @@ def parse_agent(spec: str) -> Agent:
 
 __all__ = ["ModelTrial", "TrialRun", "check_starting_tree", "check_suite", "check_tasks",
            "experiment_bundles", "find_bundles", "import_harbor", "load_bundle", "load_bundles",
-           "parse_agent", "pin_starting_tree", "run_model_trial", "run_trial", "split_overlaps"]
+           "parse_agent", "pin_image", "pin_starting_tree", "run_model_trial", "run_trial",
+           "split_overlaps", "unpinned_image"]

@@ -1,4 +1,4 @@
-"""``assay env build|ls|rm``: pinned environments in the image store."""
+"""``assay env build|pull|ls|rm``: pinned environments in the image store."""
 
 from __future__ import annotations
 
@@ -79,6 +79,41 @@ def env_build(
     how = {True: "cached", False: "built", None: "imported"}[result.cached]
     err.print(f"{how}: {image.source_label or source} -> {image.files:,} files, "
               f"{_size(image.bytes)}", highlight=False)
+    out.print(image.digest, highlight=False, soft_wrap=True)
+
+
+@env_app.command("pull")
+def env_pull(
+    reference: Annotated[str, typer.Argument(
+        metavar="REF", help="REGISTRY/NAME@sha256:DIGEST (or :TAG, resolved once and "
+        "printed; in NAME:TAG@sha256:DIGEST the digest decides).")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print the image record and both "
+                                          "digests as JSON (progress still goes to "
+                                          "stderr).")] = False,
+) -> None:
+    """Pull an image from a registry into the store with skopeo (no daemon; your auth files,
+    credential helpers and registries.conf apply), this machine's platform from a
+    multi-platform index. Progress goes to stderr; the root filesystem's digest to stdout."""
+    from assay.api.environments import pull_environment
+
+    with _errors():
+        result = pull_environment(reference, progress=lambda line: err.print(
+            f"[dim]{escape(line)}[/]", highlight=False, soft_wrap=True))
+    image = result.image
+    if as_json:
+        record = json.loads(image.model_dump_json(by_alias=True))
+        record.update(cached=result.cached, reference=result.reference,
+                      pinned_digest=result.pinned_digest,
+                      manifest_digest=result.manifest_digest)
+        out.print_json(data=record)
+        return
+    if result.resolved_tag is not None and "@" not in reference:
+        err.print(f"unpinned: the tag {result.resolved_tag!r} resolved to "
+                  f"{result.pinned_digest}; pin it as {reference.rsplit(':', 1)[0]}@"
+                  f"{result.pinned_digest}", highlight=False, soft_wrap=True)
+    how = "cached" if result.cached else "pulled"
+    err.print(f"{how}: {escape(result.reference)} (manifest {result.manifest_digest}) -> "
+              f"{image.files:,} files, {_size(image.bytes)}", highlight=False, soft_wrap=True)
     out.print(image.digest, highlight=False, soft_wrap=True)
 
 

@@ -17,6 +17,7 @@ from assay.errors import (
     EXIT_CHECK_FAILED,
     EXIT_INFRA,
     EXIT_UNSUPPORTED,
+    AssayError,
     InputError,
     NeverOverwrite,
     SuiteError,
@@ -73,14 +74,23 @@ def task_lint(
     dirs: Annotated[list[Path], typer.Argument(metavar="DIR...", help="Bundles, or folders "
                                                "of bundles.")],
     write_digest: Annotated[bool, typer.Option("--write-digest", help="Write the computed "
-                                               "fixture_digest into task.yaml.")] = False,
+                                               "fixture_digest into task.yaml, and pin a "
+                                               "registry image named by a tag to the "
+                                               "digest it resolves to now.")] = False,
 ) -> None:
-    """Validate bundles and their starting-tree digests (exit 1 on a missing or wrong digest);
-    warn when one task seems to sit in two splits under different names."""
+    """Validate bundles and their starting-tree digests (exit 1 on a missing or wrong digest,
+    or a registry image named by a tag: unpinned); warn when one task seems to sit in two
+    splits under different names."""
 
     from rich.table import Table
 
-    from assay.api.tasks import check_starting_tree, pin_starting_tree, split_overlaps
+    from assay.api.tasks import (
+        check_starting_tree,
+        pin_image,
+        pin_starting_tree,
+        split_overlaps,
+        unpinned_image,
+    )
 
     bundles = _load_bundles(dirs)
     table = Table(title="task lint", title_justify="left")
@@ -88,6 +98,7 @@ def task_lint(
         table.add_column(col)
     bad = 0
     digests: dict[str, str] = {}
+    notes: list[str] = []
     for b in bundles:
         check = check_starting_tree(b)
         digest, pinned = check.digest, check.pinned
@@ -101,8 +112,24 @@ def task_lint(
             bad += 1
             state = ("[red]missing[/]" if pinned is None else "[red]MISMATCH[/]") + \
                 f" (computed {digest[:19]}…; --write-digest to pin it)"
+        tag = unpinned_image(b)
+        if tag is not None and write_digest:
+            try:
+                pinned = pin_image(b)
+            except AssayError as exc:
+                from rich.markup import escape
+
+                raise fail(escape(str(exc)), exc.exit_code) from None
+            notes.append(f"{b.id}: image {tag} pinned as {pinned}")
+        elif tag is not None:
+            bad += 1
+            state += " [red]unpinned image[/]"
+            notes.append(f"{b.id}: unpinned image {tag} (a tag can move; --write-digest pins "
+                         "the digest it names now)")
         table.add_row(b.id, str(b.spec.revision), b.spec.split, b.spec.family or "", state)
     out.print(table)
+    for note in notes:
+        out.print(note, markup=False, highlight=False, soft_wrap=True)
     for warning in split_overlaps(bundles, digests):
         out.print(f"warning: {warning}", markup=False, highlight=False, soft_wrap=True)
     if bad:
@@ -218,11 +245,13 @@ def task_import_harbor(
     except InputError as exc:  # SuiteError, NeverOverwrite, a bad threshold
         raise fail(f"nothing imported:\n{exc}") from None
     table = Table(title=f"task import-harbor ({out_dir})", title_justify="left")
-    for col in ("task", "bundle", "environment"):
-        table.add_column(col)
+    for col in ("task", "bundle", "environment", "image"):
+        table.add_column(col, overflow="fold")
     for d in done:
         env = "[green]supported[/]" if d.status == "supported" else "[yellow]unsupported[/]"
-        table.add_row(d.task_id, str(d.bundle), env)
+        image = (f"{d.image_source}: {escape(d.image)}" if d.image is not None and d.image_source
+                 else "none")
+        table.add_row(d.task_id, str(d.bundle), env, image)
     out.print(table)
     for d in done:
         for why in d.reasons:

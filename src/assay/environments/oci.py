@@ -45,7 +45,7 @@ from assay.errors import ImageRefused, InfraError
 from assay.records.environment import SourceKind
 from assay.suites.limits import describe_bytes
 
-__all__ = ["import_image", "machine_platform"]
+__all__ = ["SourceName", "import_image", "machine_platform"]
 
 INDEX_TYPES = {"application/vnd.oci.image.index.v1+json",
                "application/vnd.docker.distribution.manifest.list.v2+json"}
@@ -102,10 +102,24 @@ class ImagePlan:
     ref_name: str = ""
 
 
+@dataclass(frozen=True)
+class SourceName:
+    """What the store files an import under when the archive is only the carrier: a registry
+    pull is remembered by the digest it was pinned to (an index's, for a multi-platform
+    image), not by the layout the client wrote, so the next pull of that pin is a lookup."""
+
+    kind: SourceKind
+    digest: str
+    label: str
+    reference: str | None = None
+
+
 def import_image(path: Path, store: ImageStore, *, expected_digest: str | None = None,
                  progress: Callable[[str], None] | None = None,
-                 limits: ImportLimits | None = None) -> EnvironmentImage:
-    """Import the OCI layout or ``docker save`` archive at ``path`` into ``store``.
+                 limits: ImportLimits | None = None,
+                 name: SourceName | None = None) -> EnvironmentImage:
+    """Import the OCI layout or ``docker save`` archive at ``path`` into ``store``
+    (``name``: filed under that source instead of the archive's own).
 
     Raises :class:`ImageRefused` for anything unsafe, damaged, over a limit, not for this
     machine, or not matching ``expected_digest``, and :class:`InfraError` when the store cannot
@@ -120,31 +134,38 @@ def import_image(path: Path, store: ImageStore, *, expected_digest: str | None =
         if expected_digest is not None and expected_digest not in plan.accepted:
             raise ImageRefused(f"{path}: the image's manifest digest is {plan.source_digest}, "
                                f"not the expected {expected_digest}")
-        hit = store.lookup_source(plan.kind, plan.source_digest)
+        kind, source_digest = ((name.kind, name.digest) if name is not None
+                               else (plan.kind, plan.source_digest))
+        hit = store.lookup_source(kind, source_digest)
         if hit is not None:
-            say(f"cached: {plan.kind} {short(plan.source_digest)} is image {short(hit.digest)}")
+            say(f"cached: {kind} {short(source_digest)} is image {short(hit.digest)}")
             return hit
         total = sum(layer.size or 0 for layer in plan.layers)
-        say(f"{plan.kind} {short(plan.source_digest)}: {len(plan.layers)} layers, "
+        say(f"{kind} {short(plan.source_digest)}: {len(plan.layers)} layers, "
             f"{describe_bytes(total)}")
         try:
-            with store.source_lock(plan.kind, plan.source_digest, say), \
+            with store.source_lock(kind, source_digest, say), \
                     store.staging() as rootfs:
-                hit = store.lookup_source(plan.kind, plan.source_digest)  # while we waited
+                hit = store.lookup_source(kind, source_digest)  # while we waited
                 if hit is not None:
-                    say(f"cached: {plan.kind} {short(plan.source_digest)} is image "
-                        f"{short(hit.digest)}")
+                    say(f"cached: {kind} {short(source_digest)} is image {short(hit.digest)}")
                     return hit
                 unpacker = Unpacker(rootfs, limits)
                 for i, layer in enumerate(plan.layers, 1):
                     _unpack_layer(source, layer, f"layer {i}/{len(plan.layers)}", unpacker,
                                   limits, say)
                 unpacker.ensure_dir(plan.config.workdir)
-                label = path.name + (f" ({plan.ref_name})" if plan.ref_name else "")
-                image = store.publish(rootfs, source_kind=plan.kind,
-                                      source_digest=plan.source_digest, source_label=label,
-                                      config=plan.config,
-                                      adjustments=unpacker.counts.adjustments())
+                label = (name.label if name is not None else
+                         path.name + (f" ({plan.ref_name})" if plan.ref_name else ""))
+                image = store.publish(rootfs, source_kind=kind, source_digest=source_digest,
+                                      source_label=label, config=plan.config,
+                                      adjustments=unpacker.counts.adjustments(),
+                                      manifest_digest=(plan.source_digest if name is not None
+                                                       else None),
+                                      reference=name.reference if name is not None else None,
+                                      source_extra=({"manifest_digest": plan.source_digest,
+                                                     "reference": name.reference or ""}
+                                                    if name is not None else None))
         except OSError as exc:  # a full disk, a store that cannot be written: not the input
             raise InfraError(f"{path}: could not unpack the image into {store.root}: "
                              f"{exc}") from exc

@@ -37,7 +37,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from assay.errors import TrialRefused
+from assay.errors import PullFailed, TrialRefused
 from assay.records.environment import EnvironmentImage
 from assay.sandbox import ImageRoot, Mount
 from assay.sandbox.host_runtime import (
@@ -48,11 +48,12 @@ from assay.sandbox.host_runtime import (
     loader_argv,
 )
 from assay.suites.bundle import Bundle
+from assay.suites.image_ref import DIGEST_RE, is_reference, parse_reference
 
 __all__ = ["HOST_PYTHON_MOUNT", "HOST_USR_MOUNT", "build_command", "ensure_image", "host_loader",
            "host_loader_argv", "host_node", "host_node_argv", "host_python",
            "host_python_mounts", "host_usr_mount", "image_has_pytest", "image_record",
-           "image_root", "task_root"]
+           "image_root", "registry_reference", "task_root"]
 
 #: Where the host's trusted Python packages (pytest and its dependencies) appear in an image.
 HOST_PYTHON_MOUNT = "/assay/host-python"
@@ -72,7 +73,10 @@ def _store(store: Any) -> Any:
 
 
 def build_command(bundle: Bundle) -> str:
-    """The command that builds the task's image, as the user would type it."""
+    """The command that builds (or pulls) the task's image, as the user would type it."""
+    ref = registry_reference(bundle)
+    if ref is not None:
+        return f"assay env pull {ref}"
     source = bundle.spec.initial_state.environment.image or ""
     return f"assay env build {bundle.root / source}"
 
@@ -96,6 +100,9 @@ def ensure_image(bundle: Bundle, store: Any = None,
             "Debian cannot start containers here: the runtime cannot set rlimits)")
     pin = state.environment_image
     store = _store(store)
+    ref = registry_reference(bundle)
+    if ref is not None:
+        return _pulled(bundle, ref, store, progress, build=build)
     found = store.get(pin) if pin is not None else None
     if found is not None:
         return found
@@ -116,6 +123,50 @@ def ensure_image(bundle: Bundle, store: Any = None,
     return built
 
 
+def registry_reference(bundle: Bundle) -> str | None:
+    """The registry image a task runs in (its ``environment_image`` when that names one,
+    else a registry ``environment.image``), or None for a task whose image is built here."""
+    state = bundle.spec.initial_state
+    for text in (state.environment_image, state.environment.image):
+        if text is not None and is_reference(text):
+            return text
+    return None
+
+
+#: Tags resolved in this process (reference -> manifest digest): a tag resolves once, so every
+#: trial of a run runs in what it named when the run first asked.
+_RESOLVED: dict[str, str] = {}
+
+
+def _pulled(bundle: Bundle, ref: str, store: Any, progress: Callable[[str], None] | None, *,
+            build: bool) -> EnvironmentImage:
+    """The registry image ``ref`` names, from the store or pulled (``build`` False: the store
+    only). A ``sha256:`` pin of the root filesystem beside a registry source must match."""
+    from assay.environments.registry import lookup_pulled, pull_image
+
+    parsed = parse_reference(ref)
+    asked = ref
+    if parsed.digest is None and ref in _RESOLVED:
+        asked = f"{parsed.name}@{_RESOLVED[ref]}"
+    pinned = parse_reference(asked).digest
+    hit = lookup_pulled(pinned, store, ref) if pinned is not None else None
+    if hit is None and not build:
+        raise TrialRefused(f"{bundle.id}: the registry image {ref} is not in the image store "
+                           f"({store.root}): pull it with `assay env pull {ref}`")
+    try:
+        got = hit or pull_image(asked, store, progress=progress)
+    except PullFailed as exc:
+        raise TrialRefused(f"{bundle.id}: unsupported here: {exc}") from exc
+    if parsed.digest is None:
+        _RESOLVED.setdefault(ref, got.pinned_digest)
+    image = got.image
+    root_pin = bundle.spec.initial_state.environment_image
+    if root_pin is not None and DIGEST_RE.match(root_pin) and image.digest != root_pin:
+        raise TrialRefused(f"{bundle.id}: {ref} unpacked to the image {image.digest}, not the "
+                           f"pinned {root_pin}")
+    return image
+
+
 def _builder() -> Callable[..., EnvironmentImage] | None:
     """The builder a trial uses for an image its bundle names (a seam the tests replace to
     see what happens on a machine that cannot build)."""
@@ -124,24 +175,33 @@ def _builder() -> Callable[..., EnvironmentImage] | None:
     return build_source
 
 
-def image_root(image: EnvironmentImage, store: Any = None) -> ImageRoot:
-    """The sandbox root of a stored image."""
+def image_root(image: EnvironmentImage, store: Any = None, *,
+               several_users: bool = False) -> ImageRoot:
+    """The sandbox root of a stored image (``several_users``: ids 0-65535 mapped)."""
     store = _store(store)
     return ImageRoot(rootfs=store.rootfs(image.digest), workdir=image.config.workdir,
-                     env=tuple(image.config.env.items()), digest=image.digest)
+                     env=tuple(image.config.env.items()), digest=image.digest,
+                     several_users=several_users)
 
 
 def task_root(bundle: Bundle, store: Any = None, *, build: bool = True) -> ImageRoot | None:
-    """The sandbox root of the task's image (None: the host's system)."""
+    """The sandbox root of the task's image (None: the host's system), with as many users as
+    the task asks for (``environment.users``)."""
     image = ensure_image(bundle, store, build=build)
-    return None if image is None else image_root(image, store)
+    several = bundle.spec.initial_state.environment.users == "several"
+    return None if image is None else image_root(image, store, several_users=several)
 
 
 def image_record(image: EnvironmentImage) -> dict[str, Any]:
-    """What a trial record, the manifest and ``task check`` say of the image."""
+    """What a trial record, the manifest and ``task check`` say of the image; for a registry
+    image also the reference and the manifest digest (the registry's name for it) beside
+    ``digest`` (assay's, of the root filesystem)."""
+    pulled = ({"reference": image.reference, "manifest_digest": image.manifest_digest}
+              if image.source_kind == "registry" else {})
     return {"digest": image.digest, "source_kind": image.source_kind,
             "source_digest": image.source_digest, "source_label": image.source_label,
-            "substitutions": list(image.substitutions), "workdir": image.config.workdir}
+            "substitutions": list(image.substitutions), "workdir": image.config.workdir,
+            **pulled}
 
 
 @functools.lru_cache(maxsize=1)

@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import json
 import os
 import shutil
 import stat
@@ -30,6 +31,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from assay.records.clock import utc_now
 from assay.records.environment import EnvironmentImage, ImageConfig, SourceKind
@@ -141,6 +143,15 @@ class ImageStore:
             return None
         return self.get(str(read_json_file(path).get("digest", "")))
 
+    def source_entry(self, kind: SourceKind, source_digest: str) -> dict[str, Any]:
+        """What the store noted of a source when it was published (``digest``, and for a
+        registry pull ``manifest_digest`` and ``reference``); ``{}`` for an unknown one."""
+        path = self.sources_dir / f"{kind}-{_dir_name(source_digest)}.json"
+        if not path.is_file():
+            return {}
+        found = read_json_file(path)
+        return dict(found) if isinstance(found, dict) else {}
+
     @contextmanager
     def source_lock(self, kind: SourceKind, source_digest: str,
                     progress: Callable[[str], None] | None = None) -> Iterator[None]:
@@ -230,7 +241,10 @@ class ImageStore:
                 packages: dict[str, str] | None = None,
                 adjustments: dict[str, int] | None = None,
                 notes: list[str] | None = None,
-                build_hosts: list[str] | None = None) -> EnvironmentImage:
+                build_hosts: list[str] | None = None,
+                manifest_digest: str | None = None,
+                reference: str | None = None,
+                source_extra: dict[str, str] | None = None) -> EnvironmentImage:
         """Digest a finished root filesystem (made inside :meth:`staging`) and move it under its
         final name in one rename. An image already stored under that digest wins; the staged
         copy is then dropped with the staging folder."""
@@ -241,7 +255,8 @@ class ImageStore:
             substitutions=list(substitutions or []), packages=dict(packages or {}),
             adjustments=dict(adjustments or {}), notes=list(notes or []),
             build_hosts=list(build_hosts) if build_hosts is not None else None, files=files,
-            bytes=size, created_at=utc_now())
+            bytes=size, created_at=utc_now(), manifest_digest=manifest_digest,
+            reference=reference)
         final = self.image_dir(digest)
         if self.get(digest) is None:
             holder = rootfs.parent
@@ -258,7 +273,7 @@ class ImageStore:
                     raise
         self.sources_dir.mkdir(parents=True, exist_ok=True)
         atomic_write_text(self.sources_dir / f"{source_kind}-{_dir_name(source_digest)}.json",
-                          f'{{"digest": "{digest}"}}\n')
+                          json.dumps({"digest": digest, **(source_extra or {})}) + "\n")
         stored = self.get(digest)
         assert stored is not None
         return stored

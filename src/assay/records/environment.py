@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from assay.records.base import Record
 
-SourceKind = Literal["debian-recipe", "dockerfile", "oci-layout", "docker-archive"]
+SourceKind = Literal["debian-recipe", "dockerfile", "oci-layout", "docker-archive", "registry"]
 
 #: ``sha256:`` and 64 lowercase hex digits.
 DIGEST_PATTERN = r"^sha256:[0-9a-f]{64}$"
@@ -83,3 +83,12 @@ class EnvironmentImage(Record):
     """Apparent size of its regular files."""
     created_at: str
     """When it entered the store (UTC)."""
+    manifest_digest: str | None = Field(default=None, pattern=DIGEST_PATTERN)
+    """The digest of the image manifest a registry pull unpacked (this platform's, when the
+    pin names a multi-platform index): the registry's name for the image. Null for images
+    built or imported from an archive here. The same files reached from two sources are one
+    image, and its record is the first one's; a trial record takes both digests from its
+    task's pin (``environment_image``), never from here alone."""
+    reference: str | None = None
+    """The registry reference the image was pulled by, as asked (``REGISTRY/NAME@sha256:…``,
+    or with the tag it resolved from); null for images not pulled from a registry."""

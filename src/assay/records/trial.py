@@ -140,8 +140,11 @@ class TrialRecord(Record):
     ``source_digest``, ``source_label``, ``substitutions`` (what the build approximated),
     ``workdir`` (where the workspace was mounted), ``pinned`` (false: the bundle names a
     source but no digest, and this is what the source built into) and ``host_tools`` (the
-    host's trusted pytest and node lent read-only to the image: paths and versions). Absent:
-    the task ran on the host's own system."""
+    host's trusted pytest and node lent read-only to the image: paths and versions); for an
+    image pulled from a registry also ``reference`` (as the task names it) and
+    ``manifest_digest`` (the registry's name for this platform's image; ``source_digest`` is
+    the pin, an index's digest for a multi-platform image; ``digest`` the root filesystem's).
+    Absent: the task ran on the host's own system."""
     agent_identity: dict[str, Any] | None = None
     """What an adapter configured, as it describes itself (``mcode``: the CLI's path and
     digest, its fixed flags, its config template's digest); absent for reference agents."""

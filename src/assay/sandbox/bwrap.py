@@ -108,12 +108,15 @@ class ImageRoot:
     ``rootfs`` is the image's root on the host (the image store's ``rootfs`` folder; never
     written: every bind is read-only). ``workdir``: where the work directory appears (an
     absolute path; ``/`` means :data:`SANDBOX_WORKDIR`). ``env``: the image's own environment,
-    the base of the command's. ``digest`` names the image in records."""
+    the base of the command's. ``digest`` names the image in records. ``several_users``: run
+    as root of a user namespace that maps ids ``0..65535`` with the image's own ``passwd`` and
+    ``group`` (:mod:`assay.sandbox.userns`), instead of uid 1000 alone."""
 
     rootfs: Path
     workdir: str = SANDBOX_WORKDIR
     env: tuple[tuple[str, str], ...] = ()
     digest: str = ""
+    several_users: bool = False
 
     @property
     def workspace(self) -> str:
@@ -130,7 +133,7 @@ class ImageRoot:
                 for r in (*_RESERVED_TARGETS, "/etc", SANDBOX_TMP)):
             raise ValueError(f"the image's working directory cannot hold the workspace: "
                              f"{self.workdir!r}")
-        return ImageRoot(root, target, tuple(self.env), self.digest)
+        return ImageRoot(root, target, tuple(self.env), self.digest, self.several_users)
 
 
 @dataclass(frozen=True)
@@ -225,6 +228,19 @@ def _image_args(rootfs: str, workspace: str) -> tuple[str, ...]:
     if os.path.isdir(run) and not os.path.islink(run):
         args += ["--tmpfs", "/run"]
     return tuple(args)
+
+
+def _without_user_files(binds: list[str]) -> list[str]:
+    """The image's binds less the synthetic ``passwd``/``group`` laid over its own."""
+    out: list[str] = []
+    i = 0
+    while i < len(binds):
+        if binds[i] == "--ro-bind" and i + 1 < len(binds) and binds[i + 1].startswith(_USERS):
+            i += 3
+            continue
+        out.append(binds[i])
+        i += 1
+    return out
 
 
 def _copy_tree(src: str, dst: str) -> None:
@@ -328,15 +344,21 @@ def bwrap_options(
     tmp_bytes: int,
     status_fd: int | None,
     image: ImageRoot | None = None,
+    userns_fd: int | None = None,
 ) -> list[str]:
     """Every bwrap option (everything before the command). Mounts (and ``image``) must be
-    validated; with ``image`` its root replaces the host's system."""
-    args = [
-        "--unshare-user",
-        "--uid",
-        str(SANDBOX_UID),
-        "--gid",
-        str(SANDBOX_GID),
+    validated; with ``image`` its root replaces the host's system. ``userns_fd``: join that
+    user namespace (several users mapped) and run as its root with a container root's
+    capabilities, the image's own users in ``/etc``."""
+    if userns_fd is not None:
+        from assay.sandbox.userns import CAPS
+
+        args = ["--userns", str(userns_fd), "--uid", "0", "--gid", "0"]
+        for cap in CAPS:
+            args += ["--cap-add", cap]
+    else:
+        args = ["--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_GID)]
+    args += [
         "--unshare-pid",
         "--unshare-ipc",
         "--unshare-uts",
@@ -362,8 +384,10 @@ def bwrap_options(
     else:
         workspace = image.workspace
         users = str(etc_dir())  # the synthetic passwd/group of this process's current copy
-        args += [a.replace(_USERS, users, 1) if a.startswith(_USERS) else a
-                 for a in _image_args(str(image.rootfs), workspace)]
+        binds = list(_image_args(str(image.rootfs), workspace))
+        if userns_fd is not None:  # several users: the image's own passwd and group
+            binds = _without_user_files(binds)
+        args += [a.replace(_USERS, users, 1) if a.startswith(_USERS) else a for a in binds]
         if network == "host" and (image.rootfs / "etc" / "resolv.conf").is_file():
             args += ["--ro-bind-try", "/etc/resolv.conf", "/etc/resolv.conf"]
     args += ["--proc", "/proc", "--dev", "/dev"]

@@ -51,6 +51,7 @@ from assay.sandbox.outcome import REASONS
 from assay.sandbox.pipes import TAIL_BYTES, OutputSink
 from assay.sandbox.plan import LimitPlan, plan_limits
 from assay.sandbox.result import ExecResult, not_started
+from assay.sandbox.userns import several_users_fd
 
 __all__ = ["KILL_GRACE_SECONDS", "REASONS", "TAIL_BYTES", "ExecResult", "run_sandboxed"]
 
@@ -218,6 +219,13 @@ def run_sandboxed(
                 extra_fds = (setup_w,)
                 setup_check = functools.partial(_proxy_failure, session, setup_r)
 
+            userns_fd: int | None = None
+            if image is not None and image.several_users:
+                userns_fd, users_note = several_users_fd()
+                if userns_fd is None:
+                    warnings.append(f"several users asked for, one mapped: {users_note}")
+                else:
+                    parent_fds.append(userns_fd)
             tmp_bytes = (limits.memory_mib or 1024) * _MIB
             opts = bwrap_options(
                 workdir=workdir,
@@ -227,11 +235,13 @@ def run_sandboxed(
                 tmp_bytes=tmp_bytes,
                 status_fd=status_w,
                 image=image,
+                userns_fd=userns_fd,
             )
             args_fd = options_fd(opts)
             parent_fds.append(args_fd)
             command = bwrap_argv(bwrap, args_fd, inner)
-            pass_fds: tuple[int, ...] = (status_w, args_fd, *extra_fds)
+            pass_fds: tuple[int, ...] = (status_w, args_fd, *extra_fds,
+                                         *((userns_fd,) if userns_fd is not None else ()))
             cwd = "/"
             popen_env = {"PATH": DEFAULT_PATH, "LANG": "C.UTF-8"}
         else:

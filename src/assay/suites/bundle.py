@@ -25,6 +25,7 @@ from assay.records.workspace import DEFAULT_IGNORED_PATHS, WorkspaceLimits
 from assay.suites import limits
 from assay.suites.confine import links_out, path_problem
 from assay.suites.errors import Problem, SuiteError
+from assay.suites.image_ref import DIGEST_RE, is_reference, parse_reference
 from assay.suites.textfile import read_text
 from assay.suites.yamlfile import load_mapping, validation_error
 
@@ -48,14 +49,31 @@ class Environment(_Strict):
     """Why this machine cannot give the task the environment it needs (a container image, a
     GPU...): the bundle is kept, but no trial runs and ``task check`` reports the reason."""
     image: str | None = Field(default=None, min_length=1)
-    """The source of the task's pinned environment, a path inside the bundle: a Debian recipe
-    (``*.yaml``), a ``Dockerfile`` or an OCI layout / ``docker save`` archive. ``assay env build
-    <path>`` builds it into the image store; ``initial_state.environment_image`` pins the
-    result. Null: the task runs on the host's own system, as before."""
+    """The source of the task's pinned environment: an image in a registry
+    (``REGISTRY/NAME@sha256:…``, or ``REGISTRY/NAME:TAG``, resolved once a run and recorded
+    with the digest it resolved to; ``task lint`` says it is unpinned), pulled with ``assay env
+    pull``; or a path inside the bundle: a Debian recipe (``*.yaml``), a ``Dockerfile`` or an
+    OCI layout / ``docker save`` archive, which ``assay env build <path>`` builds into the
+    image store. ``initial_state.environment_image`` pins the result. Null: the task runs on
+    the host's own system, as before."""
+    users: Literal["one", "several"] = "one"
+    """Users in the image's sandboxes. ``one``: the command runs as uid 1000, the only id
+    mapped (as before). ``several``: as root of a user namespace that maps ids 0-65535, as in
+    a container, with the image's own ``passwd``/``group``: a test can switch user (``su``,
+    ``runuser``, ``setpriv``, ``subprocess.run(user="nobody")``) and a 0600 file of root's is
+    unreadable to ``nobody``. Root there has a container root's capabilities, inside the
+    namespace only. Where the machine cannot map a range (assay not running as root), the
+    trial records a warning and runs with one user. Needs ``environment.image``."""
     engine: Literal["bwrap", "docker", "podman"] = "bwrap"
     """What runs the pinned image: ``bwrap`` (assay's own sandbox with the image as its root,
     no daemon) or, on machines where they work, ``docker``/``podman`` (not implemented yet: a
     trial asking for them is refused with that reason)."""
+
+
+def _same_repository(source: str, pin: str) -> bool:
+    """``environment.image: REG/NAME:TAG`` pinned by ``environment_image: REG/NAME@sha256:…``
+    (what ``task lint --write-digest`` leaves): the same repository."""
+    return is_reference(source) and parse_reference(source).name == parse_reference(pin).name
 
 
 class InitialState(_Strict):
@@ -74,17 +92,44 @@ class InitialState(_Strict):
     model. An arm with a model needs ``model-proxy-only`` (refused at load otherwise)."""
     environment: Environment = Field(default_factory=Environment)
     """What the task needs of the machine."""
-    environment_image: str | None = Field(default=None, pattern=r"^sha256:[0-9a-f]{64}$")
-    """``sha256:<64 hex>``: the digest of the root filesystem the agent's and the verifier's
-    sandboxes run in (built from ``environment.image``). A trial refuses an image that is not
-    in the store (``assay env build <path>`` makes it) and a build whose digest differs; the
-    digest is recorded in the manifest and every trial record. Null: the host's own system."""
+    environment_image: str | None = Field(default=None, min_length=1, max_length=512)
+    """The image the agent's and the verifier's sandboxes run in, pinned. Either a registry
+    image by its manifest digest, ``REGISTRY/NAME@sha256:<64 hex>`` (pulled with skopeo into
+    the image store on first use; ``environment.image`` may then be left out), or
+    ``sha256:<64 hex>``, the digest of the root filesystem built from ``environment.image``.
+    A trial refuses an image it cannot pull, one not in the store (``assay env build <path>``
+    makes it) and a build whose digest differs; both digests (the registry's and the root
+    filesystem's) are recorded in the manifest and every trial record. Null: the host's own
+    system."""
+
+    @field_validator("environment_image")
+    @classmethod
+    def _pin_shape(cls, v: str | None) -> str | None:
+        if v is None or DIGEST_RE.match(v):
+            return v
+        if not is_reference(v):
+            raise ValueError("must be sha256:<64 hex digits> (a root filesystem) or "
+                             "REGISTRY/NAME@sha256:<64 hex digits> (a registry image; a "
+                             ":TAG is accepted and reported unpinned by task lint)")
+        return v
 
     @model_validator(mode="after")
     def _image_pair(self) -> InitialState:
-        if self.environment_image is not None and self.environment.image is None:
+        pin = self.environment_image
+        if pin is not None and not DIGEST_RE.match(pin):  # a registry image names itself
+            if self.environment.image is None:
+                self.environment.image = pin
+            elif self.environment.image != pin and not _same_repository(
+                    self.environment.image, pin):
+                raise ValueError("environment_image pins a registry image, and "
+                                 "environment.image names another source; leave one out")
+        if pin is not None and self.environment.image is None:
             raise ValueError("environment_image pins an image but environment.image names no "
                              "source to build it from")
+        if self.environment.users == "several" and self.environment.image is None:
+            raise ValueError("environment.users: several needs an image (environment.image or "
+                             "a registry environment_image): the host's system has one user "
+                             "in the sandbox")
         return self
 
     @field_validator("fixture_digest")
@@ -460,7 +505,8 @@ def _outside_problems(root: Path, path: Path, text: str, spec: TaskSpec) -> list
              ("tests", ("tests",)), ("solution", ("solution",))]
     if spec.acceptance.judge is not None:
         named.append((spec.acceptance.judge.judge, ("acceptance", "judge", "judge")))
-    if spec.initial_state.environment.image is not None:
+    if spec.initial_state.environment.image is not None and not is_reference(
+            spec.initial_state.environment.image):  # a registry image is not a path
         named.append((spec.initial_state.environment.image,
                       ("initial_state", "environment", "image")))
     problems = []
@@ -563,14 +609,35 @@ def set_fixture_digest(root: Path, digest: str) -> None:
     atomic_write_text(path, new)
 
 
-def _insert_digest_line(path: Path, text: str, digest: str) -> str:
+def set_environment_image(root: Path, reference: str) -> None:
+    """Pin a registry image in task.yaml (``environment_image: REGISTRY/NAME@sha256:…``) by
+    editing its one ``environment_image:`` line, or adding one under ``initial_state`` after
+    ``environment``; only on request (``task lint --write-digest``)."""
+    import re
+
+    from assay.records.io import atomic_write_text
+
+    path = root / TASK_FILE
+    text = path.read_text(encoding="utf-8")
+    new, n = re.subn(r"^(\s*environment_image:)[ \t]*[^\s#]*", rf"\g<1> {reference}", text,
+                     count=1, flags=re.MULTILINE)
+    if n != 1:
+        new = _insert_digest_line(path, text, reference, key="environment_image",
+                                  after_keys=("repository:", "repository_commit:",
+                                              "environment:"))
+    atomic_write_text(path, new)
+
+
+def _insert_digest_line(path: Path, text: str, digest: str, *, key: str = "fixture_digest",
+                        after_keys: tuple[str, ...] = ("repository:",
+                                                       "repository_commit:")) -> str:
     lines = text.splitlines(keepends=True)
     head = next((i for i, line in enumerate(lines)
                  if line.rstrip("\r\n").split("#", 1)[0].rstrip() == "initial_state:"), None)
     if head is None:
         raise SuiteError.one(path, "initial_state is not a block mapping (one key per line): "
-                             "add 'fixture_digest: null' under it, then --write-digest again",
-                             field="initial_state.fixture_digest")
+                             f"add '{key}: null' under it, then --write-digest again",
+                             field=f"initial_state.{key}")
     children = []
     for i in range(head + 1, len(lines)):
         body = lines[i].split("#", 1)[0]
@@ -584,12 +651,13 @@ def _insert_digest_line(path: Path, text: str, digest: str) -> str:
         raise SuiteError.one(path, "initial_state has no keys", field="initial_state")
     indent = children[0][1]
     after = head
-    for key in ("repository:", "repository_commit:"):
-        after = next((i for i, ind, b in children if ind == indent and b.startswith(key)), after)
+    for name in after_keys:
+        after = next((i for i, ind, b in children if ind == indent and b.startswith(name)),
+                     after)
     newline = "\r\n" if lines[after].endswith("\r\n") else "\n"
     if not lines[after].endswith(("\n", "\r")):
         lines[after] += newline
-    lines.insert(after + 1, " " * indent + f"fixture_digest: {digest}" + newline)
+    lines.insert(after + 1, " " * indent + f"{key}: {digest}" + newline)
     return "".join(lines)
 
 

@@ -132,15 +132,19 @@ def without_ignored(entries: list[TreeEntry],
 def check_integrity(pristine: list[TreeEntry], artifact: list[TreeEntry], *,
                     protected: list[str], allowed: list[str] | None,
                     allowed_binaries: list[str] | None = None,
-                    ignored: list[str] | None = None) -> IntegrityResult:
+                    ignored: list[str] | None = None,
+                    every_mode: bool = False) -> IntegrityResult:
     """The integrity verdict. Paths matching ``ignored`` (regenerable caches, which the
     freeze leaves out) are dropped from both sides first: they are neither changed protected
-    paths nor changes outside the allowed paths."""
+    paths nor changes outside the allowed paths. ``every_mode``: every permission bit of
+    every path is a change (a task with several users, where a mode decides who reads a
+    file), not only the executable bit outside the protected paths."""
     pristine = without_ignored(pristine, ignored)
     artifact = without_ignored(artifact, ignored)
     protected_paths = {e["path"] for e in pristine + artifact
                        if matches_any(e["path"], protected)}
-    changes = diff_trees(pristine, artifact, strict_mode=protected_paths)
+    strict = ({e["path"] for e in pristine + artifact} if every_mode else protected_paths)
+    changes = diff_trees(pristine, artifact, strict_mode=strict)
     problems: list[dict[str, Any]] = []
 
     for path in changes.all:

@@ -291,7 +291,9 @@ def verify(bundle: Bundle, trial_dir: Path, *, revision: str, trial_id: str,
                                         allowed=acc.allowed_paths,
                                         allowed_binaries=acc.allowed_binaries,
                                         ignored=frozen.get("excluded", {}).get(
-                                            "patterns", bundle.ignored_paths))
+                                            "patterns", bundle.ignored_paths),
+                                        every_mode=bundle.spec.initial_state.environment.users
+                                        == "several")
             details.integrity = Integrity.model_validate(integrity.to_record())
             checks["integrity"] = "pass" if integrity.passed else "fail"
             workspace = Path(tmp) / "candidate"

@@ -14,11 +14,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from assay.errors import InputError
 from assay.suites.errors import Problem, SuiteError
 from assay.suites.harbor.docker import EnvironmentPlan, read_dockerfile
 from assay.suites.harbor.reward import AGGREGATES, RewardScan, scan_rewards
 from assay.suites.harbor.tests import CTRF_PLUGIN, name_ctrf_plugin, recognise
 from assay.suites.harbor.toml import HarborTaskToml, read_task_toml
+from assay.suites.image_ref import parse_reference, qualified
 from assay.suites.limits import TASK_FILE_MAX_BYTES
 from assay.suites.recipe import Recipe
 from assay.suites.textfile import read_text
@@ -60,6 +62,17 @@ class HarborPlan:
     reward: RewardScan = field(default_factory=RewardScan)
     reward_key: str | None = None
     reward_aggregate: str | None = None
+    #: the registry image the task runs in (``[environment].docker_image``, its registry
+    #: spelled out), pulled as it is; None: the Dockerfile's recipe, or nothing
+    image_ref: str | None = None
+
+    @property
+    def image_source(self) -> str | None:
+        """How the task's image is made: ``pulled`` (a prebuilt registry image),
+        ``approximated`` (the Dockerfile translated into a Debian recipe), None (none)."""
+        if self.image_ref is not None:
+            return "pulled"
+        return "approximated" if self.recipe is not None else None
 
     @property
     def reduces_reward(self) -> bool:
@@ -249,13 +262,21 @@ def plan_import(task_dir: Path, *, reward_key: str | None = None,
     if problems:
         raise SuiteError(problems)
     if cfg_env.docker_image:
-        plan.unsupported.append(f"task.toml [environment].docker_image {cfg_env.docker_image}: "
-                                "a prebuilt image: save it (docker save) and build that "
-                                "archive with assay env build")
+        try:
+            plan.image_ref = qualified(cfg_env.docker_image)
+        except InputError as exc:
+            plan.unsupported.append(f"task.toml [environment].docker_image: {exc}")
+        else:
+            pinned = parse_reference(plan.image_ref).digest is not None
+            plan.notes.append(f"task.toml [environment].docker_image {cfg_env.docker_image}: "
+                              f"the task runs in that image, pulled as {plan.image_ref}"
+                              + ("" if pinned else " (a tag: `assay task lint` reports it "
+                                 "unpinned, --write-digest pins it)"))
     if not dockerfile.is_file() and not cfg_env.docker_image:
         plan.unsupported.append("environment/ has no Dockerfile: nothing says what the task "
                                 "runs in")
-    plan.unsupported += environment.unsupported if dockerfile.is_file() else []
+    if dockerfile.is_file() and plan.image_ref is None:
+        plan.unsupported += environment.unsupported
     plan.notes += environment.notes
     plan.requires += environment.requires
     mode = (config.verifier.model_extra or {}).get("environment_mode")
@@ -283,7 +304,11 @@ def plan_import(task_dir: Path, *, reward_key: str | None = None,
         plan.notes += standard.notes
         plan.notes.append("tests/test.sh installs its tools when it runs: the image holds "
                           + ", ".join([*packages, *pip]) + " instead (the agent sees them too)")
-        if plan.environment.recipe is None and not plan.unsupported:
+        if plan.image_ref is not None:
+            plan.unsupported.append(f"tests/test.sh installs its tools when it runs (no "
+                                    f"network in the verifier), and the prebuilt image "
+                                    f"{plan.image_ref} cannot be given them here")
+        elif plan.environment.recipe is None and not plan.unsupported:
             plan.unsupported.append("tests/test.sh needs its tools in an image, and there is "
                                     "none")
     elif (named := name_ctrf_plugin(text)) is not None:  # pytest --ctrf, as written
@@ -293,10 +318,13 @@ def plan_import(task_dir: Path, *, reward_key: str | None = None,
     _script_scan(test_sh, "tests/test.sh", plan, plan.test_sh)
     _script_scan(task_dir / "solution" / "solve.sh", "solution/solve.sh", plan)
     _service_left_running(task_dir, plan)
-    plan.recipe = _recipe(plan, pip, image_env, packages)
+    plan.recipe = _recipe(plan, pip, image_env, packages) if plan.image_ref is None else None
     if image_env and plan.recipe is not None:
         plan.notes.append("task.toml [environment].env " + ", ".join(sorted(image_env))
                           + ": set in the image's environment")
+    elif image_env and plan.image_ref is not None:
+        plan.notes.append("task.toml [environment].env " + ", ".join(sorted(image_env))
+                          + ": not carried over (a prebuilt image keeps its own environment)")
     if not (task_dir / "solution" / "solve.sh").is_file():
         plan.notes.append("no solution/solve.sh: task check's oracle has nothing to run")
     for who in ("agent", "verifier"):

@@ -41,6 +41,7 @@ from assay.suites.bundle import TASK_FILE, load_bundle, tree_digest
 from assay.suites.errors import Problem, SuiteError
 from assay.suites.harbor.plan import HarborPlan, ImportStatus, plan_import, strip_canary
 from assay.suites.harbor.reward import AGGREGATES, REDUCER, REDUCER_SOURCE, reducer_command
+from assay.suites.image_ref import parse_reference
 from assay.suites.recipe import Recipe
 
 IMPORT_REPORT = "harbor-import.json"
@@ -75,6 +76,11 @@ class Imported:
     status: ImportStatus
     reasons: list[str]
     notes: list[str]
+    #: the image it will run in: a registry reference, or the recipe file; None: none
+    image: str | None = None
+    #: ``pulled`` (a registry image as it is) or ``approximated`` (a Dockerfile's Debian
+    #: recipe); None: no image
+    image_source: str | None = None
 
 
 def path_rewriter(workdir: str | None, paths: SandboxPaths) -> tuple[re.Pattern[str],
@@ -230,7 +236,12 @@ def _environment(plan: HarborPlan, dest: Path, paths: SandboxPaths,
 def task_yaml(plan: HarborPlan, paths: SandboxPaths, digest: str, threshold: float) -> str:
     cfg = plan.config
     env: dict[str, Any] = {"requires": list(dict.fromkeys(plan.requires))}
-    if plan.recipe is not None:
+    pin: dict[str, Any] = {}
+    if plan.image_ref is not None:
+        env["image"] = plan.image_ref
+        if parse_reference(plan.image_ref).digest is not None:
+            pin["environment_image"] = plan.image_ref
+    elif plan.recipe is not None:
         env["image"] = RECIPE_FILE
     if plan.unsupported:
         env["unsupported"] = "; ".join(plan.unsupported[:3]) + (
@@ -246,7 +257,7 @@ def task_yaml(plan: HarborPlan, paths: SandboxPaths, digest: str, threshold: flo
         "instruction": "instruction.md",
         "initial_state": {"repository": "repo", "repository_commit": None,
                           "fixture_digest": digest, "network_policy": "model-proxy-only",
-                          "environment": env},
+                          "environment": env, **pin},
         "resources": {"cpu_cores": cfg.environment.cpus,
                       "memory_limit_mib": cfg.environment.memory_mib()},
         "budget": budget,
@@ -274,7 +285,11 @@ def _report(plan: HarborPlan, rewrites: dict[str, int], threshold: float) -> dic
         "environment": {"status": plan.status, "reasons": plan.unsupported,
                         "base_image": plan.environment.base_image,
                         "workdir": plan.environment.workdir,
-                        "image": RECIPE_FILE if plan.recipe is not None else None,
+                        "image": plan.image_ref or (RECIPE_FILE if plan.recipe is not None
+                                                    else None),
+                        # pulled: the registry image as it is; approximated: the Dockerfile
+                        # translated into a Debian recipe (substitutions say how)
+                        "image_source": plan.image_source,
                         "substitutions": list(plan.recipe.substitutions)
                         if plan.recipe is not None else []},
         "test_script": "as written, the CTRF plugin named" if plan.test_sh_named_plugin
@@ -348,7 +363,9 @@ def write_bundle(plan: HarborPlan, out: Path, paths: SandboxPaths, *,
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    return Imported(plan.task_id, plan.source, dest, plan.status, plan.unsupported, plan.notes)
+    return Imported(plan.task_id, plan.source, dest, plan.status, plan.unsupported, plan.notes,
+                    plan.image_ref or (RECIPE_FILE if plan.recipe is not None else None),
+                    plan.image_source)
 
 
 def import_harbor_tasks(task_dirs: list[Path], out: Path, paths: SandboxPaths, *,

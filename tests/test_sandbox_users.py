@@ -1,0 +1,193 @@
+"""Several users in an image's sandbox (issue 33): ``environment.users: several`` maps ids
+0-65535 into the sandbox's user namespace, so a task's tests can drop to ``nobody`` as they
+would in a container, and file modes mean what they mean there.
+
+The image is the tests' shared Debian bookworm image (``tests/support/images.py``: python3 and
+pytest, built once and kept). The task is made here: its hidden test reads a public file and an
+answer key as ``nobody`` (``subprocess.run(user="nobody")``); the reference solution makes the
+key 0600, so nobody cannot read it and the test passes; nop leaves it 0644 and fails. With one
+user mapped (today's sandbox) the same ``setuid`` fails with ``EINVAL``.
+
+The fallback (a machine that cannot map a range: assay not running as root) cannot exist on
+this root test machine, so one test makes :func:`os.geteuid` answer 1000 inside
+``assay.sandbox.userns`` and checks that the sandbox says so and keeps one user; that is the
+only stand-in here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+from support.images import BASE_RECIPE, base_image, cache_dir
+
+from assay.agents import parse_agent
+from assay.runner.trial import run_trial
+from assay.sandbox import bwrap_available, run_sandboxed
+from assay.suites.bundle import load_bundle
+
+pytestmark = [
+    pytest.mark.skipif(not bwrap_available(), reason="bubblewrap cannot run here"),
+    pytest.mark.skipif(os.geteuid() != 0, reason="mapping a range of ids needs root here "
+                       "(newuidmap from /etc/subuid is not supported yet)"),
+]
+
+HIDDEN = '''\
+import subprocess
+from pathlib import Path
+
+KEYS = Path("src/keys")
+
+
+def as_nobody(path):
+    return subprocess.run(["cat", str(path)], user="nobody", capture_output=True, text=True)
+
+
+def test_nobody_reads_the_public_file():
+    got = as_nobody(KEYS / "public.txt")
+    assert got.returncode == 0 and got.stdout == "hello\\n", got.stderr
+
+
+def test_nobody_cannot_read_the_answer_key():
+    got = as_nobody(KEYS / "answer.txt")
+    assert got.returncode != 0 and "Permission denied" in got.stderr, got
+    assert (KEYS / "answer.txt").read_text() == "42\\n"  # its owner, root, still can
+'''
+
+
+def _task(root: Path, digest: str, *, users: str = "several") -> Path:
+    bundle = root / "bundle"
+    keys = bundle / "repo" / "src" / "keys"
+    keys.mkdir(parents=True)
+    (keys / "public.txt").write_text("hello\n")
+    (keys / "answer.txt").write_text("42\n")
+    for name in ("public.txt", "answer.txt"):
+        (keys / name).chmod(0o644)
+    (bundle / "tests").mkdir()
+    (bundle / "tests" / "test_keys.py").write_text(HIDDEN)
+    (bundle / "solution").mkdir()
+    (bundle / "solution" / "solve.sh").write_text("#!/bin/sh\nchmod 600 src/keys/answer.txt\n")
+    (bundle / "environment").mkdir()
+    (bundle / "environment" / "recipe.yaml").write_text(BASE_RECIPE)
+    (bundle / "instruction.md").write_text("Make src/keys/answer.txt readable by its owner "
+                                           "only.\n")
+    (bundle / "task.yaml").write_text(f"""\
+id: answer-key-users
+revision: 1
+split: validation
+instruction: instruction.md
+initial_state:
+  repository: repo
+  environment: {{image: environment/recipe.yaml, users: {users}, requires: [python3, pytest]}}
+  environment_image: {digest}
+budget: {{agent_wall_seconds: 60, verifier_wall_seconds: 60}}
+acceptance:
+  verifier_revision: v1
+  required: [behavior, integrity]
+  behavior:
+    command: "PYTHONDONTWRITEBYTECODE=1 python3 -m pytest -q -p no:cacheprovider \\
+      $ASSAY_TESTS/test_keys.py"
+  allowed_paths: ["src/**"]
+""")
+    return bundle
+
+
+@pytest.fixture
+def shared(monkeypatch: pytest.MonkeyPatch) -> Any:
+    store, image = base_image()
+    monkeypatch.setenv("ASSAY_CACHE_DIR", str(cache_dir(store)))
+    return store, image
+
+
+def _grade(trial: Path) -> dict[str, Any]:
+    return json.loads((trial / "grades" / "v1.json").read_text())
+
+
+def test_a_hidden_test_that_drops_to_nobody_passes_the_oracle_and_fails_nop(
+        tmp_path: Path, shared: Any) -> None:
+    _store, image = shared
+    bundle = load_bundle(_task(tmp_path, image.digest))
+    oracle = run_trial(bundle, parse_agent("oracle"), tmp_path / "oracle")
+    assert oracle.status == "graded", oracle.error
+    grade = _grade(tmp_path / "oracle")
+    assert grade["accepted"] is True, grade
+    nop = run_trial(bundle, parse_agent("nop"), tmp_path / "nop")
+    assert nop.status == "graded", nop.error
+    grade = _grade(tmp_path / "nop")
+    assert grade["accepted"] is False and grade["checks"]["behavior"] == "fail", grade
+
+
+def _ids(tmp_path: Path, image: Any, store: Any, *, several: bool) -> Any:
+    from assay.environments.run import image_root
+
+    work = tmp_path / ("several" if several else "one")
+    work.mkdir()
+    script = ("import os, subprocess\n"
+              "print(os.getuid(), open('/proc/self/uid_map').read().split())\n"
+              "try:\n"
+              "    r = subprocess.run(['id', '-un'], user='nobody', capture_output=True,"
+              " text=True)\n"
+              "    print(r.stdout.strip())\n"
+              "except OSError as exc:\n"
+              "    print('error', exc.errno)\n")
+    return run_sandboxed(["python3", "-c", script], work,
+                         image=image_root(image, store, several_users=several))
+
+
+def test_one_user_fails_to_switch_and_several_users_switch(tmp_path: Path,
+                                                          shared: Any) -> None:
+    store, image = shared
+    one = _ids(tmp_path, image, store, several=False)
+    assert one.exit_code == 0, one.stderr_tail
+    assert one.stdout_tail.splitlines()[-1] == "error 22"  # EINVAL: nobody is not mapped
+    several = _ids(tmp_path, image, store, several=True)
+    assert several.exit_code == 0, several.stderr_tail
+    first, second = several.stdout_tail.splitlines()[-2:]
+    assert first.startswith("0 ['0', '0', '1', '1',") and "65535" in first
+    assert second == "nobody"
+    assert not several.warnings
+
+
+def test_where_no_range_can_be_mapped_one_user_is_kept_and_said(
+        tmp_path: Path, shared: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    from assay.sandbox import userns
+
+    store, image = shared
+    monkeypatch.setattr(userns, "_state", {})
+    monkeypatch.setattr(userns.os, "geteuid", lambda: 1000)
+    got = _ids(tmp_path, image, store, several=True)
+    assert got.exit_code == 0, got.stderr_tail
+    assert got.stdout_tail.splitlines()[-1] == "error 22"
+    assert any("several users asked for, one mapped: assay does not run as root" in w
+               for w in got.warnings), got.warnings
+
+
+def test_the_user_namespace_is_made_once_a_process() -> None:
+    from assay.sandbox.userns import several_users_fd
+
+    first, why = several_users_fd()
+    second, _ = several_users_fd()
+    assert first is not None and second is not None, why
+    try:
+        assert os.readlink(f"/proc/self/fd/{first}") == os.readlink(f"/proc/self/fd/{second}")
+        ours = subprocess.run(["readlink", "/proc/self/ns/user"], capture_output=True,
+                              text=True, check=True).stdout.strip()
+        assert os.readlink(f"/proc/self/fd/{first}") != ours
+    finally:
+        os.close(first)
+        os.close(second)
+
+
+def test_several_users_without_an_image_is_refused_at_load(tmp_path: Path) -> None:
+    from assay.errors import SuiteError
+
+    bundle = _task(tmp_path, "sha256:" + "0" * 64)
+    path = bundle / "task.yaml"
+    text = path.read_text().replace("image: environment/recipe.yaml, ", "")
+    path.write_text(text.replace("  environment_image: sha256:" + "0" * 64 + "\n", ""))
+    with pytest.raises(SuiteError, match="environment.users: several needs an image"):
+        load_bundle(bundle)
