@@ -87,7 +87,8 @@ def test_unknown_figures_say_so_and_never_print_as_zero():
     assert rows["served model"] == "n/a" and rows["failure reasons"] == "none"
     assert rows["rubric answers graded"] == "0 of 3, 3 ungraded; no grading round yet"
     assert rows["tasks with mixed outcomes"] == "0"
-    assert coding_headline(rep)[0] == ("not yet answered", "4 (resume with the same --out)")
+    assert coding_headline(rep)[0] == (
+        "not yet answered", "4 (resume: run again with --out set to this run directory)")
 
 
 def test_a_run_without_the_sandbox_and_its_warnings_head_the_page():

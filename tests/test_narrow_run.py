@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -381,6 +382,9 @@ def test_builtin_baseline_on_example_suite(tmp_path: Path) -> None:
 
 def test_unreachable_endpoint_stops_the_run_at_once(tmp_path: Path,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """Nothing listening at the base URL: one request before the first case finds it, exit 3
+    within seconds with the cause on the first line, no report of zeros, no run directory
+    (so `assay history` has nothing to plot), for --out and for --out-root alike."""
     import socket
 
     with socket.socket() as s:  # a port that was free a moment ago: nothing listens there
@@ -388,14 +392,24 @@ def test_unreachable_endpoint_stops_the_run_at_once(tmp_path: Path,
         port = s.getsockname()[1]
     monkeypatch.setenv("MODEL_BASE_URL", f"http://127.0.0.1:{port}/v1")
     monkeypatch.setenv("MODEL_NAME", "m")
+    monkeypatch.setenv("MODEL_API_KEY", SECRET)
     cases = [(f"c{i}", f"text {i}", "bug") for i in range(60)]
     suite = write_suite(tmp_path / "suite", cases)
     run = tmp_path / "run"
-    res = run_cli(["run", str(suite), "--out", str(run), "--max-tries", "2", "-j", "2"])
-    assert res.code == 3
-    assert "cannot connect" in res.stderr
-    rows = read_rows(run)
-    assert 0 < len(rows) < 60 and all(r["error"] for r in rows)  # stopped, not burned through
+    started = time.monotonic()
+    res = run_cli(["run", str(suite), "--out", str(run), "--max-tries", "5", "-j", "2"])
+    assert res.code == 3, res.stderr
+    assert time.monotonic() - started < 30  # one refused connection, no backoff per case
+    first = res.stderr.splitlines()[0]
+    assert first.startswith("assay: cannot connect to http://127.0.0.1:") and "running" in first
+    assert res.stdout == "" and "accuracy" not in res.stderr  # no report of zeros
+    assert not run.exists()
+    root = tmp_path / "nightly"
+    res = run_cli(["run", str(suite), "--out-root", str(root)])
+    assert res.code == 3 and res.stderr.startswith("assay: cannot connect"), res.stderr
+    assert list(root.iterdir()) == []  # the claimed directory was released
+    hist = run_cli(["history", str(root)])
+    assert hist.code == 0 and hist.stdout == "no run with an answer found\n", hist
 
 
 def test_odd_typed_fields_from_a_gateway_are_recorded_as_text(

@@ -1,7 +1,8 @@
 """What every command shares: the Typer app, the two consoles, and the one way to fail.
 
-Exit codes: 0 done; 2 bad input (nothing was run, no run directory left behind); 3 the run
-finished but some cases ended in infra errors (resume with the same ``--out``); 130 interrupted.
+Exit codes: 0 done; 2 bad input (nothing was run, no run directory left behind); 3 nothing
+answers at the endpoint, or the run finished but some cases ended in infra errors (resume with
+the command printed); 130 interrupted.
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ err = Console(stderr=True, width=_LOG_WIDTH)
 
 
 def fail(message: str, code: int = EXIT_BAD_INPUT) -> typer.Exit:
-    err.print(f"[bold red]assay:[/] {message}", highlight=False)
+    # never wrapped by rich: a path or URL in the message stays whole in a log (grep finds it)
+    err.print(f"[bold red]assay:[/] {message}", highlight=False, soft_wrap=True)
     return typer.Exit(code)
 
 

@@ -40,7 +40,7 @@ class TerminalProgress:
                 TimeRemainingColumn,
             )
 
-            self._bar = Progress(TextColumn("[bold]asking"), BarColumn(), MofNCompleteColumn(),
+            self._bar = Progress(TextColumn("[bold]asked"), BarColumn(), MofNCompleteColumn(),
                                  TextColumn("{task.fields[note]}"), TimeElapsedColumn(),
                                  TimeRemainingColumn(), console=self.console, transient=True)
             self._bar.start()
@@ -51,15 +51,16 @@ class TerminalProgress:
         self.invalid += bool(row.get("invalid_reason"))
         self.failed += row.get("passed") is False
         self.errors += bool(row.get("error"))
+        # the words and counts of the report: asked = answered + infra errors
         if "passed" in row:  # a coding sample
-            note = f"failed {self.failed} · errors {self.errors}"
+            note = f"failed {self.failed} · infra errors {self.errors}"
         else:
-            note = f"invalid {self.invalid} · errors {self.errors}"
+            note = f"invalid {self.invalid} · infra errors {self.errors}"
         if self._bar is not None:
             self._bar.update(self._task, advance=1, note=note)
         elif time.monotonic() - self._last_line >= 5 or self.done == self.total:
             self._last_line = time.monotonic()
-            self.console.print(f"assay: {self.done}/{self.total} answered ({note})",
+            self.console.print(f"assay: {self.done}/{self.total} asked ({note})",
                                highlight=False)
 
     def note(self, message: str) -> None:

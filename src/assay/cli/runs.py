@@ -34,6 +34,7 @@ from assay.errors import (
     InputError,
     RunConflict,
     SuiteError,
+    TransportError,
 )
 
 
@@ -129,18 +130,46 @@ def run(
         err.print(note, highlight=False)
     run_dir = plan.run_dir
     resume = resume_command(suite_path, run_dir, model_name, url, key_source, flags)
-    result = _execute(plan, resume)
+    try:
+        result = _execute(plan, resume)
+    except TransportError as exc:  # nothing answers at the endpoint: nothing asked or written
+        if claimed is not None:
+            from assay.api.records import release_unused
+
+            release_unused(claimed)
+        raise fail(f"{escape(str(exc))}\nno case was asked and nothing was written",
+                   EXIT_INFRA) from None
     del plan, suite  # the report is built from disk; do not hold the suite meanwhile
-    _print_report(result.report)
-    err.print(f"run directory: {run_dir}", highlight=False)
+    if result.status == "aborted":  # the cause first, before any table
+        err.print(f"[bold red]assay:[/] run stopped early: {escape(result.message or '')}",
+                  highlight=False, soft_wrap=True)
+    if _answered(result.report):
+        _print_report(result.report)
+    else:  # a report of zeros would read as a measurement
+        err.print("no answer was recorded, so there is no report", highlight=False)
+    err.print(f"run directory: {run_dir}", highlight=False, soft_wrap=True)
     checked = _ci_outputs(run_dir, result.report, junit, fail_under, fail_under_ci)
-    if result.status == "aborted":
-        raise fail(f"run stopped early: {result.message}", EXIT_INFRA)
-    if result.infra_errors or result.missing_rows:
-        err.print(f"[yellow]{result.infra_errors} ended in infra errors;[/] resume with: "
-                  f"{escape(resume)}", highlight=False, soft_wrap=True)
+    if result.status == "aborted" or result.infra_errors or result.missing_rows:
+        left = _left_to_do(result)
+        err.print(f"[yellow]{left};[/] resume with: {escape(resume)}", highlight=False,
+                  soft_wrap=True)
         raise typer.Exit(EXIT_INFRA)
     _gate_exit(checked)
+
+
+def _answered(rep: dict[str, Any]) -> int:
+    """Units of work with an answer in the report: neither unasked nor an infra error."""
+    return int(rep["expected_rows"]) - int(rep["missing_rows"]) - int(rep["infra_errors"])
+
+
+def _left_to_do(result: api.RunResult) -> str:
+    """What a resume would ask again, counted as the report counts it."""
+    parts = []
+    if result.infra_errors:
+        parts.append(f"{result.infra_errors} ended in infra errors")
+    if result.missing_rows:
+        parts.append(f"{result.missing_rows} not asked yet")
+    return " and ".join(parts) or "the run stopped early"
 
 
 def _endpoint(model: str | None, base_url: str | None,

@@ -72,8 +72,11 @@ def cut(text: str | None, keep: int) -> dict[str, Any]:
 
 
 def is_listed(row: Mapping[str, Any]) -> bool:
-    """A repeat that puts its case on the list: not right first time."""
-    return bool(row.get("error")) or not row.get("correct") or (row.get("attempts") or 1) > 1
+    """A repeat that puts its case on the list: answered, and not right first time. An infra
+    error says nothing about the model: it is counted apart, never listed as a wrong answer."""
+    if row.get("error"):
+        return False
+    return not row.get("correct") or (row.get("attempts") or 1) > 1
 
 
 def show_value(value: Any) -> str:

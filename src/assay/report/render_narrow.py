@@ -16,7 +16,7 @@ from assay.report.cases_markdown import narrow_cases_markdown
 from assay.report.markdown_text import md_cell
 from assay.report.narrow import INVALID_COLUMN
 from assay.report.narrow_cases import pattern_words, short_answer
-from assay.report.render.numbers import NA, ci, num, pct
+from assay.report.render.numbers import NA, RESUME_NOTE, ci, num, pct
 
 #: wrong cases a terminal shows (report.md and report.html show more, report.json all)
 TERMINAL_CASES = 10
@@ -41,7 +41,7 @@ def headline_rows(rep: dict[str, Any]) -> list[tuple[str, str]]:
         ("served model", ", ".join(f"{k} ({v})" for k, v in rep["served_models"].items()) or NA),
     ]
     if rep["missing_rows"]:
-        rows.insert(1, ("not yet answered", f"{rep['missing_rows']} (resume with the same --out)"))
+        rows.insert(1, ("not yet answered", f"{rep['missing_rows']} ({RESUME_NOTE})"))
     if rep["agreement"]:
         ag = rep["agreement"]
         rows.append(("agreement across repeats", agreement_words(ag)))
