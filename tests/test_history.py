@@ -209,6 +209,10 @@ def test_fail_on_drift_looks_at_the_newest_run_of_each_series(pile: dict[str, An
     res = run_cli(["history", str(pile["partial"]), "--fail-on-drift"])
     assert res.code == EXIT_DRIFT == 5, res.stderr
     assert "drift" in res.stderr
+    # the closing line names the old and the new served model, each whole on one line
+    assert ("served model changed under 'acme-large': served model acme-large-2026-01 → "
+            "acme-large-2026-02; system fingerprint fp_a1 → fp_b7") in res.stdout
+    assert "DRIFT -50.0 [" in res.stdout and "1 of " in res.stdout
     # two steady nights later the newest runs agree with the ones before them
     res = run_cli(["history", str(pile["runs"]), "--fail-on-drift"])
     assert res.code == 0, res.stderr

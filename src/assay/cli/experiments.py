@@ -237,7 +237,8 @@ def exp_run(
         unpriced = ", ".join(f"no price for {m}" for m in result.unpriced_models)
         spent = (f"spent: {unpriced}" if not result.spent_usd
                  else f"{spent} on priced calls; {unpriced}")
-    err.print(f"trials: {counts}; {spent}; report: {result.report_path}", highlight=False)
+    err.print(f"trials: {counts}; {spent}; report: {result.out_dir / 'report.html'} (the page "
+              "to open; report.md beside it)", highlight=False)
     if result.pairwise_error is not None:
         # after the trials' own line: they are done and reported; the check is what is missing
         err.print(escape(f"pairwise check: not done: {result.pairwise_error}; the trials are "
