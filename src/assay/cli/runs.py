@@ -373,23 +373,29 @@ app.add_typer(suite_app, name="suite")
 
 @suite_app.command("check")
 def suite_check(
-    tasks: Annotated[Path, typer.Argument(metavar="TASKS", help="A coding tasks.jsonl.")],
-    sandbox: Annotated[str, typer.Option(help="bwrap, or none (NOT ISOLATED).")]
+    tasks: Annotated[Path, typer.Argument(metavar="SUITE", help="A narrow suite directory, or "
+                                          "a coding tasks.jsonl.")],
+    sandbox: Annotated[str, typer.Option(help="Coding: bwrap, or none (NOT ISOLATED).")]
     = CODING_DEFAULTS["sandbox"],
-    exec_timeout: Annotated[float, typer.Option(help="Seconds per execution.")]
+    exec_timeout: Annotated[float, typer.Option(help="Coding: seconds per execution.")]
     = CODING_DEFAULTS["exec_timeout"],
 ) -> None:
-    """Every task's solution must pass and an empty answer must fail, through the same sandbox
-    and grader as a model's answer. Exit 1 when any task is broken."""
+    """Check a suite without a model. Exit 1 when anything is broken.
+
+    A narrow suite: the prompt names the reply the scorer reads, every expected value given
+    back in that reply reads and scores right, an empty reply is invalid, every label is
+    expected. A coding suite: every task's solution passes and an empty answer fails, through
+    the same sandbox and grader as a model's answer."""
     from rich.table import Table
 
-    kind, path = suite_kind(tasks)
-    if kind != "coding":
-        raise fail(f"{tasks}: not a coding tasks file")
     try:
+        kind, path = suite_kind(tasks)
         suite = api.load_suite(path)
     except SuiteError as exc:
         raise fail(f"invalid suite:\n{exc}") from None
+    if kind == "narrow":
+        _narrow_check(suite)
+        return
     _require_sandbox(sandbox)
     checks = api.check_suite(suite, sandbox=sandbox, exec_timeout=exec_timeout)
     table = Table(title=f"suite check: {path}", title_justify="left")
@@ -411,3 +417,19 @@ def suite_check(
         out.print(f"[bold red]{len(broken)} broken task(s)[/]: fix them before blaming a model.")
         raise typer.Exit(EXIT_CHECK_FAILED)
     out.print(f"all {len(checks)} tasks sound")
+
+
+def _narrow_check(suite: Any) -> None:
+    """The narrow suite's findings, one a line (a finding never wraps inside a name)."""
+    check = api.check_narrow_suite(suite)
+    out.print(f"suite check: {escape(str(suite.root))} ({len(suite.cases)} cases, scorer "
+              f"{suite.scorer.type})", highlight=False)
+    out.print(f"reply the scorer reads: {escape(check.shape)}; e.g. {escape(check.example)}",
+              highlight=False)
+    for f in check.findings:
+        mark = "[green]ok[/]     " if f.ok else "[bold red]BROKEN[/] "
+        out.print(f"{mark} {escape(f.name)}: {escape(f.detail)}", highlight=False)
+    if not check.sound:
+        out.print("[bold red]the suite is broken[/]: fix it before blaming a model.")
+        raise typer.Exit(EXIT_CHECK_FAILED)
+    out.print("the suite is sound")

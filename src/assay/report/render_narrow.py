@@ -13,6 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from assay.report.cases_markdown import narrow_cases_markdown
+from assay.report.invalid_hint import invalid_hint
 from assay.report.markdown_text import md_cell
 from assay.report.narrow import INVALID_COLUMN
 from assay.report.narrow_cases import pattern_words, short_answer
@@ -130,6 +131,9 @@ def _tail_markdown(rep: dict[str, Any], out: list[str]) -> str:
     if rep["agreement"] and rep["agreement"]["unstable_cases"]:
         out += ["", "## Unstable across repeats", "",
                 ", ".join(f"`{i}`" for i in rep["agreement"]["unstable_cases"][:50])]
+    hint = invalid_hint(rep)
+    if hint:
+        out += ["", f"**Hint:** {hint}"]  # our words; the labels are the suite author's
     out += narrow_cases_markdown(rep)
     labels_from = f"Labels from {rep['labels_source']}. " if by_label(rep) else ""
     out += ["", f"{labels_from}Accuracy counts invalid answers as wrong "
@@ -157,6 +161,9 @@ def print_report(rep: dict[str, Any], console: Console) -> None:
     if by_label(rep):
         _print_labels(rep, console)
     _print_cases(rep, console)
+    hint = invalid_hint(rep)
+    if hint:  # last, where a reader's eye ends: the fix for the most common invalid reason
+        console.print(Text.assemble(("hint: ", "bold yellow"), hint))
 
 
 def _print_labels(rep: dict[str, Any], console: Console) -> None:
