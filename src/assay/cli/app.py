@@ -15,11 +15,13 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
+from assay.cli.help_text import AssayGroup
 from assay.errors import (
     EXIT_BAD_INPUT,
 )
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  cls=AssayGroup,
                   help="Evidence-first evals of models and coding agents on your own tasks.")
 # Piped output (CI logs, `| tee`) gets 120 columns instead of rich's 80, so report tables stay
 # one line a row; a terminal or an explicit COLUMNS decides for itself.

@@ -56,9 +56,12 @@ def run(
     = None,
     samples: Annotated[int, typer.Option(min=1, help="Coding: answers per task.")]
     = CODING_DEFAULTS["samples"],
-    concurrency: Annotated[int, typer.Option("-j", "--concurrency", min=1)]
+    concurrency: Annotated[int, typer.Option("-j", "--concurrency", min=1, help="Requests in "
+                                             "flight at once.")]
     = SHARED_DEFAULTS["concurrency"],
-    max_tokens: Annotated[int | None, typer.Option(min=1)] = None,
+    max_tokens: Annotated[int | None, typer.Option(min=1, help="Longest answer, in tokens, "
+                                                   "asked of the endpoint (default: the "
+                                                   "suite's, else none).")] = None,
     timeout: Annotated[float, typer.Option(help="Seconds per request.")]
     = SHARED_DEFAULTS["timeout"],
     max_tries: Annotated[int, typer.Option(min=1, help="Transport tries per request.")]
