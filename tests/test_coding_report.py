@@ -115,3 +115,17 @@ def test_a_report_from_before_the_failure_list_says_na_not_none():
     assert 'class="latency"' not in html and "n/a: no latency measured." in html
     # and a report that lists none says so
     assert "None: every graded sample passed" in coding_markdown(report(failed_tasks=[]))
+
+
+def test_no_failed_sample_does_not_claim_a_verdict_for_ungraded_answers() -> None:
+    """Rubric answers waiting for a person have no verdict: the section says so instead of
+    "every sample has a verdict"."""
+    from assay.report.cases_markdown import coding_failures_markdown
+
+    waiting = coding_failures_markdown({"failed_tasks": [], "ungraded": 0,
+                                        "rubric": {"ungraded": 5}})
+    assert waiting[-1] == ("None among the graded samples; 5 rubric answers wait for human "
+                           "grading (assay grade).")
+    done = coding_failures_markdown({"failed_tasks": [], "ungraded": 0,
+                                     "rubric": {"ungraded": 0}})
+    assert done[-1] == "None: every graded sample passed and every sample has a verdict."

@@ -449,3 +449,15 @@ def test_the_command_line_reports_a_torn_last_line(narrow_run: Path, tmp_path: P
     assert f"assay: warning: {run / 'raw_predictions.jsonl'}:{lines + 1}: the last line" in said
     assert "cut short" in said and "TornRowWarning" not in res.stderr
     assert json.loads((run / "report.json").read_text())["torn_tail_bytes"] == len(torn)
+
+
+def test_a_case_answered_once_is_not_wrong_every_time() -> None:
+    """"the same wrong label every time" claims repeats; a case answered once says so."""
+    from assay.report.narrow_cases import pattern_words
+
+    once = {"right": 0, "wrong": 1, "invalid": 0, "infra_errors": 1}
+    twice = {"right": 0, "wrong": 2, "invalid": 0}
+    assert pattern_words("consistent_wrong", True, once) == "a wrong label (answered once)"
+    assert pattern_words("consistent_wrong", True, twice) == "the same wrong label every time"
+    assert pattern_words("consistent_invalid", False, {"invalid": 1}) == (
+        "no valid answer (answered once)")

@@ -57,7 +57,8 @@ EVIDENCE_GAP = "evidence_gap"
 def _counts_json(db: Any, gaps: list[Any]) -> dict[str, Any]:
     c = db.counts()
     return {"planned": c.planned, "trials": c.trials, "failure_codes": c.failures,
-            "attempts": c.attempts, "evidence_gaps": len(gaps)}
+            "failure_codes_by_arm": db.failures_by_arm(), "attempts": c.attempts,
+            "evidence_gaps": len(gaps)}
 
 
 def _gap_note(gaps: list[Any]) -> str:
@@ -104,7 +105,9 @@ def _write_text(db: Any, fh: TextIO, *, show_all: bool) -> None:
              + (f", {hit} with evidence lost (not complete)" if hit else "") + "\n"
              f"trials:   {_line(c.trials)}\n"
              f"failures: {_line(c.failures)}\n"
-             f"attempts: {_line(c.attempts)}\n"
+             + "".join(f"  {arm}: {_line(codes)}\n"
+                       for arm, codes in db.failures_by_arm().items())
+             + f"attempts: {_line(c.attempts)}\n"
              + (_gap_note(gaps) + "\n" if gaps else ""))
     # a trial with a lost attempt is listed even when its row says done
     rows = db.trials(unfinished_only=not show_all and not gaps)

@@ -44,10 +44,22 @@ PATTERN_WORDS: dict[str, str] = {
 }
 
 
-def pattern_words(pattern: str, by_label: bool = True) -> str:
+#: the patterns that speak of "every time", as said of a case answered once
+ONCE_WORDS: dict[str, str] = {
+    "consistent_wrong": "a wrong label (answered once)",
+    "consistent_invalid": "no valid label (answered once)",
+}
+
+
+def pattern_words(pattern: str, by_label: bool = True,
+                  case: Mapping[str, Any] | None = None) -> str:
     """A pattern as the views say it: of labels for a run scored by label, of answers
-    otherwise."""
+    otherwise; of one answer when ``case`` (a listed case) was answered once, where "every
+    time" would claim a repetition that never happened."""
     text = PATTERN_WORDS.get(pattern, pattern)  # read back from a report file: any string
+    if case is not None and pattern in ONCE_WORDS and sum(
+            int(case.get(k) or 0) for k in ("right", "wrong", "invalid")) == 1:
+        text = ONCE_WORDS[pattern]
     return text if by_label else text.replace("label", "answer")
 
 

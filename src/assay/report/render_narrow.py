@@ -200,5 +200,5 @@ def _print_cases(rep: dict[str, Any], console: Console) -> None:
         for c in cases[:TERMINAL_CASES]:  # Text: ids and labels are data, not rich markup
             wt.add_row(Text(c["id"]), Text(c["expected"][:80]),
                        Text(", ".join(short_answer(a) for a in c["answers"])),
-                       pattern_words(c["pattern"], by_label(rep)))
+                       pattern_words(c["pattern"], by_label(rep), c))
         console.print(wt)
