@@ -13,6 +13,7 @@ from support.scripted_server import (
     Drop,
     Garbage,
     RecordedRequest,
+    Reply,
     ScriptedServer,
     Status,
     by_input,
@@ -427,3 +428,34 @@ def test_odd_typed_fields_from_a_gateway_are_recorded_as_text(
     assert row["correct"] is True and row["error"] is None
     assert (row["served_model"], row["system_fingerprint"], row["finish_reason"]) == (
         "7", '{"build": 3}', "1")
+
+
+def test_a_run_stopped_early_says_why_first_and_counts_alike(
+        tmp_path: Path, server: ScriptedServer, endpoint_env: dict[str, str]) -> None:
+    """Three answers, then the endpoint refuses the key (401, fatal): the cause is said before
+    any table (after the progress line's last count); the progress line, the report and the
+    resume hint count the same units (asked = answered + infra errors; the rest not asked
+    yet)."""
+    answered = {"n": 0}
+
+    def three_then_refuse(request: RecordedRequest, attempt: int) -> Reply:
+        answered["n"] += 1
+        if answered["n"] > 3:
+            return Status(401, body='{"error": {"message": "bad key"}}')
+        return Answer('{"label": "bug"}')
+
+    server.handler = three_then_refuse
+    cases = [(f"c{i}", f"text {i}", "bug") for i in range(10)]
+    suite = write_suite(tmp_path / "suite", cases)
+    run = tmp_path / "run"
+    res = run_cli(["run", str(suite), "--out", str(run), "-j", "1"])
+    assert res.code == 3, res.stderr
+    lines = res.stderr.splitlines()
+    # the progress line says what was asked, whole; the cause follows it, before any table
+    assert lines[:2] == ["assay: 4/10 asked (invalid 0 · infra errors 1)",
+                         "assay: run stopped early: HTTP 401: bad key"], lines
+    rep = json.loads((run / "report.json").read_text())
+    assert (rep["n"], rep["infra_errors"], rep["missing_rows"]) == (3, 1, 6)
+    assert "3 of 10" in res.stdout and "wrong and invalid" not in res.stdout
+    assert lines[-1].startswith("1 ended in infra errors and 6 not asked yet; resume with: ")
+    assert lines[-1].endswith(f"--out {run}")

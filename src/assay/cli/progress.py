@@ -24,6 +24,8 @@ class TerminalProgress:
         self._last_line = 0.0
         self._bar: Any = None
         self._task: Any = None
+        self._note: str | None = None  # the counts' words as last advanced
+        self._said = 0  # ``done`` as the last line printed said it
 
     def start(self, total: int, done: int) -> None:
         self.total, self.done = total, done
@@ -59,9 +61,13 @@ class TerminalProgress:
         if self._bar is not None:
             self._bar.update(self._task, advance=1, note=note)
         elif time.monotonic() - self._last_line >= 5 or self.done == self.total:
-            self._last_line = time.monotonic()
-            self.console.print(f"assay: {self.done}/{self.total} asked ({note})",
-                               highlight=False)
+            self._say(note)
+        self._note = note
+
+    def _say(self, note: str) -> None:
+        self._last_line = time.monotonic()
+        self._said = self.done
+        self.console.print(f"assay: {self.done}/{self.total} asked ({note})", highlight=False)
 
     def note(self, message: str) -> None:
         self.console.print(f"[yellow]warning:[/] {message}", highlight=False)
@@ -70,3 +76,5 @@ class TerminalProgress:
         if self._bar is not None:
             self._bar.stop()
             self._bar = None
+        elif self._note is not None and self._said != self.done:
+            self._say(self._note)  # a run that stopped early: the last line counts it all
