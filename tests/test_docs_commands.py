@@ -38,6 +38,15 @@ editing this file). Each one meets one of three fates:
   task checks with their twenty mutants), because running it again here would add minutes for
   nothing new. The named tests must exist (``test_run_elsewhere_names_real_tests``).
 
+Every command runs at ``COLUMNS=80`` with stdout and stderr pipes, as in a CI log. Those that
+only read what earlier ones wrote (``READS_ONLY``: report, compare, history, trial show, the
+``exp`` readers, task lint) run a second time at ``COLUMNS=1000``, and every token of their
+80-column output must be one the wide output prints (``support/split_tokens.py``): a run name,
+path, number or digest folded across lines leaves pieces that fail it
+(``test_the_split_check_finds_a_folded_cell`` shows the check failing on a folded table). The
+second runs cost about 6 CPU-seconds on this machine. Commands that write (``run``, ``trial
+run``) are not run twice; their tables are the report's, which ``report`` prints.
+
 The pages' ``python`` blocks run as well, each as a script in a copy of ``examples/``
 (``test_the_python_the_docs_show_runs``).
 
