@@ -87,7 +87,8 @@ def test_unknown_figures_say_so_and_never_print_as_zero():
     assert rows["served model"] == "n/a" and rows["failure reasons"] == "none"
     assert rows["rubric answers graded"] == "0 of 3, 3 ungraded; no grading round yet"
     assert rows["tasks with mixed outcomes"] == "0"
-    assert coding_headline(rep)[0] == ("not yet answered", "4 (resume with the same --out)")
+    assert coding_headline(rep)[0] == (
+        "not yet answered", "4 (resume: run again with --out set to this run directory)")
 
 
 def test_a_run_without_the_sandbox_and_its_warnings_head_the_page():
@@ -114,3 +115,17 @@ def test_a_report_from_before_the_failure_list_says_na_not_none():
     assert 'class="latency"' not in html and "n/a: no latency measured." in html
     # and a report that lists none says so
     assert "None: every graded sample passed" in coding_markdown(report(failed_tasks=[]))
+
+
+def test_no_failed_sample_does_not_claim_a_verdict_for_ungraded_answers() -> None:
+    """Rubric answers waiting for a person have no verdict: the section says so instead of
+    "every sample has a verdict"."""
+    from assay.report.cases_markdown import coding_failures_markdown
+
+    waiting = coding_failures_markdown({"failed_tasks": [], "ungraded": 0,
+                                        "rubric": {"ungraded": 5}})
+    assert waiting[-1] == ("None among the graded samples; 5 rubric answers wait for human "
+                           "grading (assay grade).")
+    done = coding_failures_markdown({"failed_tasks": [], "ungraded": 0,
+                                     "rubric": {"ungraded": 0}})
+    assert done[-1] == "None: every graded sample passed and every sample has a verdict."

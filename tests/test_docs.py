@@ -175,3 +175,19 @@ def test_the_readme_lists_every_exit_code_the_code_defines() -> None:
     rows = {int(m) for m in re.findall(r"^\| (\d+) \|", table, re.M)}
     codes = {v for k, v in vars(errors).items() if k.startswith("EXIT_") and isinstance(v, int)}
     assert codes and codes <= rows, sorted(codes - rows)
+
+
+def test_the_readme_counts_what_the_examples_hold() -> None:
+    """The README's quoted counts (the figures of the rehearsal are held in
+    test_examples.py::test_the_rehearsal_experiment_runs_with_a_real_agent, which runs it)."""
+    text = " ".join(README.read_text(encoding="utf-8").split())
+    words = {"five": 5, "six": 6, "seven": 7, "eight": 8, "nine": 9, "ten": 10}
+    said = re.search(r"`examples/agent-tasks` has (\w+)\.", text)
+    assert said, "the README no longer says how many example bundles there are"
+    bundles = [p for p in (REPO / "examples" / "agent-tasks").iterdir()
+               if (p / "task.yaml").is_file()]
+    assert words[said.group(1)] == len(bundles)
+    said = re.search(r"`examples/triage` is (\d+) GitHub issues", text)
+    assert said
+    cases = (REPO / "examples" / "triage" / "data" / "cases.jsonl").read_text().splitlines()
+    assert int(said.group(1)) == sum(1 for line in cases if line.strip())

@@ -43,6 +43,15 @@ editing this file). Each one meets one of three fates:
   task checks with their twenty mutants), because running it again here would add minutes for
   nothing new. The named tests must exist (``test_run_elsewhere_names_real_tests``).
 
+Every command runs at ``COLUMNS=80`` with stdout and stderr pipes, as in a CI log. Those that
+only read what earlier ones wrote (``READS_ONLY``: report, compare, history, trial show, the
+``exp`` readers, task lint) run a second time at ``COLUMNS=1000``, and every token of their
+80-column output must be one the wide output prints (``support/split_tokens.py``): a run name,
+path, number or digest folded across lines leaves pieces that fail it
+(``test_the_split_check_finds_a_folded_cell`` shows the check failing on a folded table). The
+second runs cost about 6 CPU-seconds on this machine. Commands that write (``run``, ``trial
+run``) are not run twice; their tables are the report's, which ``report`` prints.
+
 The pages' ``python`` blocks run as well, each as a script in a copy of ``examples/``
 (``test_the_python_the_docs_show_runs``).
 
@@ -83,6 +92,7 @@ from support.doc_commands import (
     commands_in,
     doc_pages,
 )
+from support.split_tokens import split_tokens
 
 from assay.cli.reference import root_command
 from assay.sandbox import bwrap_available
@@ -119,6 +129,14 @@ RUN_HERE: set[tuple[str, ...]] = {
 RUN_HERE_LINES: set[tuple[str, ...]] = {
     ("exp", "run", "examples/agents/experiment.yaml"),
 }
+#: commands that only read what earlier ones wrote: run again at a width nothing wraps at, as
+#: the reference no token of their 80-column output may be a piece of
+READS_ONLY: set[tuple[str, ...]] = {
+    ("compare",), ("report",), ("history",), ("trial", "show"), ("exp", "plan"),
+    ("exp", "status"), ("exp", "verdict"), ("exp", "compare"), ("task", "lint"),
+}
+#: the terminal width the documented commands run at (stdout and stderr are pipes)
+DOC_COLUMNS = "80"
 #: exit codes a command may end with besides 0, where the docs say it (the README's table)
 OTHER_EXITS: dict[tuple[str, ...], set[int]] = {("exp", "verdict"): {1, 4}}
 #: options that name a file the command reads (the others name what it writes, or no file)
@@ -359,14 +377,16 @@ def test_the_commands_of_a_page_run(page: Path, tmp_path: Path) -> None:
             continue
         with stand_in(parsed, tmp_path) as env:
             proc = subprocess.run([sys.executable, "-m", "assay", *doc.words], cwd=tmp_path,
-                                  env=env, capture_output=True, text=True, timeout=600,
-                                  stdin=subprocess.DEVNULL)
+                                  env={**env, "COLUMNS": DOC_COLUMNS}, capture_output=True,
+                                  text=True, timeout=600, stdin=subprocess.DEVNULL)
         allowed = {0} | OTHER_EXITS.get(parsed.path, set())
         if parsed.path == ("history",) and "--fail-on-drift" in parsed.options:
             allowed.add(5)
         assert proc.returncode in allowed, (
             f"{doc}: exit {proc.returncode}\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
         assert "Traceback" not in proc.stderr, f"{doc}\n{proc.stderr[-3000:]}"
+        if parsed.path in READS_ONLY:
+            assert_nothing_split(doc, proc, tmp_path)
         ran.append(f"  {doc}  ({time.monotonic() - started:.1f} s)")
         if doc.words[:3] == ("exp", "run", "examples/agents/experiment.yaml"):
             # the example agent really fixed the task through the gateway: accepted, with the
@@ -381,6 +401,42 @@ def test_the_commands_of_a_page_run(page: Path, tmp_path: Path) -> None:
           + f"\nnot run: {len(skipped)}\n" + "\n".join(skipped))
     if page.name == "README.md":  # the quick starts are meant to run: keep them so
         assert len(ran) >= 12, "\n".join(skipped)
+
+
+def assert_nothing_split(doc: DocCommand, narrow: subprocess.CompletedProcess[str],
+                         cwd: Path) -> None:
+    """The command's output at 80 columns split no token across lines: run again with room
+    for any line (stdout a pipe both times), every token of the narrow output must be one the
+    wide output prints (support/split_tokens.py)."""
+    wide = subprocess.run([sys.executable, "-m", "assay", *doc.words], cwd=cwd,
+                          env={**_env(), "COLUMNS": "1000"}, capture_output=True, text=True,
+                          timeout=600, stdin=subprocess.DEVNULL)
+    for name in ("stdout", "stderr"):
+        pieces = split_tokens(getattr(narrow, name), getattr(wide, name))
+        assert not pieces, (f"{doc}: at {DOC_COLUMNS} columns its {name} split "
+                            f"{pieces[:10]}\n{getattr(narrow, name)[-3000:]}")
+
+
+def test_the_split_check_finds_a_folded_cell() -> None:
+    """The check can fail: a table whose column is narrower than a run name, as `history`
+    drew one, folds the name; at a width with room it does not."""
+    from rich.console import Console
+    from rich.table import Table
+
+    def draw(width: int) -> str:
+        console = Console(width=width, record=True, file=open(os.devnull, "w"))  # noqa: SIM115
+        table = Table()
+        for col in ("started (UTC)", "run", "headline", "served", "fingerprints"):
+            table.add_column(col, overflow="fold")
+        table.add_row("2026-12-06T09:53:35.707Z", "triage-builtin_baseline-20261206T095335Z",
+                      "82.7% [72.6, 89.6] n=75", "builtin/baseline", "suite:45fefde")
+        console.print(table)
+        console.file.close()
+        return console.export_text()
+
+    pieces = split_tokens(draw(60), draw(1000))
+    assert "triage-" not in pieces and any(p.startswith("triag") for p in pieces), pieces
+    assert split_tokens(draw(1000), draw(1000)) == []
 
 
 PYTHON_BLOCKS = [(page, line, code) for page in doc_pages()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -62,6 +63,8 @@ def test_the_rehearsal_experiment_runs_with_a_real_agent(tmp_path: Path) -> None
     out = tmp_path / "run"
     res = run_cli(["exp", "run", str(exp), "--out", str(out)])
     assert res.code == 0, res.stderr
+    # the README sends a reader to report.html: so does the command
+    assert f"report: {out / 'report.html'}" in res.stderr
     res = run_cli(["exp", "verdict", str(out), "--json"])
     assert res.code == 4, res.stdout + res.stderr
     v = json.loads(res.stdout)
@@ -72,6 +75,20 @@ def test_the_rehearsal_experiment_runs_with_a_real_agent(tmp_path: Path) -> None
     assert rep["arms"]["baseline"]["accepted"] == 2 and rep["arms"]["candidate"]["accepted"] == 4
     assert rep["arms"]["candidate"]["cost_complete"] is True and rep["holdout"] is None
     assert not (exp.parent.parent / "agent-tasks" / ".assay").exists()
+    # what the README quotes of this run is what the commands print
+    readme = " ".join((exp.parents[2] / "README.md").read_text().split())
+    quoted = re.search(r"the candidate fixes (\w+) tasks of (\w+) and the baseline (\w+), "
+                       r"Δ = \+(\d+) points", readme)
+    assert quoted, "the README's rehearsal sentence is gone"
+    words = {"two": 2, "four": 4}
+    assert [words[quoted.group(i)] for i in (1, 2, 3)] == [
+        rep["arms"]["candidate"]["accepted"], v["comparison"]["n_tasks"],
+        rep["arms"]["baseline"]["accepted"]]
+    assert int(quoted.group(4)) == round(100 * v["comparison"]["delta"])
+    text = run_cli(["exp", "verdict", str(out)])
+    said = " ".join(text.stdout.split())
+    assert "would be needed to detect the hoped improvement of +20.0 pts" in said, said
+    assert "would be needed to detect the hoped improvement of +20 points" in readme
     _every_trial_is_a_valid_atif_trajectory(out, tmp_path / "atif")
 
 

@@ -67,6 +67,10 @@ def test_text_counts_then_not_done_trials(run_dir: Path) -> None:
     assert "experiment status-exp: 12 trials planned, 8 not done" in out
     assert "done 3" in out and "pending 5" in out and "infra_error 1" in out
     assert "agent_timeout 1" in out and "interrupted 1" in out
+    # each failure under the arm it belongs to (PLAN[2] is base's, PLAN[3] cand's)
+    failures = out[out.index("failures:"):out.index("attempts:")].splitlines()
+    assert failures[1:] == [f"  {PLAN[2].arm}: agent_timeout 1",
+                            f"  {PLAN[3].arm}: infra_error 1"], failures
     listed = rows(out)
     assert [(r[0], r[1], r[2]) for r in listed] == [(k.task, k.arm, str(k.rep))
                                                     for k in PLAN[4:]]
@@ -98,6 +102,8 @@ def test_json_lists_every_trial(run_dir: Path) -> None:
     assert trials[11] == {"task": "task-2", "arm": "cand", "rep": 1, "state": "pending",
                           "attempts": [], "accepted": None, "failure_code": None}
     assert data["counts"]["planned"] == 12 and data["counts"]["trials"]["done"] == 3
+    assert data["counts"]["failure_codes_by_arm"] == {PLAN[2].arm: {"agent_timeout": 1},
+                                                      PLAN[3].arm: {"infra_error": 1}}
 
 
 def _digests(run_dir: Path) -> dict[str, str]:

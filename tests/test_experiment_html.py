@@ -66,7 +66,7 @@ def test_verdict_and_bar() -> None:
     assert box.find("div", "decision").text() == "inconclusive"
     assert [li.text() for li in box.find("ul", "reasons").find_all("li")] == \
         experiment_report()["verdict"]["reasons"]
-    assert "About 40 tasks would settle it" in box.text()
+    assert "About 40 tasks would be needed to detect the hoped improvement" in box.text()
     assert "no violation observed in this batch is not proof there are none" in box.text()
     rows = v.find("table", "checks").find("tbody").find_all("tr")
     got = [[td.text() for td in tr.find_all("td")] for tr in rows]

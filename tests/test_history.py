@@ -209,6 +209,10 @@ def test_fail_on_drift_looks_at_the_newest_run_of_each_series(pile: dict[str, An
     res = run_cli(["history", str(pile["partial"]), "--fail-on-drift"])
     assert res.code == EXIT_DRIFT == 5, res.stderr
     assert "drift" in res.stderr
+    # the closing line names the old and the new served model, each whole on one line
+    assert ("served model changed under 'acme-large': served model acme-large-2026-01 → "
+            "acme-large-2026-02; system fingerprint fp_a1 → fp_b7") in res.stdout
+    assert "DRIFT -50.0 [" in res.stdout and "1 of " in res.stdout
     # two steady nights later the newest runs agree with the ones before them
     res = run_cli(["history", str(pile["runs"]), "--fail-on-drift"])
     assert res.code == 0, res.stderr
@@ -323,3 +327,27 @@ def test_claimed_run_directories_never_collide(tmp_path: Path) -> None:
     assert (a / "manifest.json").read_text() == "{}"
     d = claim_run_dir(root, "../../etc", "..", stamp="20261201T030000Z")
     assert d.parent == root and d.name == "etc-x-20261201T030000Z"
+
+
+def test_a_run_with_no_answer_is_not_a_point(tmp_path: Path) -> None:
+    """An endpoint that answers the first request (the reachability check) and then only
+    503s: the run directory holds infra errors only. History names it as left out and draws
+    no point for it; the runs with answers are read as before."""
+    from support.scripted_server import Status
+
+    suite = _suite(tmp_path)
+    runs = tmp_path / "runs"
+    _run(suite, runs, "builtin/oracle")
+    with ScriptedServer(lambda request, attempt: Status(503)) as srv:
+        env = {"MODEL_BASE_URL": srv.base_url, "MODEL_API_KEY": "sk-history-test"}
+        res = run_cli(["run", str(suite), "--model", "builtin-less", "--max-tries", "1",
+                       "--out-root", str(runs)], env=env)
+    assert res.code == 3, res.stderr
+    assert "no answer was recorded, so there is no report" in res.stderr
+    assert "accuracy" not in res.stdout  # no report of zeros
+    code, h = _history(str(runs))
+    assert code == 0 and [g["who"] for g in h["groups"]] == ["builtin/oracle"]
+    [empty] = h["without_answers"]
+    assert Path(empty["dir"]).name.startswith("mini-builtin-less-")
+    text = run_cli(["history", str(runs)])
+    assert "left out, no answer recorded:" in text.stdout and "builtin-less" in text.stdout

@@ -228,6 +228,19 @@ def test_check_citations_finds_every_kind_of_bad_citation() -> None:
         "citation 'event:0': the material has no events"]
 
 
+def test_a_citation_in_the_spelling_the_judge_was_shown_is_accepted() -> None:
+    """A file whose name holds <<<, >>> or a newline is shown escaped; the judge cites what it
+    was shown, and that citation holds (the raw spelling too), through a whole reply."""
+    odd = "we<<<ird>>>\nname.py"
+    m = Material(kind="artifact", files={odd: "a\nb\n"})
+    block, _ = quote_material(m, nonce="aa")
+    shown = "we‹‹‹ird›››\\nname.py"
+    assert f"[file {shown} (2 lines)]" in block
+    assert check_citations([f"{shown}:1", f"{shown}:1-2"], m) == []
+    assert check_citations([f"{odd}:2".replace("\n", " ")], m) != []  # not any spelling
+    assert check_citations(["we<<<ird>>>:1"], m) != []
+
+
 @pytest.mark.parametrize(("first", "problem"), [
     (verdict({"correct": 3, "tone": "polite"}, ["invented.py:1"]),
      "criterion 'correct': citation 'invented.py:1': no file 'invented.py' in the material"),
@@ -244,8 +257,18 @@ def test_check_citations_finds_every_kind_of_bad_citation() -> None:
      "criterion 'correct': score 5 is not in its scale (an integer from 0 to 3)"),
     (verdict({"correct": 3}, ["answer.txt:1"]), "criterion 'tone' is missing"),
     ("I think it is fine.", "the reply has no JSON object"),
-    ("{not json", "no strict JSON object parses in the reply"),
-    ("Sure! {score: 3}", "no strict JSON object parses in the reply"),
+    ("{not json", "the reply's JSON object is broken at character 1 (cut off, or not strict "
+                  "JSON): send one complete object"),
+    ("Sure! {score: 3}", "the reply's JSON object is broken at character 7 (cut off, or not "
+                         "strict JSON): send one complete object"),
+    # cut off mid-object: broken, never read from the criterion object inside it
+    ('{"criteria": {"correct": {"score": 3, "citations": ["answer.txt:1"], "reason": "r"}, '
+     '"tone": {"score": "polite", "citations": ["answer.txt:1"]',
+     "the reply's JSON object is broken at character 142 (cut off, or not strict JSON): send "
+     "one complete object"),
+    # a list around a valid reply is a list
+    (json.dumps([verdict({"correct": 3, "tone": "polite"}, ["answer.txt:1"])]),
+     "the reply is a JSON list, not one object: send the object alone"),
 ])
 def test_a_bad_reply_gets_one_retry_then_is_invalid(tmp_path: Path, first: object,
                                                      problem: str) -> None:

@@ -5,6 +5,7 @@ invalid judgements counted apart, one calibration file per revision never writte
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -143,6 +144,20 @@ def test_a_rerun_reuses_judgements_and_a_different_calibration_is_refused(
         again = run_cli(["judge", "calibrate", str(judge_yaml), str(grades)])
         assert again.code == 0 and "unchanged; 0 new judgements" in again.stdout
         assert len(server.chat_requests()) == asked  # nothing asked twice
+        # "N invalid" says why: ITEM8's judge cites a file the material does not hold
+        assert ("invalid (1): criterion 'ok': citation 'made_up.py:3': no file 'made_up.py' "
+                "in the material") in again.stderr
+        # the same grades file named by another path (absolute; relative from another
+        # folder): the same figures, left alone, never "exists with other figures"
+        for spelling in (str(grades.resolve()), os.path.relpath(grades, tmp_path / "judge")):
+            cwd = os.getcwd()
+            os.chdir(tmp_path / "judge")
+            try:
+                same = run_cli(["judge", "calibrate", str(judge_yaml.resolve()), spelling])
+            finally:
+                os.chdir(cwd)
+            assert same.code == 0 and "unchanged" in same.stdout, same.stderr
+        assert path.read_text() == first
         # Other human grades for the same revision: refused before any request, file kept.
         other = list(ITEMS)
         other[0] = ("no", "yes", 3, 3)
@@ -154,6 +169,14 @@ def test_a_rerun_reuses_judgements_and_a_different_calibration_is_refused(
                              str(tmp_path / "other.jsonl"), "--out", str(tmp_path / "cal2")])
         assert elsewhere.code == 0
         assert (tmp_path / "cal2" / path.name).is_file()
+        # judge check finds a calibration written with --out when told where
+        there = run_cli(["judge", "check", str(judge_yaml), "--calibration",
+                         str(tmp_path / "cal2")])
+        assert there.code == 0 and "calibration: ok: exact" in there.stdout, there.stdout
+        moved = run_cli(["judge", "check", str(judge_yaml), "--calibration",
+                         str(tmp_path / "nowhere")])
+        assert "uncalibrated (no calibration-" in moved.stdout and "--calibration DIR" in \
+            moved.stdout
         # A changed rubric is a new judge: uncalibrated, the old calibration untouched.
         (tmp_path / "judge" / "rubric.yaml").write_text(RUBRIC.replace("How good", "How fine"))
         changed = load_judge(judge_yaml)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,7 @@ from support.scripted_server import (
     Drop,
     Garbage,
     RecordedRequest,
+    Reply,
     ScriptedServer,
     Status,
     by_input,
@@ -381,6 +383,9 @@ def test_builtin_baseline_on_example_suite(tmp_path: Path) -> None:
 
 def test_unreachable_endpoint_stops_the_run_at_once(tmp_path: Path,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """Nothing listening at the base URL: one request before the first case finds it, exit 3
+    within seconds with the cause on the first line, no report of zeros, no run directory
+    (so `assay history` has nothing to plot), for --out and for --out-root alike."""
     import socket
 
     with socket.socket() as s:  # a port that was free a moment ago: nothing listens there
@@ -388,14 +393,24 @@ def test_unreachable_endpoint_stops_the_run_at_once(tmp_path: Path,
         port = s.getsockname()[1]
     monkeypatch.setenv("MODEL_BASE_URL", f"http://127.0.0.1:{port}/v1")
     monkeypatch.setenv("MODEL_NAME", "m")
+    monkeypatch.setenv("MODEL_API_KEY", SECRET)
     cases = [(f"c{i}", f"text {i}", "bug") for i in range(60)]
     suite = write_suite(tmp_path / "suite", cases)
     run = tmp_path / "run"
-    res = run_cli(["run", str(suite), "--out", str(run), "--max-tries", "2", "-j", "2"])
-    assert res.code == 3
-    assert "cannot connect" in res.stderr
-    rows = read_rows(run)
-    assert 0 < len(rows) < 60 and all(r["error"] for r in rows)  # stopped, not burned through
+    started = time.monotonic()
+    res = run_cli(["run", str(suite), "--out", str(run), "--max-tries", "5", "-j", "2"])
+    assert res.code == 3, res.stderr
+    assert time.monotonic() - started < 30  # one refused connection, no backoff per case
+    first = res.stderr.splitlines()[0]
+    assert first.startswith("assay: cannot connect to http://127.0.0.1:") and "running" in first
+    assert res.stdout == "" and "accuracy" not in res.stderr  # no report of zeros
+    assert not run.exists()
+    root = tmp_path / "nightly"
+    res = run_cli(["run", str(suite), "--out-root", str(root)])
+    assert res.code == 3 and res.stderr.startswith("assay: cannot connect"), res.stderr
+    assert list(root.iterdir()) == []  # the claimed directory was released
+    hist = run_cli(["history", str(root)])
+    assert hist.code == 0 and hist.stdout == "no run with an answer found\n", hist
 
 
 def test_odd_typed_fields_from_a_gateway_are_recorded_as_text(
@@ -413,3 +428,34 @@ def test_odd_typed_fields_from_a_gateway_are_recorded_as_text(
     assert row["correct"] is True and row["error"] is None
     assert (row["served_model"], row["system_fingerprint"], row["finish_reason"]) == (
         "7", '{"build": 3}', "1")
+
+
+def test_a_run_stopped_early_says_why_first_and_counts_alike(
+        tmp_path: Path, server: ScriptedServer, endpoint_env: dict[str, str]) -> None:
+    """Three answers, then the endpoint refuses the key (401, fatal): the cause is said before
+    any table (after the progress line's last count); the progress line, the report and the
+    resume hint count the same units (asked = answered + infra errors; the rest not asked
+    yet)."""
+    answered = {"n": 0}
+
+    def three_then_refuse(request: RecordedRequest, attempt: int) -> Reply:
+        answered["n"] += 1
+        if answered["n"] > 3:
+            return Status(401, body='{"error": {"message": "bad key"}}')
+        return Answer('{"label": "bug"}')
+
+    server.handler = three_then_refuse
+    cases = [(f"c{i}", f"text {i}", "bug") for i in range(10)]
+    suite = write_suite(tmp_path / "suite", cases)
+    run = tmp_path / "run"
+    res = run_cli(["run", str(suite), "--out", str(run), "-j", "1"])
+    assert res.code == 3, res.stderr
+    lines = res.stderr.splitlines()
+    # the progress line says what was asked, whole; the cause follows it, before any table
+    assert lines[:2] == ["assay: 4/10 asked (invalid 0 · infra errors 1)",
+                         "assay: run stopped early: HTTP 401: bad key"], lines
+    rep = json.loads((run / "report.json").read_text())
+    assert (rep["n"], rep["infra_errors"], rep["missing_rows"]) == (3, 1, 6)
+    assert "3 of 10" in res.stdout and "wrong and invalid" not in res.stdout
+    assert lines[-1].startswith("1 ended in infra errors and 6 not asked yet; resume with: ")
+    assert lines[-1].endswith(f"--out {run}")

@@ -37,7 +37,8 @@ _WHERE = {
     **dict.fromkeys(("CODING_DEFAULTS", "RUN_OPTIONS", "SHARED_DEFAULTS"), "assay.api.options"),
     **dict.fromkeys(("RunPlan", "RunResult", "compare", "comparison", "execute", "load_suite",
                      "prepare", "rebuild_report", "run"), "assay.api.runs"),
-    **dict.fromkeys(("check_suite", "check_tasks", "import_harbor", "load_bundles",
+    **dict.fromkeys(("check_narrow_suite", "check_suite", "check_tasks", "import_harbor",
+                     "load_bundles",
                      "run_trial"), "assay.api.tasks"),
     # every reader warns with it; the CLI shows it
     "TornRowWarning": "assay.records.io",
@@ -65,6 +66,7 @@ if TYPE_CHECKING:
         run,
     )
     from assay.api.tasks import (
+        check_narrow_suite,
         check_suite,
         check_tasks,
         import_harbor,
@@ -99,6 +101,7 @@ __all__ = [
     "TrialDone",
     "RunPlan",
     "RunResult",
+    "check_narrow_suite",
     "check_suite",
     "check_tasks",
     "import_harbor",

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from assay.report.history import HistoryRow
-    from assay.report.history_series import History
+    from assay.report.history_series import Group, History, Series
 
 PathLike = str | os.PathLike[str]
 
@@ -33,4 +33,4 @@ def write_history_html(path: PathLike, history: History) -> Path:
     return write(Path(path), history)
 
 
-__all__ = ["History", "HistoryRow", "build_history", "write_history_html"]
+__all__ = ["Group", "History", "HistoryRow", "Series", "build_history", "write_history_html"]

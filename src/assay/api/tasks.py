@@ -21,6 +21,7 @@ from assay.errors import InputError, SuiteError
 
 if TYPE_CHECKING:
     from assay.agents import Agent
+    from assay.grading.answers.narrow_check import NarrowCheck
     from assay.grading.answers.suite_check import TaskCheck
     from assay.records.statuses import TrialRunStatus
     from assay.records.trial import Grade, TrialRecord
@@ -58,6 +59,21 @@ def check_suite(tasks: PathLike | NarrowSuite | CodingSuite, *,
     _sandbox(sandbox)
     params = CodingParams(exec_timeout_s=float(exec_timeout), isolation=sandbox)  # type: ignore[arg-type]
     return check(suite, params)
+
+
+def check_narrow_suite(suite: PathLike | NarrowSuite) -> NarrowCheck:
+    """A narrow suite's reply contract, without a model: the prompt names the reply the
+    scorer reads, every expected value given back in it reads and scores right, an empty reply
+    is invalid, every label is expected by some case (``grading/answers/narrow_check.py``).
+    ``suite``: a suite directory or what :func:`load_suite` returned; a coding suite is
+    refused (:func:`check_suite` checks those)."""
+    from assay.grading.answers.narrow_check import check_narrow_suite as check
+    from assay.suites.cases import NarrowSuite
+
+    loaded = suite if isinstance(suite, NarrowSuite) else load_suite(suite)
+    if not isinstance(loaded, NarrowSuite):
+        raise InputError(f"{suite}: a coding tasks file, not a narrow suite")
+    return check(loaded)
 
 
 def load_bundles(dirs: Sequence[PathLike]) -> list[Bundle]:
@@ -323,7 +339,8 @@ def parse_agent(spec: str) -> Agent:
     return parse(spec)
 
 
-__all__ = ["ModelTrial", "TrialRun", "check_starting_tree", "check_suite", "check_tasks",
+__all__ = ["ModelTrial", "TrialRun", "check_narrow_suite", "check_starting_tree", "check_suite",
+           "check_tasks",
            "experiment_bundles", "find_bundles", "import_harbor", "load_bundle", "load_bundles",
            "parse_agent", "pin_image", "pin_starting_tree", "run_model_trial", "run_trial",
            "split_overlaps", "unpinned_image"]

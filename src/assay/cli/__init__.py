@@ -36,7 +36,7 @@ def main() -> None:
     and a one-line message, never a traceback."""
     _report_torn_rows()
     try:
-        app()
+        app(prog_name="assay")  # not "python -m assay": the name a user types
     except AssayError as exc:
         err.print(f"[bold red]assay:[/] {exc}", highlight=False)
         raise SystemExit(exc.exit_code) from None

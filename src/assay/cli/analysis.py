@@ -103,8 +103,10 @@ def exp_plan(
     = None,
     delta: Annotated[float | None, typer.Option("--delta", help="An effect to detect: print "
                                                 "the N tasks needed instead.")] = None,
-    seed: int = 0,
-    as_json: Annotated[bool, typer.Option("--json")] = False,
+    seed: Annotated[int, typer.Option(help="Seed of the simulation (the same seed, the same "
+                                      "figures).")] = 0,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object instead of the "
+                                          "sentence.")] = False,
     tier: Annotated[list[str] | None, typer.Option(
         "--tier", help="With --experiment: what this tier (repeat it; 'all' for every tier and "
         "the whole file) can and cannot detect, sized as the file declares it.")] = None,
@@ -174,8 +176,10 @@ def _plan_tiers(experiment: Path | None, tiers: list[str], pilot: Path | None,
 
 @exp_app.command("verdict")
 def exp_verdict(
-    run_dir: Annotated[Path, typer.Argument(metavar="DIR")],
-    as_json: Annotated[bool, typer.Option("--json")] = False,
+    run_dir: Annotated[Path, typer.Argument(metavar="DIR", help="An experiment run "
+                                            "directory whose file has a bar:.")],
+    as_json: Annotated[bool, typer.Option("--json", help="The verdict, the bar and the "
+                                          "comparison's figures as one JSON object.")] = False,
 ) -> None:
     """Accept / reject / inconclusive from the bar frozen before the run. Exit 0 accept,
     1 reject, 4 inconclusive, 2 bad input (no bar, not a run directory)."""

@@ -57,7 +57,8 @@ EVIDENCE_GAP = "evidence_gap"
 def _counts_json(db: Any, gaps: list[Any]) -> dict[str, Any]:
     c = db.counts()
     return {"planned": c.planned, "trials": c.trials, "failure_codes": c.failures,
-            "attempts": c.attempts, "evidence_gaps": len(gaps)}
+            "failure_codes_by_arm": db.failures_by_arm(), "attempts": c.attempts,
+            "evidence_gaps": len(gaps)}
 
 
 def _gap_note(gaps: list[Any]) -> str:
@@ -104,7 +105,9 @@ def _write_text(db: Any, fh: TextIO, *, show_all: bool) -> None:
              + (f", {hit} with evidence lost (not complete)" if hit else "") + "\n"
              f"trials:   {_line(c.trials)}\n"
              f"failures: {_line(c.failures)}\n"
-             f"attempts: {_line(c.attempts)}\n"
+             + "".join(f"  {arm}: {_line(codes)}\n"
+                       for arm, codes in db.failures_by_arm().items())
+             + f"attempts: {_line(c.attempts)}\n"
              + (_gap_note(gaps) + "\n" if gaps else ""))
     # a trial with a lost attempt is listed even when its row says done
     rows = db.trials(unfinished_only=not show_all and not gaps)
@@ -237,7 +240,8 @@ def exp_run(
         unpriced = ", ".join(f"no price for {m}" for m in result.unpriced_models)
         spent = (f"spent: {unpriced}" if not result.spent_usd
                  else f"{spent} on priced calls; {unpriced}")
-    err.print(f"trials: {counts}; {spent}; report: {result.report_path}", highlight=False)
+    err.print(f"trials: {counts}; {spent}; report: {result.out_dir / 'report.html'} (the page "
+              "to open; report.md beside it)", highlight=False)
     if result.pairwise_error is not None:
         # after the trials' own line: they are done and reported; the check is what is missing
         err.print(escape(f"pairwise check: not done: {result.pairwise_error}; the trials are "

@@ -44,13 +44,16 @@ def judge_check(
     judge: JudgeArg,
     as_json: Annotated[bool, typer.Option("--json", help="The pin and calibration as JSON.")]
     = False,
+    calibration_dir: Annotated[Path | None, typer.Option(
+        "--calibration", metavar="DIR", help="Where `judge calibrate --out DIR` wrote the "
+        "calibration (default: beside judge.yaml).")] = None,
 ) -> None:
     """Load and check a judge; print its pin and whether it is calibrated."""
     from assay.api.judge import calibration_for, calibration_label, load_judge
 
     try:
         loaded = load_judge(judge)
-        calibration = calibration_for(loaded)
+        calibration = calibration_for(loaded, calibration_dir)
     except AssayError as exc:
         raise _failed(exc) from None
     if as_json:
@@ -61,8 +64,12 @@ def judge_check(
     out.print(f"judge {pin['revision']}: model {pin['model']}, rubric {pin['rubric']} "
               f"({len(loaded.criteria)} criteria), template {pin['template']}, temperature "
               f"{pin['temperature']}, max_tokens {pin['max_tokens']}", highlight=False)
-    out.print(f"calibration: {escape(calibration_label(calibration))}", highlight=False,
-              soft_wrap=True)
+    label = calibration_label(calibration)
+    if calibration is None:
+        looked = calibration_dir if calibration_dir is not None else loaded.path.parent
+        label += (f" (no calibration-{loaded.revision}.json in {looked}; one written with "
+                  "`judge calibrate --out DIR` is read with --calibration DIR)")
+    out.print(f"calibration: {escape(label)}", highlight=False, soft_wrap=True)
 
 
 @judge_app.command("calibrate")
@@ -98,6 +105,8 @@ def judge_calibrate(
                       _num(a["kappa"]), f"[{ci[0]:.2f}, {ci[1]:.2f}]" if ci else "n/a",
                       _num(a["weighted_kappa"]))
     out.print(table)
+    for why, n in sorted(result.why_invalid.items(), key=lambda kv: -kv[1]):
+        err.print(f"invalid ({n}): {escape(why)}", highlight=False, soft_wrap=True)
     if rec["ungraded"]:
         err.print(f"no human grades for: {', '.join(rec['ungraded'])} (uncalibrated there)",
                   highlight=False)

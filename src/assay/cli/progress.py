@@ -24,6 +24,8 @@ class TerminalProgress:
         self._last_line = 0.0
         self._bar: Any = None
         self._task: Any = None
+        self._note: str | None = None  # the counts' words as last advanced
+        self._said = 0  # ``done`` as the last line printed said it
 
     def start(self, total: int, done: int) -> None:
         self.total, self.done = total, done
@@ -40,7 +42,7 @@ class TerminalProgress:
                 TimeRemainingColumn,
             )
 
-            self._bar = Progress(TextColumn("[bold]asking"), BarColumn(), MofNCompleteColumn(),
+            self._bar = Progress(TextColumn("[bold]asked"), BarColumn(), MofNCompleteColumn(),
                                  TextColumn("{task.fields[note]}"), TimeElapsedColumn(),
                                  TimeRemainingColumn(), console=self.console, transient=True)
             self._bar.start()
@@ -51,16 +53,21 @@ class TerminalProgress:
         self.invalid += bool(row.get("invalid_reason"))
         self.failed += row.get("passed") is False
         self.errors += bool(row.get("error"))
+        # the words and counts of the report: asked = answered + infra errors
         if "passed" in row:  # a coding sample
-            note = f"failed {self.failed} · errors {self.errors}"
+            note = f"failed {self.failed} · infra errors {self.errors}"
         else:
-            note = f"invalid {self.invalid} · errors {self.errors}"
+            note = f"invalid {self.invalid} · infra errors {self.errors}"
         if self._bar is not None:
             self._bar.update(self._task, advance=1, note=note)
         elif time.monotonic() - self._last_line >= 5 or self.done == self.total:
-            self._last_line = time.monotonic()
-            self.console.print(f"assay: {self.done}/{self.total} answered ({note})",
-                               highlight=False)
+            self._say(note)
+        self._note = note
+
+    def _say(self, note: str) -> None:
+        self._last_line = time.monotonic()
+        self._said = self.done
+        self.console.print(f"assay: {self.done}/{self.total} asked ({note})", highlight=False)
 
     def note(self, message: str) -> None:
         self.console.print(f"[yellow]warning:[/] {message}", highlight=False)
@@ -69,3 +76,5 @@ class TerminalProgress:
         if self._bar is not None:
             self._bar.stop()
             self._bar = None
+        elif self._note is not None and self._said != self.done:
+            self._say(self._note)  # a run that stopped early: the last line counts it all

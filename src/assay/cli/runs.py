@@ -34,6 +34,7 @@ from assay.errors import (
     InputError,
     RunConflict,
     SuiteError,
+    TransportError,
 )
 
 
@@ -55,9 +56,12 @@ def run(
     = None,
     samples: Annotated[int, typer.Option(min=1, help="Coding: answers per task.")]
     = CODING_DEFAULTS["samples"],
-    concurrency: Annotated[int, typer.Option("-j", "--concurrency", min=1)]
+    concurrency: Annotated[int, typer.Option("-j", "--concurrency", min=1, help="Requests in "
+                                             "flight at once.")]
     = SHARED_DEFAULTS["concurrency"],
-    max_tokens: Annotated[int | None, typer.Option(min=1)] = None,
+    max_tokens: Annotated[int | None, typer.Option(min=1, help="Longest answer, in tokens, "
+                                                   "asked of the endpoint (default: the "
+                                                   "suite's, else none).")] = None,
     timeout: Annotated[float, typer.Option(help="Seconds per request.")]
     = SHARED_DEFAULTS["timeout"],
     max_tries: Annotated[int, typer.Option(min=1, help="Transport tries per request.")]
@@ -129,18 +133,46 @@ def run(
         err.print(note, highlight=False)
     run_dir = plan.run_dir
     resume = resume_command(suite_path, run_dir, model_name, url, key_source, flags)
-    result = _execute(plan, resume)
+    try:
+        result = _execute(plan, resume)
+    except TransportError as exc:  # nothing answers at the endpoint: nothing asked or written
+        if claimed is not None:
+            from assay.api.records import release_unused
+
+            release_unused(claimed)
+        raise fail(f"{escape(str(exc))}\nno case was asked and nothing was written",
+                   EXIT_INFRA) from None
     del plan, suite  # the report is built from disk; do not hold the suite meanwhile
-    _print_report(result.report)
-    err.print(f"run directory: {run_dir}", highlight=False)
+    if result.status == "aborted":  # the cause first, before any table
+        err.print(f"[bold red]assay:[/] run stopped early: {escape(result.message or '')}",
+                  highlight=False, soft_wrap=True)
+    if _answered(result.report):
+        _print_report(result.report)
+    else:  # a report of zeros would read as a measurement
+        err.print("no answer was recorded, so there is no report", highlight=False)
+    err.print(f"run directory: {run_dir}", highlight=False, soft_wrap=True)
     checked = _ci_outputs(run_dir, result.report, junit, fail_under, fail_under_ci)
-    if result.status == "aborted":
-        raise fail(f"run stopped early: {result.message}", EXIT_INFRA)
-    if result.infra_errors or result.missing_rows:
-        err.print(f"[yellow]{result.infra_errors} ended in infra errors;[/] resume with: "
-                  f"{escape(resume)}", highlight=False, soft_wrap=True)
+    if result.status == "aborted" or result.infra_errors or result.missing_rows:
+        left = _left_to_do(result)
+        err.print(f"[yellow]{left};[/] resume with: {escape(resume)}", highlight=False,
+                  soft_wrap=True)
         raise typer.Exit(EXIT_INFRA)
     _gate_exit(checked)
+
+
+def _answered(rep: dict[str, Any]) -> int:
+    """Units of work with an answer in the report: neither unasked nor an infra error."""
+    return int(rep["expected_rows"]) - int(rep["missing_rows"]) - int(rep["infra_errors"])
+
+
+def _left_to_do(result: api.RunResult) -> str:
+    """What a resume would ask again, counted as the report counts it."""
+    parts = []
+    if result.infra_errors:
+        parts.append(f"{result.infra_errors} ended in infra errors")
+    if result.missing_rows:
+        parts.append(f"{result.missing_rows} not asked yet")
+    return " and ".join(parts) or "the run stopped early"
 
 
 def _endpoint(model: str | None, base_url: str | None,
@@ -359,23 +391,29 @@ app.add_typer(suite_app, name="suite")
 
 @suite_app.command("check")
 def suite_check(
-    tasks: Annotated[Path, typer.Argument(metavar="TASKS", help="A coding tasks.jsonl.")],
-    sandbox: Annotated[str, typer.Option(help="bwrap, or none (NOT ISOLATED).")]
+    tasks: Annotated[Path, typer.Argument(metavar="SUITE", help="A narrow suite directory, or "
+                                          "a coding tasks.jsonl.")],
+    sandbox: Annotated[str, typer.Option(help="Coding: bwrap, or none (NOT ISOLATED).")]
     = CODING_DEFAULTS["sandbox"],
-    exec_timeout: Annotated[float, typer.Option(help="Seconds per execution.")]
+    exec_timeout: Annotated[float, typer.Option(help="Coding: seconds per execution.")]
     = CODING_DEFAULTS["exec_timeout"],
 ) -> None:
-    """Every task's solution must pass and an empty answer must fail, through the same sandbox
-    and grader as a model's answer. Exit 1 when any task is broken."""
+    """Check a suite without a model. Exit 1 when anything is broken.
+
+    A narrow suite: the prompt names the reply the scorer reads, every expected value given
+    back in that reply reads and scores right, an empty reply is invalid, every label is
+    expected. A coding suite: every task's solution passes and an empty answer fails, through
+    the same sandbox and grader as a model's answer."""
     from rich.table import Table
 
-    kind, path = suite_kind(tasks)
-    if kind != "coding":
-        raise fail(f"{tasks}: not a coding tasks file")
     try:
+        kind, path = suite_kind(tasks)
         suite = api.load_suite(path)
     except SuiteError as exc:
         raise fail(f"invalid suite:\n{exc}") from None
+    if kind == "narrow":
+        _narrow_check(suite)
+        return
     _require_sandbox(sandbox)
     checks = api.check_suite(suite, sandbox=sandbox, exec_timeout=exec_timeout)
     table = Table(title=f"suite check: {path}", title_justify="left")
@@ -397,3 +435,19 @@ def suite_check(
         out.print(f"[bold red]{len(broken)} broken task(s)[/]: fix them before blaming a model.")
         raise typer.Exit(EXIT_CHECK_FAILED)
     out.print(f"all {len(checks)} tasks sound")
+
+
+def _narrow_check(suite: Any) -> None:
+    """The narrow suite's findings, one a line (a finding never wraps inside a name)."""
+    check = api.check_narrow_suite(suite)
+    out.print(f"suite check: {escape(str(suite.root))} ({len(suite.cases)} cases, scorer "
+              f"{suite.scorer.type})", highlight=False)
+    out.print(f"reply the scorer reads: {escape(check.shape)}; e.g. {escape(check.example)}",
+              highlight=False)
+    for f in check.findings:
+        mark = "[green]ok[/]     " if f.ok else "[bold red]BROKEN[/] "
+        out.print(f"{mark} {escape(f.name)}: {escape(f.detail)}", highlight=False)
+    if not check.sound:
+        out.print("[bold red]the suite is broken[/]: fix it before blaming a model.")
+        raise typer.Exit(EXIT_CHECK_FAILED)
+    out.print("the suite is sound")

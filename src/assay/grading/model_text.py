@@ -52,3 +52,39 @@ def find_top_level_objects(text: str) -> tuple[list[dict[str, Any]], bool]:
             continue
         objects.append(obj)
         pos = end
+
+
+def outer_object(text: str) -> tuple[dict[str, Any] | None, str | None]:
+    """(the reply's one JSON object, None) or (None, what is wrong), read where the reply's
+    JSON opens: at its first ``[`` or ``{``. A strict reading for a reply that must be one
+    object (a judge's): an object cut off or broken there is reported as such, never read
+    from an object nested inside it, and a list around an object is a list, not the object
+    (:func:`find_top_level_objects` skips what does not parse, which suits a label in prose)."""
+    opened = re.search(r"[\[{]", text)
+    if opened is None:
+        return None, "the reply has no JSON object"
+    start = opened.start()
+    if text[start] == "[":
+        try:
+            value, _ = _DECODER.raw_decode(text, start)
+        except (ValueError, RecursionError):
+            value = None
+        if isinstance(value, list):
+            return None, "the reply is a JSON list, not one object: send the object alone"
+        start = text.find("{", start)  # a bracket in prose, e.g. "[1]": the object follows
+        if start == -1:
+            return None, "the reply has no JSON object"
+    try:
+        obj, end = _DECODER.raw_decode(text, start)
+    except (ValueError, RecursionError) as exc:
+        at = getattr(exc, "pos", None)
+        where = "" if at is None else f" at character {at}"
+        return None, (f"the reply's JSON object is broken{where} (cut off, or not strict "
+                      "JSON): send one complete object")
+    if not isinstance(obj, dict):
+        return None, "the reply has no JSON object"
+    more, _ = find_top_level_objects(text[end:])
+    if more:
+        return None, f"the reply has {1 + len(more)} JSON objects; send exactly one"
+    return obj, None
+

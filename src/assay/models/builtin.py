@@ -21,6 +21,7 @@ from typing import Protocol
 from assay.suites.cases import NarrowSuite
 from assay.suites.coding import CodingSuite
 from assay.suites.prompts import user_prompt
+from assay.suites.scorer_config import contract_reply
 
 BUILTIN_PREFIX = "builtin/"
 BUILTIN_MODELS = ("builtin/baseline", "builtin/oracle")
@@ -122,15 +123,7 @@ class Oracle:
         text = case_input(messages)
         if text not in self.expected:
             return "I do not know this case."  # visible as an invalid answer, never a guess
-        value = self.expected[text]
-        if self.scorer.type == "label":
-            return json.dumps({self.output_field: value})
-        if self.scorer.reads == "text":
-            return value if isinstance(value, str) else json.dumps(value)
-        if self.scorer.type == "json_fields":
-            field = self.scorer.object_field
-            return json.dumps(value if field is None else {field: value}, ensure_ascii=False)
-        return json.dumps({self.output_field: value}, ensure_ascii=False)
+        return contract_reply(self.scorer, self.output_field, self.expected[text])
 
 
 class CodingOracle:

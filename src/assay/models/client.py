@@ -44,6 +44,8 @@ RETRYABLE_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
 # Status codes that no retry and no other case will fix: stop the run instead of burning cases.
 FATAL_STATUS = {401, 403, 404}
 MAX_RETRY_AFTER_S = 300.0
+#: Seconds the one request before a run's first case may take to connect and answer.
+PROBE_TIMEOUT_S = 10.0
 #: The most of one answer's body read (after any content encoding is undone); a longer one is a
 #: ``body_too_large`` try, retried, so an endpoint cannot make a run hold an answer without end.
 MAX_ANSWER_BYTES = 64 * 1024 * 1024
@@ -138,6 +140,27 @@ class ChatClient:
 
     async def aclose(self) -> None:
         await self._http.aclose()
+
+    async def probe(self) -> None:
+        """Raise a fatal :class:`TransportError` when nothing answers at the base URL.
+
+        One cheap request (``GET <base_url>/models``, a short timeout, no retry) before the
+        first case: a server that is down or a wrong URL otherwise costs every case its full
+        backoff and leaves a run directory of infra errors. Any HTTP answer, even a 404 from a
+        server without a model list or a 401, counts as "there": whether it serves chat is
+        for the first real request to find out (with its own retries and its fatal codes)."""
+        url = self.base_url.rstrip("/") + "/models"
+        try:
+            resp = await self._http.get(url, timeout=min(self.timeout_s, PROBE_TIMEOUT_S))
+            await resp.aclose()
+        except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+            cause = str(exc).strip()[:200] or type(exc).__name__
+            raise TransportError(
+                f"cannot connect to {redact_url(self.base_url)}: is the server running and the "
+                f"URL right? (GET {redact_url(url)}: {cause})",
+                [Try(None, f"connection_error:{type(exc).__name__}", 0.0)], fatal=True) from None
+        except httpx.HTTPError:
+            return  # it answered something (a timeout or a broken reply): the run's tries decide
 
     def _backoff(self, n: int) -> float:
         """Exponential backoff with jitter, so many cases hitting one 503 do not retry in step."""

@@ -190,6 +190,9 @@ class ScorerInfo(ReportPart):
     for runs from before scorers (scored by ``label``)."""
     description: str
     """The rule a person reads: what is read, how it is compared, the normalisation."""
+    output_field: str | None = None
+    """The key of the reply's JSON object the scorer reads (``suite.yaml``'s
+    ``output_field``); null in reports written before it was kept."""
 
 
 class FieldFigures(ReportPart):

@@ -114,7 +114,8 @@ class NarrowWrongCase(_Part):
     answered repeat gave the same wrong label), ``consistent_invalid`` (every answered repeat
     invalid), ``always_wrong`` (never right, answers differ), ``flaky`` (right in some repeats,
     not in others), ``format_retry`` (right, but only after the format retry),
-    ``endpoint_error`` (no wrong answer, some repeats without an answer)."""
+    ``endpoint_error`` (no wrong answer, some repeats without an answer: only in reports
+    from before infra errors were left off this list)."""
     repeats: int
     """Repeats of the case with a row standing."""
     right: int

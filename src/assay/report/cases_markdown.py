@@ -64,12 +64,12 @@ def narrow_cases_markdown(rep: dict[str, Any]) -> list[str]:
         expected = c["expected"] if len(c["expected"]) <= 80 else c["expected"][:79] + "…"
         out.append(f"| {i} | {md_cell(c['id'])} | {md_cell(expected)} | "
                    f"{md_cell(answers)} | {c['right']} of {c['repeats']} | "
-                   f"{pattern_words(c['pattern'], by_label)} |")
+                   f"{pattern_words(c['pattern'], by_label, c)} |")
     out.append("")
     out += _more(len(cases), MAX_TABLE, "cases")
     for i, c in enumerate(cases[:MAX_DETAILED], start=1):
         text, note = shown(c["input"])
-        out += [f"### {i}. {md_code(c['id'])}: {pattern_words(c['pattern'], by_label)}", "",
+        out += [f"### {i}. {md_code(c['id'])}: {pattern_words(c['pattern'], by_label, c)}", "",
                 f"Expected {md_code(c['expected'])}. Input ({note}):", ""]
         out += md_block(text, empty="n/a") + [""]
         for a in c["answers"]:
@@ -94,6 +94,13 @@ def coding_failures_markdown(rep: dict[str, Any], details: bool = True) -> list[
         return out + ["n/a: this report was written before failed samples were listed; "
                       "`assay report RUN_DIR` rebuilds it."]
     if not tasks:
+        waiting = int((rep.get("rubric") or {}).get("ungraded") or 0)
+        if rep.get("ungraded") or waiting:  # no verdict yet is not a verdict
+            parts = ([f"{rep['ungraded']} answers not yet graded (assay regrade)"]
+                     if rep.get("ungraded") else []) + (
+                [f"{waiting} rubric answers wait for human grading (assay grade)"]
+                if waiting else [])
+            return out + ["None among the graded samples; " + "; ".join(parts) + "."]
         return out + ["None: every graded sample passed and every sample has a verdict."]
     out += [f"{len(tasks)} task{'s' if len(tasks) != 1 else ''}, those failing every time "
             "first.", "",

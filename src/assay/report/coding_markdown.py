@@ -11,6 +11,7 @@ from typing import Any
 
 from assay.report.cases_markdown import coding_failures_markdown
 from assay.report.markdown_text import md_cell
+from assay.report.render.numbers import RESUME_NOTE
 
 NOT_ISOLATED = ("NOT ISOLATED: candidate code ran without the sandbox (--sandbox none); "
                 "treat these results and this machine accordingly.")
@@ -86,7 +87,7 @@ def coding_headline(rep: dict[str, Any]) -> list[tuple[str, str]]:
         ("latency p50 / p95 / max (ms)", _latency(rep.get("latency_ms"))),
     ]
     if rep["missing_rows"]:
-        rows.insert(0, ("not yet answered", f"{rep['missing_rows']} (resume with the same --out)"))
+        rows.insert(0, ("not yet answered", f"{rep['missing_rows']} ({RESUME_NOTE})"))
     return rows
 
 

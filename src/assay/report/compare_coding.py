@@ -16,6 +16,7 @@ from assay.records.manifest import read_manifest
 from assay.records.report import CodingComparison
 from assay.report.coding import build_coding_report
 from assay.report.compare_narrow import NotComparable
+from assay.report.methods import method_footnote
 from assay.stats import paired_bootstrap_diff
 
 
@@ -135,8 +136,7 @@ def compare_coding_markdown(c: dict[str, Any]) -> str:
     if c["diff_ci95"] is not None:
         lo, hi = c["diff_ci95"]
         lines.append(f"- difference B − A: {100 * c['pass_at_1_diff_b_minus_a']:+.1f} points, "
-                     f"95% paired CI by task [{100 * lo:+.1f}, {100 * hi:+.1f}] "
-                     f"({c['interval']['method']})")
+                     f"95% paired interval by task [{100 * lo:+.1f}, {100 * hi:+.1f}]¹")
     lines += [f"- newly failing in B (A solved it at least once, B never): "
               f"{', '.join(c['newly_failing']) or 'none'}",
               f"- newly passing in B: {', '.join(c['newly_passing']) or 'none'}"]
@@ -164,4 +164,6 @@ def compare_coding_markdown(c: dict[str, Any]) -> str:
         lines += [f"| {t['id']} | {t['a']} | {t['b']} | {t['a_mean_score']:.2f} | "
                   f"{t['b_mean_score']:.2f} | {t['delta']:+.2f} |" for t in rub["per_task"]]
         lines.append("")
+    if c["diff_ci95"] is not None:
+        lines += [method_footnote(c["interval"]["method"]), ""]
     return "\n".join(lines)

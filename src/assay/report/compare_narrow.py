@@ -19,6 +19,7 @@ from assay.errors import NotComparable
 from assay.records.manifest import read_manifest
 from assay.records.narrow import iter_narrow_rows, read_narrow_manifest
 from assay.records.report import NarrowComparison
+from assay.report.methods import method_footnote
 from assay.report.narrow import SlimRow, final_rows
 from assay.stats import mcnemar_exact, paired_bootstrap_diff
 
@@ -133,10 +134,11 @@ def compare_markdown(c: dict[str, Any]) -> str:
         f"- accuracy A {100 * c['run_a']['accuracy']:.1f}%, B {100 * c['run_b']['accuracy']:.1f}%"
         + ("" if once else " (mean of per-case rates)"),
         f"- difference B − A: {100 * c['accuracy_diff_b_minus_a']:+.1f} points, 95% paired "
-        f"CI by case [{100 * lo:+.1f}, {100 * hi:+.1f}] ({c['interval']['method']})",
+        f"interval by case [{100 * lo:+.1f}, {100 * hi:+.1f}]¹",
         f"- exact McNemar p = {c['mcnemar_p']:.4g}"
         + ("" if once else " (sign test over cases whose rates differ)"), "",
         "## A right, B wrong" if once else "## A right more often than B", "",
         (", ".join(f"`{x}`" for x in c["a_right_b_wrong"]) or "none"), "",
+        method_footnote(c["interval"]["method"]), "",
     ]
     return "\n".join(lines)

@@ -34,6 +34,7 @@ from assay.report.abcompare import (
 from assay.report.ci_outputs import md
 from assay.report.experiment_html import write_experiment_html
 from assay.report.holdout import holdout_line, holdout_summary, reused_banner
+from assay.report.methods import method_footnote
 from assay.report.noise_floor import measure_noise_floor, noise_floor_arm, noise_floor_markdown
 from assay.report.outcomes import (
     EVIDENCE_GAP,
@@ -318,11 +319,11 @@ def verdict_markdown(rep: dict[str, Any]) -> list[str]:
         out += [f"Δ ({md(cmp['b'])} − {md(cmp['a'])}) = **{pts(cmp['delta'])}** {ci_s}", "",
                 *noise]
     out += [f"- {md(r)}" for r in v["reasons"]]
-    out += ["", "| check | hard | want | observed | holds |", "|---|---|---|---|---|"]
+    out += ["", "| check | want | observed | holds | if it fails |", "|---|---|---|---|---|"]
     for c in v["checks"]:
         holds = {True: "yes", False: "**no**", None: "unknown"}[c["ok"]]
-        out.append(f"| {c['name']} | {'yes' if c['hard'] else 'no'} | {md(c['want'])} | "
-                   f"{md(c['observed'])} | {holds} |")
+        out.append(f"| {c['name']} | {md(c['want'])} | {md(c['observed'])} | {holds} | "
+                   f"{'reject' if c['hard'] else 'not accepted'} |")
     if v.get("note"):
         out += ["", f"_{v['note']}._"]
     return out + [""]
@@ -333,10 +334,10 @@ def comparison_markdown(c: dict[str, Any]) -> list[str]:
     ci_s = "no interval" if ci is None else f"[{pts(ci[0])}, {pts(ci[1])}]"
     out = [f"## {md(c['b'])} vs {md(c['a'])}", "",
            f"Δ pass rate (B − A, tasks weighted equally unless weights were fixed) = "
-           f"**{pts(c['delta'])}**, {int(c['level'] * 100)}% interval {ci_s}; method "
-           f"`{c['method']}`, {c['n_clusters']} cluster(s) by {c['cluster_by']}, "
+           f"**{pts(c['delta'])}**, {int(c['level'] * 100)}% interval {ci_s}¹ over "
            f"{c['n_tasks']} task(s); coverage {c['coverage']['compared']}/"
            f"{c['coverage']['planned']} planned tasks.", ""]
+    by_task = c["cluster_by"] == "task"
     if c.get("mcnemar"):
         m = c["mcnemar"]
         out += [f"Exact McNemar: {m['b']} task(s) pass only in A, {m['c']} only in B, "
@@ -369,11 +370,18 @@ def comparison_markdown(c: dict[str, Any]) -> list[str]:
         out += ["Left out of Δ (no graded trial in an arm): " + ", ".join(
             f"{md(r['task'])} (missing {', '.join(r['missing_arms'])})"
             for r in c["left_out"]), ""]
-    out += ["| task | cluster | A passed | B passed | Δ |", "|---|---|---:|---:|---:|"]
+    if by_task:  # each task its own cluster: the column would repeat the task
+        out += ["| task | A passed | B passed | Δ |", "|---|---:|---:|---:|"]
+    else:
+        out += [f"| task | {md(c['cluster_by'])} | A passed | B passed | Δ |",
+                "|---|---|---:|---:|---:|"]
     for r in c["per_task"]:
-        out.append(f"| {md(r['task'])} | {md(r['cluster'])} | {r['passed_a']}/"
+        cluster = "" if by_task else f" {md(r['cluster'])} |"
+        out.append(f"| {md(r['task'])} |{cluster} {r['passed_a']}/"
                    f"{r['n_a']} | {r['passed_b']}/{r['n_b']} | {pts(r['diff'])} |")
-    return out + [""]
+    resampled = ("resampled by task" if by_task else
+                 f"resampled by {c['cluster_by']}, {c['n_clusters']} group(s)")
+    return out + ["", method_footnote(c["method"]) + f" Tasks {resampled}.", ""]
 
 
 def experiment_markdown(rep: dict[str, Any]) -> str:

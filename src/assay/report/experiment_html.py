@@ -28,18 +28,14 @@ from urllib.parse import quote
 from assay.records.io import atomic_write_text
 from assay.report.experiment_plots import forest, short, strip
 from assay.report.holdout import reused_banner
+from assay.report.methods import METHOD_WORDS
 from assay.report.noise_floor import noise_floor_markdown
 from assay.report.render import NA, count, interval_bar, pct, pct_ci, pts, pts_ci, render, usd
 from assay.report.render.numbers import secs
 
 SCHEMA = "assay.experiment.report/2"
 BAR_W = 220  # pass-rate interval bar, the 0-100% axis in px
-METHODS = {"wilson_mover": "the arms' clustered Wilson intervals combined (MOVER), "
-                           "moderated",
-           "moderated_t": "moderated t on cluster means (prior worth two clusters)",
-           "cluster_t": "t interval on cluster means",
-           "bootstrap_percentile": "paired cluster bootstrap (percentile)",
-           "bootstrap_studentized": "paired cluster bootstrap (studentized)"}
+METHODS = METHOD_WORDS
 COST_STATUS = {"ok": "complete", "lower_bound": "lower bound: some usage was not reported",
                "not_computable": "not computable: no accepted trial",
                "unknown": "unknown: no usage recorded"}

@@ -74,6 +74,8 @@ class History(TypedDict):
     drift_rule: str
     groups: list[Group]
     unreadable: list[HistoryRow]
+    #: runs with no answer (a dead endpoint, a run stopped before its first): not a point
+    without_answers: list[HistoryRow]
     drift_flags: list[DriftFlag]
     #: each a :class:`ServedChange` with the ``group`` and ``dir`` it was seen in first
     served_model_changes: list[dict[str, Any]]
@@ -189,13 +191,21 @@ def drift(prev: HistoryRow, cur: HistoryRow, threshold: float) -> Drift:
     return {**base, **res, "flagged": flagged, "direction": direction}
 
 
+def answered(row: HistoryRow) -> bool:
+    """Whether a run's headline rests on anything: a run with no answer at all (every case an
+    infra error, or none asked) is no measurement, and a point for it would draw one."""
+    headline = row.get("headline")
+    return bool(headline and headline.get("n"))
+
+
 def build_history(roots: list[Path], *, threshold: float = 0.0) -> History:
     """The whole history object (``assay history --json``)."""
     rows = collect(roots)
     unreadable = sorted((r for r in rows if r.get("problem")), key=_order)
+    empty = sorted((r for r in rows if not r.get("problem") and not answered(r)), key=_order)
     groups: dict[tuple[str, str, str], list[HistoryRow]] = {}
     for row in rows:
-        if not row.get("problem"):
+        if not row.get("problem") and answered(row):
             groups.setdefault(_group_key(row), []).append(row)
     out_groups: list[Group] = []
     drifted: list[DriftFlag] = []
@@ -236,5 +246,7 @@ def build_history(roots: list[Path], *, threshold: float = 0.0) -> History:
             "drift_rule": "flagged when the paired 95% interval of the difference excludes "
                           "zero by more than drift_threshold (lo > t or hi < -t)",
             "groups": out_groups, "unreadable": unreadable,
+            "without_answers": [{"dir": r["dir"], "kind": r.get("kind"),
+                                 "started_at": r.get("started_at")} for r in empty],
             "drift_flags": drifted, "served_model_changes": served,
             "latest_alarms": alarm}

@@ -21,6 +21,7 @@ from assay.report.html_cases import failures_view, latency_plot, wrong_view
 from assay.report.narrow import INVALID_COLUMN
 from assay.report.render import NA, ci, num, pct, render
 from assay.report.render.bars import interval_bar
+from assay.report.render.numbers import RESUME_NOTE
 from assay.report.render_narrow import agreement_basis, by_label, scorer_words
 
 Kind = Literal["narrow", "coding"]
@@ -177,7 +178,7 @@ def _narrow_view(rep: dict[str, Any]) -> dict[str, Any]:
     ]
     if rep["missing_rows"]:
         figures.insert(1, ("not yet answered", str(rep["missing_rows"]),
-                           "resume with the same --out"))
+                           RESUME_NOTE))
     agreement = None
     if rep.get("agreement"):
         ag = rep["agreement"]
@@ -315,7 +316,7 @@ def _coding_view(rep: dict[str, Any]) -> dict[str, Any]:
              "value": f"{num(lat.get('p50'))} / {num(lat.get('p95'))} / {num(lat.get('max'))} ms",
              "note": "each sample's request"},
         ] + ([{"label": "not yet answered", "value": str(rep["missing_rows"]),
-               "note": "resume with the same --out"}] if rep["missing_rows"] else []),
+               "note": RESUME_NOTE}] if rep["missing_rows"] else []),
         "failure_reasons": _counts(rep.get("failure_reasons") or {}),
         "mixed": _capped([{"id": t["id"], "anchor": f"task-{i}"}
                           for i, t in enumerate(tasks, start=1) if t["mixed"]]),

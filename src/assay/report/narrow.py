@@ -277,7 +277,8 @@ def build_report(run_dir: Path) -> dict[str, Any]:
         "wrong_cases": None,  # filled in below, once the rows above are let go
         "inputs_source": None,
         "scorer": {"type": (scorer or {}).get("type", "label"), "config": scorer,
-                   "description": describe(scorer)},
+                   "description": describe(scorer),
+                   "output_field": manifest["suite"].get("output_field")},
         "per_field": per_field(answered, scorer),
     }
     listed_ids = {r["id"] for r in finals.values() if is_listed(r)}

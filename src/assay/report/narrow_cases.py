@@ -44,10 +44,22 @@ PATTERN_WORDS: dict[str, str] = {
 }
 
 
-def pattern_words(pattern: str, by_label: bool = True) -> str:
+#: the patterns that speak of "every time", as said of a case answered once
+ONCE_WORDS: dict[str, str] = {
+    "consistent_wrong": "a wrong label (answered once)",
+    "consistent_invalid": "no valid label (answered once)",
+}
+
+
+def pattern_words(pattern: str, by_label: bool = True,
+                  case: Mapping[str, Any] | None = None) -> str:
     """A pattern as the views say it: of labels for a run scored by label, of answers
-    otherwise."""
+    otherwise; of one answer when ``case`` (a listed case) was answered once, where "every
+    time" would claim a repetition that never happened."""
     text = PATTERN_WORDS.get(pattern, pattern)  # read back from a report file: any string
+    if case is not None and pattern in ONCE_WORDS and sum(
+            int(case.get(k) or 0) for k in ("right", "wrong", "invalid")) == 1:
+        text = ONCE_WORDS[pattern]
     return text if by_label else text.replace("label", "answer")
 
 
@@ -72,8 +84,11 @@ def cut(text: str | None, keep: int) -> dict[str, Any]:
 
 
 def is_listed(row: Mapping[str, Any]) -> bool:
-    """A repeat that puts its case on the list: not right first time."""
-    return bool(row.get("error")) or not row.get("correct") or (row.get("attempts") or 1) > 1
+    """A repeat that puts its case on the list: answered, and not right first time. An infra
+    error says nothing about the model: it is counted apart, never listed as a wrong answer."""
+    if row.get("error"):
+        return False
+    return not row.get("correct") or (row.get("attempts") or 1) > 1
 
 
 def show_value(value: Any) -> str:

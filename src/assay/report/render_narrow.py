@@ -13,10 +13,11 @@ from rich.table import Table
 from rich.text import Text
 
 from assay.report.cases_markdown import narrow_cases_markdown
+from assay.report.invalid_hint import invalid_hint
 from assay.report.markdown_text import md_cell
 from assay.report.narrow import INVALID_COLUMN
 from assay.report.narrow_cases import pattern_words, short_answer
-from assay.report.render.numbers import NA, ci, num, pct
+from assay.report.render.numbers import NA, RESUME_NOTE, ci, num, pct
 
 #: wrong cases a terminal shows (report.md and report.html show more, report.json all)
 TERMINAL_CASES = 10
@@ -41,7 +42,7 @@ def headline_rows(rep: dict[str, Any]) -> list[tuple[str, str]]:
         ("served model", ", ".join(f"{k} ({v})" for k, v in rep["served_models"].items()) or NA),
     ]
     if rep["missing_rows"]:
-        rows.insert(1, ("not yet answered", f"{rep['missing_rows']} (resume with the same --out)"))
+        rows.insert(1, ("not yet answered", f"{rep['missing_rows']} ({RESUME_NOTE})"))
     if rep["agreement"]:
         ag = rep["agreement"]
         rows.append(("agreement across repeats", agreement_words(ag)))
@@ -130,6 +131,9 @@ def _tail_markdown(rep: dict[str, Any], out: list[str]) -> str:
     if rep["agreement"] and rep["agreement"]["unstable_cases"]:
         out += ["", "## Unstable across repeats", "",
                 ", ".join(f"`{i}`" for i in rep["agreement"]["unstable_cases"][:50])]
+    hint = invalid_hint(rep)
+    if hint:
+        out += ["", f"**Hint:** {hint}"]  # our words; the labels are the suite author's
     out += narrow_cases_markdown(rep)
     labels_from = f"Labels from {rep['labels_source']}. " if by_label(rep) else ""
     out += ["", f"{labels_from}Accuracy counts invalid answers as wrong "
@@ -157,6 +161,9 @@ def print_report(rep: dict[str, Any], console: Console) -> None:
     if by_label(rep):
         _print_labels(rep, console)
     _print_cases(rep, console)
+    hint = invalid_hint(rep)
+    if hint:  # last, where a reader's eye ends: the fix for the most common invalid reason
+        console.print(Text.assemble(("hint: ", "bold yellow"), hint))
 
 
 def _print_labels(rep: dict[str, Any], console: Console) -> None:
@@ -193,5 +200,5 @@ def _print_cases(rep: dict[str, Any], console: Console) -> None:
         for c in cases[:TERMINAL_CASES]:  # Text: ids and labels are data, not rich markup
             wt.add_row(Text(c["id"]), Text(c["expected"][:80]),
                        Text(", ".join(short_answer(a) for a in c["answers"])),
-                       pattern_words(c["pattern"], by_label(rep)))
+                       pattern_words(c["pattern"], by_label(rep), c))
         console.print(wt)

@@ -120,8 +120,7 @@ def decide(bar: Bar, cmp: dict[str, Any], data: OutcomeSet, *,
     checks.append(BarCheck(name="no_regression", hard=False,
                            want=f"interval's lower bound above {_fmt(-max_reg)}",
                            observed="no interval" if ci is None else
-                           f"[{_fmt(ci[0])}, {_fmt(ci[1])}] ({cmp['method']}, "
-                           f"{cmp['n_clusters']} clusters)",
+                           f"[{_fmt(ci[0])}, {_fmt(ci[1])}] over {cmp['n_tasks']} task(s)",
                            ok=None if ci is None else ci[0] > -max_reg))
     checks.append(BarCheck(name="improvement", hard=False, want=f"Δ at least {_fmt(hoped)}",
                            observed=f"Δ = {_fmt(cmp['delta'])}", ok=cmp["delta"] >= hoped))
@@ -161,9 +160,10 @@ def decide(bar: Bar, cmp: dict[str, Any], data: OutcomeSet, *,
     if decision == "inconclusive":
         settle = _tasks_to_settle(cmp, data, hoped, max_reg, seed)
         if settle is not None:
-            reasons.append(f"about {settle} tasks (x {_reps(data)} repetitions) would detect "
-                           f"{_fmt(hoped if hoped > 0 else max_reg)} at 80% power "
-                           "(assay exp plan)")
+            what = (f"the hoped improvement of {_fmt(hoped)}" if hoped > 0 else
+                    f"a change of {_fmt(max_reg)}")
+            reasons.append(f"about {settle} tasks (× {_reps(data)} repetition(s)) would be "
+                           f"needed to detect {what} at 80% power (assay exp plan)")
     cov = cmp["coverage"]
     if cov["fraction"] < 1.0:
         reasons.append(f"the estimate rests on {cov['compared']} of {cov['planned']} planned "

@@ -182,8 +182,24 @@ def done_keys(rows_path: Path, key: Callable[[dict[str, Any]], tuple[Any, ...]],
 
 async def run_model(spec: RunSpec[Any], endpoint: Endpoint, run_dir: Path,
                     progress: Progress[Row] | None = None) -> RunResult:
-    """Run (or resume) ``spec`` into ``run_dir``; the caller has validated everything."""
+    """Run (or resume) ``spec`` into ``run_dir``; the caller has validated everything.
+
+    Raises a fatal :class:`~assay.errors.TransportError` before writing anything when nothing
+    answers at the endpoint (:meth:`ChatClient.probe`)."""
     progress = progress or NullProgress()
+    t = spec.transport
+    client = ChatClient(endpoint.base_url, endpoint.api_key, endpoint.model,
+                        timeout_s=t.timeout_s, max_tries=t.max_tries)
+    try:
+        # Before anything is written: a dead endpoint leaves no run directory of infra errors
+        await client.probe()
+        return await _run_with(client, spec, run_dir, progress)
+    finally:
+        await client.aclose()
+
+
+async def _run_with(client: ChatClient, spec: RunSpec[Any], run_dir: Path,
+                    progress: Progress[Row]) -> RunResult:
     manifest = open_run_dir(run_dir, spec.kind, spec.comparable, spec.manifest, spec.limits)
     if spec.prepare is not None:
         spec.prepare(run_dir)
@@ -192,19 +208,14 @@ async def run_model(spec: RunSpec[Any], endpoint: Endpoint, run_dir: Path,
     field_name = spec.pass_field
     wanted = {(u.id, n) for u in spec.units for n in range(spec.passes)}
     done = done_keys(rows_path, lambda r: (r["id"], int(r[field_name])), spec.row_model) & wanted
-    t = spec.transport
-    client = ChatClient(endpoint.base_url, endpoint.api_key, endpoint.model,
-                        timeout_s=t.timeout_s, max_tries=t.max_tries)
 
     async def work(item: tuple[Any, int]) -> Row:
         return await spec.ask(client, item[0], item[1])
 
-    try:
-        return await drive(pending(spec.units, spec.passes, done), work, rows_path=rows_path,
-                           manifest=manifest, progress=progress, total=len(wanted),
-                           already_done=len(done), concurrency=t.concurrency, after=spec.after)
-    finally:
-        await client.aclose()
+    return await drive(pending(spec.units, spec.passes, done), work, rows_path=rows_path,
+                       manifest=manifest, progress=progress, total=len(wanted),
+                       already_done=len(done), concurrency=spec.transport.concurrency,
+                       after=spec.after)
 
 
 async def drive(items: Iterable[T], work: Callable[[T], Awaitable[Row]], *,

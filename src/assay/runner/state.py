@@ -494,6 +494,17 @@ class StateDB:
             attempts = dict(c.execute("SELECT state, count(*) FROM attempts GROUP BY state"))
         return Counts(sum(trials.values()), trials, failures, attempts)
 
+    def failures_by_arm(self) -> dict[str, dict[str, int]]:
+        """Failure codes counted per arm (``exp status``: a failure belongs to an arm, and two
+        arms failing alike is another story than one arm failing)."""
+        out: dict[str, dict[str, int]] = {}
+        with self._lock, self._snapshot() as c:
+            for arm, code, n in c.execute("SELECT arm, failure_code, count(*) FROM trials "
+                                          "WHERE failure_code IS NOT NULL GROUP BY arm, "
+                                          "failure_code ORDER BY min(id)"):
+                out.setdefault(str(arm), {})[str(code)] = int(n)
+        return out
+
     def trials(self, *, unfinished_only: bool = False) -> Iterator[TrialView]:
         """Every trial (or only those not in a final state) with its attempts, in plan order.
 

@@ -329,3 +329,39 @@ def problems_at(path: Path, lines: dict[tuple[str, ...], int],
     from assay.suites.yamlfile import line_of
 
     return [Problem(path, line_of(lines, loc), ".".join(loc), msg) for loc, msg in found]
+
+
+def contract_reply(spec: ScorerSpec, output_field: str, value: Any) -> str:
+    """The reply the suite's scorer reads as ``value``: the contract a prompt must ask for
+    (``builtin/oracle`` answers in it; ``assay suite check`` and the run's hint show it)."""
+    import json
+
+    if spec.type == "label":
+        return json.dumps({output_field: value})
+    if spec.type != "json_fields" and spec.reads == "text":
+        return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    if spec.type == "json_fields":
+        field_name = spec.object_field
+        return json.dumps(value if field_name is None else {field_name: value},
+                          ensure_ascii=False)
+    return json.dumps({output_field: value}, ensure_ascii=False)
+
+
+def contract_shape(spec: ScorerSpec, output_field: str, labels: tuple[str, ...] = ()) -> str:
+    """The reply's shape in one line, for a person writing the prompt:
+    ``{"label": "<bug|feature|question>"}``, ``{"answer": <number>}``, ``a JSON object``."""
+    if spec.type != "json_fields" and spec.reads == "text":
+        return "the answer as plain text"
+    if spec.type == "json_fields":
+        inner = "{…}" if not spec.fields else (
+            "{" + ", ".join(f'"{name}": …' for name, _ in spec.fields) + "}")
+        return inner if spec.object_field is None else f'{{"{spec.object_field}": {inner}}}'
+    if spec.type == "label" and labels:
+        return f'{{"{output_field}": "<{"|".join(labels)}>"}}'
+    what = "<number>" if spec.type == "numeric" else "<answer>"
+    return f'{{"{output_field}": {what}}}'
+
+
+def reads_json(spec: ScorerSpec) -> bool:
+    """Whether the scorer reads a JSON object out of the reply (else the bare text)."""
+    return spec.type == "json_fields" or spec.reads != "text"

@@ -8,6 +8,8 @@ Modules (imported by their full names; this file imports nothing):
   (``fenced_blocks``, ``extract_code``)
 - ``labels``: Turning a model's answer text into a label, or into a named reason why it is not
   one (``Parsed``, ``read_text``, ``read_object``, ``parse_answer``)
+- ``narrow_check``: ``assay suite check`` on a narrow suite: is the suite sound, before any
+  model is blamed? (``Finding``, ``NarrowCheck``, ``check_narrow_suite``, ``names_the_format``)
 - ``revisions``: Grading a coding run's recorded answers into a grade revision, never over an
   older one (``settings_of``, ``run_tasks``, ``Revision``, ``GradeSummary``, ...)
 - ``score_base``: What every narrow-suite scorer shares: the reading of a reply, the score, the

@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections import Counter
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -90,6 +91,8 @@ class Calibrated:
     path: Path
     unchanged: bool
     judged: int  # judgements asked of the model this time (the rest were reused)
+    #: why the invalid judgements are invalid: each one's first problem, with its count
+    why_invalid: dict[str, int] = field(default_factory=dict)
 
 
 def _previous(path: Path, judge: LoadedJudge) -> dict[tuple[str, str], Judgement]:
@@ -104,7 +107,13 @@ def _previous(path: Path, judge: LoadedJudge) -> dict[tuple[str, str], Judgement
 
 
 def _figures(record: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in record.items() if k != "at"}
+    """What makes two calibrations the same: everything but when it was made and how the
+    grades file was spelt on the command line (relative, absolute, from another folder: its
+    sha256 says whether it is the same file)."""
+    out = {k: v for k, v in record.items() if k != "at"}
+    if isinstance(out.get("human"), dict):
+        out["human"] = {k: v for k, v in out["human"].items() if k != "path"}
+    return out
 
 
 def summarise(judge: LoadedJudge, human: HumanGrades, judgements: dict[str, Judgement], *,
@@ -189,12 +198,14 @@ async def calibrate(client: ChatClient, judge: LoadedJudge, human: HumanGrades, 
         raise failures[0]
     record = summarise(judge, human, results, judgements_file=log_path.name)
     data = record.model_dump(mode="json", by_alias=True)
+    why = dict(Counter((j.problems or ["no reason recorded"])[0] for j in results.values()
+                       if j.status != "valid"))
     if out_path.exists():
         existing = read_json_file(out_path)
         if _figures(existing) == _figures(data):
-            return Calibrated(existing, out_path, True, len(todo))
+            return Calibrated(existing, out_path, True, len(todo), why)
         raise NeverOverwrite(f"{out_path} exists with other figures and is never overwritten; "
                              f"the new judgements are kept in {log_path}")
     write_new_text(out_path, json.dumps(data, indent=2, ensure_ascii=False,
                                         allow_nan=False) + "\n")
-    return Calibrated(data, out_path, False, len(todo))
+    return Calibrated(data, out_path, False, len(todo), why)

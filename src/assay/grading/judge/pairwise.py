@@ -127,16 +127,18 @@ def build_messages(judge: LoadedJudge, shown: list[tuple[str, Material]],
 
 
 def _json_object(text: str) -> Any:
-    from assay.grading.model_text import find_top_level_objects, strip_reasoning
+    """The reply's one outer object (``model_text.outer_object``: a broken or cut-off object
+    is broken, never read from an object inside it; a list around one is a list)."""
+    from assay.grading.model_text import outer_object, strip_reasoning
 
     body = strip_reasoning(text).strip()
     fence = re.search(r"```[^\n`]*\n(.*?)```", body, re.DOTALL)
     if fence:
         body = fence.group(1).strip()
-    objects, _ = find_top_level_objects(body)
-    if len(objects) != 1:
-        raise ValueError(f"{len(objects)} JSON objects")
-    return objects[0]
+    obj, problem = outer_object(body)
+    if obj is None:
+        raise ValueError(problem)
+    return obj
 
 
 @dataclass
@@ -154,8 +156,8 @@ def parse_reply(text: str | None, materials: dict[str, Material]) -> ParsedReply
         return ParsedReply(None, None, None, ["empty reply"])
     try:
         obj = _json_object(text)
-    except ValueError:
-        return ParsedReply(None, None, None, ["the reply is not exactly one JSON object"])
+    except ValueError as exc:
+        return ParsedReply(None, None, None, [f"the reply is not exactly one JSON object: {exc}"])
     if not isinstance(obj, dict):
         return ParsedReply(None, None, None, ["the reply is not a JSON object"])
     problems: list[str] = []

@@ -32,7 +32,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from assay.grading.model_text import find_top_level_objects, strip_reasoning
+from assay.grading.model_text import outer_object, strip_reasoning
 from assay.models.client import ChatClient, Completion
 from assay.records.judgement import RAW_REPLY_LIMIT, Judgement
 from assay.records.manifest import utc_now
@@ -162,8 +162,11 @@ def judge_messages(judge: LoadedJudge, material: Material, *,
 
 
 def check_citations(citations: list[str], material: Material) -> list[str]:
-    """What is wrong with ``citations`` against ``material``; [] when every one exists."""
+    """What is wrong with ``citations`` against ``material``; [] when every one exists. A
+    path is cited as the judge was shown it (``‹‹‹`` for ``<<<``, ``\\n`` for a newline:
+    :func:`_shown_path`) or as the file is named."""
     problems = []
+    shown = {_shown_path(p): p for p in material.files}
     for cite in citations:
         if not isinstance(cite, str):
             problems.append(f"citation {cite!r} is not a string")
@@ -183,6 +186,7 @@ def check_citations(citations: list[str], material: Material) -> list[str]:
                 problems.append(f"citation {cite!r}: the trajectory has {n} events "
                                 f"(event:0 to event:{n - 1})")
             continue
+        path = shown.get(path, path)  # cited as shown (escaped), or as the file is named
         if path not in material.files:
             problems.append(f"citation {cite!r}: no file {path!r} in the material")
             continue
@@ -213,13 +217,10 @@ def parse_reply(content: str | None, judge: LoadedJudge, material: Material, *,
     fence = _FENCE.search(body)
     if fence:
         body = fence.group(1).strip()
-    objects, saw_brace = find_top_level_objects(body)
-    if not objects:
-        return None, ["no strict JSON object parses in the reply" if saw_brace
-                      else "the reply has no JSON object"]
-    if len(objects) > 1:
-        return None, [f"the reply has {len(objects)} JSON objects; send exactly one"]
-    crit = objects[0].get("criteria")
+    reply, problem = outer_object(body)
+    if reply is None:
+        return None, [problem or "the reply has no JSON object"]
+    crit = reply.get("criteria")
     if not isinstance(crit, dict):
         return None, ['the reply has no "criteria" object']
     problems: list[str] = []

@@ -13,6 +13,9 @@ from typing import Any
 
 #: What an unknown figure prints as.
 NA = "n/a"
+#: What every view says beside units of work not asked yet: the run directory is the report's
+#: own, whichever of ``--out`` or ``--out-root`` made it (the CLI prints the whole command).
+RESUME_NOTE = "resume: run again with --out set to this run directory"
 
 
 def pct(x: float | None, missing: str = NA) -> str:
