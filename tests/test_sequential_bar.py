@@ -1,0 +1,147 @@
+"""A sequential bar's parts without a run: the spending boundaries (against published values and
+against a simulation of the looks they are for), what a look decides, the ``bar.sequential``
+block of the experiment file (validated, hashed into ``bar_sha256``) and the task order the
+runner follows (seeded, stratified by family, cut at the looks)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+from support.bundles import make_bundle
+
+from assay.errors import SuiteError
+from assay.stats.sequential import (
+    ACCEPT,
+    CONTINUE,
+    INCONCLUSIVE,
+    REJECT,
+    boundaries,
+    look_levels,
+    look_verdict,
+    spent,
+)
+from assay.suites.experiment import bar_sha256, load_experiment, plan, task_order
+
+FRACTIONS = [0.2, 0.4, 0.6, 0.8, 1.0]
+
+
+def test_pocock_type_boundaries_match_the_published_ones() -> None:
+    # Jennison and Turnbull (2000), Table 7.6: Lan-DeMets Pocock-type, K = 5, α = 0.05
+    got = boundaries(FRACTIONS, 0.05, "pocock")
+    assert got == pytest.approx([2.438, 2.427, 2.410, 2.397, 2.386], abs=0.006)
+    # O'Brien-Fleming-type: the first look is z_{α/2}/√t by definition, and later looks fall
+    of = boundaries(FRACTIONS, 0.05, "obrien_fleming")
+    assert of[0] == pytest.approx(1.959964 / 0.2**0.5, abs=1e-3)
+    assert all(b < a for a, b in zip(of, of[1:], strict=False)) and of[-1] > 1.96
+
+
+@pytest.mark.parametrize("spending", ["pocock", "obrien_fleming"])
+def test_the_boundaries_spend_what_the_function_allows(spending: str) -> None:
+    """Brownian paths observed at the looks (what the boundaries assume): the share that first
+    crosses at each look is the spending function's increment, and the whole is α."""
+    rng = np.random.default_rng(5)
+    steps = rng.normal(0.0, np.sqrt(0.2), size=(200_000, 5)).cumsum(axis=1)
+    z = steps / np.sqrt(np.array(FRACTIONS))
+    cs = np.array(boundaries(FRACTIONS, 0.05, spending))  # type: ignore[arg-type]
+    crossed = np.abs(z) >= cs
+    first = np.where(crossed.any(axis=1), crossed.argmax(axis=1), -1)
+    total = float((first >= 0).mean())
+    assert total == pytest.approx(0.05, abs=0.003)
+    for k, t in enumerate(FRACTIONS):
+        want = spent(t, 0.05, spending) - spent(FRACTIONS[k - 1] if k else 0, 0.05,
+                                                 spending)  # type: ignore[arg-type]
+        assert float((first == k).mean()) == pytest.approx(want, abs=0.0025)
+
+
+def test_levels_the_last_look_spends_the_rest_and_one_look_is_fixed() -> None:
+    levels = look_levels([10, 20, 40], 40, spending="pocock")
+    assert all(0.95 < lv < 1 for lv in levels) and levels[0] > levels[-1]
+    assert look_levels([40], 40, spending="pocock") == [0.95]
+    with pytest.raises(ValueError, match="whole plan"):
+        look_levels([10, 20], 40, spending="pocock")
+
+
+def test_what_a_look_decides() -> None:
+    kw = {"hoped": 0.1, "max_regression": 0.05}
+    # upper bound below the hoped improvement: reject, at any look
+    assert look_verdict(0.0, -0.1, 0.05, last=False, **kw) == REJECT
+    # the bar cleared and the interval above 0: accept early
+    assert look_verdict(0.2, 0.02, 0.4, last=False, **kw) == ACCEPT
+    # the bar cleared but 0 inside the interval: an early look goes on, the last accepts
+    assert look_verdict(0.2, -0.02, 0.4, last=False, **kw) == CONTINUE
+    assert look_verdict(0.2, -0.02, 0.4, last=True, **kw) == ACCEPT
+    assert look_verdict(0.05, -0.02, 0.4, last=True, **kw) == INCONCLUSIVE
+    got = look_verdict(np.array([0.0, 0.2]), np.array([-0.1, 0.02]), np.array([0.05, 0.4]),
+                       last=False, **kw)
+    assert got.tolist() == [REJECT, ACCEPT]
+
+
+EXPERIMENT = """\
+name: seq
+tasks: [tasks]
+seed: 11
+arms:
+  base: {agent: nop}
+  cand: {agent: oracle}
+bar:
+  hoped_improvement: 0.2
+  max_regression: 0.1
+SEQ"""
+
+
+def _exp(root: Path, seq: str, families: int = 0, tasks: int = 12) -> Path:
+    for i in range(tasks):
+        b = make_bundle(root / "tasks" / f"t{i:02d}", task_id=f"t{i:02d}")
+        y = b / "task.yaml"  # the fixture's tasks are all of one family; give each its own
+        y.write_text(y.read_text().replace("family: arith\n", f"family: f{i % families}\n"
+                                           if families else ""))
+    path = root / "experiment.yaml"
+    path.write_text(EXPERIMENT.replace("SEQ", seq))
+    return path
+
+
+def test_the_sequential_block_is_validated_at_its_line(tmp_path: Path) -> None:
+    path = _exp(tmp_path, "  sequential: {looks: [4, 20]}\n")
+    with pytest.raises(SuiteError) as err:
+        load_experiment(path)
+    assert "bar.sequential.looks.1" in str(err.value) and "selects 12" in str(err.value)
+    for bad, says in (("{looks: [4, 8], every: 4}", "exactly one"), ("{looks: [8, 4]}",
+                      "increase"), ("{looks: [2, 8]}", "4 tasks or more"),
+                      ("{every: 4, spending: sprinkle}", "spending")):
+        path.write_text(EXPERIMENT.replace("SEQ", f"  sequential: {bad}\n"))
+        with pytest.raises(SuiteError, match=says):
+            load_experiment(path)
+
+
+def test_the_plan_is_in_the_bar_hash_and_absent_leaves_it_as_before(tmp_path: Path) -> None:
+    path = _exp(tmp_path, "")
+    plain = load_experiment(path).identity["settings"]["bar"]
+    assert "sequential" not in plain  # runs begun before it existed keep their bar_sha256
+    path.write_text(EXPERIMENT.replace("SEQ", "  sequential: {every: 4}\n"))
+    seq = load_experiment(path).identity["settings"]["bar"]
+    path.write_text(EXPERIMENT.replace("SEQ", "  sequential: {every: 4, spending: "
+                                       "obrien_fleming}\n"))
+    other = load_experiment(path).identity["settings"]["bar"]
+    assert len({bar_sha256(plain), bar_sha256(seq), bar_sha256(other)}) == 3
+    assert seq["sequential"] == {"looks": None, "every": 4, "spending": "pocock"}
+
+
+def test_the_task_order_is_seeded_stratified_and_cut_at_the_looks(tmp_path: Path) -> None:
+    path = _exp(tmp_path, "  sequential: {looks: [4, 8]}\n", families=3)
+    exp = load_experiment(path)
+    order = task_order(exp)
+    assert sorted(order) == sorted(exp.bundles) and order == task_order(load_experiment(path))
+    # each look's tasks hold every family in its share: 4 tasks of 3 families of 4 each
+    fam = {t: exp.bundles[t].spec.family for t in order}
+    assert len(Counter(fam[t] for t in order[:4])) >= 2
+    assert max(Counter(fam[t] for t in order[:6]).values()) <= 3
+    trials = plan(exp)
+    tasks_in_order = list(dict.fromkeys(k.task for k in trials))
+    assert set(tasks_in_order[:4]) == set(order[:4]) and set(tasks_in_order[4:8]) == set(
+        order[4:8])
+    first_block = trials[:4 * 2]  # every trial of the first look's tasks comes first
+    assert {k.task for k in first_block} == set(order[:4])
+    assert len(trials) == 24 and len(set(trials)) == 24
