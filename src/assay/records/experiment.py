@@ -88,8 +88,9 @@ class ExperimentSession(Record):
     ended_at: str | None = None
     """When it ended; absent while it runs or when it was killed."""
     status: ExperimentStatus | None = None
-    """``complete``, ``infra_errors``, ``budget_stopped``, ``agent_start_failed`` or
-    ``evidence_gaps``; absent when it never ended."""
+    """``complete``, ``infra_errors``, ``budget_stopped``, ``agent_start_failed``,
+    ``evidence_gaps`` or ``stopped_at_look`` (a sequential bar's look decided); absent when it
+    never ended."""
     spent_usd_total: float | None = None
     """USD spent by the whole run at the session's end (a lower bound unless
     ``spent_complete``)."""
