@@ -39,9 +39,8 @@ from dataclasses import dataclass
 import numpy as np
 from interval_coverage import Cell, simulate
 
-from assay.stats.moderated import difference_interval
 from assay.stats.power import tasks_needed
-from assay.stats.sequential import ACCEPT, CONTINUE, REJECT, look_levels, look_verdict
+from assay.stats.sequential import ACCEPT, REJECT, look_levels, simulate_looks
 
 CENTRES = (0.1, 0.5, 0.9)
 REPS = (1, 3)
@@ -63,42 +62,17 @@ class Design:
         return self.hoped / 2
 
 
-def interval(k_a: np.ndarray, k_b: np.ndarray, reps: int, codes: np.ndarray, m: int,
-             level: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Δ and the interval over the first ``m`` tasks of every table."""
-    w = np.ones(m)
-    n = np.full(m, float(reps))
-    c = codes[:m]
-    if int(c.max()) == 0:  # the first tasks of one family: no interval, never decides
-        nan = np.full(k_a.shape[0], np.nan)
-        return nan, nan, nan
-    d, lo, hi, _ = difference_interval(k_a[:, :m] / reps, n, k_b[:, :m] / reps, n, w, c,
-                                       level=level)
-    return d, lo, hi
-
-
 def evaluate(design: Design, delta: float, looks: list[int], levels: list[float], n: int,
              seed: int) -> dict[str, np.ndarray]:
-    """Decisions (fixed, sequential) and the fraction of trials run, per table."""
+    """Decisions (fixed, sequential) and the fraction of trials run, per table: the tables of
+    ``bench/interval_coverage.py`` read by ``stats.sequential.simulate_looks``, the rule the
+    runner applies at its looks."""
     rng = np.random.default_rng(seed)
     t = simulate(Cell(design.tasks, design.reps, design.centre, delta, design.family), n, rng)
-    # tasks of one family are spread over the order, as the runner's task_order does
-    codes = t.codes
-    d, lo, hi = interval(t.k_a, t.k_b, t.reps, codes, design.tasks, LEVEL)
-    fixed = look_verdict(d, lo, hi, hoped=design.hoped, max_regression=design.max_regression,
-                         last=True)
-    seq = np.full(n, CONTINUE)
-    stop = np.full(n, float(design.tasks))
-    for i, (m, level) in enumerate(zip(looks, levels, strict=True)):
-        last = i == len(looks) - 1
-        d, lo, hi = interval(t.k_a, t.k_b, t.reps, codes, m, level)
-        now = look_verdict(np.nan_to_num(d, nan=-9), np.nan_to_num(lo, nan=-9),
-                           np.nan_to_num(hi, nan=9), hoped=design.hoped,
-                           max_regression=design.max_regression, last=last)
-        fresh = (seq == CONTINUE) & (now != CONTINUE)
-        seq = np.where(fresh, now, seq)
-        stop = np.where(fresh, m, stop)
-    return {"fixed": fixed, "seq": seq, "frac": stop / design.tasks}
+    fixed, seq, ran = simulate_looks(t.k_a, t.k_b, t.reps, t.codes, looks, levels,
+                                     hoped=design.hoped, max_regression=design.max_regression,
+                                     alpha=1 - LEVEL)
+    return {"fixed": fixed, "seq": seq, "frac": ran / design.tasks}
 
 
 def designs(args: argparse.Namespace) -> list[Design]:

@@ -5,11 +5,13 @@ runner follows (seeded, stratified by family, cut at the looks)."""
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import run_cli
 from support.bundles import make_bundle
 
 from assay.errors import SuiteError
@@ -145,3 +147,22 @@ def test_the_task_order_is_seeded_stratified_and_cut_at_the_looks(tmp_path: Path
     first_block = trials[:4 * 2]  # every trial of the first look's tasks comes first
     assert {k.task for k in first_block} == set(order[:4])
     assert len(trials) == 24 and len(set(trials)) == 24
+
+
+def test_exp_plan_prints_the_sequential_bar_beside_the_fixed_design(tmp_path: Path) -> None:
+    path = _exp(tmp_path, "  sequential: {every: 4}\n", tasks=12)
+    res = run_cli(["exp", "plan", "--experiment", str(path), "--p-a", "0.5", "--json"])
+    assert res.code == 0, res.stderr
+    seq = json.loads(res.stdout)["sequential"]
+    assert seq["looks"] == [4, 8, 12] and seq["spending"] == "pocock"
+    rows = {r["delta_name"]: r for r in seq["rows"]}
+    assert set(rows) == {"0", "hoped_improvement", "-max_regression"}
+    for r in rows.values():  # probabilities, and a sequential run never runs more tasks
+        for side in ("fixed", "sequential"):
+            assert 0 <= r[side]["accept"] <= 1 and 0 <= r[side]["reject"] <= 1
+        assert 4 <= r["sequential"]["expected_tasks"] <= 12 == r["fixed"]["tasks"]
+    assert rows["hoped_improvement"]["sequential"]["accept"] > rows["0"]["sequential"]["accept"]
+    assert rows["-max_regression"]["sequential"]["accept"] <= 0.01
+    text = run_cli(["exp", "plan", "--experiment", str(path), "--p-a", "0.5"]).stdout
+    assert "sequential bar: pocock spending, looks at 4, 8, 12 of 12 tasks" in text
+    assert "hoped_improvement (+20.0 pts)" in text

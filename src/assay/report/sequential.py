@@ -57,6 +57,8 @@ def sequential_section(run_dir: Path, manifest: dict[str, Any],
 def _unspent(arms: dict[str, dict[str, Any]], per_arm: int) -> float | None:
     """What the trials not run would have cost at each arm's observed cost per graded trial;
     unknown (None) when an arm's cost is unknown or it graded nothing."""
+    if not arms:
+        return None
     total = 0.0
     for row in arms.values():
         cost, graded = row.get("cost_usd"), row.get("graded") or 0
@@ -64,6 +66,15 @@ def _unspent(arms: dict[str, dict[str, Any]], per_arm: int) -> float | None:
             return None
         total += float(cost) / graded * per_arm
     return round(total, 6)
+
+
+def compare_arms_rows(cmp: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Each compared arm's cost and graded trials, from an ``exp compare`` result, in the
+    shape :func:`sequential_section` reads (``cost_usd``, ``graded``, ``cost_complete``)."""
+    graded = {cmp["a"]: sum(r["n_a"] for r in cmp["per_task"]),
+              cmp["b"]: sum(r["n_b"] for r in cmp["per_task"])}
+    return {arm: {"cost_usd": cmp["cost"][arm]["total_usd"], "graded": graded[arm],
+                  "cost_complete": cmp["cost"][arm]["complete"]} for arm in graded}
 
 
 def apply_looks(verdict: dict[str, Any], seq: dict[str, Any]) -> dict[str, Any]:
@@ -163,5 +174,5 @@ def looks_plot(seq: dict[str, Any]) -> dict[str, Any] | None:
             "rows": rows, "lines": lines}
 
 
-__all__ = ["SEQUENTIAL_JSON", "apply_looks", "looks_markdown", "looks_plot",
+__all__ = ["SEQUENTIAL_JSON", "apply_looks", "compare_arms_rows", "looks_markdown", "looks_plot",
            "sequential_section"]

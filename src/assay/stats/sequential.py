@@ -45,7 +45,8 @@ from typing import Literal
 
 import numpy as np
 
-__all__ = ["CONTINUE", "DECIDED", "Spending", "look_levels", "look_verdict", "spent"]
+__all__ = ["CONTINUE", "DECIDED", "Spending", "look_levels", "look_verdict",
+           "operating_characteristics", "simulate_looks", "spent"]
 
 Spending = Literal["obrien_fleming", "pocock"]
 #: look_verdict's codes
@@ -153,3 +154,78 @@ def look_verdict(delta: np.ndarray | float, lo: np.ndarray | float, hi: np.ndarr
     reject = hi_ < hoped
     rest = INCONCLUSIVE if last else CONTINUE
     return np.where(reject, REJECT, np.where(accept, ACCEPT, rest))
+
+
+def _interval(k_a: np.ndarray, k_b: np.ndarray, reps: int, codes: np.ndarray, m: int,
+              level: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Δ and the interval of ``exp compare`` over the first ``m`` tasks of every table; NaN
+    where the first tasks make one cluster (no interval: such a look cannot decide)."""
+    from assay.stats.moderated import difference_interval
+
+    c = np.asarray(codes[:m], dtype=np.intp)
+    if int(c.max()) == int(c.min()):
+        nan = np.full(k_a.shape[0], np.nan)
+        return nan, nan, nan
+    _, c = np.unique(c, return_inverse=True)
+    n = np.full(m, float(reps))
+    d, lo, hi, _ = difference_interval(k_a[:, :m] / reps, n, k_b[:, :m] / reps, n,
+                                       np.ones(m), c, level=level)
+    return d, lo, hi
+
+
+def simulate_looks(k_a: np.ndarray, k_b: np.ndarray, reps: int, codes: np.ndarray,
+                   looks: Sequence[int], levels: Sequence[float], *, hoped: float,
+                   max_regression: float, alpha: float = 0.05
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Simulated tables (passes per task, (tables, tasks), tasks in run order) read both ways:
+    the fixed design's verdict (every task at 1 − ``alpha``) and the sequential one's (each
+    look at its level, stopping at the first that decides), by :func:`look_verdict` — the
+    rule the runner applies. Returns (fixed codes, sequential codes, tasks run per table)."""
+    tasks = k_a.shape[1]
+    d, lo, hi = _interval(k_a, k_b, reps, codes, tasks, 1.0 - alpha)
+    fixed = look_verdict(np.nan_to_num(d, nan=-9.0), np.nan_to_num(lo, nan=-9.0),
+                         np.nan_to_num(hi, nan=9.0), hoped=hoped,
+                         max_regression=max_regression, last=True)
+    seq = np.full(k_a.shape[0], CONTINUE)
+    ran = np.full(k_a.shape[0], float(tasks))
+    for i, (m, level) in enumerate(zip(looks, levels, strict=True)):
+        d, lo, hi = _interval(k_a, k_b, reps, codes, m, level)
+        now = look_verdict(np.nan_to_num(d, nan=-9.0), np.nan_to_num(lo, nan=-9.0),
+                           np.nan_to_num(hi, nan=9.0), hoped=hoped,
+                           max_regression=max_regression, last=i == len(looks) - 1)
+        fresh = (seq == CONTINUE) & (now != CONTINUE)
+        seq = np.where(fresh, now, seq)
+        ran = np.where(fresh, float(m), ran)
+    return fixed, seq, ran
+
+
+def operating_characteristics(p_a: float | Sequence[float], *, tasks: int, reps: int,
+                              looks: Sequence[int], spending: Spending, hoped: float,
+                              max_regression: float, n_sims: int = 2000, seed: int = 0
+                              ) -> list[dict[str, object]]:
+    """``exp plan`` for a sequential bar: at Δ = 0, the hoped improvement and −max_regression,
+    P(accept), P(reject) and the expected tasks run, sequential beside fixed, by simulation
+    (the power planner's model: each task's baseline rate drawn from ``p_a``, the candidate's
+    clip(p_A + Δ, 0, 1), ``reps`` trials per arm; tasks as clusters)."""
+    levels = look_levels(list(looks), tasks, spending=spending)
+    rates = np.atleast_1d(np.asarray(p_a, dtype=float))
+    codes = np.arange(tasks)
+    out: list[dict[str, object]] = []
+    for name, delta in (("0", 0.0), ("hoped_improvement", hoped),
+                        ("-max_regression", -max_regression)):
+        rng = np.random.default_rng(seed)  # the same draws for every Δ
+        base = rng.choice(rates, size=(n_sims, tasks), replace=True)
+        u_a = rng.random((n_sims, tasks, reps))
+        u_b = rng.random((n_sims, tasks, reps))
+        k_a = (u_a < base[:, :, None]).sum(axis=2)
+        k_b = (u_b < np.clip(base + delta, 0.0, 1.0)[:, :, None]).sum(axis=2)
+        fixed, seq, ran = simulate_looks(k_a, k_b, reps, codes, looks, levels, hoped=hoped,
+                                         max_regression=max_regression)
+        out.append({"delta_name": name, "delta": delta,
+                    "fixed": {"accept": float((fixed == ACCEPT).mean()),
+                              "reject": float((fixed == REJECT).mean()),
+                              "tasks": tasks},
+                    "sequential": {"accept": float((seq == ACCEPT).mean()),
+                                   "reject": float((seq == REJECT).mean()),
+                                   "expected_tasks": float(ran.mean())}})
+    return out
