@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from assay.errors import EXIT_BELOW_BAR, EXIT_INCONCLUSIVE, EXIT_OK
+from assay.records.experiment import SequentialRecord
 from assay.records.io import read_json_file
 from assay.report.ci_outputs import md
 from assay.report.render.numbers import pts
@@ -34,6 +35,7 @@ def sequential_section(run_dir: Path, manifest: dict[str, Any],
     if not path.is_file():
         return None
     seq = read_json_file(path)
+    SequentialRecord.read(seq, path)  # a damaged file is named, file and field
     looks = list(seq.get("looks") or [])
     planned = int(seq.get("planned_tasks") or 0)
     stop = seq.get("stopped_at_look")

@@ -23,6 +23,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from assay.records.experiment import SequentialRecord
 from assay.records.io import atomic_write_json
 from assay.records.statuses import INTEGRITY_CODES, TRIAL_FINAL
 from assay.runner.state import StateDB
@@ -166,7 +167,7 @@ class SequentialLooks:
 
     def _write(self, state: StateDB) -> None:
         stop = self.stopped_at
-        atomic_write_json(self.out / SEQUENTIAL_JSON, {
+        record = {
             "schema": SCHEMA, "spending": self.bar.sequential.spending
             if self.bar.sequential else None,
             "baseline": self.a, "candidate": self.b,
@@ -176,7 +177,9 @@ class SequentialLooks:
             "levels": self.levels, "looks": self.taken,
             "stopped_at_look": None if stop is None else stop["index"],
             "decision": None if stop is None else stop["decision"],
-            "run_to_end": self.run_to_end})
+            "run_to_end": self.run_to_end}
+        SequentialRecord.read(record, self.out / SEQUENTIAL_JSON)  # the record's shape
+        atomic_write_json(self.out / SEQUENTIAL_JSON, record)
 
 
 def _was_run_to_end(out: Path) -> bool:
