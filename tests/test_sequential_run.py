@@ -181,6 +181,8 @@ def _check_stopped(exp: Path, out: Path, decision: str) -> None:
     assert "look 1 of 2" in report and "stopped at look 1" in report
     assert re.search(r"4 planned trials \(2 tasks\) not run, about \$0\.[0-9]*[1-9]", report)
     assert '<svg class="looks-plot"' in (out / "report.html").read_text()
+    status = run_cli(["exp", "status", str(out)]).stdout
+    assert f"looks:    1 taken; look 1 decided {decision}" in status
 
 
 def test_plainly_better_accepts_at_the_first_look_killed_and_resumed(tmp_path: Path,

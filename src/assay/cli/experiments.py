@@ -106,6 +106,13 @@ def _write_text(db: Any, fh: TextIO, *, show_all: bool) -> None:
              f"failures: {_line(c.failures)}\n"
              f"attempts: {_line(c.attempts)}\n"
              + (_gap_note(gaps) + "\n" if gaps else ""))
+    looks = db.looks()  # a sequential bar's: where the run stands (never the interim Δ)
+    if looks:
+        stop = next((lk for lk in looks if lk["decision"] in ("accept", "reject")), None)
+        fh.write(f"looks:    {len(looks)} taken" + ("" if stop is None else
+                 f"; look {stop['index'] + 1} decided {stop['decision']}: the trials of the "
+                 f"tasks after its {stop['tasks']} are not run (exp run --run-to-end runs "
+                 "them on purpose)") + "\n")
     # a trial with a lost attempt is listed even when its row says done
     rows = db.trials(unfinished_only=not show_all and not gaps)
     first = True

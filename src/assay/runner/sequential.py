@@ -27,8 +27,6 @@ from assay.records.experiment import SequentialRecord
 from assay.records.io import atomic_write_json
 from assay.records.statuses import INTEGRITY_CODES, TRIAL_FINAL
 from assay.runner.state import StateDB
-from assay.stats.abtest import compare_arms
-from assay.stats.sequential import DECIDED, look_levels, look_verdict
 from assay.suites.experiment import Experiment, TrialKey, sequential_looks, task_order
 
 SEQUENTIAL_JSON = "sequential.json"
@@ -41,6 +39,8 @@ def sequential_manifest(exp: Experiment) -> dict[str, Any] | None:
     bar = exp.spec.bar
     if bar is None or bar.sequential is None:
         return None
+    from assay.stats.sequential import look_levels  # numpy: only for a sequential bar
+
     order = task_order(exp)
     looks = sequential_looks(bar.sequential, len(order))
     return {"spending": bar.sequential.spending, "alpha": 0.05, "looks": looks,
@@ -103,6 +103,10 @@ class SequentialLooks:
     def take(self, state: StateDB) -> dict[str, Any]:
         """Take the next look, commit it, then return it (its ``decision`` is ``continue``,
         ``accept``, ``reject`` or, at the last look, ``inconclusive``)."""
+        # numpy, imported only by a run with a sequential bar (exp status never needs it)
+        from assay.stats.abtest import compare_arms
+        from assay.stats.sequential import DECIDED, look_verdict
+
         k = len(self.taken)
         n_tasks = self.looks[k]
         tasks = self.order[:n_tasks]
