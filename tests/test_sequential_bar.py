@@ -166,3 +166,68 @@ def test_exp_plan_prints_the_sequential_bar_beside_the_fixed_design(tmp_path: Pa
     text = run_cli(["exp", "plan", "--experiment", str(path), "--p-a", "0.5"]).stdout
     assert "sequential bar: pocock spending, looks at 4, 8, 12 of 12 tasks" in text
     assert "hoped_improvement (+20.0 pts)" in text
+
+
+def _seq_record(looks: list[dict], stopped: int | None, run_to_end: bool = False) -> dict:
+    return {"schema": "assay.experiment.sequential/1", "spending": "pocock",
+            "baseline": "base", "candidate": "cand", "hoped_improvement": 0.2,
+            "max_regression": 0.1, "planned_tasks": 12, "looks_planned": [4, 8, 12],
+            "levels": [0.98, 0.98, 0.97], "looks": looks, "stopped_at_look": stopped,
+            "decision": None if stopped is None else looks[stopped]["decision"],
+            "run_to_end": run_to_end}
+
+
+def _look(i: int, tasks: int, decision: str, ci: list[float]) -> dict:
+    return {"index": i, "tasks": tasks, "planned_tasks": 12, "level": 0.98, "last": tasks == 12,
+            "trials_done": 2 * tasks, "delta": sum(ci) / 2, "ci": ci, "n_compared": tasks,
+            "decision": decision, "reasons": []}
+
+
+def _verdict(decision: str = "inconclusive", hard_fail: bool = False) -> dict:
+    return {"decision": decision, "exit_code": 4, "tasks_to_settle": 30,
+            "reasons": ["hard requirement cost failed: …"] if hard_fail else ["today's"],
+            "checks": [{"name": "cost", "hard": True, "ok": False if hard_fail else True}]}
+
+
+def test_the_verdict_of_a_run_with_looks(tmp_path: Path) -> None:
+    """A look's decision is the verdict (a failed hard requirement the look could not read
+    still rejects); the trials not run and their cost at the observed cost per trial are
+    said; a run taken to the end is the fixed design's verdict, said so; an unfinished run's
+    reading is called interim."""
+    from assay.report.sequential import apply_looks, looks_plot, sequential_section
+
+    arms = {"base": {"cost_usd": 0.8, "graded": 8, "cost_complete": True},
+            "cand": {"cost_usd": 1.6, "graded": 8, "cost_complete": True}}
+    looks = [_look(0, 4, "continue", [-0.3, 0.6]), _look(1, 8, "accept", [0.05, 0.7])]
+    (tmp_path / "sequential.json").write_text(json.dumps(_seq_record(looks, 1)))
+    seq = sequential_section(tmp_path, {"repetitions": 2}, arms)
+    assert seq is not None and seq["trials_not_run"] == 16  # 4 tasks x 2 reps x 2 arms
+    assert seq["cost_not_spent_usd"] == pytest.approx(8 * 0.1 + 8 * 0.2)
+    v = apply_looks(_verdict(), seq)
+    assert v["decision"] == "accept" and v["exit_code"] == 0 and v["tasks_to_settle"] is None
+    assert v["reasons"][0].startswith("stopped at look 2 of 3 (8 of 12 tasks)")
+    assert "16 planned trials (4 tasks) not run, about $2.4000" in v["reasons"][-1]
+    assert apply_looks(_verdict(hard_fail=True), seq)["decision"] == "reject"
+    plot = looks_plot(seq)
+    assert plot is not None and [r["x_lo"] < r["x_hi"] for r in plot["rows"]] == [True, True]
+    # the interval narrows look by look, as drawn
+    widths = [r["x_hi"] - r["x_lo"] for r in plot["rows"]]
+    assert widths[1] < widths[0]
+    assert sorted(m["label"].split(" ")[0] for m in plot["lines"]) == [
+        "0", "hoped", "−max_regression"]
+
+    (tmp_path / "sequential.json").write_text(json.dumps(_seq_record(looks, 1, True)))
+    seq = sequential_section(tmp_path, {"repetitions": 2}, arms)
+    assert seq["trials_not_run"] == 0
+    v = apply_looks(_verdict("accept"), seq)
+    assert v["reasons"][0].startswith("analysed as the fixed design")
+
+    (tmp_path / "sequential.json").write_text(json.dumps(_seq_record(looks[:1], None)))
+    v = apply_looks(_verdict(), sequential_section(tmp_path, {"repetitions": 2}, arms))
+    assert "interim reading" in v["reasons"][0] and v["decision"] == "inconclusive"
+    # a damaged record is named, file and field
+    bad = _seq_record(looks, 1)
+    del bad["looks_planned"]
+    (tmp_path / "sequential.json").write_text(json.dumps(bad))
+    with pytest.raises(Exception, match="sequential.json: field 'looks_planned'"):
+        sequential_section(tmp_path, {"repetitions": 2}, arms)

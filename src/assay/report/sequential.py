@@ -25,7 +25,7 @@ SEQUENTIAL_JSON = "sequential.json"
 _EXIT = {"accept": EXIT_OK, "reject": EXIT_BELOW_BAR, "inconclusive": EXIT_INCONCLUSIVE}
 
 # the look plot, in px
-PLOT_W, ROW_H, LABEL_W, TOP = 460, 24, 150, 26
+PLOT_W, ROW_H, LABEL_W, TOP = 460, 24, 150, 36
 
 
 def sequential_section(run_dir: Path, manifest: dict[str, Any],
@@ -170,8 +170,10 @@ def looks_plot(seq: dict[str, Any]) -> dict[str, Any] | None:
                      f"{100 * lk['level']:.2f}%: Δ {pts(lk['delta'])} [{pts(lk['ci'][0])}, "
                      f"{pts(lk['ci'][1])}], {lk['decision']}"})
     bottom = TOP + len(looks) * ROW_H
-    lines = [{"x": x(0.0), "label": "0"}, {"x": x(hoped), "label": f"hoped {pts(hoped)}"},
-             {"x": x(reg), "label": f"−max_regression {pts(reg)}"}]
+    # labels on two rows, so that lines close together keep legible labels
+    lines = [{"x": x(v), "label": label, "ty": TOP - 10 - 10 * (i % 2)} for i, (v, label) in
+             enumerate(sorted([(0.0, "0"), (hoped, f"hoped {pts(hoped)}"),
+                               (reg, f"−max_regression {pts(reg)}")]))]
     return {"w": LABEL_W + PLOT_W + 20, "h": bottom + 10, "top": TOP - 6, "bottom": bottom,
             "rows": rows, "lines": lines}
 
