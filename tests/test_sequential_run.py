@@ -118,9 +118,10 @@ def _started_tasks(out: Path) -> set[str]:
                                         "ON t.id = a.trial")}
 
 
-def _run(exp: Path, out: Path) -> None:
-    res = run_cli(["exp", "run", str(exp), "--out", str(out)])
+def _run(exp: Path, out: Path, *flags: str) -> str:
+    res = run_cli(["exp", "run", str(exp), "--out", str(out), *flags])
     assert res.code == 0, res.stderr
+    return res.stderr
 
 
 def _killed_then_resumed(exp: Path, out: Path, endpoint: ScriptedServer) -> None:
@@ -184,12 +185,16 @@ def _check_stopped(exp: Path, out: Path, decision: str) -> None:
     assert '<svg class="looks-plot"' in (out / "report.html").read_text()
     status = run_cli(["exp", "status", str(out)]).stdout
     assert f"looks:    1 taken; look 1 decided {decision}" in status
+    compared = run_cli(["exp", "compare", str(out)]).stdout
+    assert "Sequential bar: the looks" in compared and "look 1 of 2" in compared
 
 
 def test_plainly_better_accepts_at_the_first_look(tmp_path: Path, endpoint) -> None:
     exp = _experiment(tmp_path, "idler", "fixer")
     out = tmp_path / "run"
-    _run(exp, out)
+    shown = _run(exp, out, "--show-interim")  # asked for, and recorded
+    assert "look 1 of 2 at 4 of 6 tasks" in shown and "accept; Δ = +100.0 pts" in shown
+    assert json.loads((out / "manifest.json").read_text())["sessions"][-1]["show_interim"]
     _check_stopped(exp, out, "accept")
     before = _looks(out)
     if not FULL:
@@ -217,7 +222,11 @@ def test_plainly_better_accepts_at_the_first_look(tmp_path: Path, endpoint) -> N
 def test_plainly_no_better_rejects_at_the_first_look(tmp_path: Path, endpoint) -> None:
     exp = _experiment(tmp_path, "fixer", "idler")
     plain = tmp_path / "run"
-    _run(exp, plain)
+    shown = _run(exp, plain)  # the look's decision is said, never the interim Δ
+    assert "look 1 of 2 at 4 of 6 tasks (level 96.18%): reject" in shown
+    assert "Δ" not in shown.split("look 1 of 2", 1)[1].split("\n", 1)[0]
+    assert json.loads((plain / "manifest.json").read_text())["sessions"][-1][
+        "show_interim"] is False
     _check_stopped(exp, plain, "reject")
     killed = tmp_path / "killed"
     _killed_then_resumed(exp, killed, endpoint)
