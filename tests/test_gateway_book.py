@@ -120,3 +120,27 @@ def test_concurrent_charges_add_up_exactly() -> None:
     assert book.spent() == pytest.approx(2.0)
     assert all(book.usage(e.attempt_id)["calls"] == 500 for e in entries)
     assert all(e.connections == 0 for e in entries)
+
+
+def test_a_retired_attempt_keeps_its_usage_and_its_id_and_nothing_else() -> None:
+    """A closed attempt whose files the server closed is retired: the book lets go of the
+    entry (its ledger, transcript store, upstream: what made a long run's memory grow) and
+    keeps its budget, so its usage is still read and its id still refused."""
+    book: AttemptBook[Entry] = AttemptBook()
+    a = Entry("a")
+    ta = book.issue(a)
+    book.charge(a, Usage(input=10, output=5), 0.25, metered=True, step=True,
+                usage_missing=False, unreachable=False)
+    book.retire(a)  # still open: never retired
+    assert book.entries() == [a]
+    assert book.revoke(ta) is a
+    book.retire(a)
+    assert book.entries() == [] and book.entry("a") is None
+    assert book.usage(ta)["cost_usd"] == 0.25 and book.usage("a")["calls"] == 1
+    assert book.caller([ta]).reason == "revoked_token"
+    with pytest.raises(ValueError, match="already opened"):
+        book.check_new("a")
+    with pytest.raises(ValueError, match="already opened"):
+        book.issue(Entry("a"))
+    with pytest.raises(ValueError, match="no such attempt"):
+        book.usage("b")

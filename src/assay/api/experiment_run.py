@@ -58,6 +58,11 @@ class ExperimentOptions:
     allow_large_plan: bool = False
     #: run only this tier of the file's ``tiers:``
     tier: str | None = None
+    #: a sequential bar's run that a look stopped: run its remaining trials on purpose
+    #: (recorded; it is then analysed as the fixed design)
+    run_to_end: bool = False
+    #: show each look's Δ and interval as it is taken (recorded in the session)
+    show_interim: bool = False
 
     @classmethod
     def of(cls, options: ExperimentOptions | None = None, **given: Any) -> ExperimentOptions:
@@ -74,7 +79,8 @@ class ExperimentOptions:
 @dataclass
 class ExperimentRun(ExperimentResult):
     """What :func:`run_experiment` did: the runner's result (``status``: ``complete``,
-    ``infra_errors``, ``budget_stopped``, ``agent_start_failed`` or ``evidence_gaps``; the
+    ``infra_errors``, ``budget_stopped``, ``agent_start_failed``, ``evidence_gaps`` or
+    ``stopped_at_look``; the
     counts, spending, unpriced models and evidence gaps), plus what the API adds after it."""
 
     #: the ``pairwise:`` check's summary, ``{"error": why, "exit_code": 3}`` when it could
@@ -157,7 +163,8 @@ def run_experiment(experiment: PathLike, out: PathLike,
                         executor=opts.executor, ray_address=opts.ray_address,
                         gateway_host=opts.gateway_host, ray_transfer=opts.ray_transfer,
                         verify_jobs=opts.verify_jobs, allow_large_plan=opts.allow_large_plan,
-                        tier=opts.tier)
+                        tier=opts.tier, run_to_end=opts.run_to_end,
+                        show_interim=opts.show_interim)
     pairwise = None
     if result.status != "budget_stopped":
         pairwise = pairwise_check(out_dir, jobs=opts.jobs or 2)

@@ -83,6 +83,12 @@ def compare_experiment(source: PathLike, *, a: str | None = None, b: str | None 
         nf_arm = noise_floor_arm(data.manifest)
         if nf_arm is not None and subgroup is None:  # the setup's own noise, beside Δ
             out["noise_floor"] = measure_noise_floor(data, nf_arm, seed=seed)
+        from assay.report.sequential import compare_arms_rows, sequential_section
+
+        looks = sequential_section(Path(data.source), data.manifest or {},
+                                   compare_arms_rows(out))
+        if looks is not None:  # a sequential bar's looks (report/sequential.py)
+            out["sequential"] = looks
     record_results_shown(data, command="exp compare")
     return out
 
@@ -161,6 +167,42 @@ def plan_experiment(pilot: PathLike | None = None, *, arm: str | None = None,
         out["noise_floor"] = noise
     out.update(n_tasks=n, mde=mde)
     return out
+
+
+def plan_sequential(experiment: PathLike, *, pilot: PathLike | None = None,
+                    arm: str | None = None, p_a: float | list[float] | None = None,
+                    seed: int = 0, n_sims: int = 2000) -> dict[str, Any] | None:
+    """A sequential bar's operating characteristics (``stats.sequential``): at Δ = 0, the
+    hoped improvement and −max_regression, P(accept), P(reject) and the expected tasks run,
+    beside the fixed design's; ``None`` when the file's bar has no ``sequential`` block."""
+    from assay.stats.sequential import operating_characteristics
+    from assay.suites.experiment import load_experiment, sequential_looks
+
+    exp = load_experiment(Path(experiment))
+    bar = exp.spec.bar
+    if bar is None or bar.sequential is None:
+        return None
+    if pilot is not None:
+        rates, _ = _pilot_rates(Path(pilot), arm)
+    elif p_a is not None:
+        rates = [float(p_a)] if isinstance(p_a, int | float) else [float(x) for x in p_a]
+    else:
+        raise InputError("give a pilot (run directory or outcomes file) or assumed rates "
+                         "(--p-a RATE)")
+    tasks = len(exp.bundles)
+    if tasks < 2:
+        raise InputError(f"{experiment}: {tasks} task: a comparison needs at least 2")
+    looks = sequential_looks(bar.sequential, tasks)
+    rows = operating_characteristics(rates, tasks=tasks, reps=exp.spec.repetitions,
+                                     looks=looks, spending=bar.sequential.spending,
+                                     hoped=bar.hoped_improvement,
+                                     max_regression=bar.max_regression, n_sims=n_sims,
+                                     seed=seed)
+    return {"tasks": tasks, "reps": exp.spec.repetitions, "looks": looks,
+            "spending": bar.sequential.spending, "n_sims": n_sims, "seed": seed,
+            "method": "simulated: baseline rates drawn from the given ones, the candidate's "
+                      "clipped to [0, 1], tasks as clusters; the runner's look rule",
+            "rows": rows}
 
 
 def _n(x: int | None) -> str:

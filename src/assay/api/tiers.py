@@ -13,14 +13,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from assay.api.experiments import PathLike, plan_experiment
+from assay.api.experiments import PathLike, plan_experiment, plan_sequential
 from assay.errors import InputError
 
 
 def plan_tiers(experiment: PathLike, tiers: list[str], *, pilot: PathLike | None = None,
                arm: str | None = None, p_a: float | list[float] | None = None,
                seed: int = 0) -> dict[str, Any]:
-    """One entry per tier (``all``: every tier the file declares, then the whole file)."""
+    """One entry per tier (``all``: every tier the file declares, then the whole file); with
+    a sequential bar, its operating characteristics under ``sequential``
+    (:func:`plan_sequential`)."""
     from assay.suites.experiment import load_experiment
 
     path = Path(experiment)
@@ -58,4 +60,6 @@ def plan_tiers(experiment: PathLike, tiers: list[str], *, pilot: PathLike | None
             entry["cannot"] += (f"; anything that happens only on the {total - n} task(s) "
                                 "outside the tier")
         out.append(entry)
-    return {"experiment": str(path), "tiers": out}
+    seq = plan_sequential(path, pilot=pilot, arm=arm, p_a=p_a, seed=seed)
+    return {"experiment": str(path), "tiers": out,
+            **({"sequential": seq} if seq is not None else {})}

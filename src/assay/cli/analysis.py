@@ -84,6 +84,10 @@ def exp_compare(
         from assay.api.render import preference_markdown
 
         lines += preference_markdown(cmp["judge_preference"])
+    if cmp.get("sequential"):
+        from assay.api.render import looks_markdown
+
+        lines += ["", *looks_markdown(cmp["sequential"])]
     out.print(Markdown("\n".join(lines)))
 
 
@@ -116,7 +120,9 @@ def exp_plan(
 ) -> None:
     """Before spending: the minimum detectable effect at 80% power (α = 0.05) for N tasks ×
     K repetitions, or the N needed for --delta; by simulation of the compare analysis. With
-    --tier: the same for each CI tier of --experiment."""
+    --tier: the same for each CI tier of --experiment; a sequential bar in --experiment adds
+    P(accept), P(reject) and the expected tasks at Δ = 0, hoped, −max_regression, beside the
+    fixed design's."""
     from assay.api.experiments import plan_experiment
 
     rates: list[float] | None = None
@@ -172,6 +178,19 @@ def _plan_tiers(experiment: Path | None, tiers: list[str], pilot: Path | None,
     for t in result["tiers"]:
         typer.echo(f"tier {t['tier']}: {t['tasks']} of {t['of_tasks']} tasks × {t['reps']} "
                    f"repetition(s); can detect {t['can']}; cannot detect {t['cannot']}")
+    seq = result.get("sequential")
+    if seq is not None:
+        typer.echo(f"sequential bar: {seq['spending']} spending, looks at "
+                   f"{', '.join(map(str, seq['looks']))} of {seq['tasks']} tasks × "
+                   f"{seq['reps']} repetition(s) ({seq['n_sims']} simulated runs a row)")
+        typer.echo(f"{'Δ':>29} | {'fixed P(accept)':>15} {'P(reject)':>9} {'tasks':>6} | "
+                   f"{'seq P(accept)':>13} {'P(reject)':>9} {'E[tasks]':>8}")
+        for r in seq["rows"]:
+            f, s = r["fixed"], r["sequential"]
+            name = f"{r['delta_name']} ({100 * r['delta']:+.1f} pts)"
+            typer.echo(f"{name:>29} | "
+                       f"{f['accept']:>15.3f} {f['reject']:>9.3f} {f['tasks']:>6} | "
+                       f"{s['accept']:>13.3f} {s['reject']:>9.3f} {s['expected_tasks']:>8.1f}")
 
 
 @exp_app.command("verdict")
@@ -201,13 +220,20 @@ def exp_verdict(
             k: rep["comparison"][k] for k in ("a", "b", "delta", "ci", "method", "n_tasks",
                                               "n_clusters", "coverage")},
                                **({"noise_floor": rep["noise_floor"]}
-                                  if rep.get("noise_floor") else {})}, indent=2))
+                                  if rep.get("noise_floor") else {}),
+                               **({"sequential": rep["sequential"]}
+                                  if rep.get("sequential") else {})}, indent=2))
     else:
         from rich.markdown import Markdown
 
         from assay.cli.app import out
 
         _first_line(banner)
-        out.print(Markdown("\n".join(verdict_markdown(rep))))
+        lines = verdict_markdown(rep)
+        if rep.get("sequential"):  # the looks: where the run stopped, and at which level
+            from assay.api.render import looks_markdown
+
+            lines += looks_markdown(rep["sequential"])
+        out.print(Markdown("\n".join(lines)))
     raise typer.Exit(v["exit_code"])
 

@@ -109,6 +109,13 @@ def _write_text(db: Any, fh: TextIO, *, show_all: bool) -> None:
                        for arm, codes in db.failures_by_arm().items())
              + f"attempts: {_line(c.attempts)}\n"
              + (_gap_note(gaps) + "\n" if gaps else ""))
+    looks = db.looks()  # a sequential bar's: where the run stands (never the interim Δ)
+    if looks:
+        stop = next((lk for lk in looks if lk["decision"] in ("accept", "reject")), None)
+        fh.write(f"looks:    {len(looks)} taken" + ("" if stop is None else
+                 f"; look {stop['index'] + 1} decided {stop['decision']}: the trials of the "
+                 f"tasks after its {stop['tasks']} are not run (exp run --run-to-end runs "
+                 "them on purpose)") + "\n")
     # a trial with a lost attempt is listed even when its row says done
     rows = db.trials(unfinished_only=not show_all and not gaps)
     first = True
@@ -200,11 +207,18 @@ def exp_run(
         "--allow-large-plan", help=f"Run a plan of more than {PLAN_TRIALS_DEFAULT_MAX:,} "
         "trials (tasks x arms x repetitions); without it such a plan is refused as a likely "
         "typo.")] = False,
+    run_to_end: Annotated[bool, typer.Option(
+        "--run-to-end", help="A run a sequential bar's look stopped: run its remaining trials "
+        "on purpose (recorded; the verdict is then the fixed design's).")] = False,
+    show_interim: Annotated[bool, typer.Option(
+        "--show-interim", help="Show each look's Δ and interval as it is taken (recorded in "
+        "the manifest: a person who saw them may be swayed).")] = False,
 ) -> None:
     """Run every trial of an experiment (resume: the same command), then its pairwise check if
-    it has one. Exit 0 complete, 2 bad input (or an arm whose agent could not start in its first
-    attempts, or an attempt directory gone: evidence lost), 3 finished with infra errors,
-    stopped by the total budget or without its pairwise check, 130 interrupted."""
+    it has one. Exit 0 complete (or stopped by a sequential bar's look), 2 bad input (or an
+    arm whose agent could not start in its first attempts, or an attempt directory gone:
+    evidence lost), 3 finished with infra errors, stopped by the total budget or without its
+    pairwise check, 130 interrupted."""
     import signal
 
     from rich.markup import escape
@@ -220,7 +234,8 @@ def exp_run(
                                 holdout_reuse=holdout_reuse, executor=executor,
                                 ray_address=ray_address, gateway_host=gateway_host,
                                 ray_transfer=ray_transfer, verify_jobs=verify_jobs,
-                                allow_large_plan=allow_large_plan, tier=tier)
+                                allow_large_plan=allow_large_plan, tier=tier,
+                                run_to_end=run_to_end, show_interim=show_interim)
     old = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
         # the trials, the pairwise check (never raises for the judge's trouble; an interrupt
@@ -253,6 +268,9 @@ def exp_run(
     if result.status == "budget_stopped":
         raise fail(str(result.message) + f"; resume with: assay exp run {experiment} --out "
                    f"{out_dir}", EXIT_INFRA)
+    if result.status == "stopped_at_look" and result.pairwise_error is None:
+        err.print(escape(str(result.message)), highlight=False)  # stopped by design: exit 0
+        return
     if not result.complete:
         raise typer.Exit(EXIT_INFRA)
 

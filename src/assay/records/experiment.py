@@ -68,6 +68,94 @@ class ExperimentArm(Record):
     """Request parameters the gateway pins on every call (temperature, ...)."""
 
 
+class SequentialPlan(Record):
+    """A sequential bar's plan, frozen in ``manifest.json`` before the first trial
+    (``runner/sequential.py``)."""
+
+    model_config = _OPEN
+
+    spending: str
+    """The Lan-DeMets spending function: ``pocock`` or ``obrien_fleming``."""
+    alpha: float
+    """The whole run's two-sided error, as the fixed design's 95% interval."""
+    looks: list[int]
+    """Task counts at which the bar is read; the last is every task."""
+    levels: list[float]
+    """The two-sided level each look's interval is read at (``stats/sequential.py``)."""
+    task_order: list[str]
+    """Every task, in the order the run takes them (drawn from the seed, stratified by
+    family); each look sees the tasks before it."""
+
+
+class SequentialLook(Record):
+    """One look of a sequential bar, as committed to ``state.sqlite`` (table ``looks``) before
+    its decision took effect."""
+
+    model_config = _OPEN
+
+    index: int
+    """0 for the first look."""
+    tasks: int
+    """Tasks the look saw (the first ones of the task order)."""
+    planned_tasks: int
+    """Tasks in the plan."""
+    level: float
+    """The level its interval was read at."""
+    last: bool
+    """Whether it is the last look (which spends the rest of the error)."""
+    trials_done: int
+    """Graded trials of its tasks."""
+    delta: float | None
+    """Δ over its tasks; None when no task was graded in both arms."""
+    ci: list[float] | None
+    """The interval at ``level``; None without two clusters."""
+    n_compared: int
+    """Tasks graded in both arms."""
+    decision: Literal["continue", "accept", "reject", "inconclusive"]
+    """What it decided: ``continue`` (not the last look), ``accept`` or ``reject`` (the run
+    stops), ``inconclusive`` (the last look only)."""
+    reasons: list[str]
+    """Hard requirements that failed, or why there was no comparison."""
+
+
+class SequentialRecord(Record):
+    """``sequential.json``: a sequential bar's looks so far, rewritten atomically after each
+    look (from ``state.sqlite``, which holds them first); what the report reads."""
+
+    model_config = _OPEN
+    schema_name: ClassVar[str] = "assay.experiment.sequential"
+    schema_version: ClassVar[int] = 1
+    file: ClassVar[str] = "sequential.json"
+
+    schema_: str = Field(alias="schema")
+    """``assay.experiment.sequential/1``."""
+    spending: str | None
+    """The spending function."""
+    baseline: str
+    """Arm A."""
+    candidate: str
+    """Arm B."""
+    hoped_improvement: float
+    """The bar's hoped improvement."""
+    max_regression: float
+    """The bar's largest regression allowed."""
+    planned_tasks: int
+    """Tasks in the plan."""
+    looks_planned: list[int]
+    """Task counts of every look."""
+    levels: list[float]
+    """Each look's level."""
+    looks: list[SequentialLook]
+    """The looks taken, in order."""
+    stopped_at_look: int | None
+    """The index of the look that accepted or rejected; None while none did."""
+    decision: str | None
+    """That look's decision."""
+    run_to_end: bool
+    """Whether the run was resumed past its deciding look on purpose (``--run-to-end``): it
+    is then analysed as the fixed design."""
+
+
 class ExperimentSession(Record):
     """One ``exp run`` session over the run directory (a resume is a new session)."""
 
@@ -88,13 +176,20 @@ class ExperimentSession(Record):
     ended_at: str | None = None
     """When it ended; absent while it runs or when it was killed."""
     status: ExperimentStatus | None = None
-    """``complete``, ``infra_errors``, ``budget_stopped``, ``agent_start_failed`` or
-    ``evidence_gaps``; absent when it never ended."""
+    """``complete``, ``infra_errors``, ``budget_stopped``, ``agent_start_failed``,
+    ``evidence_gaps`` or ``stopped_at_look`` (a sequential bar's look decided); absent when it
+    never ended."""
     spent_usd_total: float | None = None
     """USD spent by the whole run at the session's end (a lower bound unless
     ``spent_complete``)."""
     spent_complete: bool | None = None
     """Whether every call's cost was known."""
+    run_to_end: bool | None = None
+    """With a sequential bar: whether this session was asked (``--run-to-end``) to run the
+    trials a deciding look left; absent without a sequential bar."""
+    show_interim: bool | None = None
+    """With a sequential bar: whether each look's Δ and interval were shown as it was taken
+    (``--show-interim``): a person who saw them may have been swayed."""
 
 
 class ExperimentManifest(Record):
@@ -149,6 +244,9 @@ class ExperimentManifest(Record):
     """Per task: its ``family`` and ``split``."""
     sessions: list[ExperimentSession]
     """Every session, in order."""
+    sequential: SequentialPlan | None = None
+    """With a sequential bar: the task order drawn from the seed, the looks and their levels,
+    frozen before the first trial; absent otherwise."""
 
 
 class ExperimentArmFigures(Record):

@@ -96,7 +96,7 @@ SuiteKind = Literal["narrow", "coding"]
 RunStatus = Literal["complete", "infra_errors", "aborted", "interrupted"]
 #: How an experiment run ended (``runner.experiment``).
 ExperimentStatus = Literal["complete", "infra_errors", "budget_stopped", "agent_start_failed",
-                           "evidence_gaps"]
+                           "evidence_gaps", "stopped_at_look"]
 
 __all__ = ["CHECK_NAMES", "CLOSED", "DECISIONS", "EXECUTION_FAILURES", "FLOW", "INFRA_CODES",
            "INTEGRITY_CODES", "INTEGRITY_ORDER", "TRIAL_FINAL", "AttemptState", "CheckFailure",

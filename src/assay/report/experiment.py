@@ -44,6 +44,7 @@ from assay.report.outcomes import (
     load_run_outcomes,
 )
 from assay.report.render.numbers import NA, pct, pts
+from assay.report.sequential import apply_looks, looks_markdown, sequential_section
 from assay.report.trial_html import write_trial_pages
 from assay.report.verdict import decide
 from assay.suites.experiment import Bar, ExperimentSpec, bar_sha256, pairwise_arms
@@ -273,6 +274,10 @@ def build_experiment_report(run_dir: Path, *, data: OutcomeSet | None = None,
     for arm_row in arms.values():
         arm_row.setdefault("pass_rate", None)
         arm_row.setdefault("pass_rate_ci", None)
+    sequential = (sequential_section(run_dir, manifest, {a: arms[a] for a in pair or ()})
+                  if data.kind == "run" else None)
+    if sequential is not None and verdict is not None:  # report/sequential.py
+        verdict = apply_looks(verdict, sequential)
     if data.evidence_gaps and comparison is None:  # else the comparison's notes say it
         notes.extend(data.notes[:1])
     if bar is None:
@@ -291,6 +296,8 @@ def build_experiment_report(run_dir: Path, *, data: OutcomeSet | None = None,
             "holdout": holdout_summary(run_dir) if data.kind == "run" else None,
             # the experiment's A/A pair (noise_floor: {arm: ...}), when it has one
             **({"noise_floor": noise} if noise is not None else {}),
+            # a sequential bar's looks (runner/sequential.py, report/sequential.py)
+            **({"sequential": sequential} if sequential is not None else {}),
             # a fork experiment's prefixes: their cost is apart from every arm's
             **({"fork": fork_totals(run_dir)} if data.kind == "run" and (run_dir / FORKS).is_dir()
                else {}),
@@ -392,6 +399,8 @@ def experiment_markdown(rep: dict[str, Any]) -> str:
            *([f"**{md(gap_note(rep['evidence_gaps']))}**", ""]
              if rep.get("evidence_gaps") else [])]
     out += verdict_markdown(rep)
+    if rep.get("sequential"):
+        out += looks_markdown(rep["sequential"])
     if rep.get("comparison"):
         out += comparison_markdown(rep["comparison"])
     out += [f"- {md(n)}" for n in rep.get("notes", [])]

@@ -386,6 +386,24 @@ def _preference_line(report: dict[str, Any]) -> list[str]:
             + (f"; last session: {jp['error']}" if jp.get("error") else "")]
 
 
+def _looks(report: dict[str, Any]) -> dict[str, Any] | None:
+    """A sequential bar's looks: the table's lines and the plot of the narrowing interval."""
+    seq = report.get("sequential")
+    if not seq:
+        return None
+    from assay.report.sequential import looks_markdown, looks_plot
+
+    lines = looks_markdown(seq)
+    return {"plot": looks_plot(seq), "caption": lines[2].replace("`", ""),
+            "rows": [{"look": f"look {lk['index'] + 1}", "tasks": lk["tasks"],
+                      "level": f"{100 * lk['level']:.2f}%",
+                      "delta": NA if lk.get("delta") is None else pts(lk["delta"]),
+                      "ci": NA if lk.get("ci") is None else
+                      f"[{pts(lk['ci'][0])}, {pts(lk['ci'][1])}]",
+                      "decision": lk["decision"]} for lk in seq["looks"]],
+            "stop": lines[-2] if seq.get("stopped_at_look") is not None else None}
+
+
 def render_experiment_html(report: dict[str, Any], pages: dict[str, Any] | None = None) -> str:
     """The experiment report dict as one self-contained HTML page; ``pages``: the trial and
     side-by-side pages written beside it (``trial_html.write_trial_pages``), to link."""
@@ -404,7 +422,7 @@ def render_experiment_html(report: dict[str, Any], pages: dict[str, Any] | None 
             if report.get("noise_floor") else None}
     view = {"verdict": _verdict(report), "bar": _bar(report), "cmp": _comparison(report),
             "arms": _arms(report), "runtime": _runtimes(report), "holdout": _holdout(report),
-            "tasks": _tasks(report, pages)}
+            "tasks": _tasks(report, pages), "looks": _looks(report)}
     return render("experiment.html.j2", page=page, v=view)
 
 

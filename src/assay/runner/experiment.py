@@ -74,6 +74,7 @@ from assay.runner.holdout import MANIFEST_KEY as HOLDOUT_KEY
 from assay.runner.holdout import holdout_gate
 from assay.runner.progress import NullProgress, Progress, TrialDone
 from assay.runner.scratch import SCRATCH, attempt_scratch, remove_scratch, session_tempdir
+from assay.runner.sequential import SequentialLooks, sequential_manifest
 from assay.runner.slots import AttemptSlots, Ticket, usable_cores
 from assay.runner.state import Attempt, StateDB
 from assay.runner.trial import TrialHooks, TrialResult
@@ -192,6 +193,7 @@ def _manifest(exp: Experiment, access: dict[str, _ArmAccess], jobs: int,
         **_environments(exp),
         "sessions": [],
         **({"fork": fork_manifest(spec.fork)} if spec.fork is not None else {}),
+        **({"sequential": seq} if (seq := sequential_manifest(exp)) is not None else {}),
     }
 
 
@@ -313,8 +315,12 @@ class ExperimentRunner:
                  total_cost_usd: float | None = None, holdout_reuse: bool = False,
                  executor: str = "local", ray_address: str | None = None,
                  gateway_host: str | None = None, ray_transfer: str | None = None,
-                 verify_jobs: int | None = None) -> None:
+                 verify_jobs: int | None = None, run_to_end: bool = False,
+                 show_interim: bool = False) -> None:
         self.exp, self.out = exp, out
+        self.run_to_end, self.show_interim = run_to_end, show_interim
+        #: the looks of a sequential bar (``runner/sequential.py``), once the run is open
+        self.looks: SequentialLooks | None = None
         self.executor_kind, self.ray_address = executor, ray_address
         self.ray_transfer = ray_transfer
         self.gateway_host = gateway_host
@@ -388,10 +394,13 @@ class ExperimentRunner:
                    "watchdog_grace_seconds": self.grace, "assay": tool_identity(),
                    "holdout_reuse": self.holdout_reuse,
                    "executor": self.executor.describe()}
+        if spec.bar is not None and spec.bar.sequential is not None:
+            session.update(run_to_end=self.run_to_end, show_interim=self.show_interim)
         state = StateDB.open(self.out, _state_identity(self.exp), self.plan,
                              retries_infra=spec.retries.infra)
         try:  # after the identity check: a changed agent file is refused as a change
             self.agent_dirs = stage_agent_files(self.out, self.exp)
+            self._open_looks(state, manifest)
         except BaseException:
             state.close()
             raise
@@ -463,6 +472,14 @@ class ExperimentRunner:
         left = counts.trials.get("pending", 0)
         if self.broken_arm is not None:
             status, message = AGENT_START_FAILED, self.broken_arm
+        elif self.looks is not None and self.looks.holding and left:
+            stop = self.looks.stopped_at or {}
+            status = "stopped_at_look"
+            message = (f"stopped at look {stop.get('index', 0) + 1} of "
+                       f"{len(self.looks.looks)} ({stop.get('tasks')} of "
+                       f"{len(self.looks.order)} tasks): {stop.get('decision')}; {left} "
+                       "planned trials not run (exp verdict shows the looks; exp run "
+                       "--run-to-end runs them on purpose)")
         elif self.stop_new.is_set() and left:
             status = "budget_stopped"
             message = (f"stopped at the total budget: ${spent:.4f} spent"
@@ -511,10 +528,11 @@ class ExperimentRunner:
                 self.stop_new.set()
             if not self.stop_new.is_set() and slots.can_start():
                 busy = set(running.values())
+                allowed = self.looks.allowed() if self.looks is not None else None
                 for key in state.pending(limit=slots.max_alive * 2 + len(busy)):
                     if not slots.can_start():
                         break
-                    if key in busy:
+                    if key in busy or (allowed is not None and key.task not in allowed):
                         continue
                     attempt = state.begin_attempt(key)
                     ticket = slots.ticket()
@@ -523,6 +541,9 @@ class ExperimentRunner:
                     running[fut] = key
                     busy.add(key)
             if not running:
+                if self.looks is not None and self.looks.due(state):
+                    self._look(state)
+                    continue
                 return
             slots.wait()
             for fut in [f for f in running if f.done()]:
@@ -530,6 +551,30 @@ class ExperimentRunner:
                 outcome = fut.result()
                 self.progress.advance(TrialDone(key, outcome))
                 self._watch_start(key, outcome)
+
+    def _open_looks(self, state: StateDB, manifest: dict[str, Any]) -> None:
+        """A sequential bar's looks: the frozen order and levels from the manifest, the looks
+        earlier sessions took from the state database; a run a look stopped starts nothing
+        unless it is run to the end on purpose."""
+        frozen = manifest.get("sequential")
+        if frozen is None:
+            return
+        self.looks = SequentialLooks(self.exp, self.out, frozen, run_to_end=self.run_to_end,
+                                     show_interim=self.show_interim)
+        self.looks.resume(state)
+        stop = self.looks.stopped_at
+        if stop is not None and self.looks.holding:
+            self.stop_new.set()
+            self.progress.note(f"look {stop['index'] + 1} decided {stop['decision']}: the "
+                               "run stopped there (--run-to-end runs the rest on purpose)")
+
+    def _look(self, state: StateDB) -> None:
+        """Take the due look; one that decides stops new trials (none is in flight)."""
+        assert self.looks is not None
+        look = self.looks.take(state)
+        self.progress.note(self.looks.shown(look))
+        if self.looks.holding:
+            self.stop_new.set()
 
     def _watch_start(self, key: TrialKey, outcome: str) -> None:
         """Stop starting attempts once an arm's first attempts all failed to start its agent:
@@ -731,7 +776,8 @@ def run_experiment(path: Path, out: Path, *, jobs: int | None = None,
                    ray_transfer: str | None = None,
                    verify_jobs: int | None = None,
                    allow_large_plan: bool = False,
-                   tier: str | None = None) -> ExperimentResult:
+                   tier: str | None = None, run_to_end: bool = False,
+                   show_interim: bool = False) -> ExperimentResult:
     """Run (or resume) the experiment in ``path`` into ``out``. ``total_cost_usd`` overrides
     the file's whole-run cap (to finish a run it stopped, without changing the file);
     ``holdout_reuse`` lets a new run look at a holdout past its allowance
@@ -742,14 +788,17 @@ def run_experiment(path: Path, out: Path, *, jobs: int | None = None,
     local attempts verify at once (default: the usable cores, at most ``jobs``; 0: no gate,
     an attempt keeps its slot until it is graded; ``runner/slots.py``). A plan of more than
     ``PLAN_TRIALS_DEFAULT_MAX`` trials is refused, before anything is written, unless
-    ``allow_large_plan``."""
+    ``allow_large_plan``. With a sequential bar, ``run_to_end`` runs the trials a deciding look
+    left (recorded; the run is then analysed as the fixed design), and ``show_interim`` shows
+    each look's Δ and interval as it is taken (recorded in the session)."""
     exp = load_experiment(Path(path), tier=tier)  # tier: suites/tiers.py
     check_plan_size(exp, allow_large_plan=allow_large_plan)
     return ExperimentRunner(exp, Path(out), jobs=jobs, grace_seconds=grace_seconds,
                             progress=progress, total_cost_usd=total_cost_usd,
                             holdout_reuse=holdout_reuse, executor=executor,
                             ray_address=ray_address, gateway_host=gateway_host,
-                            ray_transfer=ray_transfer, verify_jobs=verify_jobs).run()
+                            ray_transfer=ray_transfer, verify_jobs=verify_jobs,
+                            run_to_end=run_to_end, show_interim=show_interim).run()
 
 
 __all__ = ["ExperimentResult", "ExperimentRunner", "read_grade", "run_experiment"]

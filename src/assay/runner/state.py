@@ -464,6 +464,31 @@ class StateDB:
                               "rep=?", a.trial)
         return to_verify
 
+    # -- a sequential bar's looks ---------------------------------------------------------
+
+    def record_look(self, look: dict[str, Any]) -> None:
+        """Commit one look of a sequential bar (``runner/sequential.py``) before its decision
+        takes effect: after a kill the next session reads it back instead of deciding again.
+        ``look["index"]`` is unique: a look is taken once."""
+        with self._tx() as c:
+            c.execute(_LOOKS_TABLE)
+            try:
+                c.execute("INSERT INTO looks (idx, body, taken_at) VALUES (?, ?, ?)",
+                          (int(look["index"]), json.dumps(look, sort_keys=True), utc_now()))
+            except sqlite3.IntegrityError:
+                raise NeverOverwrite(f"look {look['index']} is already recorded: a look is "
+                                     "taken once") from None
+
+    def looks(self) -> list[dict[str, Any]]:
+        """The looks recorded so far, in order (none before the first, or without the table:
+        a run without a sequential bar never makes it)."""
+        with self._lock, self._snapshot() as c:
+            tables = {r[0] for r in c.execute("SELECT name FROM sqlite_master")}
+            if "looks" not in tables:
+                return []
+            rows = c.execute("SELECT body FROM looks ORDER BY idx").fetchall()
+        return [json.loads(r[0]) for r in rows]
+
     # -- queries ---------------------------------------------------------------------------
 
     def pending(self, limit: int | None = None) -> list[TrialKey]:
@@ -548,6 +573,11 @@ class StateDB:
             if c.in_transaction:
                 c.execute("COMMIT")
 
+
+#: made by the first look (runs without a sequential bar never have it, so their databases
+#: stay as they were); a row is never changed or deleted
+_LOOKS_TABLE = ("CREATE TABLE IF NOT EXISTS looks (idx INTEGER PRIMARY KEY, body TEXT NOT NULL, "
+                "taken_at TEXT NOT NULL)")
 
 _ATTEMPT_SELECT = ("SELECT t.id, t.task, t.arm, t.rep, a.id, a.attempt, a.state, a.reason, "
                    "a.dir, a.started_at, a.ended_at, a.timings FROM attempts a "

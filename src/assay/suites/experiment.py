@@ -199,6 +199,47 @@ class Retries(_Strict):
     """How many new attempts a trial gets after ``infra_error`` attempts."""
 
 
+#: the most looks a sequential bar may take (each look's boundary is one numerical integration)
+MAX_LOOKS = 100
+
+
+class Sequential(_Strict):
+    """Looks that may stop the run once the verdict is settled (``stats/sequential.py``):
+    exactly one of ``looks`` and ``every``; the last look is always the whole plan."""
+
+    looks: list[int] | None = Field(default=None, min_length=1, max_length=100)
+    """Task counts at which the bar is read, increasing, each at least 4 (the interval is
+    honest from four tasks), e.g. ``[10, 20, 40]``."""
+    every: int | None = Field(default=None, ge=4)
+    """A look every this many tasks (at least 4)."""
+    spending: Literal["obrien_fleming", "pocock"] = "pocock"
+    """The Lan-DeMets error-spending function: ``pocock`` spends evenly (stops sooner on
+    average), ``obrien_fleming`` spends late (the last look's level stays near 95%)."""
+
+    @model_validator(mode="after")
+    def _one_rule(self) -> Sequential:
+        if (self.looks is None) == (self.every is None):
+            raise ValueError("give exactly one of looks: [task counts] and every: N")
+        if self.looks is not None:
+            if any(k < 4 for k in self.looks):
+                raise ValueError("every look is at 4 tasks or more (the interval is honest "
+                                 "from four tasks)")
+            if any(b <= a for a, b in zip(self.looks, self.looks[1:], strict=False)):
+                raise ValueError("looks must increase")
+        return self
+
+
+def sequential_looks(seq: Sequential, n_tasks: int) -> list[int]:
+    """The task counts of the looks for a plan of ``n_tasks`` tasks: the looks below it and
+    the whole plan last."""
+    if seq.looks is not None:
+        inner = [k for k in seq.looks if k < n_tasks]
+    else:
+        step = int(seq.every or n_tasks)
+        inner = list(range(step, n_tasks, step))
+    return [*inner, n_tasks]
+
+
 class Bar(_Strict):
     """The decision rule, written down before the run (acted on by ``exp verdict``)."""
 
@@ -218,6 +259,9 @@ class Bar(_Strict):
     """Arm A (the baseline); default: the first of two arms in ``arms``."""
     candidate: str | None = None
     """Arm B (the candidate); default: the second of two arms in ``arms``."""
+    sequential: Sequential | None = None
+    """Looks and an error-spending rule: the run may stop at the first look that accepts or
+    rejects (docs/guide/verdicts.md, "A sequential bar")."""
 
 
 class Fork(_Strict):
@@ -373,6 +417,7 @@ def load_experiment(path: Path, tier: str | None = None) -> Experiment:
     files, file_problems = _agent_file_prints(path.parent, spec, problem)
     problems += file_problems
     problems += _check_bar(spec, problem)
+    problems += _check_sequential(spec, len(selected), problem)
     if spec.pairwise is not None:
         problems += check_pairwise(path, spec.pairwise, pairwise_arms(spec), list(spec.arms),
                                    problem)
@@ -453,7 +498,7 @@ def _settings(spec: ExperimentSpec) -> dict[str, Any]:
                 arm.pop(key, None)
     bar = settings.get("bar")
     if bar is not None:
-        for key in ("baseline", "candidate"):
+        for key in ("baseline", "candidate", "sequential"):
             if bar.get(key) is None:
                 bar.pop(key, None)
     return settings
@@ -619,6 +664,22 @@ def _check_bar(spec: ExperimentSpec, problem: ProblemAt) -> list[Problem]:
     return out
 
 
+def _check_sequential(spec: ExperimentSpec, n_tasks: int, problem: ProblemAt) -> list[Problem]:
+    """A look past the plan could never be taken: refused before anything runs (a look equal
+    to the plan is the last look, which every sequential bar has anyway)."""
+    seq = spec.bar.sequential if spec.bar is not None else None
+    if seq is None or not n_tasks:
+        return []
+    if seq.looks is None:
+        count = len(sequential_looks(seq, n_tasks))
+        return [] if count <= MAX_LOOKS else [problem(
+            ("bar", "sequential", "every"), f"a look every {seq.every} of {n_tasks} tasks is "
+            f"{count} looks, over the limit of {MAX_LOOKS}: look less often")]
+    return [problem(("bar", "sequential", "looks", str(i)),
+                    f"a look at {k} tasks, but the experiment selects {n_tasks}")
+            for i, k in enumerate(seq.looks) if k > n_tasks]
+
+
 def pairwise_arms(spec: ExperimentSpec) -> tuple[str, str] | None:
     """The pairwise block's arms A and B (``suites/experiment_pairwise.py``)."""
     if spec.pairwise is None:
@@ -692,15 +753,52 @@ def plan(experiment: Experiment) -> list[TrialKey]:
     come in their own seeded order: both arms of a comparison see the same stretch of time, the
     same concurrency and the same cache warmth, and no arm is always first. The same seed and
     file give the same order, so a resumed run continues the same schedule.
+
+    With a sequential bar the tasks are first put in an order drawn from the seed
+    (:func:`task_order`) and cut at the looks: every trial of the tasks before a look comes
+    before any trial of the tasks after it, so each look sees a random sample of the suite
+    with every arm on the same tasks. Within a stretch between looks the order is as above.
     """
     spec = experiment.spec
     rng = random.Random(spec.seed)
-    blocks = [(task, rep) for task in experiment.bundles for rep in range(spec.repetitions)]
-    rng.shuffle(blocks)
+    seq = spec.bar.sequential if spec.bar is not None else None
+    if seq is None:
+        stretches = [list(experiment.bundles)]
+    else:
+        order = task_order(experiment)
+        cuts = [0, *sequential_looks(seq, len(order))]
+        stretches = [order[a:b] for a, b in zip(cuts, cuts[1:], strict=False)]
     arms = sorted(spec.arms)
-    order: list[TrialKey] = []
-    for task, rep in blocks:
-        block_arms = arms[:]
-        rng.shuffle(block_arms)
-        order += [TrialKey(task, arm, rep) for arm in block_arms]
-    return order
+    out: list[TrialKey] = []
+    for tasks in stretches:
+        blocks = [(task, rep) for task in tasks for rep in range(spec.repetitions)]
+        rng.shuffle(blocks)
+        for task, rep in blocks:
+            block_arms = arms[:]
+            rng.shuffle(block_arms)
+            out += [TrialKey(task, arm, rep) for arm in block_arms]
+    return out
+
+
+def task_order(experiment: Experiment) -> list[str]:
+    """The tasks in an order drawn from the seed, stratified by family: each family's tasks
+    are shuffled and spread evenly over the order (task i of a family of n sits at (i + u) / n,
+    u drawn once per family), so any prefix holds each family in about its share of the suite.
+    Without families every task is its own stratum and this is a plain shuffle."""
+    rng = random.Random(f"task-order:{experiment.spec.seed}")
+    families: dict[str, list[str]] = {}
+    for tid in sorted(experiment.bundles):
+        fam = experiment.bundles[tid].spec.family
+        families.setdefault(fam if fam else f"\0{tid}", []).append(tid)
+    if all(len(v) == 1 for v in families.values()):
+        order = sorted(experiment.bundles)
+        rng.shuffle(order)
+        return order
+    placed: list[tuple[float, float, str]] = []
+    for name in sorted(families):
+        tasks = families[name][:]
+        rng.shuffle(tasks)
+        u = rng.random()
+        placed += [((i + u) / len(tasks), rng.random(), t) for i, t in enumerate(tasks)]
+    placed.sort()
+    return [t for _, _, t in placed]

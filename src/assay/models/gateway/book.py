@@ -8,7 +8,10 @@ calling methods, and the server (``gateway``) only asks the book and acts on the
 An entry is whatever the server keeps per attempt (its ledger, upstream, budget...); the book
 needs only the few fields :class:`Entry` names. A revoked token stays known (mapped to its
 attempt id) for the life of the gateway, so a late call with it is told "revoked", never
-"unknown", and the attempt's usage stays readable after it closed.
+"unknown", and the attempt's usage stays readable after it closed. Once the server has closed
+a revoked attempt's files it :meth:`retire`s it: the book then keeps its id and its budget
+(a few hundred bytes) and lets go of the entry (ledger, transcript store, upstream, calls), so
+a run of twenty thousand attempts does not hold twenty thousand of them.
 """
 
 from __future__ import annotations
@@ -69,6 +72,8 @@ class AttemptBook(Generic[E]):
         self._tokens: dict[str, E] = {}
         self._revoked: dict[str, str] = {}
         self._attempts: dict[str, E] = {}
+        #: attempts closed and retired: only their budgets, for ``usage``
+        self._retired: dict[str, Budget] = {}
         self._spent = 0.0
         self._spent_complete = True
 
@@ -77,14 +82,14 @@ class AttemptBook(Generic[E]):
     def check_new(self, attempt_id: str) -> None:
         """Refuse an attempt id this book has seen (its records would be shared)."""
         with self._lock:
-            if attempt_id in self._attempts:
+            if attempt_id in self._attempts or attempt_id in self._retired:
                 raise ValueError(f"attempt {attempt_id!r} was already opened on this gateway")
 
     def issue(self, entry: E, token: str | None = None) -> str:
         """Enter a new attempt and return its scoped token (random unless given)."""
         token = token or new_token()
         with self._lock:
-            if entry.attempt_id in self._attempts:
+            if entry.attempt_id in self._attempts or entry.attempt_id in self._retired:
                 raise ValueError(f"attempt {entry.attempt_id!r} was already opened on this "
                                  "gateway")
             if token in self._tokens or token in self._revoked:
@@ -105,6 +110,15 @@ class AttemptBook(Generic[E]):
             self._revoked[token] = entry.attempt_id
             entry.open = False
             return entry
+
+    def retire(self, entry: E) -> None:
+        """Let go of a revoked attempt whose files are closed, keeping its budget (its usage
+        stays readable); a live one is never retired."""
+        with self._lock:
+            if entry.open or self._attempts.get(entry.attempt_id) is not entry:
+                return
+            del self._attempts[entry.attempt_id]
+            self._retired[entry.attempt_id] = entry.budget
 
     def revoke_all(self) -> None:
         """Every live token revoked (the gateway is stopping)."""
@@ -143,6 +157,7 @@ class AttemptBook(Generic[E]):
                 self._revoked.get(token_or_id, token_or_id))
 
     def entries(self) -> list[E]:
+        """The attempts not yet retired (open, or closed with files the server still holds)."""
         with self._lock:
             return list(self._attempts.values())
 
@@ -184,10 +199,12 @@ class AttemptBook(Generic[E]):
 
     def usage(self, token_or_id: str) -> AttemptUsage:
         entry = self.entry(token_or_id)
-        if entry is None:
-            raise ValueError("attempt_usage: no such attempt or token")
         with self._lock:
-            return entry.budget.summary()
+            budget = entry.budget if entry is not None else self._retired.get(
+                self._revoked.get(token_or_id, token_or_id))
+            if budget is None:
+                raise ValueError("attempt_usage: no such attempt or token")
+            return budget.summary()
 
     def spent(self) -> float:
         with self._lock:

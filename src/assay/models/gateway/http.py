@@ -514,6 +514,21 @@ class UpstreamPool:
             conn.close()
         self._idle.clear()
 
+    def close_stale(self) -> int:
+        """Close the idle connections too old to be used again (``IDLE_SECONDS``) and return
+        how many are left. A pool is used again only by a later request to its origin, which a
+        run may never make (a replay arm's URL names one task): without this its last
+        connection, with its buffers and descriptor, stayed open until the gateway stopped.
+        On the gateway's loop, like every use of the pool."""
+        keep = []
+        for conn in self._idle:
+            if conn.usable():
+                keep.append(conn)
+            else:
+                conn.close()
+        self._idle = keep
+        return len(keep)
+
     async def request(self, method: str, path: str, headers: list[tuple[str, str]],
                       body: bytes) -> UpstreamResponse:
         """Send one request and read the answer's head; the body is the caller's to read.

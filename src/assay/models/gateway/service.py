@@ -405,6 +405,9 @@ class Gateway:
                     upstream.base_url, connect_timeout=upstream.connect_timeout,
                     read_timeout=upstream.read_timeout)
         token = new_token()
+        loop = self._loop
+        if loop is not None:  # the stale connections of earlier attempts' upstreams go
+            loop.call_soon_threadsafe(self._close_stale)
         attempt = _Attempt(attempt_id, LedgerFile(Path(ledger_path), self._syncer_()),
                            upstream, pool, model, Budget(limits, price), protocol)
         if transcripts:
@@ -412,6 +415,15 @@ class Gateway:
                 Path(ledger_path).parent, self._syncer_(),
                 [token, upstream.api_key.reveal()])
         return self.book.issue(attempt, token)
+
+    def _close_stale(self) -> None:
+        """Close every pool's idle connections too old to be reused (on the loop): a run of
+        many tasks against a replay upstream (one URL a task) kept one open connection per
+        task and arm to the end."""
+        with self._lock:
+            pools = list(self._pools.values())
+        for pool in pools:
+            pool.close_stale()
 
     def _syncer_(self) -> Syncer:
         assert self._syncer is not None
@@ -428,10 +440,13 @@ class Gateway:
             attempt.ledger.close()
             if attempt.transcript is not None:
                 attempt.transcript.close()
+            self.book.retire(attempt)
             return
         if threading.current_thread() is self._thread:
             raise ValueError("close_attempt must not be called from the gateway's own thread")
         asyncio.run_coroutine_threadsafe(self._end(attempt), loop).result(60)
+        # its calls are ended and its files closed: only its usage is kept (book.retire)
+        self.book.retire(attempt)
 
     async def _end(self, attempt: _Attempt) -> None:
         tasks = list(attempt.inflight)
