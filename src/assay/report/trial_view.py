@@ -28,6 +28,7 @@ from typing import Any
 from assay.records.io import iter_rows, read_json_file
 from assay.records.ledger import ledger_totals
 from assay.records.transcript import load_transcript
+from assay.report.check_summary import integrity_lines, summarize
 
 MAX_TEXT = 4000
 MAX_DIFF = 200_000
@@ -87,6 +88,9 @@ class Check:
     reason: str | None
     exit_code: int | None
     output_tail: str
+    #: the task's real tests, the first real failure, the canaries on one line
+    #: (``check_summary.py``): what a display leads with, before the raw output
+    summary: tuple[str, ...] = ()
 
 
 @dataclass
@@ -266,9 +270,7 @@ def _checks(grade: dict[str, Any] | None) -> list[Check]:
     for name, outcome in (grade.get("checks") or {}).items():
         d = found if isinstance(found := details.get(name), dict) else {}
         if name == "integrity" and d:
-            problems = d.get("problems") or []
-            tail = "\n".join(f"{p.get('code')}: {p.get('path')}" for p in problems
-                             if isinstance(p, dict)) or "no problem found"
+            tail = "\n".join(integrity_lines(d)) or "no problem found"
             out.append(Check(name, str(outcome), name in required, None,
                              d.get("failure_code"), None, cap(tail)))
             continue
@@ -276,8 +278,12 @@ def _checks(grade: dict[str, Any] | None) -> list[Check]:
         err = _tail(d.get("stderr_tail"))
         if err:
             text = f"{text}\n[stderr]\n{err}" if text else f"[stderr]\n{err}"
+        summary = summarize(d).lines()
+        if text and (d.get("tamper_evident") or {}).get("applied"):
+            text = ("[output: pytest's own, the planted canaries' deliberate failures "
+                    "included]\n" + text)
         out.append(Check(name, str(outcome), name in required, d.get("command"),
-                         d.get("reason"), d.get("exit_code"), text))
+                         d.get("reason"), d.get("exit_code"), text, tuple(summary)))
     return out
 
 

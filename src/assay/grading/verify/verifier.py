@@ -115,7 +115,7 @@ def run_check(name: str, command: Command, workspace: Path, bundle: Bundle,
     run = run_command(command.command, workspace, bundle, record_dir=record_dir,
                       tamper_evident=trusted is not None, reward=command.reward,
                       derived=derived_plan(trusted, seed) if trusted and seed is not None
-                      else None)
+                      else None, pristine=pristine)
     result = run.result
     output = result.stdout_tail + "\n" + result.stderr_tail
     summary = parse_counts(output)
@@ -136,7 +136,8 @@ def run_check(name: str, command: Command, workspace: Path, bundle: Bundle,
         runner = trusted.get("runner") or "pytest"
         verdict = check_verdict(run.tap_text if runner == "node" else run.report_text,
                         exit_code=result.exit_code, canaries=canaries,
-                        expected_ids=trusted["ids"], summary=summary, runner=runner)
+                        expected_ids=trusted["ids"], summary=summary, runner=runner,
+                        planted=run.canaries)
         counts = verdict.get("counts")
         if result.reason in ("timeout", "sandbox_error"):
             status = "error"
@@ -156,7 +157,11 @@ def run_check(name: str, command: Command, workspace: Path, bundle: Bundle,
                   "expected_ids_cache": trusted["cache"],
                   "missing_ids": verdict.get("missing_ids", []),
                   "extra_ids": verdict.get("extra_ids", []),
-                  "failed_ids": verdict.get("failed_ids", [])}
+                  "failed_ids": verdict.get("failed_ids", []),
+                  # the task's real tests apart from the canaries, for every display
+                  "passed_ids": verdict.get("passed_ids", []),
+                  "first_failure": verdict.get("first_failure"),
+                  "canary_summary": verdict.get("canary_summary")}
         if not canaries:
             tamper["why_weaker"] = "no test file of this check collects a canary"
         elif not (verdict.get("canary_counts") or {}).get("derived"):

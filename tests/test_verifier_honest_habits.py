@@ -1,0 +1,138 @@
+"""Issue 32: integrity decided by what can run. What real agents and developers leave behind, done
+by a ``command:`` agent that also applies the real fix, is accepted; canaries belong to the
+verifier and are never charged to a test the agent wrote; every display of a check leads with
+the task's real tests and puts the canaries on one line apart (issue 34, point 1).
+
+Real parts: the fixture bundle (``support/bundles.py``), the real sandbox, the real pytest and
+the real verifier. The pure parts (the verdict's split, the summary's words) are tested on
+hand-written reports first. No full form: every scenario here runs in full.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from support.bundles import make_bundle
+
+from assay.agents import parse_agent
+from assay.grading.verify.canaries import Canary
+from assay.grading.verify.test_report import check_verdict
+from assay.records.trial import Grade
+from assay.report.check_summary import canaries_line, grade_check_lines, summarize
+from assay.report.trial_view import load_trial_view
+from assay.runner.trial import run_trial
+from assay.sandbox import bwrap_available
+from assay.suites.bundle import load_bundle
+
+needs_bwrap = pytest.mark.skipif(not bwrap_available(), reason="bubblewrap cannot run here")
+
+FIX = "sed -i 's/return a - b/return a + b/' src/calc/__init__.py"
+
+
+def _report(*events: dict[str, Any]) -> str:
+    lines = [{"event": "start", "schema": "assay.pytest_report/1"}, *events,
+             {"event": "finish", "exitstatus": 1}]
+    return "\n".join(json.dumps(e) for e in lines) + "\n"
+
+
+def _test(nodeid: str, outcome: str, message: str | None = None) -> dict[str, Any]:
+    ev: dict[str, Any] = {"event": "test", "nodeid": nodeid, "when": "call",
+                          "outcome": outcome}
+    if message is not None:
+        ev["message"] = message
+    return ev
+
+
+# ------------------------------------------------------------------ the verdict's split (pure)
+
+def test_a_planted_canary_is_never_a_real_test_and_the_first_real_failure_is_the_evidence(
+        ) -> None:
+    judged = [Canary("test_keeps_order_ab12", "tests/test_fix.py", "fail"),
+              Canary("test_keeps_empty_cd34", "tests/test_fix.py", "pass")]
+    # planted in a file the trusted run never collected: not judged, yet still no real test
+    stray = Canary("test_large_mixed_ef56", "work/tests/test_mine.py", "fail")
+    text = _report(
+        _test("test_fix.py::test_keeps_order_ab12", "failed", "assert 51234 == 51300"),
+        _test("test_fix.py::test_add_small", "failed", "assert -1 == 5"),
+        _test("test_fix.py::test_keeps_empty_cd34", "passed"),
+        _test("tests/test_mine.py::test_large_mixed_ef56", "failed", "assert 1 == 2"),
+        _test("test_fix.py::test_add_zero", "passed"))
+    out = check_verdict(text, exit_code=1, canaries=judged, expected_ids=None, summary=None,
+                        planted=[*judged, stray])
+    assert out["failed_ids"] == ["test_fix.py::test_add_small"]
+    assert out["passed_ids"] == ["test_fix.py::test_add_zero"]
+    assert out["first_failure"] == {"id": "test_fix.py::test_add_small",
+                                    "message": "assert -1 == 5"}
+    assert out["counts"]["failed"] == 1 and out["counts"]["passed"] == 1
+    assert out["canary_summary"] == {"planted": 2, "must_fail": 1, "failed_as_they_must": 1,
+                                     "must_pass": 1, "passed_as_they_must": 1, "moot": 0}
+    assert out["status"] == "fail" and out["tampered"] == []
+
+
+def test_the_summary_leads_with_the_real_tests_and_counts_the_canaries_apart() -> None:
+    record = {"counts": {"passed": 11, "failed": 1, "errors": 0, "skipped": 0},
+              "tamper_evident": {
+                  "applied": True, "failed_ids": ["/assay/tests/test_fix.py::test_add_small"],
+                  "first_failure": {"id": "/assay/tests/test_fix.py::test_add_small",
+                                    "message": "assert -1 == 5"},
+                  "canary_summary": {"planted": 12, "must_fail": 12, "failed_as_they_must": 12,
+                                     "must_pass": 0, "passed_as_they_must": 0}}}
+    s = summarize(record)
+    assert s.tests == "task tests: 11 passed, 1 failed (failed: tests/test_fix.py::test_add_small)"
+    assert s.failure == "first failure: tests/test_fix.py::test_add_small: assert -1 == 5"
+    assert s.canaries == "12 canaries planted, all failed as they must"
+    record["tamper_evident"]["canary_summary"]["failed_as_they_must"] = 10
+    assert canaries_line(record) == "12 canaries planted: 10 of 12 failed as they must"
+    record["tamper_evident"]["canary_summary"].update(must_fail=10, moot=2)
+    assert canaries_line(record) == ("12 canaries planted, all failed as they must (2 copies "
+                                     "of tests that failed anyway prove nothing here)")
+    # a check that was not tamper-evident: the printed counts, said so, and no canary line
+    plain = summarize({"counts": {"passed": 3, "failed": 0}, "tamper_evident": {
+        "applied": False}})
+    assert plain.canaries is None and plain.tests is not None
+    assert "not tamper-evident" in plain.tests
+
+
+# ------------------------------------------------------------------ real trials
+
+def _trial(bundle_dir: Path, agent: str, out: Path) -> Grade:
+    res = run_trial(load_bundle(bundle_dir), parse_agent(agent), out)
+    assert res.grade is not None, res.record
+    return res.grade
+
+
+@needs_bwrap
+def test_a_test_added_under_the_protected_folder_is_rejected_for_that_alone(
+        tmp_path: Path) -> None:
+    """The agent fixes the bug and adds a regression test of its own under the protected
+    ``tests/`` (a good habit the task's rule forbids): rejected as ``protected_file_changed``,
+    and no canary is planted in its file or counted among the check's failures."""
+    bundle = make_bundle(tmp_path / "b", allowed=False)
+    mine = ("from calc import add\\n\\n\\ndef test_add_mine():\\n    assert add(4, 4) == 8\\n")
+    agent = f"command:{FIX} && printf '{mine}' > tests/test_mine.py"
+    grade = _trial(bundle, agent, tmp_path / "t")
+    assert grade.failure_code == "protected_file_changed", grade.failure_code
+    assert grade.checks["behavior"] == "pass" and grade.checks["regression"] == "pass"
+    reg = grade.details.regression or {}
+    tamper = reg["tamper_evident"]
+    assert tamper["failed_ids"] == []
+    assert any(i.endswith("tests/test_mine.py::test_add_mine") for i in tamper["passed_ids"])
+    assert not any(c["file"] == "work/tests/test_mine.py" for c in tamper["canaries"])
+    # pytest's own output: the task's canaries fail in the task's file, none in the agent's
+    assert "FAILED tests/test_calc.py::" in reg["stdout_tail"]
+    assert "FAILED tests/test_mine.py" not in reg["stdout_tail"], reg["stdout_tail"]
+    assert tamper["canary_summary"]["planted"] >= 2
+    lines = grade_check_lines(json.loads(grade.model_dump_json()))
+    assert lines["regression"][0].startswith("task tests: 3 passed"), lines
+    assert "as they must" in lines["regression"][-1]
+    # trial show / the trial page: the cause in words, the checks' real tests first
+    view = load_trial_view(next((tmp_path / "t").rglob("trial.json")).parent)
+    integ = next(c for c in view.checks if c.name == "integrity")
+    assert "protected file (the task's own tests) was changed: tests/test_mine.py" in \
+        integ.output_tail
+    reg_view = next(c for c in view.checks if c.name == "regression")
+    assert reg_view.summary[0].startswith("task tests: 3 passed")
+    assert "canar" in reg_view.summary[-1]
