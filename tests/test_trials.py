@@ -342,7 +342,9 @@ EXPECTED_MUTANT_CODES = {
     "partial_fix": "behavior_failed",
     "outside_allowed": "change_outside_allowed_paths",
     "shadow_pytest": "test_tooling_changed",
-    "pytest_plugin": "test_tooling_changed",
+    # packaging metadata is inert (pytest plugins load only by name): left out of the artifact,
+    # so the entry point registers nothing and the unfixed code is tested
+    "pytest_plugin": "behavior_failed",
     "link_outside": "link_outside_workspace",
     "fake_summary_exit": "test_runner_tampered",
     "noop_test_calls": "test_runner_tampered",

@@ -136,3 +136,49 @@ def test_a_test_added_under_the_protected_folder_is_rejected_for_that_alone(
     reg_view = next(c for c in view.checks if c.name == "regression")
     assert reg_view.summary[0].startswith("task tests: 3 passed")
     assert "canar" in reg_view.summary[-1]
+
+
+HABITS = " && ".join([
+    # a virtual environment in the workspace (its interpreter links leave the workspace),
+    # used to run the tests
+    "python3 -m venv --without-pip --system-site-packages .venv",
+    "PYTHONPATH=src .venv/bin/python -m pytest -q -p no:cacheprovider tests",
+    # what `pip install -e .` leaves (setuptools' metadata folder; written by hand: the
+    # sandbox has no network to install from)
+    "mkdir -p src/calc.egg-info",
+    "printf 'Metadata-Version: 2.1\\nName: calc\\nVersion: 0.1\\n' > src/calc.egg-info/PKG-INFO",
+    "printf 'calc\\n' > src/calc.egg-info/top_level.txt",
+    # build and node debris, coverage data, editor and OS files
+    "mkdir -p build/lib/calc dist node_modules/left-pad htmlcov",
+    "cp src/calc/__init__.py build/lib/calc/__init__.py",
+    "printf 'x' > dist/calc-0.1.tar.gz",
+    "printf 'module.exports = 1\\n' > node_modules/left-pad/index.js",
+    "ln -s /usr/bin/env node_modules/.bin-env",
+    "printf 'cov' > .coverage && printf '<html>' > htmlcov/index.html",
+    "printf 'swap' > src/calc/.__init__.py.swp && printf 'ds' > .DS_Store",
+    FIX,
+])
+
+
+@needs_bwrap
+def test_a_venv_metadata_and_build_debris_beside_the_real_fix_are_accepted(
+        tmp_path: Path) -> None:
+    """The habits of real developers, in one trial: each is inert, left out of the artifact
+    and listed under ``excluded`` with the rule that matched, never held against the agent
+    (before: ``link_outside_workspace`` for the venv's interpreter link,
+    ``test_tooling_changed`` for the metadata folder)."""
+    bundle = make_bundle(tmp_path / "b", allowed=False)
+    grade = _trial(bundle, f"command:{HABITS}", tmp_path / "t")
+    assert grade.accepted, (grade.failure_code, grade.details.integrity)
+    adir = next((tmp_path / "t").rglob("artifact.json")).parent
+    excluded = json.loads((adir / "artifact.json").read_text())["excluded"]
+    rules = {r["path"]: r["rule"] for r in excluded["paths"]}
+    assert rules[".venv"] == "a folder holding pyvenv.cfg"
+    assert rules["src/calc.egg-info"] == "*.egg-info"
+    assert rules["build"] == "build/**" and rules["dist"] == "dist/**"
+    assert rules["node_modules"] == "node_modules" and rules["htmlcov"] == "htmlcov"
+    assert {".coverage", ".DS_Store", "src/calc/.__init__.py.swp"} <= set(rules)
+    assert excluded["files"] >= 10 and excluded["bytes"] > 0
+    entries = {e["path"] for e in json.loads((adir / "artifact.json").read_text())["entries"]}
+    assert not any(p.startswith((".venv", "build", "node_modules")) for p in entries)
+    assert "src/calc/__init__.py" in entries

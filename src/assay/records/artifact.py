@@ -59,10 +59,12 @@ class ExcludedPath(Record):
     """One path the freeze left out, with everything below it."""
 
     path: str
-    """Workspace-relative path (a cache folder, or one bytecode file)."""
+    """Workspace-relative path (a cache or tooling folder, a virtual environment, or one
+    file)."""
     rule: str
-    """The pattern of ``acceptance.ignored_paths`` (or the default) that left it out, or
-    ``*.pyc beside its .py``."""
+    """The pattern of ``acceptance.ignored_paths`` (or the default) that left it out
+    (``a folder holding pyvenv.cfg`` for a virtual environment), or ``*.pyc beside its
+    .py``."""
     files: int
     """Regular files in it."""
     bytes: int
@@ -70,7 +72,9 @@ class ExcludedPath(Record):
 
 
 class ExcludedCaches(Record):
-    """What the freeze left out as regenerable (bytecode, test-runner caches)."""
+    """What the freeze left out as inert: regenerable caches (bytecode, test-runner caches)
+    and tooling no check loads (virtual environments, packaging metadata, build output,
+    node_modules, coverage data, editor and OS files). Links in them are never followed."""
 
     patterns: list[str]
     """The patterns in force: the task's ``acceptance.ignored_paths`` or the defaults, and the

@@ -236,10 +236,13 @@ class Acceptance(_Strict):
     allowed_binaries: list[str] = Field(default_factory=list)
     """Compiled files (bytecode, native extensions) the deliverable may add, by glob."""
     ignored_paths: list[str] | None = None
-    """Regenerable caches the freeze leaves out of the artifact (and lists in
-    ``artifact.json``); null: the defaults (``__pycache__``, ``.pytest_cache``,
-    ``.mypy_cache``, ``.ruff_cache``, ``.hypothesis``, a ``.pyc`` beside its source). A list
-    replaces them: to extend, repeat them."""
+    """What the freeze leaves out of the artifact as inert (and lists in ``artifact.json``):
+    caches and tooling nothing in a check loads. Null: the defaults (``__pycache__``,
+    ``.pytest_cache``, ``.mypy_cache``, ``.ruff_cache``, ``.hypothesis``, ``a folder holding
+    pyvenv.cfg`` (a virtual environment), ``*.egg-info``, ``*.dist-info``, ``build/**``,
+    ``dist/**``, ``node_modules``, ``.tox``, ``.nox``, ``.coverage``, ``.coverage.*``,
+    ``htmlcov``, ``*.swp``, ``*.swo``, ``*~``, ``.DS_Store``, ``Thumbs.db``, and a ``.pyc``
+    beside its source). A list replaces them: to extend, repeat them."""
     judge: JudgeCheck | None = None
     """A pinned judge's check of the frozen artifact (``acceptance.judge``)."""
 

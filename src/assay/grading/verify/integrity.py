@@ -14,7 +14,7 @@ from typing import Any
 
 from assay.records.artifact import TreeEntry
 from assay.records.statuses import INTEGRITY_ORDER, IntegrityCode
-from assay.records.workspace import BESIDE_SOURCE_RULE, ignored_test
+from assay.records.workspace import BESIDE_SOURCE_RULE, VENV_RULE, ignored_test, venv_folders
 from assay.suites.patterns import glob_match, matches_any
 
 __all__ = ["ChangeSet", "IntegrityResult", "check_integrity", "diff_trees", "glob_match",
@@ -120,13 +120,21 @@ def without_ignored(entries: list[TreeEntry],
     patterns ``artifact.json`` recorded; the bytecode-beside-its-source rule included)."""
     if not ignored:
         return entries
-    left_out = ignored_test([p for p in ignored if p != BESIDE_SOURCE_RULE], glob_match)
+    left_out = ignored_test([p for p in ignored if p not in (BESIDE_SOURCE_RULE, VENV_RULE)],
+                            glob_match)
     paths = {e["path"] for e in entries}
     beside = BESIDE_SOURCE_RULE in ignored
+    venvs = venv_folders(paths) if VENV_RULE in ignored else set()
     return [e for e in entries
             if not left_out(e["path"])
+            and not (venvs and _under_any(e["path"], venvs))
             and not (beside and e["type"] == "file" and e["path"].endswith((".pyc", ".pyo"))
                      and e["path"][:-1] in paths)]
+
+
+def _under_any(path: str, folders: set[str]) -> bool:
+    parts = path.split("/")
+    return any("/".join(parts[:i]) in folders for i in range(1, len(parts) + 1))
 
 
 def check_integrity(pristine: list[TreeEntry], artifact: list[TreeEntry], *,
