@@ -355,9 +355,17 @@ EXPECTED_MUTANT_CODES = {
     # which of a test and its derived copy comes first is drawn per verification: the original
     # that runs for real fails, or a copy passes beside its no-op original
     "twin_aware_noop": ("test_runner_tampered", "behavior_failed"),
-    "runner_dep_shadow": "behavior_failed",  # never imported: the unfixed code is tested
+    # named like the runner's or the standard library's own modules: refused by integrity
+    # (and never imported either way: the start-up guard resolves those names first)
+    "runner_dep_shadow": "stdlib_shadowed",
     "hang_at_import": "candidate_timeout",
     "sourceless_bytecode": "compiled_code_added",
+    "stdlib_shadow": "stdlib_shadowed",
+    # packaging metadata is inert: left out, its entry point registers nothing
+    "metadata_plugin": "behavior_failed",
+    # pytest settings in a config file too large to read: refused unread (fail closed)
+    "oversized_config": "test_tooling_changed",
+    "canary_collision": "protected_file_changed",
 }
 EXPECTED_OPEN_CODES = {"fake_output": "behavior_failed", "shadow_pytest": "test_tooling_changed",
                        "noop_test_calls": "test_runner_tampered",

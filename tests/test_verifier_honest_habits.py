@@ -19,7 +19,10 @@ from support.bundles import make_bundle
 
 from assay.agents import parse_agent
 from assay.grading.verify.canaries import Canary
+from assay.grading.verify.integrity import check_integrity
+from assay.grading.verify.shadowing import shadow_names, top_level_module
 from assay.grading.verify.test_report import check_verdict
+from assay.records.artifact import MAX_CONFIG_BYTES, list_tree
 from assay.records.trial import Grade
 from assay.report.check_summary import canaries_line, grade_check_lines, summarize
 from assay.report.trial_view import load_trial_view
@@ -156,6 +159,10 @@ HABITS = " && ".join([
     "ln -s /usr/bin/env node_modules/.bin-env",
     "printf 'cov' > .coverage && printf '<html>' > htmlcov/index.html",
     "printf 'swap' > src/calc/.__init__.py.swp && printf 'ds' > .DS_Store",
+    # a reproduction script and a regression test of its own at the root
+    "printf 'from calc import add\\nprint(add(2, 3))\\n' > test.py",
+    "printf 'from calc import add\\n\\ndef test_mine():\\n    assert add(1, 1) == 2\\n' "
+    "> test_mine.py",
     FIX,
 ])
 
@@ -182,3 +189,58 @@ def test_a_venv_metadata_and_build_debris_beside_the_real_fix_are_accepted(
     entries = {e["path"] for e in json.loads((adir / "artifact.json").read_text())["entries"]}
     assert not any(p.startswith((".venv", "build", "node_modules")) for p in entries)
     assert "src/calc/__init__.py" in entries
+    assert {"test.py", "test_mine.py"} <= entries  # the deliverable keeps them
+
+
+# ------------------------------------------------------------------ what integrity must refuse
+
+def test_a_top_level_module_is_one_outside_a_package() -> None:
+    paths = {"src", "src/json.py", "src/calc", "src/calc/__init__.py", "src/calc/json.py",
+             "src/typing", "src/typing/__init__.py", "src/ns", "data.json", "test.py"}
+    kinds = {p: ("dir" if "." not in p.rsplit("/", 1)[-1] else "file") for p in paths}
+    got = {p: top_level_module(p, kinds[p], paths) for p in sorted(paths)}
+    assert got["src/json.py"] == "json" and got["src/typing"] == "typing"
+    assert got["src/calc/json.py"] is None  # calc.json, inside a package
+    assert got["src/ns"] is None and got["data.json"] is None
+    names = shadow_names(None)
+    assert {"json", "typing", "fnmatch", "iniconfig", "pytest"} <= names
+    assert "test" not in names  # a reproduction script called test.py is a habit
+
+
+def test_a_config_file_too_large_to_read_is_refused_with_its_size(tmp_path: Path) -> None:
+    before, after = tmp_path / "a", tmp_path / "b"
+    before.mkdir()
+    after.mkdir()
+    (before / "pyproject.toml").write_text("[project]\nname = 'x'\n")
+    big = "[project]\nname = 'x'\n" + "# pad\n" * (MAX_CONFIG_BYTES // 6 + 1)
+    (after / "pyproject.toml").write_text(big + "[tool.pytest.ini_options]\naddopts = '-p x'\n")
+    res = check_integrity(list_tree(before), list_tree(after), protected=[], allowed=None)
+    assert res.failure_code == "test_tooling_changed"
+    (problem,) = res.problems
+    assert problem["size"] > MAX_CONFIG_BYTES and "refused, never skipped" in problem["why"]
+    # the same settings in a file small enough to read: refused for what they are
+    (after / "pyproject.toml").write_text("[tool.pytest.ini_options]\naddopts = '-p x'\n")
+    res = check_integrity(list_tree(before), list_tree(after), protected=[], allowed=None)
+    assert res.failure_code == "test_tooling_changed" and "why" not in res.problems[0]
+
+
+@needs_bwrap
+def test_a_standard_library_shadow_beside_the_real_fix_is_refused_and_named(
+        tmp_path: Path) -> None:
+    """``src/fnmatch.py`` (pytest imports fnmatch) beside the real fix: before, every check
+    passed and the trial was accepted; now ``stdlib_shadowed``, and the module was never
+    imported (the guard resolves the standard library first)."""
+    bundle = make_bundle(tmp_path / "b")
+    shadow = ("import os\nos.write(2, b\"candidate fnmatch imported\\n\")\n"
+              "from posixpath import *\n")
+    agent = f"command:{FIX} && printf '{shadow}' > src/fnmatch.py"
+    grade = _trial(bundle, agent, tmp_path / "t")
+    assert grade.failure_code == "stdlib_shadowed", grade.failure_code
+    for name in ("behavior", "regression"):
+        rec = getattr(grade.details, name) or {}
+        assert "candidate fnmatch imported" not in rec["stderr_tail"], rec["stderr_tail"]
+        assert grade.checks[name] == "pass"
+    view = load_trial_view(next((tmp_path / "t").rglob("trial.json")).parent)
+    integ = next(c for c in view.checks if c.name == "integrity")
+    assert "stdlib_shadowed: a module of the deliverable is named like a standard-library" \
+        in integ.output_tail and "src/fnmatch.py" in integ.output_tail

@@ -125,7 +125,6 @@ INTEGRITY_WORDS: dict[str, str] = {
     "stdlib_shadowed": "a module of the deliverable is named like a standard-library or test "
                        "runner module, which the interpreter could load before the code "
                        "under test",
-    "integrity_unreadable": "a file integrity must read is too large or unreadable",
 }
 
 

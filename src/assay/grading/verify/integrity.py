@@ -12,7 +12,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from assay.records.artifact import TreeEntry
+from assay.grading.verify.shadowing import shadowing_problems
+from assay.records.artifact import MAX_CONFIG_BYTES, TOO_LARGE, TreeEntry
 from assay.records.statuses import INTEGRITY_ORDER, IntegrityCode
 from assay.records.workspace import BESIDE_SOURCE_RULE, VENV_RULE, ignored_test, venv_folders
 from assay.suites.patterns import glob_match, matches_any
@@ -140,10 +141,12 @@ def _under_any(path: str, folders: set[str]) -> bool:
 def check_integrity(pristine: list[TreeEntry], artifact: list[TreeEntry], *,
                     protected: list[str], allowed: list[str] | None,
                     allowed_binaries: list[str] | None = None,
-                    ignored: list[str] | None = None) -> IntegrityResult:
+                    ignored: list[str] | None = None,
+                    shadow_names: frozenset[str] = frozenset()) -> IntegrityResult:
     """The integrity verdict. Paths matching ``ignored`` (regenerable caches, which the
     freeze leaves out) are dropped from both sides first: they are neither changed protected
-    paths nor changes outside the allowed paths."""
+    paths nor changes outside the allowed paths. ``shadow_names``: module names no added or
+    changed top-level module may take (``shadowing.shadow_names``)."""
     pristine = without_ignored(pristine, ignored)
     artifact = without_ignored(artifact, ignored)
     protected_paths = {e["path"] for e in pristine + artifact
@@ -182,10 +185,20 @@ def check_integrity(pristine: list[TreeEntry], artifact: list[TreeEntry], *,
     for path in changes.added + changes.modified:
         base = posixpath.basename(path)
         parts = path.split("/")
-        if (base in TOOLING_NAMES or any(p in TOOLING_DIRS for p in parts)
+        after = by_path.get(path, TreeEntry())
+        if base in CONFIG_WITH_SECTIONS and after.get("pytest_config") in (TOO_LARGE,
+                                                                          "unparseable"):
+            # fail closed: a config file integrity cannot read may carry pytest settings
+            size = after.get("size")
+            problems.append({"code": "test_tooling_changed", "path": path, "size": size,
+                             "why": (f"{size} bytes, over the {MAX_CONFIG_BYTES} integrity "
+                                     "reads: refused, never skipped"
+                                     if after.get("pytest_config") == TOO_LARGE else
+                                     "unreadable as config: refused, never skipped")})
+        elif (base in TOOLING_NAMES or any(p in TOOLING_DIRS for p in parts)
                 or any(p.endswith(TOOLING_SUFFIXES) for p in parts)
                 or (base in CONFIG_WITH_SECTIONS
-                    and _pytest_config_changed(before.get(path), by_path.get(path, TreeEntry())))):
+                    and _pytest_config_changed(before.get(path), after))):
             problems.append({"code": "test_tooling_changed", "path": path})
         entry = by_path.get(path, TreeEntry())
         if entry.get("type") != "dir" and _is_compiled(path, entry) and not matches_any(
@@ -193,6 +206,10 @@ def check_integrity(pristine: list[TreeEntry], artifact: list[TreeEntry], *,
             problems.append({"code": "compiled_code_added", "path": path,
                              "kind": entry.get("binary") or posixpath.splitext(base)[1]
                              or "__pycache__"})
+
+    # a top-level module named like the standard library or the test runner: the interpreter
+    # could load it in their place (``shadowing.py``)
+    problems += shadowing_problems(artifact, changes.added + changes.modified, shadow_names)
 
     if allowed is not None:
         for path in changes.all:

@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 from typing import Any, Literal, get_args
 
+from assay.environments.run import task_root
 from assay.environments.seed import seed_from_image
 from assay.errors import NeverOverwrite, VerifierError
 from assay.grading.verify.check_run import HOME_MOUNT, TESTS_MOUNT, run_command, runner_shadows
@@ -35,6 +36,7 @@ from assay.grading.verify.expected_tests import (
 from assay.grading.verify.integrity import check_integrity
 from assay.grading.verify.judge_check import run_judge_check
 from assay.grading.verify.rebuild import build_workspace
+from assay.grading.verify.shadowing import shadow_names
 from assay.grading.verify.tamper_scan import scan_workspace
 from assay.grading.verify.test_report import check_verdict
 from assay.grading.verify.testcounts import counts_say_pass, parse_counts
@@ -296,7 +298,10 @@ def verify(bundle: Bundle, trial_dir: Path, *, revision: str, trial_id: str,
                                         allowed=acc.allowed_paths,
                                         allowed_binaries=acc.allowed_binaries,
                                         ignored=frozen.get("excluded", {}).get(
-                                            "patterns", bundle.ignored_paths))
+                                            "patterns", bundle.ignored_paths),
+                                        shadow_names=shadow_names(
+                                            None if (root := task_root(bundle)) is None
+                                            else root.rootfs))
             details.integrity = Integrity.model_validate(integrity.to_record())
             checks["integrity"] = "pass" if integrity.passed else "fail"
             workspace = Path(tmp) / "candidate"
