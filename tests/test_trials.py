@@ -234,7 +234,9 @@ echo '== end'
     sections = dict(part.split("\n", 1) for part in text.split("== ")[1:])
     # positive controls: the dump ran to the end and the instruction was readable
     assert "end" in sections
-    assert sections["instruction"] == INSTRUCTION
+    # the task's instruction, then the rules assay generates from task.yaml (issue 32)
+    assert sections["instruction"].startswith(INSTRUCTION)
+    assert "Protected paths: `tests/**`" in sections["instruction"]
     assert "ASSAY_TASK_ID=calc-001" in sections["env"]
     # nothing of the bundle but the instruction, nothing of the host environment
     for needle in (HIDDEN_MARKER, "test_add_negative", "return a + b", "verifier_revision",

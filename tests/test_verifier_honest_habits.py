@@ -10,6 +10,7 @@ hand-written reports first. No full form: every scenario here runs in full.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,7 @@ from assay.report.trial_view import load_trial_view
 from assay.runner.trial import run_trial
 from assay.sandbox import bwrap_available
 from assay.suites.bundle import load_bundle
+from assay.suites.experiment import task_fingerprint
 
 needs_bwrap = pytest.mark.skipif(not bwrap_available(), reason="bubblewrap cannot run here")
 
@@ -115,7 +117,8 @@ def test_a_test_added_under_the_protected_folder_is_rejected_for_that_alone(
     and no canary is planted in its file or counted among the check's failures."""
     bundle = make_bundle(tmp_path / "b", allowed=False)
     mine = ("from calc import add\\n\\n\\ndef test_add_mine():\\n    assert add(4, 4) == 8\\n")
-    agent = f"command:{FIX} && printf '{mine}' > tests/test_mine.py"
+    agent = (f"command:{FIX} && printf '{mine}' > tests/test_mine.py"
+             " && cat \"$ASSAY_INSTRUCTION_FILE\" > told.md")
     grade = _trial(bundle, agent, tmp_path / "t")
     assert grade.failure_code == "protected_file_changed", grade.failure_code
     assert grade.checks["behavior"] == "pass" and grade.checks["regression"] == "pass"
@@ -139,6 +142,29 @@ def test_a_test_added_under_the_protected_folder_is_rejected_for_that_alone(
     reg_view = next(c for c in view.checks if c.name == "regression")
     assert reg_view.summary[0].startswith("task tests: 3 passed")
     assert "canar" in reg_view.summary[-1]
+    # the agent was told the rules, and what it was told is recorded with the trial
+    adir = next((tmp_path / "t").rglob("trial.json")).parent
+    told = (adir / "instruction.md").read_text()
+    assert told.startswith("# Fix `calc.add`") and "Protected paths: `tests/**`" in told
+    assert "Hidden tests" in told and "Allowed paths" not in told  # the bundle sets none
+    frozen = json.loads((adir / "artifact.json").read_text())["entries"]
+    seen = next(e for e in frozen if e["path"] == "told.md")
+    assert seen["sha256"] == hashlib.sha256(told.encode()).hexdigest()
+    assert view.instruction == told
+
+
+def test_the_rules_section_names_the_paths_and_a_task_can_opt_out(tmp_path: Path) -> None:
+    bundle = load_bundle(make_bundle(tmp_path / "b"))
+    text = bundle.agent_instruction()
+    assert text.startswith(bundle.instruction_path.read_text().rstrip("\n"))
+    assert "Protected paths: `tests/**`" in text and "Allowed paths: `src/**`" in text
+    told = task_fingerprint(bundle)["instruction_sha256"]
+    spec = (tmp_path / "b" / "task.yaml")
+    spec.write_text(spec.read_text().replace("  protected_paths:", "  tell_agent: false\n"
+                                             "  protected_paths:"))
+    quiet = load_bundle(tmp_path / "b")
+    assert quiet.agent_instruction() == quiet.instruction_path.read_text()
+    assert task_fingerprint(quiet)["instruction_sha256"] != told
 
 
 HABITS = " && ".join([

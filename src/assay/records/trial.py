@@ -34,6 +34,9 @@ StageName = Literal["prepare", "agent", "freeze", "verify"]
 
 TRIAL_JSON = "trial.json"
 GRADES = "grades"
+#: The instruction exactly as the agent received it (the task's, then the generated rules),
+#: written before the agent starts: what a reader and a re-run compare against.
+INSTRUCTION_FILE = "instruction.md"
 
 
 class TaskIdentity(Record):

@@ -140,9 +140,15 @@ def load_trial_view(path: Path) -> TrialView:
     trial = read_json_file(adir / "trial.json")
     bundle, bundle_note = _bundle(trial)
     instruction = None
-    if bundle is not None:
+    # what the agent was told, as recorded with the trial (the task's instruction and the
+    # generated rules); a trial recorded before that: the bundle's instruction file
+    for source in (adir / "instruction.md",
+                   None if bundle is None else bundle.instruction_path):
+        if source is None or not source.is_file():
+            continue
         try:
-            instruction = cap(bundle.instruction_path.read_text(encoding="utf-8"), 20_000)
+            instruction = cap(source.read_text(encoding="utf-8"), 20_000)
+            break
         except (OSError, UnicodeDecodeError):
             instruction = None
     changes, change_note = _changes(bundle, adir, trial, bundle_note)

@@ -245,6 +245,11 @@ class Acceptance(_Strict):
     beside its source). A list replaces them: to extend, repeat them."""
     judge: JudgeCheck | None = None
     """A pinned judge's check of the frozen artifact (``acceptance.judge``)."""
+    tell_agent: bool = True
+    """Whether the instruction every agent receives ends with a generated section naming the
+    protected paths, the allowed paths (when set) and that hidden tests judge the work
+    (``suites/bundle.rules_section``); false: the instruction alone. Either way the text the
+    agent saw is recorded with the trial (``instruction.md``) and in the task's fingerprint."""
 
     @field_validator("ignored_paths")
     @classmethod
@@ -310,6 +315,15 @@ class Bundle:
     @property
     def instruction_path(self) -> Path:
         return self.root / self.spec.instruction
+
+    def agent_instruction(self) -> str:
+        """What every agent is told: the task's instruction, then (unless
+        ``acceptance.tell_agent: false``) the rules it will be held to."""
+        text = self.instruction_path.read_text(encoding="utf-8")
+        section = rules_section(self.spec) if self.spec.acceptance.tell_agent else None
+        if section is None:
+            return text
+        return text.rstrip("\n") + "\n\n" + section
 
     @property
     def ignored_paths(self) -> list[str]:
@@ -430,6 +444,30 @@ def load_bundle(root: Path) -> Bundle:
     if problems:
         raise SuiteError(problems)
     return Bundle(root=root, spec=spec, spec_sha256=hashlib.sha256(text.encode()).hexdigest())
+
+
+def _globs(patterns: list[str]) -> str:
+    return ", ".join(f"`{p}`" for p in patterns)
+
+
+def rules_section(spec: TaskSpec) -> str:
+    """The generated end of every agent's instruction: the rules the verifier applies, which
+    live in ``task.yaml`` (never shown to the agent). An agent that adds a regression test under
+    a protected folder or a script outside the allowed paths is rejected for a rule it could
+    not otherwise know."""
+    acc = spec.acceptance
+    lines = ["---", "", "## How this work is checked (written by assay)", "",
+             "- Hidden tests, which are not in the workspace, judge the work once you finish."]
+    if acc.protected_paths:
+        lines.append(f"- Protected paths: {_globs(acc.protected_paths)}. Do not change, add or "
+                     "delete anything there; any change to them rejects the work.")
+    if acc.allowed_paths is not None:
+        lines.append(f"- Allowed paths: {_globs(acc.allowed_paths)}. Change files only there; "
+                     "a change anywhere else (a new test or script included) rejects the work.")
+    lines.append("- Caches, virtual environments, packaging metadata and build output are "
+                 "left out of what is checked: use them freely, but the fix must not depend on "
+                 "them.")
+    return "\n".join(lines) + "\n"
 
 
 def _instruction_problems(root: Path, path: Path, text: str, written: str) -> list[Problem]:
