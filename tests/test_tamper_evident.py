@@ -93,8 +93,10 @@ def test_shadow_bytecode_is_left_out_and_never_run_even_when_allowed(tmp_path: P
     # the verifier's tree holds the untouched source only and nothing changed
     assert g.failure_code == "no_change"
     excluded = json.loads((tmp_path / "t1" / "artifact.json").read_text())["excluded"]
-    assert [r["path"] for r in excluded["paths"]] == ["src/calc/__pycache__"]
-    assert excluded["files"] == 1 and excluded["bytes"] > 0
+    rows = {r["path"]: r for r in excluded["paths"]}
+    # (and the workspace's own repository: initial_state.git)
+    assert set(rows) == {"src/calc/__pycache__", ".git"}, rows
+    assert rows["src/calc/__pycache__"]["files"] == 1 and rows["src/calc/__pycache__"]["bytes"]
 
     allowed = make_bundle(tmp_path / "allowed")
     _edit_yaml(allowed, '  allowed_paths: ["src/**"]',

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import subprocess
+import tarfile
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +30,7 @@ from assay.records.trial import Grade
 from assay.report.check_summary import canaries_line, grade_check_lines, summarize
 from assay.report.trial_view import load_trial_view
 from assay.runner.trial import run_trial
+from assay.runner.workspace_git import DATE, make_repository
 from assay.sandbox import bwrap_available
 from assay.suites.bundle import load_bundle
 from assay.suites.experiment import task_fingerprint
@@ -116,9 +119,12 @@ def test_a_test_added_under_the_protected_folder_is_rejected_for_that_alone(
     ``tests/`` (a good habit the task's rule forbids): rejected as ``protected_file_changed``,
     and no canary is planted in its file or counted among the check's failures."""
     bundle = make_bundle(tmp_path / "b", allowed=False)
+    spec = bundle / "task.yaml"  # and a plain folder, not a repository (initial_state.git)
+    spec.write_text(spec.read_text().replace("  network_policy: none",
+                                             "  network_policy: none\n  git: false"))
     mine = ("from calc import add\\n\\n\\ndef test_add_mine():\\n    assert add(4, 4) == 8\\n")
     agent = (f"command:{FIX} && printf '{mine}' > tests/test_mine.py"
-             " && cat \"$ASSAY_INSTRUCTION_FILE\" > told.md")
+             " && cat \"$ASSAY_INSTRUCTION_FILE\" > told.md && test ! -e .git")
     grade = _trial(bundle, agent, tmp_path / "t")
     assert grade.failure_code == "protected_file_changed", grade.failure_code
     assert grade.checks["behavior"] == "pass" and grade.checks["regression"] == "pass"
@@ -151,6 +157,7 @@ def test_a_test_added_under_the_protected_folder_is_rejected_for_that_alone(
     seen = next(e for e in frozen if e["path"] == "told.md")
     assert seen["sha256"] == hashlib.sha256(told.encode()).hexdigest()
     assert view.instruction == told
+    assert "workspace_git" not in json.loads((adir / "trial.json").read_text())
 
 
 def test_the_rules_section_names_the_paths_and_a_task_can_opt_out(tmp_path: Path) -> None:
@@ -185,11 +192,15 @@ HABITS = " && ".join([
     "ln -s /usr/bin/env node_modules/.bin-env",
     "printf 'cov' > .coverage && printf '<html>' > htmlcov/index.html",
     "printf 'swap' > src/calc/.__init__.py.swp && printf 'ds' > .DS_Store",
+    # git, as agents review and submit their work: the workspace is a repository
+    "git status --short > /dev/null && git log --oneline > git-log.txt",
     # a reproduction script and a regression test of its own at the root
     "printf 'from calc import add\\nprint(add(2, 3))\\n' > test.py",
     "printf 'from calc import add\\n\\ndef test_mine():\\n    assert add(1, 1) == 2\\n' "
     "> test_mine.py",
     FIX,
+    "git diff --stat > /dev/null && git add -A && git commit -q -m fix",
+    "git diff --cached HEAD~1 --stat > /dev/null",
 ])
 
 
@@ -216,6 +227,35 @@ def test_a_venv_metadata_and_build_debris_beside_the_real_fix_are_accepted(
     assert not any(p.startswith((".venv", "build", "node_modules")) for p in entries)
     assert "src/calc/__init__.py" in entries
     assert {"test.py", "test_mine.py"} <= entries  # the deliverable keeps them
+    # the repository: one commit of the starting tree, never part of the deliverable
+    assert rules[".git"] == ".git/**" and not any(p.startswith(".git/") for p in entries)
+    record = json.loads((adir / "trial.json").read_text())
+    assert record["workspace_git"]["commit"] and record["workspace_git"]["date"] == DATE
+    with tarfile.open(adir / "artifact.tar") as tar:
+        member = tar.extractfile("git-log.txt")
+        assert member is not None
+        log = member.read().decode()
+    assert log.split() == [record["workspace_git"]["commit"][:7], "starting", "tree"], log
+
+
+def test_the_starting_commit_is_the_same_for_the_same_tree(tmp_path: Path) -> None:
+    commits = []
+    for n in ("a", "b"):
+        tree = tmp_path / n
+        (tree / "src").mkdir(parents=True)
+        (tree / "src" / "m.py").write_text("x = 1\n")
+        (tree / ".gitignore").write_text("*.log\n")
+        (tree / "keep.log").write_text("kept all the same\n")
+        (tmp_path / f"home-{n}").mkdir()
+        rec = make_repository(tree, tmp_path / f"home-{n}")
+        commits.append(rec["commit"])
+        listed = subprocess.run(["git", "-C", str(tree), "ls-files"], capture_output=True,
+                                text=True, check=True).stdout.split()
+        assert listed == [".gitignore", "keep.log", "src/m.py"]  # the whole starting tree
+        count = subprocess.run(["git", "-C", str(tree), "rev-list", "--count", "HEAD"],
+                               capture_output=True, text=True, check=True).stdout.strip()
+        assert count == "1"
+    assert commits[0] == commits[1] and len(commits[0]) == 40
 
 
 # ------------------------------------------------------------------ what integrity must refuse

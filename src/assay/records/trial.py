@@ -163,6 +163,10 @@ class TrialRecord(Record):
     fork: ForkStart | None = None
     """In a fork experiment: the frozen prefix state this attempt started from, with digests
     recomputed from the restored copy (equal across the arms of one task and repetition)."""
+    workspace_git: dict[str, Any] | None = None
+    """The workspace's one commit of the starting tree (``initial_state.git``): ``commit``,
+    ``author``, ``date``; ``commit`` null with ``why`` when none could be made (no git on the
+    machine). Absent: the task turned it off, or the trial predates it."""
 
 
 class Validity(Record):

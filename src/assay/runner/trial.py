@@ -48,6 +48,7 @@ from assay.records.trial import (
     read_trial,
 )
 from assay.records.workspace import WorkspaceOverLimit, remove_tree
+from assay.runner.workspace_git import make_repository
 from assay.sandbox import KILL_GRACE_SECONDS, Limits, run_sandboxed
 from assay.suites.bundle import Bundle, check_starting_tree, tree_digest
 from assay.suites.patterns import glob_match
@@ -287,6 +288,11 @@ def run_trial(bundle: Bundle, agent: Agent, trial_dir: Path, *, rep: int = 0,
                         start_digest[0] = tree_digest(workspace)
                     record.environment_image = image
                 record.environment = check_environment(bundle, workspace)
+                if bundle.spec.initial_state.git:  # one commit, before the agent starts
+                    git_home = Path(tmp) / "git-home"
+                    git_home.mkdir()
+                    record.workspace_git = make_repository(workspace, git_home)
+                    start_digest[0] = tree_digest(workspace)
                 if hooks.start_state is not None:
                     record.fork = hooks.start_state(workspace, home)
 

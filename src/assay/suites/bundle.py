@@ -69,6 +69,11 @@ class InitialState(_Strict):
     fixture_digest: str | None = None
     """``sha256:<64 hex>`` of the starting tree: a trial refuses a tree that does not match, so
     two trials of the same task really start from the same bytes."""
+    git: bool = True
+    """Whether the agent's workspace starts as a git repository of one commit of the starting
+    tree (fixed author and date, no other history; ``.git`` is never part of the
+    deliverable), so ``git status`` / ``git diff`` work as in any checkout; false: a plain
+    folder."""
     network_policy: Literal["none", "model-proxy-only"] = "none"
     """``none``: no network at all; ``model-proxy-only``: only assay's gateway to the arm's
     model. An arm with a model needs ``model-proxy-only`` (refused at load otherwise)."""
@@ -327,9 +332,12 @@ class Bundle:
 
     @property
     def ignored_paths(self) -> list[str]:
-        """What the freeze leaves out: the task's ``acceptance.ignored_paths`` or the defaults."""
+        """What the freeze leaves out: the task's ``acceptance.ignored_paths`` or the defaults,
+    and always the top ``.git`` folder."""
         own = self.spec.acceptance.ignored_paths
-        return list(DEFAULT_IGNORED_PATHS) if own is None else list(own)
+        out = list(DEFAULT_IGNORED_PATHS) if own is None else list(own)
+        # the workspace's own repository (``initial_state.git``) is assay's, never a deliverable
+        return out if GIT_RULE in out else [*out, GIT_RULE]
 
     def workspace_limits(self) -> WorkspaceLimits:
         res = self.spec.resources
@@ -444,6 +452,10 @@ def load_bundle(root: Path) -> Bundle:
     if problems:
         raise SuiteError(problems)
     return Bundle(root=root, spec=spec, spec_sha256=hashlib.sha256(text.encode()).hexdigest())
+
+
+#: the top ``.git`` folder: left out of every artifact, whatever ``ignored_paths`` says
+GIT_RULE = ".git/**"
 
 
 def _globs(patterns: list[str]) -> str:
