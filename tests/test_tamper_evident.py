@@ -246,16 +246,27 @@ def test_pyproject_dependency_edit_is_not_test_tooling(tmp_path: Path) -> None:
     assert bad.failure_code == "test_tooling_changed"
 
 
-def test_compiled_code_is_found_by_content_whatever_its_name(tmp_path: Path) -> None:
+def test_compiled_code_is_refused_where_python_could_import_it(tmp_path: Path) -> None:
+    """Issue 32: an extension module or bytecode, whatever its content, is refused; machine
+    code under a name the import system never looks for (a compiled program) is part of the
+    deliverable."""
     a, b = tmp_path / "a", tmp_path / "b"
     a.mkdir()
     b.mkdir()
-    (b / "notes.txt").write_bytes(b"\x7fELF\x02\x01\x01" + bytes(64))
+    elf = b"\x7fELF\x02\x01\x01" + bytes(64)
+    (b / "notes.txt").write_bytes(elf)
+    (b / "bin").mkdir()
+    (b / "bin" / "prog").write_bytes(elf)
+    res = check_integrity(list_tree(a), list_tree(b), protected=[], allowed=None)
+    assert res.passed, res.problems
+    (b / "fast.cpython-311-x86_64-linux-gnu.so").write_bytes(elf)
+    (b / "mod.pyc").write_bytes(b"not even bytecode")
     res = check_integrity(list_tree(a), list_tree(b), protected=[], allowed=None)
     assert res.failure_code == "compiled_code_added"
-    assert res.problems[0]["kind"] == "elf"
+    assert {(p["path"], p["kind"]) for p in res.problems} == {
+        ("fast.cpython-311-x86_64-linux-gnu.so", "elf"), ("mod.pyc", ".pyc")}
     allowed = check_integrity(list_tree(a), list_tree(b), protected=[], allowed=None,
-                              allowed_binaries=["*.txt"])
+                              allowed_binaries=["*.so", "*.pyc"])
     assert allowed.passed
 
 

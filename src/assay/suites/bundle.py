@@ -239,7 +239,8 @@ class Acceptance(_Strict):
     allowed_paths: list[str] | None = None
     """Globs the agent may change; null: anywhere outside ``protected_paths``."""
     allowed_binaries: list[str] = Field(default_factory=list)
-    """Compiled files (bytecode, native extensions) the deliverable may add, by glob."""
+    """Importable compiled files (bytecode, extension modules) the deliverable may add, by
+    glob; other machine code (a compiled program) needs no listing."""
     ignored_paths: list[str] | None = None
     """What the freeze leaves out of the artifact as inert (and lists in ``artifact.json``):
     caches and tooling nothing in a check loads. Null: the defaults (``__pycache__``,

@@ -28,8 +28,11 @@ TOOLING_NAMES = {"pytest.py", "conftest.py", "sitecustomize.py", "usercustomize.
                  "entry_points.txt"}
 TOOLING_DIRS = {"pytest", "_pytest"}
 TOOLING_SUFFIXES = (".pth", ".dist-info", ".egg-info", ".egg-link")
-# Code the interpreter loads in place of a source a reviewer can read.
-COMPILED_SUFFIXES = (".pyc", ".pyo", ".so", ".pyd", ".dylib", ".dll")
+# Code the interpreter can import in place of a source a reviewer can read: bytecode and
+# extension modules (``importlib.machinery.EXTENSION_SUFFIXES`` all end in ``.so`` on POSIX,
+# ``.pyd`` on Windows). Other machine code (a compiled program the task asks for, a built
+# artefact) cannot be imported: it is part of the deliverable, graded by the tests.
+COMPILED_SUFFIXES = (".pyc", ".pyo", ".so", ".pyd")
 # Shared config files are legitimate to edit, unless the edit carries test-runner settings.
 CONFIG_WITH_SECTIONS = {"setup.cfg", "pyproject.toml"}
 
@@ -233,9 +236,11 @@ def _pytest_config_changed(before: TreeEntry | None, after: TreeEntry) -> bool:
 
 
 def _is_compiled(path: str, entry: TreeEntry) -> bool:
-    """Bytecode, native extensions and other machine code, by name or by content."""
-    return (path.endswith(COMPILED_SUFFIXES) or "__pycache__" in path.split("/")
-            or bool(entry.get("binary")))
+    """Code Python could import instead of a source: by the name the import system looks
+    for (``.pyc``, an extension module, anything in a ``__pycache__``), whatever the content;
+    an ELF or Mach-O file under any other name (``bin/prog``, ``notes.txt``) is not importable
+    and is left to the tests."""
+    return path.endswith(COMPILED_SUFFIXES) or "__pycache__" in path.split("/")
 
 
 def _is_parent_dir_of_allowed(path: str, allowed: list[str]) -> bool:
