@@ -35,7 +35,7 @@ editing this file). Each one meets one of three fates:
   command a new page brings, such as building an environment, is validated until someone times it
   and adds it); it installs the five agent CLIs (``agents check``) or needs a Ray cluster; or
   another test runs it, named in ``RUN_ELSEWHERE`` (the rehearsal with the real Qwen Code CLI, the
-  task checks with their twenty mutants), because running it again here would add minutes for
+  task checks with their twenty-four mutants), because running it again here would add minutes for
   nothing new. The named tests must exist (``test_run_elsewhere_names_real_tests``).
 
 The pages' ``python`` blocks run as well, each as a script in a copy of ``examples/``
