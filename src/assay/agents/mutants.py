@@ -133,13 +133,19 @@ def pytest_runtest_makereport(item, call):
 """
 
 
-def pytest_plugin(ws: Path, b: Bundle) -> str:
+def _plugin_by_metadata(ws: Path, folder: str, metadata: str) -> None:
+    """A packaging metadata folder (``folder``, its metadata file ``metadata``) on the import
+    path whose entry point registers :data:`_PLUGIN` as a pytest plugin."""
     where = ws / "src" if (ws / "src").is_dir() else ws
-    info = where / "helpers-1.0.dist-info"
+    info = where / folder
     info.mkdir(exist_ok=True)
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: helpers\nVersion: 1.0\n")
+    (info / metadata).write_text("Metadata-Version: 2.1\nName: helpers\nVersion: 1.0\n")
     (info / "entry_points.txt").write_text("[pytest11]\nhelpers = helpers_plugin\n")
     (where / "helpers_plugin.py").write_text(_PLUGIN)
+
+
+def pytest_plugin(ws: Path, b: Bundle) -> str:
+    _plugin_by_metadata(ws, "helpers-1.0.dist-info", "METADATA")
     return "installed a pytest plugin (entry point on the import path) that passes every test"
 
 
@@ -360,12 +366,7 @@ def stdlib_shadow(ws: Path, b: Bundle) -> str:
 def metadata_plugin(ws: Path, b: Bundle) -> str:
     """What an editable install leaves, with an entry point that registers a pytest plugin
     which turns every failed report into a pass: inert once plugins load only by name."""
-    where = ws / "src" if (ws / "src").is_dir() else ws
-    info = where / "helpers.egg-info"
-    info.mkdir(exist_ok=True)
-    (info / "PKG-INFO").write_text("Metadata-Version: 2.1\nName: helpers\nVersion: 1.0\n")
-    (info / "entry_points.txt").write_text("[pytest11]\nhelpers = helpers_plugin\n")
-    (where / "helpers_plugin.py").write_text(_PLUGIN)
+    _plugin_by_metadata(ws, "helpers.egg-info", "PKG-INFO")
     return ("left an egg-info folder whose entry point registers a pytest plugin that passes "
             "every test")
 
