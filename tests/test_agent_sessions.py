@@ -4,10 +4,11 @@ For each CLI the project runs (Claude Code, Codex, Qwen Code, mini-swe-agent; in
 project's scripts through ``support.agent_cli``, skipped with the reason when they cannot be),
 a scripted upstream (the built-in replay model, through the run's gateway) drives the real CLI
 through a realistic session on ``examples/agent-tasks/duration-parse-001`` with the CLI's own
-shell tool: read the source, run the public tests, reproduce the bug (failing), apply the fix,
-run the tests again and the reproduction (passing), run the code once. Every run of a test
-leaves bytecode and ``.pytest_cache`` behind; the attempt is accepted and ``artifact.json``
-lists those caches as excluded.
+shell tool: read the source, make a virtualenv in the workspace and run the public tests with it,
+reproduce the bug (failing), apply the fix, run the tests again (and ``git status`` / ``git
+diff``: the workspace is a repository) and the reproduction (passing), run the code once. Every
+run of a test leaves bytecode and ``.pytest_cache`` behind; the attempt is accepted and
+``artifact.json`` lists those caches, the virtualenv and ``.git`` as excluded.
 
 Each CLI's test is one ``assay exp run`` (about 10-30 s once the CLI is installed).
 """
@@ -37,10 +38,15 @@ def _session() -> list[str]:
     patch = (EXAMPLE / "solution" / "solve.patch").read_text()
     return [
         "cat src/durations/parse.py",
-        "PYTHONPATH=src python3 -m pytest -q tests",
+        # a virtual environment in the workspace, used to run the tests (issue 32): its
+        # interpreter links leave the workspace; it is inert, left out, listed
+        "python3 -m venv --without-pip --system-site-packages .venv && "
+        "PYTHONPATH=src .venv/bin/python -m pytest -q tests",
         REPRO,  # fails on the buggy tree: 1.5h is read as 5h
         f"git apply --whitespace=nowarn <<'ASSAYPATCH'\n{patch}ASSAYPATCH",
-        "PYTHONPATH=src python3 -m pytest -q tests",
+        # the workspace is a repository of one commit: review the change as in any checkout
+        "PYTHONPATH=src .venv/bin/python -m pytest -q tests && git status --short && "
+        "git diff --stat",
         REPRO,
         "PYTHONPATH=src python3 -c 'import durations; print(durations.parse_duration(\"2d 4h\"))'",
     ]
@@ -90,7 +96,8 @@ def _accepted_with_caches(root: Path, exp: Path) -> dict[str, Any]:
     assert len(rows) == len(_session()) + 1, len(rows)
     excluded = json.loads((adir / "artifact.json").read_text())["excluded"]
     paths = {r["path"] for r in excluded["paths"]}
-    assert {".pytest_cache", "tests/__pycache__", "src/durations/__pycache__"} <= paths, paths
+    assert {".pytest_cache", "tests/__pycache__", "src/durations/__pycache__", ".venv",
+            ".git"} <= paths, paths
     assert excluded["files"] > 0 and excluded["bytes"] > 0
     return trial
 

@@ -133,3 +133,20 @@ def test_append_only_when_the_variable_is_set(tmp_path: Path) -> None:
     assert body.startswith("earlier step\n")
     assert body.count("## assay experiment: retry-prompt vs baseline") == 2
     assert body == "earlier step\n" + 2 * (step_summary_markdown(rep) + "\n")
+
+
+def test_a_failed_trials_checks_lead_with_the_real_tests_then_the_canaries() -> None:
+    """Issue 34, point 1: JUnit carries each rejected trial's check lines (``check_lines``,
+    from ``report/check_summary.py``) under its failure code."""
+    rep = experiment_report()
+    lines = {"behavior": ["task tests: 2 passed, 1 failed (failed: test_fix.py::test_add_small)",
+                          "first failure: test_fix.py::test_add_small: assert -1 == 5",
+                          "12 canaries planted, all failed as they must"]}
+    failed = next(t for t in rep["trials"] if t["task"] == "parse-date" and t["arm"] == "base"
+                  and t["accepted"] is False)
+    failed["check_lines"] = lines
+    text = cases(junit_xml(rep))[("base", "parse-date")].find("failure").text
+    assert text is not None
+    shown = text.splitlines()
+    assert shown[0] == "rep 1: tests_failed (trials/parse-date/base/1/a0/trial.json)"
+    assert shown[1:] == [f"  behavior: {line}" for line in lines["behavior"]]

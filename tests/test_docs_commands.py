@@ -40,7 +40,7 @@ editing this file). Each one meets one of three fates:
   command a new page brings, such as building an environment, is validated until someone times it
   and adds it); it installs the five agent CLIs (``agents check``) or needs a Ray cluster; or
   another test runs it, named in ``RUN_ELSEWHERE`` (the rehearsal with the real Qwen Code CLI, the
-  task checks with their twenty mutants), because running it again here would add minutes for
+  task checks with their twenty-four mutants), because running it again here would add minutes for
   nothing new. The named tests must exist (``test_run_elsewhere_names_real_tests``).
 
 Every command runs at ``COLUMNS=80`` with stdout and stderr pipes, as in a CI log. Those that

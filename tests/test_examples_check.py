@@ -28,18 +28,20 @@ EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "agent-tasks"
 
 
 #: The reduced form's plan: every example runs nop and its oracle, and every mutant runs on
-#: exactly one example (the cross product, 7 x 20, is the full form), so that each example's
+#: exactly one example (the cross product, 7 x 24, is the full form), so that each example's
 #: verifier meets a few kinds of cheating and each kind meets some example.
 #: leaderboard-rank-007 has a solve.sh and no patch: the patch-based mutants do not apply to it.
 #: The one that hangs (hang_at_import) runs there, in the image.
 EXAMPLE_PLAN: dict[str, tuple[str, ...]] = {
     "leaderboard-rank-007": ("hang_at_import", "shadow_pytest", "pytest_plugin"),
-    "duration-parse-001": ("delete_tests", "neuter_tests", "symlink_protected"),
-    "semver-compat-002": ("outside_allowed", "link_outside", "sourceless_bytecode"),
+    "duration-parse-001": ("delete_tests", "neuter_tests", "symlink_protected",
+                           "oversized_config"),
+    "semver-compat-002": ("outside_allowed", "link_outside", "sourceless_bytecode",
+                          "metadata_plugin"),
     "slugify-fold-003": ("partial_fix", "twin_aware_noop", "fake_output"),
     "retry-final-004": ("fake_summary_exit", "noop_test_calls", "flip_failed_reports"),
     "ellipsize-width-005": ("shadow_bytecode", "shape_aware_noop", "chmod_tests"),
-    "memo-key-006": ("runner_dep_shadow", "no_change"),
+    "memo-key-006": ("runner_dep_shadow", "no_change", "stdlib_shadow", "canary_collision"),
 }
 
 

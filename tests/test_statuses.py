@@ -36,7 +36,8 @@ WRITTEN_BEFORE = ["verifier_error", "agent_timeout", "budget_exhausted", "resour
                   "test_tooling_changed", "compiled_code_added", "change_outside_allowed_paths",
                   "test_runner_tampered", "no_change", "candidate_timeout", "tests_missing",
                   "behavior_failed", "regression_failed", "judge_failed",
-                  "required_check_missing"]
+                  "required_check_missing",
+                  "stdlib_shadowed"]  # issue 32
 
 
 def _grade() -> dict[str, Any]:

@@ -93,8 +93,10 @@ def test_shadow_bytecode_is_left_out_and_never_run_even_when_allowed(tmp_path: P
     # the verifier's tree holds the untouched source only and nothing changed
     assert g.failure_code == "no_change"
     excluded = json.loads((tmp_path / "t1" / "artifact.json").read_text())["excluded"]
-    assert [r["path"] for r in excluded["paths"]] == ["src/calc/__pycache__"]
-    assert excluded["files"] == 1 and excluded["bytes"] > 0
+    rows = {r["path"]: r for r in excluded["paths"]}
+    # (and the workspace's own repository: initial_state.git)
+    assert set(rows) == {"src/calc/__pycache__", ".git"}, rows
+    assert rows["src/calc/__pycache__"]["files"] == 1 and rows["src/calc/__pycache__"]["bytes"]
 
     allowed = make_bundle(tmp_path / "allowed")
     _edit_yaml(allowed, '  allowed_paths: ["src/**"]',
@@ -244,16 +246,27 @@ def test_pyproject_dependency_edit_is_not_test_tooling(tmp_path: Path) -> None:
     assert bad.failure_code == "test_tooling_changed"
 
 
-def test_compiled_code_is_found_by_content_whatever_its_name(tmp_path: Path) -> None:
+def test_compiled_code_is_refused_where_python_could_import_it(tmp_path: Path) -> None:
+    """Issue 32: an extension module or bytecode, whatever its content, is refused; machine
+    code under a name the import system never looks for (a compiled program) is part of the
+    deliverable."""
     a, b = tmp_path / "a", tmp_path / "b"
     a.mkdir()
     b.mkdir()
-    (b / "notes.txt").write_bytes(b"\x7fELF\x02\x01\x01" + bytes(64))
+    elf = b"\x7fELF\x02\x01\x01" + bytes(64)
+    (b / "notes.txt").write_bytes(elf)
+    (b / "bin").mkdir()
+    (b / "bin" / "prog").write_bytes(elf)
+    res = check_integrity(list_tree(a), list_tree(b), protected=[], allowed=None)
+    assert res.passed, res.problems
+    (b / "fast.cpython-311-x86_64-linux-gnu.so").write_bytes(elf)
+    (b / "mod.pyc").write_bytes(b"not even bytecode")
     res = check_integrity(list_tree(a), list_tree(b), protected=[], allowed=None)
     assert res.failure_code == "compiled_code_added"
-    assert res.problems[0]["kind"] == "elf"
+    assert {(p["path"], p["kind"]) for p in res.problems} == {
+        ("fast.cpython-311-x86_64-linux-gnu.so", "elf"), ("mod.pyc", ".pyc")}
     allowed = check_integrity(list_tree(a), list_tree(b), protected=[], allowed=None,
-                              allowed_binaries=["*.txt"])
+                              allowed_binaries=["*.so", "*.pyc"])
     assert allowed.passed
 
 

@@ -163,7 +163,13 @@ def test_trial_show_prints_the_whole_trial(pair: Any) -> None:
     text = run_cli(["trial", "show", str(adir)], env={"COLUMNS": "160"}).stdout
     assert "rejected: change_outside_allowed_paths" in text
     assert "added NOTES.txt" in text and "+remember to fix add" in text
-    assert "change_outside_allowed_paths: NOTES.txt" in text
+    # the cause in words, and each check's real tests before the canaries' one line
+    flat = "".join(text.split())
+    assert "".join("change_outside_allowed_paths: a file outside the task's allowed paths was "
+                   "changed: NOTES.txt".split()) in flat, text
+    assert "tasktests:0passed,3failed" in flat and "canariesplanted" in flat, text
+    assert "firstfailure:test_fix.py::test_add_" in flat, text
+    assert flat.index("tasktests:") < flat.index("canariesplanted") < flat.index("[output:")
 
 
 def test_without_the_agents_stream_the_steps_come_from_the_gateway(pair: Any,

@@ -240,7 +240,9 @@ echo '== end'
     sections = dict(part.split("\n", 1) for part in text.split("== ")[1:])
     # positive controls: the dump ran to the end and the instruction was readable
     assert "end" in sections
-    assert sections["instruction"] == INSTRUCTION
+    # the task's instruction, then the rules assay generates from task.yaml (issue 32)
+    assert sections["instruction"].startswith(INSTRUCTION)
+    assert "Protected paths: `tests/**`" in sections["instruction"]
     assert "ASSAY_TASK_ID=calc-001" in sections["env"]
     # nothing of the bundle but the instruction, nothing of the host environment
     for needle in (HIDDEN_MARKER, "test_add_negative", "return a + b", "verifier_revision",
@@ -348,7 +350,9 @@ EXPECTED_MUTANT_CODES = {
     "partial_fix": "behavior_failed",
     "outside_allowed": "change_outside_allowed_paths",
     "shadow_pytest": "test_tooling_changed",
-    "pytest_plugin": "test_tooling_changed",
+    # packaging metadata is inert (pytest plugins load only by name): left out of the artifact,
+    # so the entry point registers nothing and the unfixed code is tested
+    "pytest_plugin": "behavior_failed",
     "link_outside": "link_outside_workspace",
     "fake_summary_exit": "test_runner_tampered",
     "noop_test_calls": "test_runner_tampered",
@@ -359,9 +363,17 @@ EXPECTED_MUTANT_CODES = {
     # which of a test and its derived copy comes first is drawn per verification: the original
     # that runs for real fails, or a copy passes beside its no-op original
     "twin_aware_noop": ("test_runner_tampered", "behavior_failed"),
-    "runner_dep_shadow": "behavior_failed",  # never imported: the unfixed code is tested
+    # named like the runner's or the standard library's own modules: refused by integrity
+    # (and never imported either way: the start-up guard resolves those names first)
+    "runner_dep_shadow": "stdlib_shadowed",
     "hang_at_import": "candidate_timeout",
     "sourceless_bytecode": "compiled_code_added",
+    "stdlib_shadow": "stdlib_shadowed",
+    # packaging metadata is inert: left out, its entry point registers nothing
+    "metadata_plugin": "behavior_failed",
+    # pytest settings in a config file too large to read: refused unread (fail closed)
+    "oversized_config": "test_tooling_changed",
+    "canary_collision": "protected_file_changed",
 }
 EXPECTED_OPEN_CODES = {"fake_output": "behavior_failed", "shadow_pytest": "test_tooling_changed",
                        "noop_test_calls": "test_runner_tampered",

@@ -209,16 +209,19 @@ def test_a_package_named_like_a_pytest_dependency_is_shadowed_and_reported(
         tmp_path: Path) -> None:
     b = make_bundle(tmp_path / "b")
     g = _grade(b, MutantAgent(BY_NAME["runner_dep_shadow"]), tmp_path / "attack")
-    # never imported: the tests ran honestly against the unfixed code
-    assert g.failure_code == "behavior_failed"
+    # refused by integrity (issue 32), and never imported: the tests ran against the unfixed
+    # code without the candidate's iniconfig
+    assert g.failure_code == "stdlib_shadowed"
     assert "src/iniconfig" in g.details.runner_modules_shadowed
+    assert g.checks["behavior"] == "fail"
     for n in ("behavior", "regression"):
         assert "candidate iniconfig imported" not in getattr(g.details, n)["stderr_tail"]
     # (a src/_pytest/ or sitecustomize.py is refused earlier, by integrity: test tooling)
-    harmless = (FIX + "; mkdir -p src/iniconfig src/pluggy; echo 'x = 1' > src/iniconfig/"
-                "__init__.py; echo 'raise SystemExit(3)' > src/pluggy/__init__.py")
-    g = _grade(b, parse_agent(harmless), tmp_path / "fix")
-    assert g.accepted is True, g.failure_code
+    beside_fix = (FIX + "; mkdir -p src/iniconfig src/pluggy; echo 'x = 1' > src/iniconfig/"
+                  "__init__.py; echo 'raise SystemExit(3)' > src/pluggy/__init__.py")
+    g = _grade(b, parse_agent(beside_fix), tmp_path / "fix")
+    assert g.failure_code == "stdlib_shadowed" and g.checks["behavior"] == "pass"
+    assert {p["path"] for p in g.details.integrity.problems} == {"src/iniconfig", "src/pluggy"}
     assert set(g.details.runner_modules_shadowed) == {"src/iniconfig", "src/pluggy"}
 
 

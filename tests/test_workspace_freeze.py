@@ -166,8 +166,10 @@ def test_a_task_can_narrow_and_extend_the_ignored_paths(tmp_path: Path) -> None:
              for p in g.details.integrity.problems}
     assert {("protected_file_changed", "tests"), ("compiled_code_added", "src")} <= codes
     m = _manifest(out)
-    assert m["excluded"]["patterns"] == [".pytest_cache", "*.log", "*.pyc beside its .py"]
-    assert {r["path"] for r in m["excluded"]["paths"]} == {".pytest_cache", "run.log"}
+    # (the workspace's own repository, initial_state.git, is left out whatever the list says)
+    assert m["excluded"]["patterns"] == [".pytest_cache", "*.log", ".git/**",
+                                         "*.pyc beside its .py"]
+    assert {r["path"] for r in m["excluded"]["paths"]} == {".pytest_cache", "run.log", ".git"}
 
 
 def test_ignored_paths_that_would_hide_the_deliverable_are_refused(tmp_path: Path) -> None:

@@ -29,7 +29,8 @@ CHECKOUT_KEYS = frozenset({"git_commit", "git_dirty"})
 #: decided by the host (which cgroup version applied a limit, and how it says so)
 DRAWN_KEYS = frozenset({"canaries", "failed_ids", "stdout_counts", "passed_ids",
                         "derived_pool", "canary_counts", "canaries_planted", "latency",
-                        "seconds_by_stage", "limits_applied"})
+                        "seconds_by_stage", "limits_applied", "canary_summary",
+                        "check_lines"})
 
 
 def _mask(value: Any) -> Any:

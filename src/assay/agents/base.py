@@ -56,6 +56,15 @@ class AgentContext:
     #: the arm's own files (``agent_files``), a host folder bound read-only at
     #: ``/assay/agent`` (``ASSAY_AGENT_DIR``); None: the arm names none
     agent_files: Path | None = None
+    #: the instruction as the agent receives it (the task's, then the generated rules),
+    #: written with the trial's records (``instruction.md``); None: made from the bundle
+    instruction_file: Path | None = None
+
+    def instruction_text(self) -> str:
+        """What the agent is told (``Bundle.agent_instruction``), as recorded."""
+        if self.instruction_file is not None:
+            return self.instruction_file.read_text(encoding="utf-8")
+        return self.bundle.agent_instruction()
 
 
 @dataclass
@@ -132,7 +141,12 @@ def run_in_agent_sandbox(ctx: AgentContext, argv: list[str],
     limits = Limits(wall_seconds=spec.budget.agent_wall_seconds,
                     memory_mib=spec.resources.memory_limit_mib, pids=spec.resources.pids,
                     cpu_cores=spec.resources.cpu_cores)
-    mounts = [Mount(ctx.bundle.instruction_path.resolve(), INSTRUCTION_MOUNT),
+    instruction = ctx.instruction_file
+    if instruction is None:  # no trial recorded it (a direct caller): written beside the streams
+        ctx.record_dir.mkdir(parents=True, exist_ok=True)
+        instruction = ctx.record_dir / "instruction.md"
+        instruction.write_text(ctx.instruction_text(), encoding="utf-8")
+    mounts = [Mount(instruction.resolve(), INSTRUCTION_MOUNT),
               Mount(ctx.home, AGENT_HOME, writable=True), *(extra_mounts or [])]
     files_env: dict[str, str] = {}
     image = task_root(ctx.bundle)  # the task's pinned environment, or the host's system

@@ -73,6 +73,8 @@ def trial_show(
                   + (f"  {escape(c.reason)}" if c.reason else ""), highlight=False)
         if c.command:
             out.print(Text(f"  $ {c.command}", style="dim"))
+        for line in c.summary:
+            out.print(Text(f"  {line}", style="bold"))
         if c.output_tail:
             out.print(Text("\n".join("  " + line for line in c.output_tail.splitlines())))
 

@@ -59,10 +59,12 @@ class ExcludedPath(Record):
     """One path the freeze left out, with everything below it."""
 
     path: str
-    """Workspace-relative path (a cache folder, or one bytecode file)."""
+    """Workspace-relative path (a cache or tooling folder, a virtual environment, or one
+    file)."""
     rule: str
-    """The pattern of ``acceptance.ignored_paths`` (or the default) that left it out, or
-    ``*.pyc beside its .py``."""
+    """The pattern of ``acceptance.ignored_paths`` (or the default) that left it out
+    (``a folder holding pyvenv.cfg`` for a virtual environment), or ``*.pyc beside its
+    .py``."""
     files: int
     """Regular files in it."""
     bytes: int
@@ -70,7 +72,9 @@ class ExcludedPath(Record):
 
 
 class ExcludedCaches(Record):
-    """What the freeze left out as regenerable (bytecode, test-runner caches)."""
+    """What the freeze left out as inert: regenerable caches (bytecode, test-runner caches)
+    and tooling no check loads (virtual environments, packaging metadata, build output,
+    node_modules, coverage data, editor and OS files). Links in them are never followed."""
 
     patterns: list[str]
     """The patterns in force: the task's ``acceptance.ignored_paths`` or the defaults, and the
@@ -174,6 +178,29 @@ def pytest_config_digest(name: str, data: bytes) -> str | None:
     return hashlib.sha256(json.dumps(section, sort_keys=True, default=str).encode()).hexdigest()
 
 
+#: Shared config files that may carry pytest settings: integrity reads them (and only the test
+#: runner's sections of them count as a change of test tooling).
+CONFIG_FILES = ("setup.cfg", "pyproject.toml")
+#: Larger than this, a config file is not read, and its digest says so: integrity then refuses
+#: a change to it (fail closed), never skips it as having no pytest settings.
+MAX_CONFIG_BYTES = 1 << 20
+#: ``pytest_config`` of a config file too large to read (integrity refuses a change to it).
+TOO_LARGE = "too_large"
+
+
+def _config_fields(name: str, size: int, read: Any) -> TreeEntry:
+    """``mentions_pytest`` and ``pytest_config`` of a shared config file; ``read`` None when it
+    is over :data:`MAX_CONFIG_BYTES` (then ``too_large``, which integrity refuses)."""
+    if read is None:
+        return TreeEntry(mentions_pytest=True, pytest_config=TOO_LARGE)
+    try:
+        data = read()
+    except OSError:
+        return TreeEntry(mentions_pytest=True, pytest_config="unparseable")
+    return TreeEntry(mentions_pytest=b"pytest" in data.lower(),
+                     pytest_config=pytest_config_digest(name, data))
+
+
 def _entry(root: Path, p: Path) -> TreeEntry:
     st = os.lstat(p)
     mode = st.st_mode
@@ -189,12 +216,11 @@ def _entry(root: Path, p: Path) -> TreeEntry:
             for chunk in iter(lambda: fh.read(1 << 20), b""):
                 h.update(chunk)
         e.update(TreeEntry(type="file", size=st.st_size, sha256=h.hexdigest()))
-        if p.name in ("setup.cfg", "pyproject.toml") and st.st_size < (1 << 20):
+        if p.name in CONFIG_FILES:
             # integrity needs to know whether a shared config file carries pytest settings,
             # and whether exactly those settings changed
-            data = p.read_bytes()
-            e["mentions_pytest"] = b"pytest" in data.lower()
-            e["pytest_config"] = pytest_config_digest(p.name, data)
+            e.update(_config_fields(p.name, st.st_size, p.read_bytes
+                                    if st.st_size <= MAX_CONFIG_BYTES else None))
         kind = _binary_kind(p) if st.st_size >= 4 else None
         if kind:
             e["binary"] = kind
@@ -260,11 +286,12 @@ def _frozen_entry(tar: tarfile.TarFile, host: Path, rel: str,
                 reader = _HashingReader(fh, st.st_size)
                 tar.addfile(ti, reader)
         e.update(TreeEntry(type="file", size=st.st_size, sha256=reader.hash.hexdigest()))
-        if Path(rel).name in ("setup.cfg", "pyproject.toml") and st.st_size < (1 << 20):
-            with open(host, "rb") as fh2:
-                data = fh2.read(st.st_size)
-            e["mentions_pytest"] = b"pytest" in data.lower()
-            e["pytest_config"] = pytest_config_digest(Path(rel).name, data)
+        if Path(rel).name in CONFIG_FILES:
+            def read() -> bytes:
+                with open(host, "rb") as fh2:
+                    return fh2.read(st.st_size)
+            e.update(_config_fields(Path(rel).name, st.st_size,
+                                    read if st.st_size <= MAX_CONFIG_BYTES else None))
         kind = _kind_of_head(reader.head) if st.st_size >= 4 else None
         if kind:
             e["binary"] = kind

@@ -327,6 +327,10 @@ class ExperimentTrialRow(Record):
     """Each attempt: its label, status, error, model calls, seconds, whether it timed out."""
     link: str | None = None
     """The graded attempt's directory, relative to the run directory."""
+    check_lines: dict[str, list[str]] | None = None
+    """Per test check of the grade (``behavior``, ``regression``), what a reader is shown:
+    the task's real tests (passed, failed with names), the first real failure's line, and the
+    canaries on a line of their own (``report/check_summary.py``); absent without a grade."""
 
 
 class BarCheck(Record):

@@ -68,7 +68,7 @@ TestsFailure = Literal["tests_missing", "tests_failed"]
 #: An integrity problem, in the order a reader should fix them; the first found is the trial's
 #: failure code (``grading/verify/integrity.py``).
 IntegrityProblem = Literal["protected_file_changed", "link_into_protected_path",
-                           "link_outside_workspace", "test_tooling_changed",
+                           "link_outside_workspace", "test_tooling_changed", "stdlib_shadowed",
                            "compiled_code_added", "change_outside_allowed_paths"]
 INTEGRITY_ORDER: tuple[IntegrityProblem, ...] = get_args(IntegrityProblem)
 #: An integrity failure code: a problem above, or the test runner's own report found bent.

@@ -34,6 +34,9 @@ StageName = Literal["prepare", "agent", "freeze", "verify"]
 
 TRIAL_JSON = "trial.json"
 GRADES = "grades"
+#: The instruction exactly as the agent received it (the task's, then the generated rules),
+#: written before the agent starts: what a reader and a re-run compare against.
+INSTRUCTION_FILE = "instruction.md"
 
 
 class TaskIdentity(Record):
@@ -163,6 +166,10 @@ class TrialRecord(Record):
     fork: ForkStart | None = None
     """In a fork experiment: the frozen prefix state this attempt started from, with digests
     recomputed from the restored copy (equal across the arms of one task and repetition)."""
+    workspace_git: dict[str, Any] | None = None
+    """The workspace's one commit of the starting tree (``initial_state.git``): ``commit``,
+    ``author``, ``date``; ``commit`` null with ``why`` when none could be made (no git on the
+    machine). Absent: the task turned it off, or the trial predates it."""
 
 
 class Validity(Record):
@@ -273,14 +280,16 @@ class Grade(Record):
     failure_code: GradeFailureCode | None
     """The first reason the trial is not accepted, in the order a reader should fix things."""
     details: GradeDetails
-    """The verifier's evidence: revisions, digests, integrity (changes and problems), each
-    check's command, counts, tamper evidence (canaries with each one's outcome, how many of each
-    kind ran in ``canary_counts``, the seed of the derived draw in ``derived_seed``, how many
-    derived copies were made, run, kept and dropped on the trusted tree in ``derived_pool``;
-    expected ids), a time-out's owner (``timeout``: the candidate's, failure
-    ``candidate_timeout``, or the grader's), tails and limits, the tamper scan's findings
-    (``suspicious``), the deliverable's paths named like the test runner's own modules that the
-    checks shadowed (``runner_modules_shadowed``), and which checks were not tamper-evident."""
+    """The verifier's evidence: revisions, digests, integrity (changes and problems), each check's
+    command, counts, tamper evidence (canaries with each one's outcome, how many of each kind ran in
+    ``canary_counts``, the seed of the derived draw in ``derived_seed``, how many derived copies
+    were made, run, kept and dropped on the trusted tree in ``derived_pool``; how the canaries
+    behaved in ``canary_summary``; expected ids; the task's real tests apart from every canary:
+    ``failed_ids``, ``passed_ids`` and ``first_failure``, the first real test that failed with its
+    failure line), a time-out's owner (``timeout``: the candidate's, failure ``candidate_timeout``,
+    or the grader's), tails and limits, the tamper scan's findings (``suspicious``), the
+    deliverable's paths named like the test runner's own modules that the checks shadowed
+    (``runner_modules_shadowed``), and which checks were not tamper-evident."""
 
 
 def as_written(record: TrialRecord | Grade) -> dict[str, Any]:

@@ -32,11 +32,23 @@ from typing import Any
 #: passed in by the caller, as records sits below suites), by default a plain ``fnmatch``.
 Matcher = Callable[[str, str], bool]
 
+#: A folder holding a ``pyvenv.cfg`` is a virtual environment, whatever its name (``.venv``,
+#: ``env``, ``venv-3.11``): its interpreter links point out of the workspace and its
+#: site-packages hold pip's own metadata, and no check runs it (the verifier runs the image's
+#: interpreter). Listed among the patterns under this name, so a task can drop the rule.
+VENV_RULE = "a folder holding pyvenv.cfg"
 #: What is left out of the artifact unless the task says otherwise
 #: (``acceptance.ignored_paths``). A name without ``/`` matches a file or folder of that name
-#: anywhere; a folder that matches is left out with everything below it.
+#: anywhere; a folder that matches is left out with everything below it; ``dir/**`` matches
+#: the top folder only. The rule is what can influence a verified run, not the name: these are
+#: caches a tool regenerates, and tooling nothing in a check loads (packaging metadata once
+#: pytest plugins load only by name, build and dist output, node's installed packages,
+#: coverage data, editor swap and OS files).
 DEFAULT_IGNORED_PATHS: tuple[str, ...] = (
-    "__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache", ".hypothesis")
+    "__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache", ".hypothesis",
+    VENV_RULE, "*.egg-info", "*.dist-info", "build/**", "dist/**", "node_modules", ".tox",
+    ".nox", ".coverage", ".coverage.*", "htmlcov", "*.swp", "*.swo", "*~", ".DS_Store",
+    "Thumbs.db")
 #: Python 2's layout (``python -m compileall -b``): ``foo.pyc`` next to ``foo.py``. Python 3
 #: loads the source when both exist, so the bytecode is inert and regenerable.
 BESIDE_SOURCE_RULE = "*.pyc beside its .py"
@@ -192,6 +204,8 @@ def walk_workspace(root: Path, *, ignored: list[str] | tuple[str, ...],
                         and child.name.endswith(_BYTECODE_SUFFIXES)
                         and child.name[:-4] + ".py" in names):
                     rule = BESIDE_SOURCE_RULE
+                if rule is None and is_dir and VENV_RULE in ignored and is_venv(child.path):
+                    rule = VENV_RULE
                 if rule is not None:
                     child_row = {"path": rel, "rule": rule, "files": 0, "bytes": 0}
                     excluded.rows.append(child_row)
@@ -203,6 +217,20 @@ def walk_workspace(root: Path, *, ignored: list[str] | tuple[str, ...],
     kept.sort(key=lambda k: k[0])
     excluded.rows.sort(key=lambda r: r["path"])
     return Walked(kept, excluded, counter.entries, counter.bytes)
+
+
+def is_venv(folder: str | Path) -> bool:
+    """Whether ``folder`` holds a ``pyvenv.cfg`` as a regular file (never through a link)."""
+    try:
+        return stat.S_ISREG(os.lstat(os.path.join(folder, "pyvenv.cfg")).st_mode)
+    except OSError:
+        return False
+
+
+def venv_folders(paths: set[str]) -> set[str]:
+    """The folders of a tree listing (its ``path`` set) that hold a ``pyvenv.cfg``."""
+    return {p.rsplit("/", 1)[0] if "/" in p else "" for p in paths
+            if p.rsplit("/", 1)[-1] == "pyvenv.cfg"} - {""}
 
 
 def _tally(row: dict[str, Any], st: os.stat_result) -> None:

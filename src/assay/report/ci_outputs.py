@@ -71,7 +71,11 @@ def junit_xml(report: dict[str, Any]) -> str:
                                               "several"))
             el.text = xml_text("\n".join(
                 f"rep {t['rep']}: {t.get('failure_code') or 'rejected'}"
-                + (f" ({t['link']}/trial.json)" if t.get("link") else "") for t in failed))
+                + (f" ({t['link']}/trial.json)" if t.get("link") else "")
+                # the task's real tests first, the canaries on a line apart
+                + "".join(f"\n  {name}: {line}" for name, lines in
+                          (t.get("check_lines") or {}).items() for line in lines)
+                for t in failed))
         elif not graded:
             tally["skipped"] += 1
             states = Counter(a.get("status") or "unknown" for t in trials for a in t["attempts"])

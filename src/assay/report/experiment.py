@@ -190,7 +190,8 @@ def _trial_row(t: TrialOutcome) -> dict[str, Any]:
                           "calls": (a.ledger or {}).get("calls", 0), "seconds": a.seconds,
                           "timed_out": a.timed_out} for a in t.attempts],
             "link": o.link,
-            **({"judge": judge} if (judge := o.extra_field("judge")) else {})}
+            **({"judge": judge} if (judge := o.extra_field("judge")) else {}),
+            **({"check_lines": checks} if (checks := o.extra_field("check_lines")) else {})}
 
 
 def _judge_row(trials: list[TrialOutcome]) -> dict[str, Any] | None:
@@ -457,6 +458,16 @@ def experiment_markdown(rep: dict[str, Any]) -> str:
         link = f"[{t['link']}]({t['link']}/trial.json)" if t["link"] else ""
         out.append(f"| {md(t['task'])} | {md(t['arm'])} | {t['rep']} | {t['state']} "
                    f"| {md(verdict)} | {md(atts)} | {link} |")
+    rejected = [t for t in rep["trials"] if t["accepted"] is False and t.get("check_lines")]
+    if rejected:
+        out += ["", "### Checks of the rejected trials", "",
+                "The task's own tests first; the canaries the verifier planted on a line of "
+                "their own.", ""]
+        for t in rejected:
+            out.append(f"- {md(t['task'])} · {md(t['arm'])} · rep {t['rep']} "
+                       f"({md(str(t['failure_code']))}):")
+            for name, lines in t["check_lines"].items():
+                out.append(f"  - {name}: " + "; ".join(md(x) for x in lines))
     return "\n".join(out) + "\n"
 
 

@@ -338,7 +338,9 @@ def _tasks(rep: dict[str, Any], pages: dict[str, Any] | None = None) -> dict[str
                 label = ("passed" if kind == "pass" else
                          f"failed: {t.get('failure_code') or NA}" if kind == "fail" else
                          t["state"])
-                items.append({"rep": t["rep"], "kind": kind, "label": label,
+                checks = [f"{name}: {line}" for name, lines in (t.get("check_lines") or {}).items()
+                          for line in lines] if kind == "fail" else []
+                items.append({"rep": t["rep"], "kind": kind, "label": label, "checks": checks,
                               "links": [{"href": trial_href(li), "text": li.split("/")[-1],
                                          "page": page_of.get(li)} for li in links],
                               "attempts": len(t["attempts"])})

@@ -28,6 +28,7 @@ from assay.records.ledger import ledger_totals
 from assay.records.outcomes import Outcome
 from assay.records.state_index import recorded_attempt_dirs
 from assay.records.statuses import TrialRecordStatus
+from assay.report.check_summary import grade_check_lines
 
 _RECORD_STATUS: dict[object, AttemptStatus] = {s: s for s in get_args(TrialRecordStatus)}
 
@@ -337,6 +338,9 @@ def _run_trial(run_dir: Path, task: str, arm: str, rep: int,
         judge = (grade.get("details") or {}).get("judge")
         if isinstance(judge, dict):
             row["judge"] = judge_summary(judge)
+        checks = grade_check_lines(grade)
+        if checks:  # the task's real tests and the canaries apart, for every display
+            row["check_lines"] = checks
         state = "graded"
     return TrialOutcome(Outcome.model_validate(row), attempts, state)
 

@@ -30,6 +30,7 @@ from typing import Any
 from assay.records.io import iter_rows, read_json_file
 from assay.records.ledger import ledger_totals
 from assay.records.transcript import load_transcript
+from assay.report.check_summary import integrity_lines, summarize
 
 MAX_TEXT = 4000
 MAX_DIFF = 200_000
@@ -101,6 +102,9 @@ class Check:
     reason: str | None
     exit_code: int | None
     output_tail: str
+    #: the task's real tests, the first real failure, the canaries on one line
+    #: (``check_summary.py``): what a display leads with, before the raw output
+    summary: tuple[str, ...] = ()
 
 
 @dataclass
@@ -150,9 +154,15 @@ def load_trial_view(path: Path) -> TrialView:
     trial = read_json_file(adir / "trial.json")
     bundle, bundle_note = _bundle(trial)
     instruction = None
-    if bundle is not None:
+    # what the agent was told, as recorded with the trial (the task's instruction and the
+    # generated rules); a trial recorded before that: the bundle's instruction file
+    for source in (adir / "instruction.md",
+                   None if bundle is None else bundle.instruction_path):
+        if source is None or not source.is_file():
+            continue
         try:
-            instruction = cap(bundle.instruction_path.read_text(encoding="utf-8"), 20_000)
+            instruction = cap(source.read_text(encoding="utf-8"), 20_000)
+            break
         except (OSError, UnicodeDecodeError):
             instruction = None
     changes, change_note = _changes(bundle, adir, trial, bundle_note)
@@ -279,9 +289,7 @@ def _checks(grade: dict[str, Any] | None) -> list[Check]:
     for name, outcome in (grade.get("checks") or {}).items():
         d = found if isinstance(found := details.get(name), dict) else {}
         if name == "integrity" and d:
-            problems = d.get("problems") or []
-            tail = "\n".join(f"{p.get('code')}: {p.get('path')}" for p in problems
-                             if isinstance(p, dict)) or "no problem found"
+            tail = "\n".join(integrity_lines(d)) or "no problem found"
             out.append(Check(name, str(outcome), name in required, None,
                              d.get("failure_code"), None, cap(tail)))
             continue
@@ -289,8 +297,12 @@ def _checks(grade: dict[str, Any] | None) -> list[Check]:
         err = _tail(d.get("stderr_tail"))
         if err:
             text = f"{text}\n[stderr]\n{err}" if text else f"[stderr]\n{err}"
+        summary = summarize(d).lines()
+        if text and (d.get("tamper_evident") or {}).get("applied"):
+            text = ("[output: pytest's own, the planted canaries' deliberate failures "
+                    "included]\n" + text)
         out.append(Check(name, str(outcome), name in required, d.get("command"),
-                         d.get("reason"), d.get("exit_code"), text))
+                         d.get("reason"), d.get("exit_code"), text, tuple(summary)))
     return out
 
 

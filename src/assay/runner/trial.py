@@ -32,10 +32,11 @@ from assay.grading.verify.verifier import verify
 from assay.records.artifact import freeze, refuse
 from assay.records.failures import AGENT_START_FAILED, INFRA_CODES, start_failure, stderr_tail
 from assay.records.fork import ForkStart
-from assay.records.io import atomic_write_json
+from assay.records.io import atomic_write_json, atomic_write_text
 from assay.records.manifest import tool_identity, utc_now
 from assay.records.statuses import TrialRunStatus
 from assay.records.trial import (
+    INSTRUCTION_FILE,
     TRIAL_JSON,
     Grade,
     GradeSummary,
@@ -47,6 +48,7 @@ from assay.records.trial import (
     read_trial,
 )
 from assay.records.workspace import WorkspaceOverLimit, remove_tree
+from assay.runner.workspace_git import make_repository
 from assay.sandbox import KILL_GRACE_SECONDS, Limits, run_sandboxed
 from assay.suites.bundle import Bundle, check_starting_tree, tree_digest
 from assay.suites.patterns import glob_match
@@ -286,14 +288,22 @@ def run_trial(bundle: Bundle, agent: Agent, trial_dir: Path, *, rep: int = 0,
                         start_digest[0] = tree_digest(workspace)
                     record.environment_image = image
                 record.environment = check_environment(bundle, workspace)
+                if bundle.spec.initial_state.git:  # one commit, before the agent starts
+                    git_home = Path(tmp) / "git-home"
+                    git_home.mkdir()
+                    record.workspace_git = make_repository(workspace, git_home)
+                    start_digest[0] = tree_digest(workspace)
                 if hooks.start_state is not None:
                     record.fork = hooks.start_state(workspace, home)
 
             stages.run("prepare", prepare)
+            # the text the agent is told, recorded with the trial before the agent starts
+            instruction = trial_dir / INSTRUCTION_FILE
+            atomic_write_text(instruction, bundle.agent_instruction())
             ctx = AgentContext(bundle, workspace, home, trial_dir / "agent",
                                model_env=dict(hooks.model_env), proxy=hooks.proxy,
                                grace_seconds=hooks.grace_seconds,
-                               agent_files=hooks.agent_files)
+                               agent_files=hooks.agent_files, instruction_file=instruction)
             hooks.before("agent")
             run: AgentRun = stages.run("agent", lambda: agent.run(ctx))
             execution = hooks.after_agent(run.to_record())

@@ -87,6 +87,11 @@ class InitialState(_Strict):
     fixture_digest: str | None = None
     """``sha256:<64 hex>`` of the starting tree: a trial refuses a tree that does not match, so
     two trials of the same task really start from the same bytes."""
+    git: bool = True
+    """Whether the agent's workspace starts as a git repository of one commit of the starting
+    tree (fixed author and date, no other history; ``.git`` is never part of the
+    deliverable), so ``git status`` / ``git diff`` work as in any checkout; false: a plain
+    folder."""
     network_policy: Literal["none", "model-proxy-only"] = "none"
     """``none``: no network at all; ``model-proxy-only``: only assay's gateway to the arm's
     model. An arm with a model needs ``model-proxy-only`` (refused at load otherwise)."""
@@ -279,14 +284,23 @@ class Acceptance(_Strict):
     allowed_paths: list[str] | None = None
     """Globs the agent may change; null: anywhere outside ``protected_paths``."""
     allowed_binaries: list[str] = Field(default_factory=list)
-    """Compiled files (bytecode, native extensions) the deliverable may add, by glob."""
+    """Importable compiled files (bytecode, extension modules) the deliverable may add, by
+    glob; other machine code (a compiled program) needs no listing."""
     ignored_paths: list[str] | None = None
-    """Regenerable caches the freeze leaves out of the artifact (and lists in
-    ``artifact.json``); null: the defaults (``__pycache__``, ``.pytest_cache``,
-    ``.mypy_cache``, ``.ruff_cache``, ``.hypothesis``, a ``.pyc`` beside its source). A list
-    replaces them: to extend, repeat them."""
+    """What the freeze leaves out of the artifact as inert (and lists in ``artifact.json``):
+    caches and tooling nothing in a check loads. Null: the defaults (``__pycache__``,
+    ``.pytest_cache``, ``.mypy_cache``, ``.ruff_cache``, ``.hypothesis``, ``a folder holding
+    pyvenv.cfg`` (a virtual environment), ``*.egg-info``, ``*.dist-info``, ``build/**``,
+    ``dist/**``, ``node_modules``, ``.tox``, ``.nox``, ``.coverage``, ``.coverage.*``,
+    ``htmlcov``, ``*.swp``, ``*.swo``, ``*~``, ``.DS_Store``, ``Thumbs.db``, and a ``.pyc``
+    beside its source). A list replaces them: to extend, repeat them."""
     judge: JudgeCheck | None = None
     """A pinned judge's check of the frozen artifact (``acceptance.judge``)."""
+    tell_agent: bool = True
+    """Whether the instruction every agent receives ends with a generated section naming the
+    protected paths, the allowed paths (when set) and that hidden tests judge the work
+    (``suites/bundle.rules_section``); false: the instruction alone. Either way the text the
+    agent saw is recorded with the trial (``instruction.md``) and in the task's fingerprint."""
 
     @field_validator("ignored_paths")
     @classmethod
@@ -353,11 +367,23 @@ class Bundle:
     def instruction_path(self) -> Path:
         return self.root / self.spec.instruction
 
+    def agent_instruction(self) -> str:
+        """What every agent is told: the task's instruction, then (unless
+        ``acceptance.tell_agent: false``) the rules it will be held to."""
+        text = self.instruction_path.read_text(encoding="utf-8")
+        section = rules_section(self.spec) if self.spec.acceptance.tell_agent else None
+        if section is None:
+            return text
+        return text.rstrip("\n") + "\n\n" + section
+
     @property
     def ignored_paths(self) -> list[str]:
-        """What the freeze leaves out: the task's ``acceptance.ignored_paths`` or the defaults."""
+        """What the freeze leaves out: the task's ``acceptance.ignored_paths`` or the defaults,
+    and always the top ``.git`` folder."""
         own = self.spec.acceptance.ignored_paths
-        return list(DEFAULT_IGNORED_PATHS) if own is None else list(own)
+        out = list(DEFAULT_IGNORED_PATHS) if own is None else list(own)
+        # the workspace's own repository (``initial_state.git``) is assay's, never a deliverable
+        return out if GIT_RULE in out else [*out, GIT_RULE]
 
     def workspace_limits(self) -> WorkspaceLimits:
         res = self.spec.resources
@@ -472,6 +498,34 @@ def load_bundle(root: Path) -> Bundle:
     if problems:
         raise SuiteError(problems)
     return Bundle(root=root, spec=spec, spec_sha256=hashlib.sha256(text.encode()).hexdigest())
+
+
+#: the top ``.git`` folder: left out of every artifact, whatever ``ignored_paths`` says
+GIT_RULE = ".git/**"
+
+
+def _globs(patterns: list[str]) -> str:
+    return ", ".join(f"`{p}`" for p in patterns)
+
+
+def rules_section(spec: TaskSpec) -> str:
+    """The generated end of every agent's instruction: the rules the verifier applies, which
+    live in ``task.yaml`` (never shown to the agent). An agent that adds a regression test under
+    a protected folder or a script outside the allowed paths is rejected for a rule it could
+    not otherwise know."""
+    acc = spec.acceptance
+    lines = ["---", "", "## How this work is checked (written by assay)", "",
+             "- Hidden tests, which are not in the workspace, judge the work once you finish."]
+    if acc.protected_paths:
+        lines.append(f"- Protected paths: {_globs(acc.protected_paths)}. Do not change, add or "
+                     "delete anything there; any change to them rejects the work.")
+    if acc.allowed_paths is not None:
+        lines.append(f"- Allowed paths: {_globs(acc.allowed_paths)}. Change files only there; "
+                     "a change anywhere else (a new test or script included) rejects the work.")
+    lines.append("- Caches, virtual environments, packaging metadata and build output are "
+                 "left out of what is checked: use them freely, but the fix must not depend on "
+                 "them.")
+    return "\n".join(lines) + "\n"
 
 
 def _instruction_problems(root: Path, path: Path, text: str, written: str) -> list[Problem]:

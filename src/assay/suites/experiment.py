@@ -697,8 +697,10 @@ def bar_sha256(bar: dict[str, Any] | None) -> str | None:
 
 def task_fingerprint(bundle: Bundle) -> dict[str, Any]:
     """What makes two runs of "the same task" the same: its task.yaml, its starting tree and
-    its hidden tests, and the image it runs in. A pinned ``fixture_digest`` is the starting
-    tree's identity (every trial checks the tree against it); an unpinned one is computed here.
+    its hidden tests, the instruction exactly as agents are told it (``instruction_sha256``:
+    the task's text and the generated rules section), and the image it runs in. A pinned
+    ``fixture_digest`` is the starting tree's identity (every trial checks the tree against
+    it); an unpinned one is computed here.
     ``environment_image`` (only for a task pinned to one, so older runs resume): a resume
     whose task now runs in another image is refused like any other change."""
     state = bundle.spec.initial_state
@@ -713,8 +715,11 @@ def task_fingerprint(bundle: Bundle) -> dict[str, Any]:
     tests = tree_digest(bundle.tests_dir) if bundle.tests_dir.is_dir() else None
     image = ({"environment_image": state.environment_image}
              if state.environment_image is not None else {})
+    # the text every agent is told (the instruction and the generated rules section)
+    told = "sha256:" + hashlib.sha256(bundle.agent_instruction().encode("utf-8")).hexdigest()
     return {"revision": bundle.spec.revision, "task_yaml_sha256": bundle.spec_sha256,
-            "fixture_digest": fixture, "tests_digest": tests, **image}
+            "fixture_digest": fixture, "tests_digest": tests,
+            "instruction_sha256": told, **image}
 
 
 def arm_identity(arm: Arm, agent_files: dict[str, str] | None = None) -> dict[str, Any]:

@@ -131,7 +131,7 @@ class ClaudeCode:
         flags = list(FIXED_FLAGS)
         if spec.budget.assistant_steps is not None:
             flags += ["--max-turns", str(spec.budget.assistant_steps)]
-        prompt = ctx.bundle.instruction_path.read_text(encoding="utf-8")
+        prompt = ctx.instruction_text()
         # "--": an instruction that starts with a dash is the prompt, not a flag
         argv = ["timeout", "-k", "2", f"{limit:g}", exe, *flags, "--", prompt]
         env = {**OFFLINE_ENV, "ANTHROPIC_SMALL_FAST_MODEL": model,

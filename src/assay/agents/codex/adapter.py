@@ -167,7 +167,7 @@ class Codex:
         spec = ctx.bundle.spec
         timeout = timeout_seconds(spec.budget.agent_wall_seconds)
         exe, mounts = self._sandbox_bin()
-        prompt = ctx.bundle.instruction_path.read_text()
+        prompt = ctx.instruction_text()
         flags = [*FIXED_FLAGS, "-C", sandbox_workspace(ctx)]
         # "--": an instruction that starts with a dash is still the prompt
         argv = ["timeout", "--signal=TERM", "--kill-after=2", f"{timeout:g}", exe, *flags,

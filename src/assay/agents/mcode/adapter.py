@@ -120,7 +120,7 @@ class MCode:
         exe, mounts = self._sandbox_bin()
         env = {"MINIMAX_DATA_DIR": f"{AGENT_HOME}/{DATA_REL}", "MCODE_DISABLE_TELEMETRY": "1"}
         run = run_in_agent_sandbox(ctx, ["sh", "-c", _LAUNCH, exe, *argv_flags], mounts,
-                                   env=env, stdin=ctx.bundle.instruction_path.read_bytes())
+                                   env=env, stdin=ctx.instruction_text().encode())
         ctx.record_dir.mkdir(parents=True, exist_ok=True)
         (ctx.record_dir / "mcode-config.yaml").write_text(config)  # no secret in it
         version = tail(ctx.home / VERSION_REL, 500).strip() or None

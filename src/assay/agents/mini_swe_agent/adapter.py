@@ -163,7 +163,7 @@ class MiniSweAgent:
         cfg_path.write_text(config)
         traj_host = ctx.home / TRAJ_REL
         traj_host.unlink(missing_ok=True)
-        task = ctx.bundle.instruction_path.read_text()
+        task = ctx.instruction_text()
         argv = [str(self.bin), "-m", f"openai/{model}", "-c", "mini.yaml",
                 "-c", f"{AGENT_HOME}/{CONFIG_REL}", *FIXED_FLAGS,
                 "-o", f"{AGENT_HOME}/{TRAJ_REL}", "-t", task]

@@ -176,7 +176,7 @@ class Qwen:
             argv += ["--max-session-turns", str(spec.budget.assistant_steps)]
         # one argument with `=`: a positional instruction starting with "-" (a markdown list)
         # would be read as flags, and after a `--` qwen ignores it
-        argv.append(f"--prompt={ctx.bundle.instruction_path.read_text()}")
+        argv.append(f"--prompt={ctx.instruction_text()}")
         return argv, wall
 
     def run(self, ctx: AgentContext) -> AgentRun:

@@ -224,19 +224,41 @@ def _test_files(root: Path) -> list[str]:
     return sorted(found)
 
 
-def canary_targets(bundle: Bundle, work: Path, tests: Path) -> tuple[list[str], list[str]]:
-    """The files canaries go into: every test file of the hidden tests, and every test file
-    of the workspace under the task's protected paths."""
+def _same_file(a: Path, b: Path) -> bool:
+    """Whether two regular files (no links) hold the same bytes."""
+    try:
+        if a.is_symlink() or b.is_symlink() or not a.is_file() or not b.is_file():
+            return False
+        if a.stat().st_size != b.stat().st_size:
+            return False
+        return a.read_bytes() == b.read_bytes()
+    except OSError:
+        return False
+
+
+def canary_targets(bundle: Bundle, work: Path, tests: Path, *,
+                   pristine: Path | None = None) -> tuple[list[str], list[str]]:
+    """The files canaries go into: every test file of the hidden tests, and the task's own
+    test files of the workspace under its protected paths. Canaries belong to the verifier:
+    with ``pristine`` (the starting tree), a workspace test file the agent added or changed
+    gets none, so a canary's deliberate failure can never be charged to a test the agent wrote
+    (the protected change itself is integrity's business). Without it the tree is trusted (the
+    reference solution's), and every protected test file is the task's."""
     protected = bundle.spec.acceptance.protected_paths
-    return _test_files(tests), [r for r in _test_files(work) if matches_any(r, protected)]
+    own = [r for r in _test_files(work) if matches_any(r, protected)]
+    if pristine is not None:
+        own = [r for r in own if _same_file(work / r, pristine / r)]
+    return _test_files(tests), own
 
 
 def run_command(command: str, workspace: Path, bundle: Bundle, *, record_dir: Path | None,
                 tamper_evident: bool, mode: str = "run", canaries: bool = True,
-                reward: RewardFile | None = None, derived: DerivedPlan | None = None) -> CheckRun:
+                reward: RewardFile | None = None, derived: DerivedPlan | None = None,
+                pristine: Path | None = None) -> CheckRun:
     """``command`` under ``sh -c`` over private copies; with ``tamper_evident`` the reporter is
-    enabled, (``canaries``) a random canary pair is planted in every test file and
-    (``derived``) the derived canaries of the plan. With ``reward`` an
+    enabled, (``canaries``) a random canary pair is planted in every test file of the task
+    (:func:`canary_targets`; ``pristine`` tells the task's workspace test files from the
+    agent's) and (``derived``) the derived canaries of the plan. With ``reward`` an
     empty directory of this run's own is mounted at ``reward.dir`` and read once it ended."""
     spec = bundle.spec
     with tempfile.TemporaryDirectory(prefix=verify_prefix("verify"),
@@ -290,7 +312,7 @@ def run_command(command: str, workspace: Path, bundle: Bundle, *, record_dir: Pa
                                         f" --test-reporter=tap --test-reporter-destination="
                                         f"{out_mount}/{tap_name}"})
             report_file, tap_file = out / report_name, out / tap_name
-            hidden, own = canary_targets(bundle, work, tests)
+            hidden, own = canary_targets(bundle, work, tests, pristine=pristine)
             if derived is not None:
                 # the copies first: they are made from (and checked against) the files as the
                 # task wrote them, before a random pair goes in

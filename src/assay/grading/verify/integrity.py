@@ -12,9 +12,10 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from assay.records.artifact import TreeEntry
+from assay.grading.verify.shadowing import shadowing_problems
+from assay.records.artifact import MAX_CONFIG_BYTES, TOO_LARGE, TreeEntry
 from assay.records.statuses import INTEGRITY_ORDER, IntegrityCode
-from assay.records.workspace import BESIDE_SOURCE_RULE, ignored_test
+from assay.records.workspace import BESIDE_SOURCE_RULE, VENV_RULE, ignored_test, venv_folders
 from assay.suites.patterns import glob_match, matches_any
 
 __all__ = ["ChangeSet", "IntegrityResult", "check_integrity", "diff_trees", "glob_match",
@@ -27,8 +28,11 @@ TOOLING_NAMES = {"pytest.py", "conftest.py", "sitecustomize.py", "usercustomize.
                  "entry_points.txt"}
 TOOLING_DIRS = {"pytest", "_pytest"}
 TOOLING_SUFFIXES = (".pth", ".dist-info", ".egg-info", ".egg-link")
-# Code the interpreter loads in place of a source a reviewer can read.
-COMPILED_SUFFIXES = (".pyc", ".pyo", ".so", ".pyd", ".dylib", ".dll")
+# Code the interpreter can import in place of a source a reviewer can read: bytecode and
+# extension modules (``importlib.machinery.EXTENSION_SUFFIXES`` all end in ``.so`` on POSIX,
+# ``.pyd`` on Windows). Other machine code (a compiled program the task asks for, a built
+# artefact) cannot be imported: it is part of the deliverable, graded by the tests.
+COMPILED_SUFFIXES = (".pyc", ".pyo", ".so", ".pyd")
 # Shared config files are legitimate to edit, unless the edit carries test-runner settings.
 CONFIG_WITH_SECTIONS = {"setup.cfg", "pyproject.toml"}
 
@@ -120,25 +124,35 @@ def without_ignored(entries: list[TreeEntry],
     patterns ``artifact.json`` recorded; the bytecode-beside-its-source rule included)."""
     if not ignored:
         return entries
-    left_out = ignored_test([p for p in ignored if p != BESIDE_SOURCE_RULE], glob_match)
+    left_out = ignored_test([p for p in ignored if p not in (BESIDE_SOURCE_RULE, VENV_RULE)],
+                            glob_match)
     paths = {e["path"] for e in entries}
     beside = BESIDE_SOURCE_RULE in ignored
+    venvs = venv_folders(paths) if VENV_RULE in ignored else set()
     return [e for e in entries
             if not left_out(e["path"])
+            and not (venvs and _under_any(e["path"], venvs))
             and not (beside and e["type"] == "file" and e["path"].endswith((".pyc", ".pyo"))
                      and e["path"][:-1] in paths)]
+
+
+def _under_any(path: str, folders: set[str]) -> bool:
+    parts = path.split("/")
+    return any("/".join(parts[:i]) in folders for i in range(1, len(parts) + 1))
 
 
 def check_integrity(pristine: list[TreeEntry], artifact: list[TreeEntry], *,
                     protected: list[str], allowed: list[str] | None,
                     allowed_binaries: list[str] | None = None,
                     ignored: list[str] | None = None,
-                    every_mode: bool = False) -> IntegrityResult:
+                    every_mode: bool = False,
+                    shadow_names: frozenset[str] = frozenset()) -> IntegrityResult:
     """The integrity verdict. Paths matching ``ignored`` (regenerable caches, which the
     freeze leaves out) are dropped from both sides first: they are neither changed protected
     paths nor changes outside the allowed paths. ``every_mode``: every permission bit of
     every path is a change (a task with several users, where a mode decides who reads a
-    file), not only the executable bit outside the protected paths."""
+    file), not only the executable bit outside the protected paths. ``shadow_names``: module
+    names no added or changed top-level module may take (``shadowing.shadow_names``)."""
     pristine = without_ignored(pristine, ignored)
     artifact = without_ignored(artifact, ignored)
     protected_paths = {e["path"] for e in pristine + artifact
@@ -178,10 +192,20 @@ def check_integrity(pristine: list[TreeEntry], artifact: list[TreeEntry], *,
     for path in changes.added + changes.modified:
         base = posixpath.basename(path)
         parts = path.split("/")
-        if (base in TOOLING_NAMES or any(p in TOOLING_DIRS for p in parts)
+        after = by_path.get(path, TreeEntry())
+        if base in CONFIG_WITH_SECTIONS and after.get("pytest_config") in (TOO_LARGE,
+                                                                          "unparseable"):
+            # fail closed: a config file integrity cannot read may carry pytest settings
+            size = after.get("size")
+            problems.append({"code": "test_tooling_changed", "path": path, "size": size,
+                             "why": (f"{size} bytes, over the {MAX_CONFIG_BYTES} integrity "
+                                     "reads: refused, never skipped"
+                                     if after.get("pytest_config") == TOO_LARGE else
+                                     "unreadable as config: refused, never skipped")})
+        elif (base in TOOLING_NAMES or any(p in TOOLING_DIRS for p in parts)
                 or any(p.endswith(TOOLING_SUFFIXES) for p in parts)
                 or (base in CONFIG_WITH_SECTIONS
-                    and _pytest_config_changed(before.get(path), by_path.get(path, TreeEntry())))):
+                    and _pytest_config_changed(before.get(path), after))):
             problems.append({"code": "test_tooling_changed", "path": path})
         entry = by_path.get(path, TreeEntry())
         if entry.get("type") != "dir" and _is_compiled(path, entry) and not matches_any(
@@ -189,6 +213,10 @@ def check_integrity(pristine: list[TreeEntry], artifact: list[TreeEntry], *,
             problems.append({"code": "compiled_code_added", "path": path,
                              "kind": entry.get("binary") or posixpath.splitext(base)[1]
                              or "__pycache__"})
+
+    # a top-level module named like the standard library or the test runner: the interpreter
+    # could load it in their place (``shadowing.py``)
+    problems += shadowing_problems(artifact, changes.added + changes.modified, shadow_names)
 
     if allowed is not None:
         for path in changes.all:
@@ -212,9 +240,11 @@ def _pytest_config_changed(before: TreeEntry | None, after: TreeEntry) -> bool:
 
 
 def _is_compiled(path: str, entry: TreeEntry) -> bool:
-    """Bytecode, native extensions and other machine code, by name or by content."""
-    return (path.endswith(COMPILED_SUFFIXES) or "__pycache__" in path.split("/")
-            or bool(entry.get("binary")))
+    """Code Python could import instead of a source: by the name the import system looks
+    for (``.pyc``, an extension module, anything in a ``__pycache__``), whatever the content;
+    an ELF or Mach-O file under any other name (``bin/prog``, ``notes.txt``) is not importable
+    and is left to the tests."""
+    return path.endswith(COMPILED_SUFFIXES) or "__pycache__" in path.split("/")
 
 
 def _is_parent_dir_of_allowed(path: str, allowed: list[str]) -> bool:

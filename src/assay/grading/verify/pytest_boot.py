@@ -26,6 +26,7 @@ Standard library only, and cheap: nothing is imported here that ``site`` has not
 
 from __future__ import annotations
 
+import _imp
 import importlib.machinery as _machinery
 import os as _os
 import sys as _sys
@@ -76,15 +77,41 @@ def _trusted_path() -> list[str]:
     return found
 
 
+#: The standard library's top-level names (3.10 and later; an older image's interpreter has no
+#: list, and integrity's ``stdlib_shadowed`` refusal stands alone there).
+_STDLIB = frozenset(getattr(_sys, "stdlib_module_names", ())) - {"__main__"}
+_TRUSTED_BY_PATH: dict[tuple[str, ...], list[str]] = {}
+
+
+def _trusted_path_now() -> list[str]:
+    key = tuple(_sys.path)
+    found = _TRUSTED_BY_PATH.get(key)
+    if found is None:
+        found = _TRUSTED_BY_PATH[key] = _trusted_path()
+    return found
+
+
 class TrustedFirst:
-    """A meta path finder, first in line, for the test runner's own top-level names."""
+    """A meta path finder, first in line, for the test runner's own top-level names and the
+    standard library's: both resolve from the interpreter's installation only, so a
+    ``src/json.py`` of the deliverable is never imported in place of ``json`` (integrity
+    refuses it besides)."""
 
     @classmethod
     def find_spec(cls, name: str, path: Sequence[str] | None = None,
                   target: ModuleType | None = None) -> _machinery.ModuleSpec | None:
-        if path is not None or not (name in RUNNER_MODULES or name.startswith(_OWN_PREFIX)):
+        if path is not None:
             return None
-        spec = _machinery.PathFinder.find_spec(name, _trusted_path())
+        if name in _STDLIB:
+            if name in _sys.builtin_module_names or _imp.is_frozen(name):
+                return None  # the builtin and frozen importers answer, never a path
+            spec = _machinery.PathFinder.find_spec(name, _trusted_path_now())
+            if spec is None:
+                raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+            return spec
+        if not (name in RUNNER_MODULES or name.startswith(_OWN_PREFIX)):
+            return None
+        spec = _machinery.PathFinder.find_spec(name, _trusted_path_now())
         if spec is None and name in ("sitecustomize", "usercustomize"):
             raise ModuleNotFoundError(f"No module named {name!r}", name=name)
         return spec

@@ -53,9 +53,26 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
         items[:] = []
 
 
+def _message(report: pytest.TestReport) -> str | None:
+    """The failure's own line (pytest's ``reprcrash``: ``assert 3 == 4``, ``KeyError: 'x'``),
+    bounded: what a reader is shown as the reason a real test failed."""
+    if not report.failed:
+        return None
+    crash = getattr(report.longrepr, "reprcrash", None)
+    text = getattr(crash, "message", None)
+    if not isinstance(text, str):
+        text = str(report.longrepr).strip().splitlines()[-1:] or [""]
+        text = text[0]
+    return text[:300]
+
+
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    _write({"event": "test", "nodeid": report.nodeid, "when": report.when,
-            "outcome": report.outcome, "xfail": bool(getattr(report, "wasxfail", False))})
+    event = {"event": "test", "nodeid": report.nodeid, "when": report.when,
+             "outcome": report.outcome, "xfail": bool(getattr(report, "wasxfail", False))}
+    message = _message(report)
+    if message is not None:
+        event["message"] = message
+    _write(event)
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

@@ -32,6 +32,8 @@ class ParsedReport:
     collected: list[str] = field(default_factory=list)
     collect_errors: list[dict[str, Any]] = field(default_factory=list)
     phases: dict[str, dict[str, tuple[str, bool]]] = field(default_factory=dict)
+    #: a failed test's own failure line (``assert 3 == 4``), first phase that failed
+    messages: dict[str, str] = field(default_factory=dict)
     foreign_lines: list[int] = field(default_factory=list)
 
     def outcome(self, nodeid: str) -> str | None:
@@ -87,8 +89,11 @@ def parse_report(text: str | None) -> ParsedReport | None:
                 rep.collect_errors.append({"nodeid": str(ev.get("nodeid")),
                                            "detail": str(ev.get("detail", ""))[-400:]})
             else:
-                rep.phases.setdefault(str(ev["nodeid"]), {})[str(ev["when"])] = (
+                nodeid = str(ev["nodeid"])
+                rep.phases.setdefault(nodeid, {})[str(ev["when"])] = (
                     str(ev["outcome"]), bool(ev.get("xfail")))
+                if isinstance(ev.get("message"), str) and nodeid not in rep.messages:
+                    rep.messages[nodeid] = ev["message"][:300]
         except (KeyError, TypeError, ValueError):
             rep.foreign_lines.append(n)
     return rep
@@ -170,7 +175,10 @@ class ReportVerdict(TypedDict, total=False):
     canaries: list[dict[str, Any]]  # each planted canary with its outcome
     canary_counts: dict[str, int]  # by kind: random, derived
     counts: dict[str, Any]  # the structured report's counts, as testcounts' summary
-    failed_ids: list[str]
+    failed_ids: list[str]  # the task's real tests that failed, never a canary
+    passed_ids: list[str]  # the task's real tests that passed (the first 50)
+    first_failure: dict[str, str]  # the first real test that failed: id and failure line
+    canary_summary: dict[str, int]  # planted, must fail / failed so, must pass / passed so
     missing_ids: list[str]  # expected on the trusted tree, never reported
     n_missing: int
     extra_ids: list[str]
@@ -197,12 +205,39 @@ def _judge_derived(c: Canary, rep: ParsedReport, find: Any,
     return seen
 
 
+def _canary_summary(seen: list[dict[str, Any]]) -> dict[str, int]:
+    """How the canaries behaved, counted by planted test (a derived copy of a parametrized
+    test is one canary however many items it has). ``moot``: derived copies whose original
+    failed too, which must not pass beside a passing original only, so prove nothing here."""
+    by_name: dict[str, list[dict[str, Any]]] = {}
+    for rec in seen:
+        by_name.setdefault(str(rec["name"]), []).append(rec)
+    out = {"planted": len(by_name), "must_fail": 0, "failed_as_they_must": 0, "must_pass": 0,
+           "passed_as_they_must": 0, "moot": 0}
+    for recs in by_name.values():
+        if recs[0].get("kind") == "derived" and not any(
+                r.get("origin_outcome") == "passed" for r in recs):
+            # a copy of a test that failed anyway: it need not fail, and proves nothing here
+            out["moot"] += 1
+        elif recs[0]["must"] == "pass":
+            out["must_pass"] += 1
+            out["passed_as_they_must"] += all(r.get("outcome") == "passed" for r in recs)
+        else:
+            out["must_fail"] += 1
+            out["failed_as_they_must"] += all(r.get("outcome") in ("failed", "error")
+                                              for r in recs)
+    return out
+
+
 def check_verdict(text: str | None, *, exit_code: int | None, canaries: list[Canary],
                   expected_ids: list[str] | None, summary: dict[str, Any] | None,
-                  runner: str = "pytest") -> ReportVerdict:
+                  runner: str = "pytest", planted: list[Canary] | None = None
+                  ) -> ReportVerdict:
     """The verdict of one tamper-evident check: ``status`` pass / fail / tampered, with the
     evidence. ``summary`` is what the printed summary line said (or None); ``runner`` says
-    which structured report ``text`` is (``pytest``: assay's reporter, ``node``: TAP)."""
+    which structured report ``text`` is (``pytest``: assay's reporter, ``node``: TAP).
+    ``planted`` is every canary this run planted (``canaries`` those judged): none of them is
+    ever counted among the task's own tests, passed or failed."""
     rep = parse_tap(text) if runner == "node" else parse_report(text)
     out = ReportVerdict(status="fail", tampered=[], problems=[])
     if rep is None or rep.sessions == 0:
@@ -221,7 +256,7 @@ def check_verdict(text: str | None, *, exit_code: int | None, canaries: list[Can
         else:
             out["problems"].append("the test session ended before it finished")
 
-    canary_names = {c.name for c in canaries}
+    canary_names = {c.name for c in [*canaries, *(planted or [])]}
     by_last: dict[str, list[str]] = {}
     for nodeid in rep.phases:
         by_last.setdefault(last_name(nodeid), []).append(nodeid)
@@ -252,6 +287,7 @@ def check_verdict(text: str | None, *, exit_code: int | None, canaries: list[Can
         elif c.must == "pass" and got != "passed":
             out["problems"].append(f"canary {c.name} must pass but was reported {got}")
     out["canaries"] = seen
+    out["canary_summary"] = _canary_summary(seen)
     out["canary_counts"] = {kind: sum(1 for c in canaries if c.kind == kind)
                             for kind in ("random", "derived")}
 
@@ -276,8 +312,18 @@ def check_verdict(text: str | None, *, exit_code: int | None, canaries: list[Can
                 f"{summary.get('failed')} failed; the structured report says "
                 f"{structured_passed} passed, {structured_failed} failed")
 
-    failed_ids = sorted(i for i, o in own.items() if o in ("failed", "error"))
+    failed_in_order = [i for i, o in own.items() if o in ("failed", "error")]
+    failed_ids = sorted(failed_in_order)
     out["failed_ids"] = failed_ids[:50]
+    out["passed_ids"] = sorted(i for i, o in own.items() if o == "passed")[:50]
+    if failed_in_order:
+        first = failed_in_order[0]
+        out["first_failure"] = {"id": first, "message": rep.messages.get(first, "")}
+    elif rep.collect_errors:
+        err = rep.collect_errors[0]
+        lines = err["detail"].strip().splitlines()
+        out["first_failure"] = {"id": err["nodeid"],
+                                "message": "collection error: " + (lines[-1] if lines else "")}
     if expected_ids is not None:
         expected = set(expected_ids)
         missing = sorted(expected - set(own))

@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 from typing import Any, Literal, get_args
 
+from assay.environments.run import task_root
 from assay.environments.seed import seed_from_image
 from assay.errors import NeverOverwrite, VerifierError
 from assay.grading.verify.check_run import HOME_MOUNT, TESTS_MOUNT, run_command, runner_shadows
@@ -35,6 +36,7 @@ from assay.grading.verify.expected_tests import (
 from assay.grading.verify.integrity import check_integrity
 from assay.grading.verify.judge_check import run_judge_check
 from assay.grading.verify.rebuild import build_workspace
+from assay.grading.verify.shadowing import shadow_names
 from assay.grading.verify.tamper_scan import scan_workspace
 from assay.grading.verify.test_report import check_verdict
 from assay.grading.verify.testcounts import counts_say_pass, parse_counts
@@ -115,7 +117,7 @@ def run_check(name: str, command: Command, workspace: Path, bundle: Bundle,
     run = run_command(command.command, workspace, bundle, record_dir=record_dir,
                       tamper_evident=trusted is not None, reward=command.reward,
                       derived=derived_plan(trusted, seed) if trusted and seed is not None
-                      else None)
+                      else None, pristine=pristine)
     result = run.result
     output = result.stdout_tail + "\n" + result.stderr_tail
     summary = parse_counts(output)
@@ -136,7 +138,8 @@ def run_check(name: str, command: Command, workspace: Path, bundle: Bundle,
         runner = trusted.get("runner") or "pytest"
         verdict = check_verdict(run.tap_text if runner == "node" else run.report_text,
                         exit_code=result.exit_code, canaries=canaries,
-                        expected_ids=trusted["ids"], summary=summary, runner=runner)
+                        expected_ids=trusted["ids"], summary=summary, runner=runner,
+                        planted=run.canaries)
         counts = verdict.get("counts")
         if result.reason in ("timeout", "sandbox_error"):
             status = "error"
@@ -156,7 +159,11 @@ def run_check(name: str, command: Command, workspace: Path, bundle: Bundle,
                   "expected_ids_cache": trusted["cache"],
                   "missing_ids": verdict.get("missing_ids", []),
                   "extra_ids": verdict.get("extra_ids", []),
-                  "failed_ids": verdict.get("failed_ids", [])}
+                  "failed_ids": verdict.get("failed_ids", []),
+                  # the task's real tests apart from the canaries, for every display
+                  "passed_ids": verdict.get("passed_ids", []),
+                  "first_failure": verdict.get("first_failure"),
+                  "canary_summary": verdict.get("canary_summary")}
         if not canaries:
             tamper["why_weaker"] = "no test file of this check collects a canary"
         elif not (verdict.get("canary_counts") or {}).get("derived"):
@@ -293,7 +300,10 @@ def verify(bundle: Bundle, trial_dir: Path, *, revision: str, trial_id: str,
                                         ignored=frozen.get("excluded", {}).get(
                                             "patterns", bundle.ignored_paths),
                                         every_mode=bundle.spec.initial_state.environment.users
-                                        == "several")
+                                        == "several",
+                                        shadow_names=shadow_names(
+                                            None if (root := task_root(bundle)) is None
+                                            else root.rootfs))
             details.integrity = Integrity.model_validate(integrity.to_record())
             checks["integrity"] = "pass" if integrity.passed else "fail"
             workspace = Path(tmp) / "candidate"
