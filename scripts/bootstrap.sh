@@ -2,8 +2,9 @@
 # Idempotent setup for a fresh machine of this kind (run as root): Debian packages the sandbox
 # and the coding suites need, then a project virtualenv with assay and its dev tools.
 # Re-running is cheap: each step checks before it acts.
-# ASSAY_BOOTSTRAP_BROWSER=1 (set by `make test`) also installs Debian's Chromium, which the
-# browser tests of the HTML reports drive headless; `make demo` does not need it and skips it.
+# ASSAY_BOOTSTRAP_BROWSER=1 (set by `make test`) also installs the registry server the tests
+# start and Debian's Chromium, which the browser tests of the HTML reports drive headless;
+# `make demo` needs neither and skips them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -13,10 +14,13 @@ command -v node >/dev/null 2>&1 || need_apt+=(nodejs)
 command -v git >/dev/null 2>&1 || need_apt+=(git)
 # Pinned environments: `assay env build` makes Debian images with mmdebstrap (its tests build one).
 command -v mmdebstrap >/dev/null 2>&1 || need_apt+=(mmdebstrap)
-# Registry images: `assay env pull` fetches them with skopeo (no daemon); the tests push to a
-# real registry on loopback (docker-registry, the CNCF distribution server).
+# Registry images: `assay env pull` fetches them with skopeo (no daemon). The tests (and only
+# they: `make demo` needs none) push to a real registry on loopback: docker-registry, the CNCF
+# distribution server.
 command -v skopeo >/dev/null 2>&1 || need_apt+=(skopeo)
-command -v docker-registry >/dev/null 2>&1 || need_apt+=(docker-registry)
+if [ "${ASSAY_BOOTSTRAP_BROWSER:-0}" = 1 ]; then
+  command -v docker-registry >/dev/null 2>&1 || need_apt+=(docker-registry)
+fi
 # Task verifiers run `python3 -m pytest` with the system interpreter inside the sandbox, which
 # sees /usr but not this project's virtualenv.
 /usr/bin/python3 -c 'import pytest' >/dev/null 2>&1 || need_apt+=(python3-pytest)
