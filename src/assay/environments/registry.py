@@ -62,6 +62,8 @@ INSPECT_SECONDS = 120
 COPY_SECONDS = 3600
 #: Seconds between two looks at a running copy (how much later than skopeo a pull may end).
 WATCH_EVERY = 0.25
+#: Bytes of a copy's stdout read (``--quiet``: it prints nothing on success).
+MAX_COPY_STDOUT = 1 << 20
 #: Bytes of skopeo's own messages kept for an error.
 MESSAGE_BYTES = 2000
 #: Times skopeo retries a failed request (its ``--retry-times``).
@@ -125,9 +127,10 @@ def _watched(argv: list[str], seconds: float,
                 proc.kill()
                 proc.wait()
         stdout.seek(0)
-        stderr.seek(0)
-        return subprocess.CompletedProcess(argv, proc.returncode, stdout.read(),
-                                           stderr.read()[-4 * MESSAGE_BYTES:])
+        size = stderr.seek(0, os.SEEK_END)  # only its tail is kept for the error: read no more
+        stderr.seek(max(0, size - 4 * MESSAGE_BYTES))
+        return subprocess.CompletedProcess(argv, proc.returncode,
+                                           stdout.read(MAX_COPY_STDOUT), stderr.read())
 
 
 def _run(argv: list[str], ref: str, seconds: float, what: str,
