@@ -204,6 +204,11 @@ def test_coding_report_in_a_browser(browser: Browser, tmp_path: Path) -> None:
     n = json.loads((run / "report.json").read_text())["rubric"]["answers"]
     assert n >= 2 and p["rubricRows"] == n  # one graded, the others listed as ungraded
     assert f"0 of 1 graded pass, {n - 1} ungraded" in p["body"]
+    # no task failed, but the ungraded rubric answers have no verdict: the page says what
+    # waits, as the terminal and report.md do, never "every sample has a verdict"
+    assert (f"None among the graded samples; {n - 1} rubric answers wait for human grading "
+            "(assay grade).") in p["body"]
+    assert "every sample has a verdict" not in p["body"]
     assert re.search(rf"Grades as of round \S+-ann \(latest\); {n - 1} answers still ungraded",
                      p["rubricRound"]), p["rubricRound"]
 

@@ -196,8 +196,13 @@ def test_this_machines_image_is_chosen_from_a_multi_platform_index(
             {**idesc, "annotations": {"org.opencontainers.image.ref.name": "multi"}}]}))
     pushed = registry.push(lay.root, "team/multi:v1", ref="multi", all_images=True)
     assert pushed == idesc["digest"]
-    got = pull_image(f"{registry.host}/team/multi@{pushed}", store)
+    lines: list[str] = []
+    got = pull_image(f"{registry.host}/team/multi@{pushed}", store, progress=lines.append)
     assert got.pinned_digest == pushed and got.manifest_digest == mine["digest"]
+    # this platform's manifest is read before the copy: its blobs (config, layer) are the
+    # progress' total
+    assert any(ln.startswith("fetching 2 blobs, ") and mine["digest"] in ln
+               for ln in lines), lines
     assert (store.rootfs(got.image.digest) / "etc/arch").read_text() == ARCH
 
 
@@ -270,6 +275,12 @@ def test_env_pull_cli_and_a_pull_killed_half_way_leaves_nothing(
     image = store.get(out.strip())
     assert image is not None and image.manifest_digest == pushed
     assert f"pulled: {ref} (manifest {pushed})" in " ".join(err.split())
+    # the progress on stderr, each line with the time since the start in front: what it
+    # fetches (the config and the layer: 12 MiB and a little), then the layer unpacked
+    lines = err.splitlines()
+    fetch = [ln for ln in lines if "fetching 2 blobs, 12.0 MiB of " in ln]
+    assert len(fetch) == 1 and re.match(r"\s*\d+s fetching ", fetch[0]), lines
+    assert any(re.match(r"\s*\d+s layer 1/1 ", ln) for ln in lines), lines
     assert not list(store.staging_dir.glob("build-*")), "the killed pull's folder was swept"
 
 

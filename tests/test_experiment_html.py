@@ -20,7 +20,7 @@ from assay.report.experiment_plots import forest, strip
 
 XSS_Q = "%3Cimg%20src%3Dx%20onerror%3Dalert%281%29%3E"  # XSS as one percent-encoded segment
 SECTIONS = ["verdict", "forest", "pass-rates", "new-failures", "cost", "runtime", "coverage",
-            "holdout", "tasks"]
+            "holdout", "tasks", "how"]
 
 
 def page(rep: dict[str, Any] | None = None) -> tuple[str, Node]:
@@ -70,12 +70,16 @@ def test_verdict_and_bar() -> None:
     assert "no violation observed in this batch is not proof there are none" in box.text()
     rows = v.find("table", "checks").find("tbody").find_all("tr")
     got = [[td.text() for td in tr.find_all("td")] for tr in rows]
+    # what a failed check does, in words (the terminal's), not a "hard" column or tag
+    assert [th.text() for th in v.find("table", "checks").find_all("th")] == [
+        "check", "want", "observed", "holds", "if it fails"]
     assert got == [
-        ["integrity violations in cand hard", "0", "0", "ok"],
-        ["lower bound above -max_regression", "> -2.0 pts", "-140.2 pts", "fails"],
-        ["Δ reaches hoped improvement", ">= +5.0 pts", "+12.5 pts", "ok"],
-        ["cost per completed task", "<= +20%", "-25% (lower bound)", "n/a"],
-        ["new failures", "<= 2", "1", "ok"],
+        ["integrity violations in cand", "0", "0", "ok", "reject"],
+        ["lower bound above -max_regression", "> -2.0 pts", "-140.2 pts", "fails",
+         "not accepted"],
+        ["Δ reaches hoped improvement", ">= +5.0 pts", "+12.5 pts", "ok", "not accepted"],
+        ["cost per completed task", "<= +20%", "-25% (lower bound)", "n/a", "not accepted"],
+        ["new failures", "<= 2", "1", "ok", "not accepted"],
     ]
     assert [tr.attrs["class"] for tr in rows] == ["ok", "fails", "ok", "n/a", "ok"]
     bar = {tr.find_all("td")[0].text(): tr.find_all("td")[1].text()
@@ -112,8 +116,14 @@ def test_forest_plot_geometry_by_hand() -> None:
     assert len(svg.find_all("line", "mark")) == 2  # the bar's hoped Δ and largest regression
     text = sec.text()
     assert "+12.5 pts" in text and "[-140.2 pts, +165.2 pts]" in text
-    method = sec.find("p", "method").text()
-    assert "cluster_t" in method and "over 3 clusters by family, 4 tasks" in method
+    # the method's name and its clusters are a footnote, in "how these numbers were made"
+    assert "¹ over 4 tasks" in text
+    for word in ("cluster_t", "cluster", "MOVER", "degrees of freedom"):
+        assert word not in text, word
+    method = section(root, "how").find("p", "method").text()
+    assert method.startswith("¹ The interval of Δ: t interval on cluster means (")
+    assert "cluster_t" in method
+    assert "over 4 tasks, resampled by family (3 groups)" in method
     assert "degrees of freedom 2" in method and "standard error 35.5 pts" in method
     assert [li.text() for li in sec.find("div", "cmp-notes").find_all("li")] == \
         ["1 task left out of Δ: no graded trial in cand"]
@@ -125,9 +135,11 @@ def test_pass_rates_cost_runtime_coverage_and_holdout() -> None:
     _, root = page()
     arms = {tr.find("b").text(): [td.text() for td in tr.find_all("td")]
             for tr in section(root, "pass-rates").find("tbody").find_all("tr")}
-    wilson = " over graded trials, Wilson interval"
+    wilson = " ² over graded trials"
     assert arms["base"][1:4] == ["6 / 10", "60.0%", "60.0%"]
     assert arms["base"][5] == "[31.3%, 83.2%]" + wilson
+    assert "over graded trials, a Wilson interval" in \
+        section(root, "how").find("p", "rates").text()
     assert arms["cand"][1:4] == ["6 / 8", "75.0%", "75.0%"]
     assert arms["cand"][5] == "[40.9%, 92.9%]" + wilson
     assert "tests_failed 4" in arms["base"][6] and "agent_timeout 2" in arms["cand"][6]
@@ -355,8 +367,11 @@ def test_task_weighted_rates_censored_percentiles_and_notes() -> None:
     _, root = page(rep)
     arms = {tr.find("b").text(): [td.text() for td in tr.find_all("td")]
             for tr in section(root, "pass-rates").find("tbody").find_all("tr")}
-    how = " task-weighted over the compared tasks, interval over clusters"
+    how = " ² each compared task weighted the same"
     assert arms["base"][2:4] == ["60.0%", "62.5%"] and arms["base"][5] == "[0.0%, 100.0%]" + how
+    assert "cluster" not in section(root, "pass-rates").text()
+    rates = section(root, "how").find("p", "rates").text()
+    assert "each compared task weighted the same, a t interval over the tasks" in rates
     assert arms["cand"][2:4] == ["75.0%", "75.0%"]
     lat_rows = {tr.find("td").text(): [td.text() for td in tr.find_all("td")[1:]]
                 for tr in section(root, "runtime").find("table", "latency").find_all("tr")[1:]}
@@ -381,3 +396,20 @@ def test_version_record_and_short_runtimes() -> None:
     assert "assay 0.1.0 (0123456789ab, dirty)" in root.find("p", "meta").text()
     row = section(root, "runtime").find("table", "latency").find_all("tr")[1]
     assert [td.text() for td in row.find_all("td")][4] == "25 ms / 35 ms / 1.5 s"
+
+
+def test_the_mechanism_table_only_for_a_run_that_watches_for_one() -> None:
+    """The "Mechanism triggered" table counts trials whose agent stream held an arm's
+    ``trigger_event``. A run with no trigger_event (the hand-written report: every trial
+    unknown) draws no such table; one whose arm watches for ``compaction`` does, with its
+    counts."""
+    _, root = page()
+    assert root.find_all("table", "triggered") == []
+    assert "Mechanism triggered" not in section(root, "new-failures").text()
+    rep = experiment_report()
+    rep["comparison"]["triggered"] = {"base": {"triggered": 0, "not_triggered": 0, "unknown": 10},
+                                      "cand": {"triggered": 5, "not_triggered": 3, "unknown": 0}}
+    _, root = page(rep)
+    rows = root.find("table", "triggered").find("tbody").find_all("tr")
+    assert [[td.text() for td in tr.find_all("td")] for tr in rows] == [
+        ["base", "0", "0", "10"], ["cand", "5", "3", "0"]]

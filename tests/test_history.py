@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 from conftest import SYSTEM_PROMPT, run_cli, write_suite
 from support.cdp import Browser, chromium
+from support.layout_probe import LAYOUT_PROBE, WIDTHS, assert_reads
 from support.scripted_server import Answer, RecordedRequest, Reply, ScriptedServer
 
 from assay.errors import EXIT_DRIFT
@@ -250,7 +251,11 @@ PROBE = """(() => {
           drift: titles('svg.trend circle.drift-marker title'),
           runs: q('table.runs tr.run'), trendBox: box('svg.trend'),
           scrollWidth: document.documentElement.scrollWidth,
-          threshold: document.querySelector('#threshold').textContent,
+          rule: document.querySelector('#drift-rule').textContent,
+          captions: titles('table.runs caption'),
+          heads: titles('table.runs thead th'),
+          closing: titles('#closing, .served-closing'),
+          wholes: q('.whole'),
           body: document.body.textContent.replace(/\\s+/g, ' ')};
 })()"""
 
@@ -266,6 +271,13 @@ def test_html_page_in_chromium(pile: dict[str, Any], tmp_path: Path) -> None:
     b = Browser(exe, tmp_path / "profile")
     try:
         loaded = b.load(page, PROBE, width=1200)
+        # at 800 and 1,400 px: nothing past the window outside a scroll box, no run name,
+        # number or digest broken over lines (they are marked .whole), no plot label cut off
+        for width in WIDTHS:
+            res = b.load(page, LAYOUT_PROBE, width=width)
+            (tmp_path / f"history-{width}.png").write_bytes(res.png)
+            assert res.errors == [], res.errors
+            assert_reads(res.probe, f"history at {width} px")
     finally:
         b.close()
     assert loaded.errors == [] and loaded.requests == [loaded.url] and loaded.refused == []
@@ -279,7 +291,19 @@ def test_html_page_in_chromium(pile: dict[str, Any], tmp_path: Path) -> None:
                                       "changed: suite, tasks"]
     assert len(p["served"]) == 1 and "acme-large-2026-02" in p["served"][0]
     assert len(p["drift"]) == 1 and p["drift"][0].startswith("drift -50.0 pts")
-    assert p["threshold"] == "0.0"
+    assert p["rule"] == "a paired 95% interval that excludes zero"
+    assert "threshold" not in p["body"]
+    # the narrow table the terminal prints, a table per series captioned by what it is
+    assert p["heads"][:4] == ["run", "headline [95% CI]", "served model", "drift vs run before"]
+    assert len(p["captions"]) == 5 and p["wholes"] > 15 * 4
+    assert all(c.startswith("series ") and " comparable runs: same " in c
+               for c in p["captions"]), p["captions"]
+    assert sum("began here: not comparable" in c and "another scorer" in c
+               for c in p["captions"]) == 1
+    # the closing lines: the rule, the count, and the served model before and after by name
+    assert p["closing"][0].startswith("drift (a paired 95% interval that excludes zero): 1 of ")
+    assert ("served model changed under 'acme-large': served model acme-large-2026-01 → "
+            "acme-large-2026-02; system fingerprint fp_a1 → fp_b7") in p["closing"][1]
     assert "torn-run" in p["body"] and "another scorer" in p["body"]
     assert loaded.png[:8] == b"\x89PNG\r\n\x1a\n"
 

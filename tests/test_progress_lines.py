@@ -6,6 +6,8 @@ steps on a real run)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from assay.cli.check_progress import QUIET_SECONDS, legend, progress_line, step_writer, timed
 from assay.runner.task_check import CheckProgress
 
@@ -63,3 +65,72 @@ def test_an_image_build_line_carries_the_time_since_the_start() -> None:
     clock.now += 65
     told("step 2/3 run: make")
     assert lines == ["    0s step 1/3 apt: python3-six", " 1m05s step 2/3 run: make"]
+
+
+def test_a_pull_says_what_has_arrived_then_each_layer_with_the_time_left(tmp_path: Path) -> None:
+    """``env pull``'s lines while skopeo copies (``environments/pull_progress.py``), read from
+    a real folder as skopeo fills it: silent for a quick pull, then the bytes of the
+    manifest's total that arrived, the blobs already whole and an ETA from the pace; without
+    sizes, only the bytes so far. Then the unpack's ``layer i/N`` lines gain the time left,
+    each layer weighed by its size."""
+    from assay.environments.pull_progress import QUIET_SECONDS as QUIET
+    from assay.environments.pull_progress import CopyWatch, blob_sizes, unpack_eta
+
+    doc = {"config": {"size": 1024}, "layers": [{"size": 3 << 20}, {"size": 1 << 20}]}
+    sizes = blob_sizes(doc)
+    assert sizes == [1024, 3 << 20, 1 << 20]
+    assert blob_sizes({"config": {"size": 1}, "layers": [{"size": "9"}]}) is None
+    folder = tmp_path / "dir"
+    clock, lines = Clock(), []
+    watch = CopyWatch(folder, sizes, lines.append, clock)
+    clock.now += 1
+    watch.poll()  # a quick pull says nothing (and the folder is not even made yet)
+    assert lines == []
+    folder.mkdir()
+    (folder / ("a" * 64)).write_bytes(b"c" * 1024)  # the config, whole
+    (folder / "dir-put-blob-123").write_bytes(b"l" * (1 << 20))  # a layer, a quarter in
+    clock.now += QUIET
+    watch.poll()
+    total = 1024 + (4 << 20)
+    got = 1024 + (1 << 20)
+    eta = round(3 / got * (total - got))  # 3 s for got bytes: the rest at the same pace
+    assert lines == [f"fetched 1.0 MiB of 4.0 MiB, 1/3 blobs, ETA {eta}s"]
+    clock.now += 1
+    watch.poll()  # at most a line every QUIET seconds
+    assert len(lines) == 1
+    blind = CopyWatch(folder, None, lines.append, clock)
+    clock.now += QUIET
+    blind.poll()
+    assert lines[-1] == "fetched 1.0 MiB so far"
+    # the unpack: layer 1 of 2 (3 MiB of 4) took 6 s, so 2 s are left
+    said: list[str] = []
+    told = unpack_eta(said.append, sizes[1:], clock)
+    told("registry abc: 2 layers, 4 MiB")
+    clock.now += 6
+    told("layer 1/2 sha256:aa: 3 MiB read, 9 MiB unpacked")
+    told("layer 2/2 sha256:bb: 1 MiB read, 2 MiB unpacked")
+    assert said == ["registry abc: 2 layers, 4 MiB",
+                    "layer 1/2 sha256:aa: 3 MiB read, 9 MiB unpacked (ETA 2s)",
+                    "layer 2/2 sha256:bb: 1 MiB read, 2 MiB unpacked"]
+
+
+def test_a_long_layer_says_how_much_of_it_was_read_with_the_time_left() -> None:
+    """Inside one layer (``oci._unpack_layer``, for ``env pull`` and ``env build`` alike):
+    nothing for a quick one, then the compressed bytes read of the layer's size and an ETA."""
+    from assay.environments.pull_progress import QUIET_SECONDS as QUIET
+    from assay.environments.pull_progress import Ticker
+
+    clock, lines = Clock(), []
+    ticker = Ticker("unpacking layer 2/5", 300 << 20, lines.append, clock)
+    clock.now += 1
+    ticker.tick(50 << 20)
+    assert lines == []
+    clock.now += QUIET  # 100 MiB in 3 s: 200 MiB more take 6 s
+    ticker.tick(100 << 20)
+    assert lines == ["unpacking layer 2/5: 100 MiB of 300 MiB read, ETA 6s"]
+    ticker.tick(200 << 20)  # too soon for another line
+    assert len(lines) == 1
+    unsized = Ticker("unpacking layer 1/1", None, lines.append, clock)
+    clock.now += QUIET
+    unsized.tick(5 << 20)
+    assert lines[-1] == "unpacking layer 1/1: 5 MiB read"

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 
 from assay.report.render import render
-from assay.report.tool_calls import MAX_LINES, call_view, without_echo
+from assay.report.tool_calls import MAX_LINES, call_lines, call_view, without_echo
 
 CMD = "python3 -c \"print('a\\tb')\"\npytest -q"
 
@@ -34,6 +34,26 @@ def test_patches_edits_and_writes_read_as_diffs() -> None:
     w = call_view("write_file", json.dumps({"path": "NOTES.txt", "content": "x\n" * 1000}))
     assert w.kind == "write" and len(w.lines) == MAX_LINES + 1
     assert w.lines[-1]["text"] == f"… {1000 - MAX_LINES} more lines"
+
+
+def test_the_terminal_lines_are_the_same_shapes() -> None:
+    """``trial show`` prints ``call_lines``: the command after ``$`` (a second line indented
+    under it), a patch's and an edit's diff lines with their classes, other arguments as
+    ``key: value``, a multi-line value under its key; never the JSON text."""
+    cmd = call_lines(call_view("run_shell_command", json.dumps({"command": CMD,
+                                                                "description": "two"})))
+    assert cmd == [("tool", "tool run_shell_command:"),
+                   ("cmd", "$ " + CMD.splitlines()[0]), ("cmd", "  pytest -q"),
+                   ("key", "description: two")]
+    edit = call_lines(call_view("edit", json.dumps({"file_path": "src/a.py",
+                                                    "old_string": "a - b",
+                                                    "new_string": "a + b"})))
+    assert edit == [("tool", "tool edit src/a.py:"), ("del", "-a - b"), ("add", "+a + b")]
+    other = call_lines(call_view("search", json.dumps({"query": "two\nlines", "n": 3})))
+    assert other == [("tool", "tool search:"), ("key", "query:"), ("key", "  two"),
+                     ("key", "  lines"), ("key", "n: 3")]
+    assert call_lines(call_view("noop", "")) == [("tool", "tool noop")]
+    assert not any("\\n" in text or '{"' in text for _, text in cmd + edit + other)
 
 
 def test_what_is_not_a_whole_object_stays_text() -> None:

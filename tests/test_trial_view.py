@@ -155,6 +155,12 @@ def test_trial_show_prints_the_whole_trial(pair: Any) -> None:
                    "model calls", "transcript", "kept", "stage agent", "stage verify"):
         # read unwrapped: the console wraps long lines at its width, anywhere
         assert "".join(needle.split()) in "".join(text.split()), (needle, text)
+    # a tool call reads as the command it runs (report/tool_calls.py, as on the pages): no
+    # JSON object with escaped quotes, and the result does not repeat the command
+    flat = "".join(text.split())
+    assert "".join(("$ " + FIX_CMD).split()) in flat, text
+    assert '{"command"' not in text and '\\"' not in text
+    assert "result: Command: ls src/calc" not in text
     # tokens of each step come from the ledger (the scripted server's counts)
     rows = [r for r in agent_cli.ledger(adir) if r.assistant_step]
     assert f"in {rows[0].input_tokens} · out {rows[0].output_tokens} tokens" in text
@@ -185,7 +191,8 @@ def test_without_the_agents_stream_the_steps_come_from_the_gateway(pair: Any,
     assert "steps (from the gateway transcript)" in text
     assert "step 4" in text and "Fixed add()." in text and "I will fix add." in text
     assert FIX_CMD.split("'")[1] in text  # the tool call's arguments
-    assert "result: Command: ls src/calc" in text  # what the agent sent back
+    assert "$ ls src/calc" in text and "result:" in text  # the call, what the agent sent back
+    assert "result: Command: ls src/calc" not in text  # (less its echo of the command)
 
 
 def test_trial_show_refuses_a_folder_without_a_trial(tmp_path: Path) -> None:

@@ -7,9 +7,10 @@
   that runs off the page is listed, one that scrolls inside its box is not;
 - ``clipped``: SVG ``text`` whose box leaves its own ``svg`` (an SVG clips what it draws
   outside itself: a label cut off);
-- ``broken``: chips and tags (``.chips li``, ``.tag``, ``.outcome``, ``.divmark``) whose text
-  goes on to a new line in the middle of a word (a name or a number split; a break at a space
-  is fine);
+- ``broken``: chips and tags (``.chips li``, ``.tag``, ``.outcome``, ``.divmark``) and what a
+  page marks ``.whole`` (a run name, a number with its interval, a digest) whose text goes on
+  to a new line in the middle of a word (a name or a number split; a break at a space is
+  fine);
 - ``columns``: for a side-by-side table (``table.sbs``), the left edge of each column in every
   row, so a test can hold the header over its cells; ``headTops``: the top of each part of the
   two column headers (arm, trial link, outcome), so a test can hold them level.
@@ -48,7 +49,7 @@ LAYOUT_PROBE = """(() => {
       clipped.push(t.textContent.trim().slice(0, 60));
   }
   const broken = [];
-  for (const e of document.querySelectorAll('.chips li, .tag, .outcome, .divmark')) {
+  for (const e of document.querySelectorAll('.chips li, .tag, .outcome, .divmark, .whole')) {
     const walker = document.createTreeWalker(e, NodeFilter.SHOW_TEXT);
     let prevTop = null, prevChar = ' ';
     for (let n = walker.nextNode(); n; n = walker.nextNode()) {

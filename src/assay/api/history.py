@@ -11,6 +11,16 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from assay.report.history_words import (
+    drift_rule,
+    drift_text,
+    headline_text,
+    pct,
+    series_caption,
+    served_text,
+    served_words,
+)
+
 if TYPE_CHECKING:
     from assay.report.history import HistoryRow
     from assay.report.history_series import Group, History, Series
@@ -33,4 +43,6 @@ def write_history_html(path: PathLike, history: History) -> Path:
     return write(Path(path), history)
 
 
-__all__ = ["Group", "History", "HistoryRow", "Series", "build_history", "write_history_html"]
+__all__ = ["Group", "History", "HistoryRow", "Series", "build_history", "drift_rule",
+           "drift_text", "headline_text", "pct", "series_caption", "served_text",
+           "served_words", "write_history_html"]

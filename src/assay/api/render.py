@@ -18,7 +18,10 @@ from assay.report.holdout import reused_banner
 from assay.report.noise_floor import noise_floor_markdown
 from assay.report.render_narrow import print_report as print_narrow_report
 from assay.report.sequential import looks_markdown
+from assay.report.tool_calls import call_lines, call_view, without_echo
 
-__all__ = ["NOT_ISOLATED", "coding_markdown", "compare_coding_markdown", "compare_markdown",
-           "comparison_markdown", "experiment_markdown", "looks_markdown", "noise_floor_markdown",
-           "preference_markdown", "print_narrow_report", "reused_banner", "verdict_markdown"]
+__all__ = ["NOT_ISOLATED", "call_lines", "call_view", "coding_markdown",
+           "compare_coding_markdown", "compare_markdown", "comparison_markdown",
+           "experiment_markdown", "looks_markdown", "noise_floor_markdown",
+           "preference_markdown", "print_narrow_report", "reused_banner", "verdict_markdown",
+           "without_echo"]

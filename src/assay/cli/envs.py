@@ -93,12 +93,14 @@ def env_pull(
 ) -> None:
     """Pull an image from a registry into the store with skopeo (no daemon; your auth files,
     credential helpers and registries.conf apply), this machine's platform from a
-    multi-platform index. Progress goes to stderr; the root filesystem's digest to stdout."""
+    multi-platform index. Progress goes to stderr (what it fetches, then bytes arrived and an
+    ETA every few seconds, then each layer unpacked); the root filesystem's digest to stdout."""
     from assay.api.environments import pull_environment
+    from assay.cli.check_progress import timed
 
     with _errors():
-        result = pull_environment(reference, progress=lambda line: err.print(
-            f"[dim]{escape(line)}[/]", highlight=False, soft_wrap=True))
+        result = pull_environment(reference, progress=timed(lambda line: err.print(
+            f"[dim]{escape(line)}[/]", highlight=False, soft_wrap=True)))
     image = result.image
     if as_json:
         record = json.loads(image.model_dump_json(by_alias=True))

@@ -21,6 +21,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from assay.api.options import clock_text
+
 if TYPE_CHECKING:
     from assay.api import TrialDone
 
@@ -31,16 +33,6 @@ SpendReader = Callable[[], tuple[float, bool]]
 """Returns (USD spent by the whole run so far, whether every call's cost was known)."""
 
 _VERIFIED_PREFIXES = ("re-verified: ", "worker lost, verified here: ")
-
-
-def clock_text(seconds: float) -> str:
-    """``45s``, ``12m05s``, ``3h02m``: short enough for a log line."""
-    s = max(0, int(round(seconds)))
-    if s < 60:
-        return f"{s}s"
-    if s < 3600:
-        return f"{s // 60}m{s % 60:02d}s"
-    return f"{s // 3600}h{s % 3600 // 60:02d}m"
 
 
 def verdict_of(outcome: str) -> bool | None:

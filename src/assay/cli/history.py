@@ -9,12 +9,21 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.markup import escape
 from rich.text import Text
 
+from assay.api.history import (
+    drift_rule,
+    drift_text,
+    headline_text,
+    pct,
+    series_caption,
+    served_text,
+    served_words,
+)
 from assay.cli.app import app, err, fail, out
 from assay.errors import EXIT_DRIFT
 
@@ -22,41 +31,17 @@ if TYPE_CHECKING:
     from assay.api.history import Group, History, HistoryRow, Series
 
 
-def _pct(x: float | None) -> str:
-    return "n/a" if x is None else f"{100 * x:.1f}%"
-
-
-def _headline(row: HistoryRow) -> str:
-    """The headline as one cell: its name, value, 95% interval and how many it rests on."""
-    h = row.get("headline")
-    if not h:
-        return "headline n/a"
-    text = f"{h.get('name') or 'headline'} {_pct(h.get('value'))}"
-    ci = h.get("ci")
-    if ci:
-        text += f" [{100 * ci[0]:.1f}, {100 * ci[1]:.1f}]"
-    return text + f" n={h.get('n')}"
-
-
 def _drift(row: HistoryRow) -> str:
-    """The paired difference from the run before, or nothing for a series' first run."""
+    """The paired difference from the run before (red and DRIFT when flagged)."""
+    text = drift_text(row)
     d = row.get("drift")
-    if d is None:
-        return ""
-    if d.get("error"):
-        return f"drift not paired: {escape(str(d['error']))}"
-    lo, hi = d.get("ci") or (None, None)
-    delta = d.get("delta")
-    text = "n/a" if delta is None else f"{100 * delta:+.1f}"
-    if lo is not None and hi is not None:
-        text += f" [{100 * lo:+.1f}, {100 * hi:+.1f}]"
-    text += " pts vs before"
-    return ("[bold red]DRIFT " + text + "[/]") if d.get("flagged") else "Δ " + text
+    if not text or d is None or d.get("error"):
+        return escape(text)
+    return ("[bold red]DRIFT " + escape(text) + "[/]") if d.get("flagged") else "Δ " + text
 
 
 def _served(row: HistoryRow) -> str:
-    served = ", ".join(row.get("served_models") or []) or "(not reported)"
-    text = "served " + escape(served)
+    text = escape(served_text(row))
     if row.get("served_change"):
         return "[bold yellow]" + text + " (CHANGED)[/]"
     return text
@@ -74,7 +59,7 @@ def _wide_cells(row: HistoryRow) -> list[str]:
     """What ``--wide`` adds: the start time, rates, cost, fingerprints and what changed."""
     fps = " ".join(f"{k}:{v[:7]}" for k, v in (row.get("fingerprints") or {}).items() if v)
     cells = [f"started {escape(str(row.get('started_at') or '?'))}",
-             f"invalid {_pct(row.get('invalid_rate'))}", f"infra {_pct(row.get('infra_rate'))}",
+             f"invalid {pct(row.get('invalid_rate'))}", f"infra {pct(row.get('infra_rate'))}",
              _cost(row), f"asked {escape(str(row.get('model') or '(no model)'))}"]
     if fps:
         cells.append(escape(fps))
@@ -102,28 +87,12 @@ def flow(first: str, cells: list[str], width: int, indent: int = 6) -> list[str]
 
 
 def _series_caption(group: Group, series: Series) -> tuple[str, list[str]]:
-    """What a series is (runs that can be compared one after the other), as a head and cells
-    for :func:`flow`: what its runs share, and why it began when it is not the group's
-    first."""
-    parts = series["runs"][0].get("comparable_parts") or {}
-    head = f"  series {series['index'] + 1} of {len(group['series'])}, comparable runs:"
-    cells = [f"same {k} {str(v)[:7]}" for k, v in parts.items() if v]
+    """What a series is, as a head and cells for :func:`flow` (why it began, a word a cell:
+    a long reason wraps between words)."""
+    head, cells = series_caption(group, series)
     if series["started_because"]:
-        cells += ("began here: " + series["started_because"]).split()
-    return escape(head), [escape(c) for c in cells]
-
-
-def _served_words(change: dict[str, Any]) -> str:
-    """A served-model change as a sentence: the name asked for, what served it before and
-    after."""
-    said = []
-    for key, what in (("served_models", "served model"),
-                      ("system_fingerprints", "system fingerprint")):
-        pair = change.get(key)
-        if pair:
-            said.append(f"{what} {', '.join(pair['before'] or [])} → "
-                        f"{', '.join(pair['after'] or [])}")
-    return f"{change.get('requested')!r}: " + "; ".join(said)
+        cells = cells[:-1] + cells[-1].split()
+    return escape("  " + head), [escape(c) for c in cells]
 
 
 def print_history(h: History, *, wide: bool = False) -> None:
@@ -141,7 +110,7 @@ def print_history(h: History, *, wide: bool = False) -> None:
                 out.print(line, highlight=False, soft_wrap=True)
             for r in s["runs"]:
                 pairs += r.get("drift") is not None
-                cells = [_headline(r), _served(r), _drift(r)]
+                cells = [headline_text(r), _served(r), _drift(r)]
                 if wide:
                     cells += _wide_cells(r)
                 for line in flow("    " + escape(Path(r["dir"]).name), cells, width):
@@ -155,16 +124,14 @@ def print_history(h: History, *, wide: bool = False) -> None:
     if not h["groups"]:
         out.print("no run with an answer found", highlight=False)
         return
-    threshold = h["drift_threshold"]
-    rule = (f"a paired 95% interval that excludes zero by more than {100 * threshold:g} pts"
-            if threshold else "a paired 95% interval that excludes zero")
+    rule = drift_rule(h["drift_threshold"])
     out.print(f"drift ({rule}): {len(h['drift_flags'])} of {pairs} consecutive pair(s)",
               highlight=False, soft_wrap=True)
     changes = h["served_model_changes"]
     if not changes:
         out.print("served model: no change under the same name", highlight=False)
     for c in changes:
-        out.print(f"[bold yellow]served model changed[/] under {escape(_served_words(c))} "
+        out.print(f"[bold yellow]served model changed[/] under {escape(served_words(c))} "
                   f"(first in {escape(Path(c['dir']).name)})", highlight=False, soft_wrap=True)
 
 

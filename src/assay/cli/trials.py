@@ -17,6 +17,10 @@ from assay.cli.app import fail, out
 from assay.cli.tasks import trial_app
 from assay.errors import EXIT_BAD_INPUT
 
+#: how each kind of line of a tool call is coloured (report/tool_calls.call_lines)
+CALL_STYLES = {"tool": "cyan", "cmd": "bold", "add": "green", "del": "red", "hunk": "cyan",
+               "head": "bold"}
+
 
 def _n(value: object, unit: str = "") -> str:
     return "n/a" if value is None else f"{value}{unit}"
@@ -31,6 +35,7 @@ def trial_show(
     """Open one trial: the instruction, the change against the starting tree, each check, the
     step-by-step transcript, the ledger totals and the timings."""
     from assay.api.records import trial_view
+    from assay.api.render import call_lines, call_view, without_echo
 
     if not trial_dir.is_dir():
         raise fail(f"{trial_dir}: not a directory (pass an attempt folder of a run, "
@@ -91,9 +96,13 @@ def trial_show(
             out.print(Text("  thinking: " + s.reasoning.replace("\n", "\n  "), style="dim"))
         if s.text:
             out.print(Text("  model: " + s.text.replace("\n", "\n  ")))
-        for tc in s.tool_calls:
-            out.print(Text(f"  tool {tc.name}: {tc.arguments}", style="cyan"))
-        for r in s.results:
+        calls = [call_view(tc.name, tc.arguments) for tc in s.tool_calls]
+        for call in calls:  # the command or patch it is, never JSON with \n escapes
+            for kind, line in call_lines(call):
+                out.print(Text("  " + ("  " if kind != "tool" else "") + line,
+                               style=CALL_STYLES.get(kind, "")))
+        for r in s.results:  # less a first line that only repeats the command
+            r = without_echo(r, calls)
             out.print(Text("  result: " + r.replace("\n", "\n    "), style="dim"))
 
     out.print(Rule("ledger and timings"))

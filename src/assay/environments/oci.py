@@ -40,6 +40,7 @@ from assay.environments.blobs import (
 )
 from assay.environments.layers import CountingReader, Unpacker
 from assay.environments.limits import MAX_INDEX_DEPTH, ImportLimits
+from assay.environments.pull_progress import Ticker
 from assay.environments.store import EnvironmentImage, ImageConfig, ImageStore
 from assay.errors import ImageRefused, InfraError
 from assay.records.environment import SourceKind
@@ -501,7 +502,12 @@ def _unpack_layer(source: BlobSource, layer: LayerRef, which: str, unpacker: Unp
         else:
             decoded = buffered
         diff = hashlib.sha256()
-        stream = CountingReader(decoded, counts, limits, what, diff.update)
+        ticker = Ticker(f"unpacking {which}", layer.size, say)
+
+        def hashed(data: bytes) -> None:
+            diff.update(data)
+            ticker.tick(verifier.count)  # compressed bytes read, of the layer's size
+        stream = CountingReader(decoded, counts, limits, what, hashed)
         try:
             unpacker.apply(stream, what)
         except _decode_errors() as exc:

@@ -31,6 +31,8 @@ import os
 import re
 import shutil
 import subprocess
+import tempfile
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,9 +47,11 @@ from assay.environments.oci import (
     import_image,
     machine_platform,
 )
+from assay.environments.pull_progress import CopyWatch, blob_sizes, unpack_eta
 from assay.environments.store import EnvironmentImage, ImageStore
 from assay.errors import ImageRefused, InputError, PullFailed
 from assay.suites.image_ref import ImageRef, is_reference, parse_reference
+from assay.suites.limits import describe_bytes
 
 __all__ = ["ImageRef", "PullResult", "is_reference", "lookup_pulled", "parse_reference",
            "pull_image",
@@ -56,6 +60,10 @@ __all__ = ["ImageRef", "PullResult", "is_reference", "lookup_pulled", "parse_ref
 #: Seconds for ``skopeo inspect`` (one manifest) and ``skopeo copy`` (every blob).
 INSPECT_SECONDS = 120
 COPY_SECONDS = 3600
+#: Seconds between two looks at a running copy (how much later than skopeo a pull may end).
+WATCH_EVERY = 0.25
+#: Bytes of a copy's stdout read (``--quiet``: it prints nothing on success).
+MAX_COPY_STDOUT = 1 << 20
 #: Bytes of skopeo's own messages kept for an error.
 MESSAGE_BYTES = 2000
 #: Times skopeo retries a failed request (its ``--retry-times``).
@@ -97,12 +105,42 @@ def skopeo_argv(ref: str) -> list[str]:
     return [found, *([f"--registries-conf={conf}"] if conf else [])]
 
 
-def _run(argv: list[str], ref: str, seconds: float, what: str) -> bytes:
+def _watched(argv: list[str], seconds: float,
+             watch: Callable[[], None]) -> subprocess.CompletedProcess[bytes]:
+    """``subprocess.run`` for a long skopeo call, ``watch`` called about every
+    ``WATCH_EVERY`` seconds while it runs (the fetch's progress lines); its output goes to
+    temporary files, so a chatty failure cannot fill a pipe and stall it."""
+    with tempfile.TemporaryFile() as stdout, tempfile.TemporaryFile() as stderr:
+        proc = subprocess.Popen(argv, stdout=stdout, stderr=stderr, stdin=subprocess.DEVNULL)
+        deadline = time.monotonic() + seconds
+        try:
+            while True:
+                try:
+                    proc.wait(timeout=WATCH_EVERY)
+                    break
+                except subprocess.TimeoutExpired:
+                    if time.monotonic() > deadline:
+                        raise
+                    watch()
+        finally:
+            if proc.poll() is None:  # timed out, or the caller was interrupted
+                proc.kill()
+                proc.wait()
+        stdout.seek(0)
+        size = stderr.seek(0, os.SEEK_END)  # only its tail is kept for the error: read no more
+        stderr.seek(max(0, size - 4 * MESSAGE_BYTES))
+        return subprocess.CompletedProcess(argv, proc.returncode,
+                                           stdout.read(MAX_COPY_STDOUT), stderr.read())
+
+
+def _run(argv: list[str], ref: str, seconds: float, what: str,
+         watch: Callable[[], None] | None = None) -> bytes:
     """skopeo's stdout; its failure as :class:`ImageRefused` (content not matching its digest)
     or :class:`PullFailed` (the registry unreachable, no credentials, no such image)."""
     try:
-        done = subprocess.run(argv, capture_output=True, timeout=seconds, check=False,
-                              stdin=subprocess.DEVNULL)
+        done = (_watched(argv, seconds, watch) if watch is not None else
+                subprocess.run(argv, capture_output=True, timeout=seconds, check=False,
+                               stdin=subprocess.DEVNULL))
     except subprocess.TimeoutExpired:
         raise PullFailed(f"cannot pull {ref} ({what} took more than {seconds:.0f} s)") from None
     except OSError as exc:
@@ -229,15 +267,22 @@ def pull_image(text: str, store: ImageStore | None = None, *,
     if _media_type(doc) in INDEX_TYPES:
         manifest = _platform_manifest(ref, doc, f"{ref.text}: index")
         say(f"{machine_platform()}: manifest {manifest}")
+        raw = _raw_manifest(ref, ref.at(manifest), limits)  # what it lists: the progress' total
+        if _sha(raw) != manifest:
+            raise ImageRefused(f"{ref.text}: the registry served a manifest whose digest is "
+                               f"{_sha(raw)}, not {manifest} the index names")
+        doc = _doc(raw, f"{ref.text}: manifest {short(manifest)}")
     elif _media_type(doc) not in MANIFEST_TYPES:
         raise ImageRefused(f"{ref.text}: media type {_media_type(doc)!r} is not an image "
                            "manifest or index assay can pull")
+    sizes = blob_sizes(doc)
     name = SourceName(kind="registry", digest=pinned,
                       label=f"{ref.name}@{pinned}", reference=ref.text)
     try:
         with store.staging() as scratch:
-            layout = _download(ref, manifest, scratch.parent, limits, say)
-            image = import_image(layout, store, expected_digest=manifest, progress=say,
+            layout = _download(ref, manifest, scratch.parent, limits, say, sizes)
+            image = import_image(layout, store, expected_digest=manifest,
+                                 progress=unpack_eta(say, sizes[1:] if sizes else None),
                                  limits=limits, name=name)
     except OSError as exc:
         raise PullFailed(f"cannot pull {ref.text} (writing to {store.root}: {exc})") from exc
@@ -268,13 +313,17 @@ def lookup_pulled(pinned: str, store: ImageStore, reference: str,
 
 
 def _download(ref: ImageRef, manifest: str, work: Path, limits: ImportLimits,
-              say: Callable[[str], None]) -> Path:
-    """skopeo copies ``manifest``'s blobs as they are into ``work/dir``; they are then laid
-    out (hard links, no copy) as a one-image OCI layout the importer reads."""
+              say: Callable[[str], None], sizes: list[int] | None = None) -> Path:
+    """skopeo copies ``manifest``'s blobs as they are into ``work/dir`` (what has arrived is
+    said while it runs: ``pull_progress.CopyWatch``); they are then laid out (hard links, no
+    copy) as a one-image OCI layout the importer reads."""
     target = work / "dir"
-    say(f"pulling {ref.name}@{manifest} with skopeo")
+    what = (f"{len(sizes)} blobs, {describe_bytes(sum(sizes))}" if sizes is not None
+            else "its blobs")
+    say(f"fetching {what} of {ref.name}@{manifest} with skopeo")
+    watch = CopyWatch(target, sizes, say)
     _run([*skopeo_argv(ref.text), "copy", "--quiet", f"--retry-times={RETRIES}", ref.at(manifest),
-          f"dir:{target}"], ref.text, COPY_SECONDS, "copying the image")
+          f"dir:{target}"], ref.text, COPY_SECONDS, "copying the image", watch.poll)
     got = (target / "manifest.json").read_bytes()
     if len(got) > limits.json_bytes or _sha(got) != manifest:
         raise ImageRefused(f"{ref.text}: the manifest copied is not {manifest}")

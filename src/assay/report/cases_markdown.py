@@ -85,6 +85,21 @@ def narrow_cases_markdown(rep: dict[str, Any]) -> list[str]:
     return out
 
 
+def no_failed_tasks_sentence(rep: dict[str, Any]) -> str:
+    """What a coding report says when no task is listed as failed: "every sample has a
+    verdict" only when that is so (no answer waiting for a regrade, no rubric answer waiting
+    for a human), else what still waits. The terminal, report.md and report.html say it
+    alike."""
+    waiting = int((rep.get("rubric") or {}).get("ungraded") or 0)
+    if rep.get("ungraded") or waiting:  # no verdict yet is not a verdict
+        parts = ([f"{rep['ungraded']} answers not yet graded (assay regrade)"]
+                 if rep.get("ungraded") else []) + (
+            [f"{waiting} rubric answers wait for human grading (assay grade)"]
+            if waiting else [])
+        return "None among the graded samples; " + "; ".join(parts) + "."
+    return "None: every graded sample passed and every sample has a verdict."
+
+
 def coding_failures_markdown(rep: dict[str, Any], details: bool = True) -> list[str]:
     """The section; without ``details`` only its table (for a terminal, where neither pages
     of candidate code nor the escape sequences it may hold belong)."""
@@ -94,14 +109,7 @@ def coding_failures_markdown(rep: dict[str, Any], details: bool = True) -> list[
         return out + ["n/a: this report was written before failed samples were listed; "
                       "`assay report RUN_DIR` rebuilds it."]
     if not tasks:
-        waiting = int((rep.get("rubric") or {}).get("ungraded") or 0)
-        if rep.get("ungraded") or waiting:  # no verdict yet is not a verdict
-            parts = ([f"{rep['ungraded']} answers not yet graded (assay regrade)"]
-                     if rep.get("ungraded") else []) + (
-                [f"{waiting} rubric answers wait for human grading (assay grade)"]
-                if waiting else [])
-            return out + ["None among the graded samples; " + "; ".join(parts) + "."]
-        return out + ["None: every graded sample passed and every sample has a verdict."]
+        return out + [no_failed_tasks_sentence(rep)]
     out += [f"{len(tasks)} task{'s' if len(tasks) != 1 else ''}, those failing every time "
             "first.", "",
             "| # | task | type | passes | no verdict | pattern |", "|---:|---|---|---:|---:|---|"]

@@ -34,7 +34,7 @@ from assay.report.abcompare import (
 from assay.report.ci_outputs import md
 from assay.report.experiment_html import write_experiment_html
 from assay.report.holdout import holdout_line, holdout_summary, reused_banner
-from assay.report.methods import method_footnote
+from assay.report.methods import if_it_fails, method_footnote
 from assay.report.noise_floor import measure_noise_floor, noise_floor_arm, noise_floor_markdown
 from assay.report.outcomes import (
     EVIDENCE_GAP,
@@ -331,7 +331,7 @@ def verdict_markdown(rep: dict[str, Any]) -> list[str]:
     for c in v["checks"]:
         holds = {True: "yes", False: "**no**", None: "unknown"}[c["ok"]]
         out.append(f"| {c['name']} | {md(c['want'])} | {md(c['observed'])} | {holds} | "
-                   f"{'reject' if c['hard'] else 'not accepted'} |")
+                   f"{if_it_fails(c['hard'])} |")
     if v.get("note"):
         out += ["", f"_{v['note']}._"]
     return out + [""]

@@ -28,7 +28,7 @@ from urllib.parse import quote
 from assay.records.io import atomic_write_text
 from assay.report.experiment_plots import forest, short, strip
 from assay.report.holdout import reused_banner
-from assay.report.methods import METHOD_WORDS
+from assay.report.methods import METHOD_WORDS, if_it_fails
 from assay.report.noise_floor import noise_floor_markdown
 from assay.report.render import NA, count, interval_bar, pct, pct_ci, pts, pts_ci, render, usd
 from assay.report.render.numbers import secs
@@ -80,7 +80,7 @@ def _verdict(rep: dict[str, Any]) -> dict[str, Any]:
                "the arms to compare are not known" if rep.get("comparison") is None else
                "no decision was recorded")
         return {"decision": None, "why": why}
-    checks = [{"name": c.get("name") or NA, "hard": bool(c.get("hard")),
+    checks = [{"name": c.get("name") or NA, "if_it_fails": if_it_fails(bool(c.get("hard"))),
                "want": c.get("want") or NA, "observed": c.get("observed") or NA,
                "ok": c.get("ok"),
                "mark": "n/a" if c.get("ok") is None else "ok" if c["ok"] else "fails"}
@@ -190,11 +190,14 @@ def _rate(name: str, a: dict[str, Any]) -> dict[str, Any]:
     weighted = "pass_rate" in a
     rate = a.get("pass_rate") if weighted else a.get("pass_rate_of_graded")
     iv = a.get("pass_rate_ci")
-    how = ("task-weighted over the compared tasks, interval over clusters" if weighted else
-           "over graded trials, Wilson interval")
+    # the plain words beside the figure; how its interval was made goes to the footnote
+    how = "each compared task weighted the same" if weighted else "over graded trials"
+    method = ("a t interval over the tasks (or their groups)" if weighted else
+              "a Wilson interval")
     return {"rate": pct(rate), "ci": pct_ci(iv), "bar": _interval_bar(rate, iv),
-            "rate_how": how, "weighted": weighted,
-            "aria": f"{name}: pass rate {pct(rate)}, 95% interval {pct_ci(iv)} ({how})"}
+            "rate_how": how, "rate_method": method, "weighted": weighted,
+            "aria": f"{name}: pass rate {pct(rate)}, 95% interval {pct_ci(iv)} ({how}; "
+                    f"{method})"}
 
 
 def _percentiles(p: dict[str, Any]) -> str:
@@ -286,9 +289,13 @@ def _comparison(rep: dict[str, Any]) -> dict[str, Any] | None:
         "mcnemar": None if mc is None else
         {"b": mc.get("b"), "c": mc.get("c"),
          "p": NA if mc.get("p_value") is None else f"{mc['p_value']:.3g}"},
+        # drawn only for a run that watches for a mechanism (an arm's trigger_event): without
+        # one every trial is "unknown" and the table would say nothing about the run
         "triggered": [{"arm": k, "triggered": count(v.get("triggered")),
                        "not_triggered": count(v.get("not_triggered")),
-                       "unknown": count(v.get("unknown"))} for k, v in trig.items()],
+                       "unknown": count(v.get("unknown"))} for k, v in trig.items()]
+        if any(v.get("triggered") or v.get("not_triggered") for v in trig.values()) else [],
+        "by_task": cmp.get("cluster_by") in (None, "task"),
         "notes": list(cmp.get("notes") or []),
     }
 

@@ -11,11 +11,20 @@ plain numbers; the template only draws, with autoescape on (every label is run d
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
 from assay.records.io import atomic_write_text
 from assay.report.history_series import Group, History
+from assay.report.history_words import (
+    drift_rule,
+    drift_text,
+    headline_text,
+    series_caption,
+    served_text,
+    served_words,
+)
 from assay.report.render import pct, render
 
 PLOT_LEFT = 48
@@ -88,8 +97,9 @@ def plot(group: Group) -> dict[str, Any]:
             upper = [f"{xs - w},{yh}", f"{xs + w},{yh}"]
             lower = [f"{xs - w},{yl}", f"{xs + w},{yl}"]
         if upper:
+            of = f"series {s['index'] + 1} of {len(group['series'])}"
             bands.append({"points": " ".join(upper + lower[::-1]),
-                          "title": f"series {s['index'] + 1}: 95% interval"})
+                          "title": f"{of}: 95% interval"})
     line = " ".join(f"{p['x']},{p['y']}" for p in points)
     return {"w": PLOT_LEFT + PLOT_W + 10, "h": PLOT_TOP + PLOT_H + 24, "left": PLOT_LEFT,
             "right": PLOT_LEFT + PLOT_W, "top": PLOT_TOP, "bottom": PLOT_TOP + PLOT_H,
@@ -98,44 +108,50 @@ def plot(group: Group) -> dict[str, Any]:
             "drifts": drifts, "line": line}
 
 
-def _rows(group: Group) -> list[dict[str, Any]]:
+def tokens(text: str) -> list[str]:
+    """``text`` as the pieces a line may break between: words, and a bracketed interval as
+    one piece (the page draws each ``.whole``, so a name like ``acme-large-2026-02`` or an
+    interval ``[69.2, 100.0]`` is never split at a hyphen or inside)."""
+    return re.findall(r"\[[^\]]*\]|\S+", text)
+
+
+def _series(group: Group) -> list[dict[str, Any]]:
+    """Each series as a caption (what its runs share, why it began) and its runs: the narrow
+    row the terminal prints (run, headline with interval, served model, drift) and the rest
+    of the figures for the page's "more figures" table."""
     out = []
     for s in group["series"]:
-        for j, r in enumerate(s["runs"]):
-            h = r.get("headline")
-            ci = h["ci"] if h else None
+        head, cells = series_caption(group, s)
+        rows = []
+        for r in s["runs"]:
             d = r.get("drift")
-            drift = ""
-            if d and d.get("error"):
-                drift = f"not paired: {d.get('error')}"
-            elif d:
-                drift = f"{_pts(d.get('delta'))} pts" + (
-                    f" [{_interval(d.get('ci'))}]" if d.get("ci") else "")
-            out.append({
-                "series": s["index"] + 1,
-                "series_note": s["started_because"] if j == 0 else None,
-                "when": r.get("started_at") or "?", "dir": r["dir"],
-                "name": Path(r["dir"]).name,
-                "headline": _pct(h["value"] if h else None) + (f" [{_pct(ci[0])}, {_pct(ci[1])}]"
-                                                    if ci else ""),
-                "n": h["n"] if h else None, "invalid": _pct(r.get("invalid_rate")),
-                "infra": _pct(r.get("infra_rate")),
+            rows.append({
+                "dir": r["dir"], "name": Path(r["dir"]).name,
+                "headline": tokens(headline_text(r)), "served": tokens(served_text(r)),
+                "served_changed": bool(r.get("served_change")),
+                "drift": tokens(drift_text(r)), "flagged": bool(d and d.get("flagged")),
+                "when": r.get("started_at") or "?",
+                "invalid": _pct(r.get("invalid_rate")), "infra": _pct(r.get("infra_rate")),
                 "cost": (f"${r['cost_usd']:.4f}" if r.get("cost_usd") is not None
                          else f"{r['tokens']} tokens" if r.get("tokens") is not None
                          else "unknown"),
                 "asked": r.get("model") or "—",
-                "served": ", ".join(r.get("served_models") or []) or "(not reported)",
-                "served_changed": bool(r.get("served_change")),
                 "fingerprints": {k: v for k, v in (r.get("fingerprints") or {}).items() if v},
-                "changed": r.get("changed") or [], "drift": drift,
-                "flagged": bool(d and d.get("flagged"))})
+                "changed": r.get("changed") or []})
+        began = cells.pop() if s["started_because"] else None  # words: may wrap between them
+        out.append({"head": head, "cells": cells, "began": began, "runs": rows})
     return out
 
 
 def render_history_html(h: History) -> str:
     groups = [{"title": f"{g['kind']} · {g['suite']} · {g['who']}", "runs": g["runs"],
-               "plot": plot(g), "rows": _rows(g)} for g in h["groups"]]
-    return render("history.html.j2", h=h, groups=groups)
+               "plot": plot(g), "series": _series(g)} for g in h["groups"]]
+    pairs = sum(r.get("drift") is not None for g in h["groups"] for s in g["series"]
+                for r in s["runs"])
+    changes = [{"words": tokens(served_words(dict(c))), "run": Path(c["dir"]).name, "dir": c["dir"]}
+               for c in h.get("served_model_changes") or []]
+    return render("history.html.j2", h=h, groups=groups, pairs=pairs, changes=changes,
+                  rule=drift_rule(h.get("drift_threshold") or 0.0))
 
 
 def write_history_html(path: Path, h: History) -> Path:

@@ -10,7 +10,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from assay.report.cases_markdown import MAX_DETAILED, MAX_TABLE, SHOW_CHARS, SHOW_TAIL, shown
+from assay.report.cases_markdown import (
+    MAX_DETAILED,
+    MAX_TABLE,
+    SHOW_CHARS,
+    SHOW_TAIL,
+    no_failed_tasks_sentence,
+    shown,
+)
 from assay.report.coding_cases import PATTERN_WORDS as TASK_WORDS
 from assay.report.narrow_cases import pattern_words, short_answer
 from assay.report.render.numbers import NA, num
@@ -83,7 +90,8 @@ def failures_view(rep: dict[str, Any]) -> dict[str, Any] | None:
                     "words": TASK_WORDS.get(t["pattern"], t["pattern"]),
                     "passes": t["passes"], "samples": t["samples"],
                     "infra": t["infra_errors"], "failed": samples})
-    return {"total": len(tasks), "tasks": out, "more_table": max(0, len(tasks) - MAX_TABLE),
+    return {"total": len(tasks), "tasks": out, "none": no_failed_tasks_sentence(rep),
+            "more_table": max(0, len(tasks) - MAX_TABLE),
             "more_detail": max(0, min(len(tasks), MAX_TABLE) - MAX_DETAILED)}
 
 

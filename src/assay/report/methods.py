@@ -21,3 +21,9 @@ def method_footnote(method: str, mark: str = "¹") -> str:
     """The footnote line naming how an interval marked ``mark`` was made."""
     words = METHOD_WORDS.get(method, method)
     return f"{mark} How the interval was made: {words} (`{method}`; docs/statistics.md)."
+
+
+def if_it_fails(hard: bool) -> str:
+    """What a failed verdict check does, in the words the verdict table uses (not a "hard"
+    column): a hard check rejects the candidate, any other keeps it from being accepted."""
+    return "reject" if hard else "not accepted"

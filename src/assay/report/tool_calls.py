@@ -125,4 +125,25 @@ def without_echo(result: str, calls: list[CallView]) -> str:
     return rest if said in commands else result
 
 
-__all__ = ["CallView", "call_view", "diff_lines", "without_echo"]
+def call_lines(view: CallView) -> list[tuple[str, str]]:
+    """A tool call as lines of text for a terminal (``trial show``), each with its kind for
+    the colour: ``tool`` (the tool's name and the file), ``cmd`` (``$ command``, a multi-line
+    command's other lines indented under it), the diff classes of :func:`diff_lines`, ``key``
+    (another argument, ``key: value``, a multi-line value indented under it). The same
+    shapes the pages draw, so the terminal never shows JSON with ``\\n`` escapes either."""
+    head = f"tool {view.name}" + (f" {view.path}" if view.path else "")
+    out = [("tool", head + ("" if view.kind == "fields" and not view.fields else ":"))]
+    if view.kind == "command" and view.command is not None:
+        first, *more = view.command.splitlines() or [""]
+        out.append(("cmd", "$ " + first))
+        out += [("cmd", "  " + line) for line in more]
+    out += [(line["cls"], line["text"]) for line in view.lines]
+    for key, value in view.fields:
+        first, *more = value.splitlines() or [""]
+        out.append(("key", f"{key}: {first}" if not more else f"{key}:"))
+        if more:
+            out += [("key", "  " + line) for line in [first, *more]]
+    return out
+
+
+__all__ = ["CallView", "call_lines", "call_view", "diff_lines", "without_echo"]

@@ -82,3 +82,14 @@ def describe_bytes(n: int) -> str:
     if n >= KIB:
         return f"{n / KIB:.1f} KiB"
     return f"{n} bytes"
+
+
+def clock_text(seconds: float) -> str:
+    """``45s``, ``12m05s``, ``3h02m``: an elapsed time or an ETA, short enough for a log line
+    (every progress line says time this way)."""
+    s = max(0, int(round(seconds)))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{s % 3600 // 60:02d}m"
