@@ -136,10 +136,15 @@ class GatewayEvent(Record):
     attempt ledger may take it; nothing of such a request reached the upstream.
 
     Schema 2 added ``refused`` and its reasons, ``detail``, and made ``method`` and ``path``
-    nullable (a request may be refused before its request line is read)."""
+    nullable (a request may be refused before its request line is read). Schema 3 added the
+    per-attempt channel's reasons (``head_cap``, ``gateway_share``, ``wrong_channel``,
+    ``connection_rate``),
+    ``limit``, ``figure`` and ``count``: a connection that came in on an attempt's own channel
+    belongs to that attempt from its first byte, so its refusal names the attempt even when
+    no head was read."""
 
     schema_name = "assay.gateway_event"
-    schema_version = 2
+    schema_version = 3
     file = "gateway_events.jsonl"
 
     time: str
@@ -149,14 +154,21 @@ class GatewayEvent(Record):
     request it would not take (the connection is closed after it)."""
     reason: Literal["no_token", "unknown_token", "revoked_token", "malformed",
                     "body_too_large", "head_too_large", "header_timeout", "body_timeout",
-                    "connection_cap", "gateway_busy"]
+                    "connection_cap", "head_cap", "gateway_share", "wrong_channel",
+                    "connection_rate", "gateway_busy"]
     """Why: the request had no token, one the gateway never issued, or the token of an attempt
     already closed (``unauthorized``); or it was not well-formed HTTP/1.1 (CR, LF or NUL in a
     header, folded lines, duplicated or conflicting ``Content-Length``, ``Transfer-Encoding``
     with ``Content-Length``, a bad chunk, ...: 400), its body or head was over the gateway's
     limit (413, 431), its head or body did not arrive in time (408), or its attempt already
-    had the most connections it may hold open (429), or the gateway as a whole did
-    (``gateway_busy``: the connection was closed unread; one event a second counts them)."""
+    had the most connections it may hold open (429), or the most connections whose request
+    head is still unfinished (``head_cap``, 429), or its fair share of the gateway-wide
+    ceiling was what stopped it (``gateway_share``, 503: the comparison is not clean), or a
+    request on one attempt's channel carried another attempt's token (``wrong_channel``, 401),
+    or an attempt opened connections faster than its channel accepts them
+    (``connection_rate``: the rest waited in the backlog, none was lost),
+    or the gateway as a whole did (``gateway_busy``: the connection was closed unread; one
+    event a second counts them)."""
     attempt_id: str | None
     """The attempt whose token the request carried, when it carried one the gateway issued
     (open or revoked) and got that far; null otherwise."""
@@ -168,6 +180,15 @@ class GatewayEvent(Record):
     """HTTP status answered."""
     detail: str | None = None
     """What was wrong, readable (never a key, a token or a header value)."""
+    limit: int | None = None
+    """The limit that refused it (connections, unfinished heads, the attempt's share of the
+    ceiling); null for a refusal that is no count (malformed HTTP, a timeout)."""
+    figure: int | None = None
+    """What the attempt (or the gateway) held when it was refused, in the limit's unit; null
+    as for ``limit``."""
+    count: int = 1
+    """How many refusals this event stands for: a flood is noted at most once a second per
+    attempt and reason, with the number refused since the last note."""
 
 
 #: Why a total that includes a torn ledger row is a lower bound (reports show it as is).
