@@ -567,6 +567,7 @@ class ExperimentRunner:
         attempt_dir = self.out / attempt.dir
         attempt_id = f"{key.task}/{key.arm}/{key.rep}/{attempt.label}"
         token = None
+        proxy = self.proxy
         policy = bundle.spec.initial_state.network_policy
         upstream = access.upstream
         if access.replay is not None and self.replay is not None:
@@ -582,11 +583,14 @@ class ExperimentRunner:
                     limits=BudgetLimits(tokens=limits.tokens, cost_usd=limits.cost_usd,
                                         assistant_steps=bundle.spec.budget.assistant_steps),
                     prices={k: v.model_dump() for k, v in self.exp.spec.prices.items()})
+                proxy = self._channel(token)
             except (ValueError, OSError) as exc:  # before the agent started: infrastructure
+                if token is not None:
+                    self.gateway.close_attempt(token)
                 state.finish_attempt(attempt, "infra_error",
                                      reason=f"gateway: {type(exc).__name__}: {exc}"[:500])
                 return "infra_error"
-        hooks = _AttemptHooks(state, attempt, self.gateway, token, access, self.proxy,
+        hooks = _AttemptHooks(state, attempt, self.gateway, token, access, proxy,
                               self.grace, bundle.spec.acceptance.verifier_revision, ticket)
         hooks.agent_files = self.agent_dirs.get(key.arm)
         hooks.scratch_dir = attempt_scratch(self.out, attempt.dir)
@@ -617,6 +621,16 @@ class ExperimentRunner:
             shown = "infra_error" if code == "infra_error" else reason[:300]
             return shown + (" (will retry)" if new_state == "pending" else "")
         return self._record_grade(state, hooks.attempt, res.grade)
+
+    def _channel(self, token: str) -> ProxyTarget:
+        """The attempt's own way to the gateway (``Gateway.open_channel``): its connections
+        count against it from their accept, and its sandbox's forwarder refuses past the
+        attempt's connection limit itself. A Unix socket beside the gateway's on this machine,
+        a TCP port of its own for workers on other nodes."""
+        cap = self.gateway.connections_per_attempt
+        if self.executor.kind != "local":
+            return ProxyTarget(tcp=self.gateway.open_tcp_channel(token), max_connections=cap)
+        return ProxyTarget(unix_socket=self.gateway.open_channel(token), max_connections=cap)
 
     def _record_grade(self, state: StateDB, attempt: Attempt, grade: Grade) -> str:
         if grade.validity.status != "valid":
