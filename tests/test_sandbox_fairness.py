@@ -47,9 +47,24 @@ head = ("POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer
         + os.environ["OPENAI_API_KEY"] + "\r\n").encode()
 keep, opened, end = [], 0, time.monotonic() + seconds
 while time.monotonic() < end:
-    if not churn and len(keep) >= held:
-        old = keep.pop(0)  # the forwarder closed most of them: open fresh ones
-        old.close()
+    if not churn and len(keep) >= held:  # keep `held` open: replace those closed on us
+        alive = []
+        for k in keep:
+            try:
+                k.setblocking(False)
+                gone = k.recv(1, socket.MSG_PEEK) == b""
+            except BlockingIOError:
+                gone = False
+            except OSError:
+                gone = True
+            if gone:
+                k.close()
+            else:
+                alive.append(k)
+        keep = alive
+        if len(keep) >= held:
+            time.sleep(0.2)
+        continue
     s = socket.socket()
     try:
         s.settimeout(0.5); s.connect((host, port)); s.sendall(head); opened += 1
