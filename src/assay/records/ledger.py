@@ -35,7 +35,7 @@ class ModelCall(Record):
     reason, never a silent zero."""
 
     schema_name = "assay.model_call"
-    schema_version = 3
+    schema_version = 4
     file = "model_calls.jsonl"
 
     time: str
@@ -126,6 +126,20 @@ class ModelCall(Record):
     and digest exist); ``over_limit`` when the attempt had already stored its most transcript
     bytes; ``failed`` when writing it failed (a full disk). Null for a call that is not a model
     call (``models``, an unknown route) and in rows older than schema 3."""
+    queued_ms: float | None = None
+    """How long the call waited for its turn at the upstream (the attempt's
+    ``limits.concurrent_requests``, or the upstream saturated and calls let through
+    round-robin across attempts); null for a call never forwarded and in rows older than
+    schema 4."""
+    own_in_flight: int | None = None
+    """This attempt's calls in flight to the upstream when this one went, itself included."""
+    upstream_in_flight: int | None = None
+    """Every attempt's calls in flight to the same upstream when this one went."""
+    throttled_by: Literal["own", "others"] | None = None
+    """For an upstream 429 (or 529, overloaded): whose traffic it is put down to. ``others``
+    when other attempts had calls in flight to the upstream and this attempt held no more
+    than its equal part of them (a 429 the other arm's burst caused, not this agent's doing);
+    ``own`` otherwise. Null for any other answer."""
 
 
 class GatewayEvent(Record):

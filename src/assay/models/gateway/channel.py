@@ -9,6 +9,10 @@ sandbox binds only its own attempt's socket, so an agent cannot reach another's.
 
 Why a pace: counting alone still lets an agent open and close connections as fast as it can,
 and every accept costs the gateway's one loop some work that every other attempt waits behind.
+The same way, a channel whose attempt already holds its most connections with an unfinished
+request head accepts nothing until one completes or times out (``hold``): a flood of heads
+waits in the kernel, while a real agent's burst of parallel connections is only delayed.
+
 The channel takes at most ``rate`` new connections a second (a bucket of ``burst``); past it,
 it stops reading its listening socket until the bucket has room again, so the rest wait in the
 kernel's backlog (and a full backlog makes the agent's own ``connect`` wait or fail): they are
@@ -31,21 +35,25 @@ from pathlib import Path
 CONNECTION_RATE = 50.0
 CONNECTION_BURST = 64
 BACKLOG = 128
+#: How often a held channel asks again whether it may accept.
+HOLD_SECONDS = 0.05
 
 
 class Channel:
     """A listening socket on the gateway's loop: a Unix socket at ``path``, or TCP on
     ``host`` (port chosen by the kernel, :attr:`address`). ``on_client`` gets each accepted
-    socket (non-blocking); ``on_paced`` is called each time the pace held connections back."""
+    socket (non-blocking); ``on_paced`` is told why each time the channel held connections
+    back (``connection_rate``, or the reason ``hold`` gave: while ``hold()`` names one,
+    nothing is accepted and it is asked again every ``HOLD_SECONDS``)."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop, on_client: Callable[[socket.socket], None],
-                 on_paced: Callable[[], None], *, path: Path | None = None,
-                 host: str = "127.0.0.1", rate: float = CONNECTION_RATE,
-                 burst: int = CONNECTION_BURST) -> None:
+                 on_paced: Callable[[str], None], *, hold: Callable[[], str | None] | None = None,
+                 path: Path | None = None, host: str = "127.0.0.1",
+                 rate: float = CONNECTION_RATE, burst: int = CONNECTION_BURST) -> None:
         if rate <= 0 or burst < 1:
             raise ValueError("a channel's rate must be above 0 and its burst at least 1")
         self.loop, self.on_client, self.on_paced = loop, on_client, on_paced
-        self.path, self.rate, self.burst = path, rate, burst
+        self.path, self.rate, self.burst, self.hold = path, rate, burst, hold
         self._tokens = float(burst)
         self._stamp = time.monotonic()
         self._resume: asyncio.TimerHandle | None = None
@@ -81,9 +89,13 @@ class Channel:
     def _accept(self) -> None:
         """Take what is queued, as far as the bucket allows; then pause if it ran dry."""
         for _ in range(self.burst):
+            why = self.hold() if self.hold is not None else None
+            if why is not None:
+                self._pause(HOLD_SECONDS, why)
+                return
             self._refill()
             if self._tokens < 1.0:
-                self._pause()
+                self._pause((1.0 - self._tokens) / self.rate, "connection_rate")
                 return
             try:
                 client, _ = self.sock.accept()
@@ -96,14 +108,14 @@ class Channel:
             client.setblocking(False)
             self.on_client(client)
 
-    def _pause(self) -> None:
+    def _pause(self, seconds: float, why: str) -> None:
         if not self._reading:
             return
         self._reading = False
         self.loop.remove_reader(self.sock.fileno())
         self.paced += 1
-        self.on_paced()
-        self._resume = self.loop.call_later((1.0 - self._tokens) / self.rate, self._unpause)
+        self.on_paced(why)
+        self._resume = self.loop.call_later(seconds, self._unpause)
 
     def _unpause(self) -> None:
         self._resume = None

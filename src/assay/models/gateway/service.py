@@ -99,6 +99,7 @@ from assay.errors import TransportError
 from assay.models.gateway.book import AttemptBook, Refusal, new_token
 from assay.models.gateway.budget import AttemptUsage, Budget, Limits
 from assay.models.gateway.channel import CONNECTION_RATE, Channel, remove_socket
+from assay.models.gateway.fair import CONCURRENT_REQUESTS, THROTTLED, FairGate, Slot, ThrottledBy
 from assay.models.gateway.http import (
     HOP_BY_HOP,
     LAST_CHUNK,
@@ -216,6 +217,8 @@ class _Attempt:
     inflight: set[asyncio.Task[Any]] = field(default_factory=set)
     # the attempt's transcript files (``gateway_transcript``); None with transcripts off
     transcript: TranscriptWriter | None = None
+    # the slots of its upstream, shared with every attempt calling the same one
+    gate: FairGate = field(default_factory=FairGate)
 
 
 def _now() -> str:
@@ -237,6 +240,7 @@ class Gateway:
                  total_cost_usd: float | None = None, limits: ServerLimits | None = None,
                  connections_per_attempt: int = CONNECTIONS_PER_ATTEMPT,
                  heads_per_attempt: int = HEADS_PER_ATTEMPT,
+                 concurrent_requests: int = CONCURRENT_REQUESTS,
                  max_connections: int | None = None) -> None:
         self.book: AttemptBook[_Attempt] = AttemptBook(
             total_cost_usd=total_cost_usd, connections_per_attempt=connections_per_attempt,
@@ -248,6 +252,10 @@ class Gateway:
         self.log_path = log_path
         self._lock = threading.Lock()  # the pools and the events; the book has its own
         self._pools: dict[tuple[str, float, float], UpstreamPool] = {}
+        self._gates: dict[tuple[str, float, float], FairGate] = {}
+        if concurrent_requests < 1:
+            raise ValueError("concurrent_requests must be at least 1")
+        self.concurrent_requests = concurrent_requests
         self._events: list[GatewayEvent] = []
         self._port: int | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -350,6 +358,7 @@ class Gateway:
                 "idle_timeout_seconds": lim.idle_timeout,
                 "connections_total": self.max_connections,
                 "unfinished_heads_per_attempt": self.book.heads_per_attempt,
+                "concurrent_requests": self.concurrent_requests,
                 "request_head_kib": MAX_HEAD // 1024, "sse_event_mib": MAX_EVENT // (1024 * 1024)}
 
     @property
@@ -429,9 +438,11 @@ class Gateway:
                 pool = self._pools[key] = UpstreamPool(
                     upstream.base_url, connect_timeout=upstream.connect_timeout,
                     read_timeout=upstream.read_timeout)
+                self._gates[key] = FairGate(self.concurrent_requests)
+            gate = self._gates[key]
         token = new_token()
         attempt = _Attempt(attempt_id, LedgerFile(Path(ledger_path), self._syncer_()),
-                           upstream, pool, model, Budget(limits, price), protocol)
+                           upstream, pool, model, Budget(limits, price), protocol, gate=gate)
         if transcripts:
             attempt.transcript = TranscriptWriter(
                 Path(ledger_path).parent, self._syncer_(),
@@ -506,24 +517,50 @@ class Gateway:
 
     async def _open_channel(self, attempt: _Attempt, path: Path | None) -> Any:
         loop = asyncio.get_running_loop()
+        aid = attempt.attempt_id
 
-        def paced() -> None:
-            self._count_refusal(
-                attempt.attempt_id, "connection_rate", 429,
-                f"attempt {attempt.attempt_id} opened connections faster than "
-                f"{CONNECTION_RATE:g} a second: the rest waited in its channel's backlog",
-                limit=int(CONNECTION_RATE))
+        def hold() -> str | None:
+            """Hold the channel's backlog while the attempt has its most unfinished heads:
+            a flood of heads waits in the kernel, and a real agent's burst of parallel
+            connections is only delayed, never refused."""
+            return "head_cap" if attempt.heads >= self.book.heads_per_attempt else None
 
-        channel = Channel(loop, lambda sock: self._spawn(attempt, sock, path is not None),
-                          paced, path=path, host=self.host)
+        def paced(reason: str) -> None:
+            if reason == "head_cap":
+                self._count_refusal(
+                    aid, "head_cap", 429,
+                    f"attempt {aid} holds {attempt.heads} connections whose request head is "
+                    "unfinished: its channel accepts no more until one completes",
+                    limit=self.book.heads_per_attempt, figure=attempt.heads)
+            else:
+                self._count_refusal(
+                    aid, "connection_rate", 429,
+                    f"attempt {aid} opened connections faster than {CONNECTION_RATE:g} a "
+                    "second: the rest waited in its channel's backlog",
+                    limit=int(CONNECTION_RATE))
+
+        channel = Channel(loop, lambda sock: self._admit(attempt, sock, path is not None),
+                          paced, hold=hold, path=path, host=self.host)
         if not attempt.channels:
             self._channel_attempts += 1
         attempt.channels.append(channel)
         return path if path is not None else channel.address
 
-    def _spawn(self, attempt: _Attempt, sock: Any, unix: bool) -> None:
-        task = asyncio.get_running_loop().create_task(self._on_channel_socket(attempt, sock,
-                                                                              unix))
+    def _admit(self, attempt: _Attempt, sock: Any, unix: bool) -> None:
+        """A socket the attempt's channel accepted: counted against the attempt at once (in
+        the accept's own turn of the loop, so a batch of accepts meets the limits one by
+        one), or answered and closed unread."""
+        if not attempt.open or len(self._conns) + len(self._starting) >= self.max_connections:
+            sock.close()
+            if attempt.open:
+                self._dropped_channel(attempt)
+            return
+        refusal = self.book.admit(attempt, self._share())
+        if refusal is not None:
+            self._refuse_connection(attempt, refusal, sock)
+            return
+        task = asyncio.get_running_loop().create_task(
+            self._on_channel_socket(attempt, sock, unix))
         self._starting.add(task)
         task.add_done_callback(self._starting.discard)
 
@@ -535,6 +572,8 @@ class Gateway:
                 reader, writer = await asyncio.open_connection(sock=sock, limit=MAX_HEAD)
         except (OSError, asyncio.CancelledError):
             sock.close()
+            self.book.release_connection(attempt)
+            self.book.head_changed(attempt, -1)
             return
         await self._on_channel(attempt, reader, writer)
 
@@ -607,20 +646,10 @@ class Gateway:
 
     async def _on_channel(self, attempt: _Attempt, reader: asyncio.StreamReader,
                           writer: asyncio.StreamWriter) -> None:
-        """A connection on an attempt's own channel: counted against that attempt from its
-        accept, before a byte of it is read."""
+        """A connection on an attempt's own channel, admitted (counted) at its accept."""
         task = asyncio.current_task()
         assert task is not None
-        if not attempt.open:
-            writer.transport.abort()
-            return
-        if len(self._conns) >= self.max_connections:
-            self._drop(writer)
-            return
-        refusal = self.book.admit(attempt, self._share())
-        if refusal is not None:
-            self._refuse_connection(attempt, refusal, writer)
-            return
+        self._starting.discard(task)  # set up: now one of the open connections
         self._conns.add(task)
         conn = AgentConnection(reader, writer, self.limits,
                                on_head=lambda delta: self.book.head_changed(attempt, delta))
@@ -651,8 +680,7 @@ class Gateway:
         except (asyncio.CancelledError, ConnectionError, OSError):
             pass
 
-    def _refuse_connection(self, attempt: _Attempt, refusal: Refusal,
-                           writer: asyncio.StreamWriter) -> None:
+    def _refuse_connection(self, attempt: _Attempt, refusal: Refusal, sock: Any) -> None:
         """Answer a channel's connection past one of its attempt's limits and close it,
         without reading it; the refusals are noted at most once a second per reason."""
         status = 503 if refusal.reason == "gateway_share" else 429
@@ -663,12 +691,18 @@ class Gateway:
                    f"{what[refusal.reason]} (limit {refusal.limit})")
         _, body = _error(status, f"assay gateway: {message}", "rate_limit_error",
                          refusal.reason)
-        with contextlib.suppress(ConnectionError, OSError, RuntimeError):
-            writer.write(response_head(status, _JSON, length=len(body), close=True) + body)
-        writer.close()
+        with contextlib.suppress(OSError):  # a fresh socket: the answer fits its buffer
+            sock.send(response_head(status, _JSON, length=len(body), close=True) + body)
+        sock.close()
         self._count_refusal(attempt.attempt_id, refusal.reason, status,
                             f"connection(s) refused unread: {message}",
                             limit=refusal.limit, figure=refusal.figure)
+
+    def _dropped_channel(self, attempt: _Attempt) -> None:
+        self._count_refusal(attempt.attempt_id, "gateway_busy", 503,
+                            f"connection(s) closed unread: {self.max_connections} were "
+                            "already open in all", limit=self.max_connections,
+                            figure=len(self._conns) + len(self._starting))
 
     def _count_refusal(self, attempt_id: str, reason: str, status: int, detail: str, *,
                        limit: int | None = None, figure: int | None = None,
@@ -859,7 +893,6 @@ class Gateway:
     async def _forward(self, call: _Call, protocol: WireProtocol | None,
                        writer: asyncio.StreamWriter) -> bool:
         attempt, request = call.attempt, call.request
-        keep = request.keep_alive
         prepared = call.prepared
         call.forwarded = True
         if protocol is not None and prepared is not None:
@@ -878,6 +911,21 @@ class Gateway:
         headers.append(("Accept-Encoding", "identity"))
         if body and "content-type" not in request.headers:
             headers.append(("Content-Type", "application/json"))
+        # its turn at the upstream: this attempt's cap on calls in flight, and round-robin
+        # across attempts while the upstream is saturated
+        call.slot = await attempt.gate.acquire(attempt.attempt_id)
+        try:
+            return await self._send_upstream(call, protocol, writer, method, path, headers,
+                                             body, key)
+        finally:
+            attempt.gate.release(call.slot)
+
+    async def _send_upstream(self, call: _Call, protocol: WireProtocol | None,
+                             writer: asyncio.StreamWriter, method: str, path: str,
+                             headers: list[tuple[str, str]], body: bytes, key: str) -> bool:
+        attempt, request = call.attempt, call.request
+        keep = request.keep_alive
+        prepared = call.prepared
         call.sent = True  # from here on the upstream may be working on it (and billing)
         try:
             upstream = await attempt.pool.request(method, path + call.query, headers, body)
@@ -892,6 +940,9 @@ class Gateway:
             self._finish(call, status)
             return await _send(writer, status, _JSON, out, keep)
         call.upstream_status = upstream.status
+        if upstream.status in THROTTLED and call.slot is not None:
+            attempt.gate.throttled(upstream.header("retry-after"))
+            call.throttled_by = call.slot.throttled_by()
         passed = [(k, v) for k, v in upstream.headers if k.lower() not in _NOT_RETURNED]
         ok = 200 <= upstream.status < 300
         try:
@@ -979,6 +1030,7 @@ class Gateway:
         call.status = status
         attempt = call.attempt
         outcome = call.outcome
+        slot = call.slot
         usage = outcome.usage if outcome else None
         ok = call.upstream_status is not None and 200 <= call.upstream_status < 300
         step = bool(outcome and outcome.step and ok)
@@ -1011,6 +1063,10 @@ class Gateway:
             "exhausted": call.exhausted or reached, "upstream_unreachable": call.unreachable,
             "error": _scrub(call.error, attempt.upstream.api_key),
             "transcript": self._transcribe(call, status),
+            "queued_ms": round(slot.waited * 1000, 3) if slot is not None else None,
+            "own_in_flight": slot.own if slot is not None else None,
+            "upstream_in_flight": slot.total if slot is not None else None,
+            "throttled_by": call.throttled_by,
         }
         attempt.ledger.append(row)
 
@@ -1071,6 +1127,9 @@ class _Call:
     response: Any = None
     response_note: str | None = None
     collector: StreamCollector | None = None
+    # its turn at the upstream (``gateway_fair``), once it had one
+    slot: Slot | None = None
+    throttled_by: ThrottledBy | None = None
 
 
 def _connection_ceiling() -> int:
