@@ -426,7 +426,8 @@ class ExperimentRunner:
                               log_path=self.out / "gateway_events.jsonl",
                               total_cost_usd=None if cap is None else max(cap - prior, 0.0),
                               limits=ServerLimits() if body_mib is None else ServerLimits(
-                                  request_body_bytes=int(body_mib * 1024 * 1024)))
+                                  request_body_bytes=int(body_mib * 1024 * 1024)),
+                              **gateway_limits(spec.limits))
             session["gateway"] = gateway.applied_limits()  # what this session enforced
             if cap is not None and prior >= cap:
                 self.stop_new.set()
@@ -691,6 +692,16 @@ def unpriced_models(spec: Any) -> list[str]:
 
 
 _SOCKET_NOTE = "gateway-socket-dir"
+
+
+def gateway_limits(limits: Any) -> dict[str, int]:
+    """The experiment's ``limits:`` keys the gateway takes as settings (those set only: an
+    unset one keeps the gateway's default)."""
+    named = {"connections_per_attempt": limits.connections_per_attempt,
+             "heads_per_attempt": limits.unfinished_heads_per_attempt,
+             "max_connections": limits.connections_total,
+             "concurrent_requests": limits.concurrent_requests}
+    return {k: v for k, v in named.items() if v is not None}
 
 
 def _swap_socket_note(out: Path, current: Path) -> list[str]:

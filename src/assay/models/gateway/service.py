@@ -263,7 +263,8 @@ class Gateway:
         self._servers: list[asyncio.Server] = []
         self._conns: set[asyncio.Task[Any]] = set()
         self._starting: set[asyncio.Task[Any]] = set()  # channel connections being set up
-        self.max_connections = max_connections or _connection_ceiling()
+        # never past half the descriptor limit, whatever the experiment asked
+        self.max_connections = min(max_connections or MAX_CONNECTIONS, _connection_ceiling())
         self._dropped = 0  # connections closed at the ceiling since the last event said so
         self._dropped_noted = 0.0
         self._shared = 0  # connections open on the shared listeners (not an attempt's channel)
@@ -1133,9 +1134,9 @@ class _Call:
 
 
 def _connection_ceiling() -> int:
-    """``MAX_CONNECTIONS``, or half the soft descriptor limit when that is lower."""
+    """Half the soft descriptor limit (at least 64), or 65536 when there is no limit."""
     soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
-    return max(64, min(MAX_CONNECTIONS, soft // 2)) if soft > 0 else MAX_CONNECTIONS
+    return max(64, soft // 2) if soft > 0 else 65536
 
 
 def _usage_missing(call: _Call) -> bool:
