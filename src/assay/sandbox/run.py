@@ -263,6 +263,7 @@ def run_sandboxed(
             common=common,
             setup_check=setup_check,
             grace_seconds=grace_seconds,
+            writable=[workdir, *(m.source for m in mounts if m.writable)],
         )
         if session is not None:
             if report_r is not None:
