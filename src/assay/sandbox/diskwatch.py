@@ -9,17 +9,18 @@ stopped it. Two mechanisms, both recorded as applied:
   file of the execution grows past the limit (a write past it fails, ``SIGXFSZ``);
 - this watcher, for the total: a thread that reads the free space of each filesystem holding a
   watched folder every ``POLL_SECONDS`` (one ``statvfs``, microseconds) and walks the folders
-  (``st_blocks``: what they really take on the disk) only when the filesystem lost as much as the
-  room left under the limit since the last walk. Over the limit, the command is killed (the
-  execution's ``disk_limit``, ``resource_limit`` for a trial) with the figure.
+  (``st_blocks``: what they really take on the disk) when the filesystem lost half the room
+  left under the limit since the last walk, and at least every second (every 20 walks' time
+  for a large tree, so a walk costs at most 5% of a core). Over the limit, the command is
+  killed (the execution's ``disk_limit``, ``resource_limit`` for a trial) with the figure.
 
-A walk happens when the disk lost half the room left under the limit since the last one, and
-at least every second (every 20 walks' time for a large tree): the free space is the whole
-disk's, so another writer costs walks, never a wrong kill (the kill is decided on the walk's own
-figure), and another process deleting files cannot hide this one's writes for longer than that.
-The disk loses at most the limit plus what can be written between two walks: measured in
-``tests/test_sandbox_disk.py``. A tree of more than ``MAX_ENTRIES``
-entries counts as over (its walk alone would be a denial of service).
+The free space is the whole disk's: another writer costs walks, and another process deleting
+files cannot hide this one's writes for longer than a second. What the disk lost while a walk
+ran is added to the walk's figure (it may have landed in folders the walk had passed): near
+the limit, another writer's bytes of that moment count against the command. The disk loses at
+most the limit plus what is written while one walk runs: measured in
+``tests/test_sandbox_disk.py``. A tree of more than ``MAX_ENTRIES`` entries counts as over (its
+walk alone would be a denial of service).
 """
 
 from __future__ import annotations
@@ -143,9 +144,14 @@ class DiskWatch:
             due = walked + max(EVERY_SECONDS, 20 * self.walk_seconds)
             if 2 * (free - now) < (self.limit - used) and time.monotonic() < due:
                 continue
+            before = _free(self.paths)
             used = self._walk()
-            if used > self.limit:
-                self.over = used
-                self.on_over(used)
+            after = _free(self.paths)
+            # what the disk lost while the walk ran may have landed behind it: counted too
+            # (a walk of a large tree takes long enough for a fast writer to go far past)
+            figure = used + max(0, before - after)
+            if figure > self.limit:
+                self.over = figure
+                self.on_over(figure)
                 return
-            free, walked = _free(self.paths), time.monotonic()  # a new baseline
+            free, walked = after, time.monotonic()  # a new baseline
