@@ -69,6 +69,7 @@ from assay.runner.arm_check import check_arms
 from assay.runner.executors.base import WORKER_LOST, Executor, TrialJob
 from assay.runner.executors.local import make_executor
 from assay.runner.fork import ForkPrefixes, check_fork, fork_manifest, fork_totals
+from assay.runner.gateway_channel import attempt_channel
 from assay.runner.holdout import MANIFEST_KEY as HOLDOUT_KEY
 from assay.runner.holdout import holdout_gate
 from assay.runner.progress import NullProgress, Progress, TrialDone
@@ -584,7 +585,7 @@ class ExperimentRunner:
                     limits=BudgetLimits(tokens=limits.tokens, cost_usd=limits.cost_usd,
                                         assistant_steps=bundle.spec.budget.assistant_steps),
                     prices={k: v.model_dump() for k, v in self.exp.spec.prices.items()})
-                proxy = self._channel(token)
+                proxy = attempt_channel(self.gateway, token, self.proxy)
             except (ValueError, OSError) as exc:  # before the agent started: infrastructure
                 if token is not None:
                     self.gateway.close_attempt(token)
@@ -622,16 +623,6 @@ class ExperimentRunner:
             shown = "infra_error" if code == "infra_error" else reason[:300]
             return shown + (" (will retry)" if new_state == "pending" else "")
         return self._record_grade(state, hooks.attempt, res.grade)
-
-    def _channel(self, token: str) -> ProxyTarget:
-        """The attempt's own way to the gateway (``Gateway.open_channel``): its connections
-        count against it from their accept, and its sandbox's forwarder refuses past the
-        attempt's connection limit itself. A Unix socket beside the gateway's on this machine,
-        a TCP port of its own for workers on other nodes."""
-        cap = self.gateway.connections_per_attempt
-        if self.executor.kind != "local":
-            return ProxyTarget(tcp=self.gateway.open_tcp_channel(token), max_connections=cap)
-        return ProxyTarget(unix_socket=self.gateway.open_channel(token), max_connections=cap)
 
     def _record_grade(self, state: StateDB, attempt: Attempt, grade: Grade) -> str:
         if grade.validity.status != "valid":
