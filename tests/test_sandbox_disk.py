@@ -55,6 +55,14 @@ def _free(path: Path) -> int:
     return vfs.f_bavail * vfs.f_frsize
 
 
+def _folders(tmp: Path) -> tuple[Path, Path]:
+    """The command's workspace and HOME, both watched."""
+    work, home = tmp / "work", tmp / "home"
+    work.mkdir()
+    home.mkdir()
+    return work, home
+
+
 def _run(code: str, arg: int, work: Path, home: Path, *,
          shell: bool = False) -> tuple[Any, int]:
     """Run ``code`` in the sandbox; the lowest free space seen meanwhile (sampled)."""
@@ -84,9 +92,7 @@ def _run(code: str, arg: int, work: Path, home: Path, *,
 
 @pytest.mark.timeout(600 if FULL else 300)
 def test_a_big_writer_is_stopped_while_it_writes(tmp_path: Path) -> None:
-    work, home = tmp_path / "work", tmp_path / "home"
-    work.mkdir()
-    home.mkdir()
+    work, home = _folders(tmp_path)
     before = _free(work)
     if before < 3 * WRITE_MB * 1000 * 1000:
         pytest.skip(f"needs {3 * WRITE_MB} MB free under {tmp_path}")
@@ -104,9 +110,7 @@ def test_a_big_writer_is_stopped_while_it_writes(tmp_path: Path) -> None:
 
 @pytest.mark.timeout(600 if FULL else 300)
 def test_many_small_files_are_stopped_while_they_are_written(tmp_path: Path) -> None:
-    work, home = tmp_path / "work", tmp_path / "home"
-    work.mkdir()
-    home.mkdir()
+    work, home = _folders(tmp_path)
     before = _free(work)
     folders = 3 * LIMIT_MIB * MIB // (64 * 16384)  # three times the limit, in 16 KiB files
     if before < 3 * folders * 64 * 16384:
@@ -122,9 +126,7 @@ def test_many_small_files_are_stopped_while_they_are_written(tmp_path: Path) -> 
 
 
 def test_a_program_ignoring_sigxfsz_is_held_to_the_limit(tmp_path: Path) -> None:
-    work, home = tmp_path / "work", tmp_path / "home"
-    work.mkdir()
-    home.mkdir()
+    work, home = _folders(tmp_path)
     res, _ = _run(BIG, LIMIT_MIB + 8, work, home)
     assert res.reason == "disk_limit", res.to_record()
     assert "wrote it all" not in res.stdout_tail  # its write failed (EFBIG), or it was killed
@@ -132,9 +134,7 @@ def test_a_program_ignoring_sigxfsz_is_held_to_the_limit(tmp_path: Path) -> None
 
 
 def test_under_the_limit_nothing_happens(tmp_path: Path) -> None:
-    work, home = tmp_path / "work", tmp_path / "home"
-    work.mkdir()
-    home.mkdir()
+    work, home = _folders(tmp_path)
     res, _ = _run(BIG, 8, work, home)
     assert res.reason == "ok" and "wrote it all" in res.stdout_tail
     assert 8 * MIB <= res.evidence["disk_peak_bytes"] < LIMIT_MIB * MIB

@@ -23,11 +23,10 @@ import statistics
 import tempfile
 import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
 
 import pytest
+from support.scripted_server import Answer, ScriptedServer
 
 from assay.models.gateway.service import Gateway, Upstream
 from assay.records.io import iter_rows
@@ -101,34 +100,10 @@ print(json.dumps(out))
 """
 
 
-class _Answer(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-
-    def do_POST(self) -> None:  # noqa: N802 - http.server's name
-        self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        out = json.dumps({"id": "c", "object": "chat.completion", "model": MODEL,
-                          "choices": [{"index": 0, "finish_reason": "stop",
-                                       "message": {"role": "assistant", "content": "ok"}}],
-                          "usage": {"prompt_tokens": 3, "completion_tokens": 1}}).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(out)))
-        self.end_headers()
-        self.wfile.write(out)
-
-    def log_message(self, *args: Any) -> None:
-        pass
-
-
 @pytest.fixture
 def upstream() -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Answer)
-    server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/v1"
-    server.shutdown()
-    server.server_close()
+    with ScriptedServer(lambda _req, _n: Answer("ok")) as server:
+        yield server.base_url
 
 
 @pytest.fixture
