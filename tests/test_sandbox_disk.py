@@ -1,6 +1,11 @@
 """Writes bounded while they happen: a command writing far past ``Limits.disk_mib`` in its
-real bubblewrap sandbox is stopped while it writes, and the free space of the disk under its
-folders never drops by more than the limit (plus the watcher's margin, measured here).
+real bubblewrap sandbox is stopped while it writes, and what its folders hold on the disk never
+goes more than a quarter past the limit (what a writer of many small files adds while one walk
+of the watcher runs; measured: 65 MiB under 64, 1,192 MiB under 1,024 in the full form).
+
+What the folders hold is measured, not the disk's free space: this machine's disk is shared by
+other test runs writing and deleting gigabytes meanwhile, which moved the free space by hundreds
+of MiB within one test (the disk watcher uses the free space only to decide when to walk).
 
 Reduced form (the default): one 300 MB writer and one writer of many small files under a
 64 MiB limit. Full form: ``ASSAY_DISK_FULL=1`` (``make test-full``): 3 GB under 1 GiB, as in
@@ -10,13 +15,13 @@ the issue's report (``dd if=/dev/zero of=big.bin bs=1M count=3000``).
 from __future__ import annotations
 
 import os
-import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from assay.sandbox import Limits, bwrap_available, run_sandboxed
+from assay.sandbox.bwrap import Mount
 from assay.sandbox.diskwatch import disk_usage
 
 pytestmark = pytest.mark.skipif(not bwrap_available(), reason="bubblewrap cannot run here")
@@ -65,29 +70,15 @@ def _folders(tmp: Path) -> tuple[Path, Path]:
 
 def _run(code: str, arg: int, work: Path, home: Path, *,
          shell: bool = False) -> tuple[Any, int]:
-    """Run ``code`` in the sandbox; the lowest free space seen meanwhile (sampled)."""
-    from assay.sandbox.bwrap import Mount
-
-    low = [_free(work)]
-    done = threading.Event()
-
-    def sample() -> None:
-        while not done.wait(0.01):
-            low.append(_free(work))
-
-    sampler = threading.Thread(target=sample)
-    sampler.start()
-    try:
-        argv = (["/bin/sh", "-c", code, "sh", str(arg)] if shell
-                else ["python3", "-c", code, str(arg)])
-        res = run_sandboxed(argv, work,
-                            mounts=[Mount(home, "/assay/home", writable=True)],
-                            limits=Limits(wall_seconds=120, memory_mib=512, pids=64,
-                                          disk_mib=LIMIT_MIB))
-    finally:
-        done.set()
-        sampler.join()
-    return res, min(low)
+    """Run ``code`` in the sandbox, HOME writable beside the work directory; what the two
+    hold on disk once it ended."""
+    argv = (["/bin/sh", "-c", code, "sh", str(arg)] if shell
+            else ["python3", "-c", code, str(arg)])
+    res = run_sandboxed(argv, work, mounts=[Mount(home, "/assay/home", writable=True)],
+                        limits=Limits(wall_seconds=120, memory_mib=512, pids=64,
+                                      disk_mib=LIMIT_MIB))
+    held, _ = disk_usage([work, home])
+    return res, held
 
 
 @pytest.mark.timeout(600 if FULL else 300)
@@ -96,16 +87,14 @@ def test_a_big_writer_is_stopped_while_it_writes(tmp_path: Path) -> None:
     before = _free(work)
     if before < 3 * WRITE_MB * 1000 * 1000:
         pytest.skip(f"needs {3 * WRITE_MB} MB free under {tmp_path}")
-    res, low = _run(DD, WRITE_MB, work, home, shell=True)
+    res, held = _run(DD, WRITE_MB, work, home, shell=True)
     assert res.reason == "disk_limit", res.to_record()
     assert "after" not in res.stdout_tail  # the shell was stopped too: the watcher's kill
     assert res.evidence["disk_over_bytes"] > LIMIT_MIB * MIB
     assert res.limits_applied["disk_mib"].mechanism == "rlimit_fsize+disk_watch"
     size = (work / "big.bin").stat().st_size
     assert size == LIMIT_MIB * MIB  # the kernel's per-file limit held dd there
-    # the disk never lost more than the limit and a margin (other writers of this machine
-    # share the disk: the margin is theirs too)
-    assert before - low < LIMIT_MIB * MIB + 64 * MIB, (before - low) / MIB
+    assert held <= LIMIT_MIB * MIB * 5 // 4, held / MIB
 
 
 @pytest.mark.timeout(600 if FULL else 300)
@@ -115,14 +104,12 @@ def test_many_small_files_are_stopped_while_they_are_written(tmp_path: Path) -> 
     folders = 3 * LIMIT_MIB * MIB // (64 * 16384)  # three times the limit, in 16 KiB files
     if before < 3 * folders * 64 * 16384:
         pytest.skip(f"needs {3 * folders} MiB free under {tmp_path}")
-    res, low = _run(SMALL, folders, work, home)
+    res, held = _run(SMALL, folders, work, home)
     assert res.reason == "disk_limit", res.to_record()
     assert res.evidence["disk_over_bytes"] > LIMIT_MIB * MIB
     assert "over the limit of" in (res.detail or "")
-    held, _ = disk_usage([work, home])
-    # stopped while it wrote (it meant to write three times the limit)
-    assert held < 2 * LIMIT_MIB * MIB, held / MIB
-    assert before - low < LIMIT_MIB * MIB + 64 * MIB, (before - low) / MIB
+    # stopped while it wrote (it meant to write three times the limit), a walk's writes past
+    assert held <= LIMIT_MIB * MIB * 5 // 4, held / MIB
 
 
 def test_a_program_ignoring_sigxfsz_is_held_to_the_limit(tmp_path: Path) -> None:
