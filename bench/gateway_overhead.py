@@ -11,6 +11,9 @@ generator in a process of its own (agents are always other processes), using the
 ``openai`` client by default, or ``--client raw``, a bare asyncio HTTP/1.1 client that costs far
 less per call and so shows the gateway's own cost more harshly.
 
+Each attempt reaches the gateway through a channel of its own (``Gateway.open_tcp_channel``),
+as the runner's attempts do; ``--shared`` puts them all on the gateway's one port instead.
+
 Printed: latency p50/p95 of both, the added latency, throughput of both and their ratio, each
 against its target (p50 added < 2 ms, throughput >= 90% of direct) with PASS/FAIL, and checks
 that every answer arrived intact and every call is in a ledger. Exit 0 when all pass.
@@ -47,13 +50,13 @@ TARGET_RATIO = 0.90
 # sending the same small chat request; per-call latency measured around the client call.
 LOAD = r'''
 import asyncio, json, sys, time
-base_url, keys, n, warmup, kind = sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3]), \
-    int(sys.argv[4]), sys.argv[5]
+urls, keys, n, warmup, kind = json.loads(sys.argv[1]), json.loads(sys.argv[2]), \
+    int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
 CONTENT = '{"label": "bug"}'
 MESSAGES = [{"role": "system", "content": "Classify the issue as bug, feature or question."},
             {"role": "user", "content": "The export button crashes the app on save."}]
 
-def openai_caller(key):
+def openai_caller(key, base_url):
     import openai
     client = openai.AsyncOpenAI(base_url=base_url, api_key=key, max_retries=0)
     async def call():
@@ -61,7 +64,7 @@ def openai_caller(key):
         return r.choices[0].message.content
     return call
 
-def raw_caller(key):
+def raw_caller(key, base_url):
     from urllib.parse import urlsplit
     u = urlsplit(base_url)
     body = json.dumps({"model": "bench", "messages": MESSAGES}).encode()
@@ -82,7 +85,7 @@ def raw_caller(key):
 
 async def main():
     make = openai_caller if kind == "openai" else raw_caller
-    callers = [make(k) for k in keys]
+    callers = [make(k, u) for k, u in zip(keys, urls)]
     counter = iter(range(warmup))
     async def warm(call):
         for _ in counter:
@@ -106,8 +109,9 @@ asyncio.run(main())
 '''
 
 
-def _load(base_url: str, keys: list[str], n: int, client: str, warmup: int) -> dict[str, Any]:
-    out = subprocess.run([sys.executable, "-c", LOAD, base_url, json.dumps(keys), str(n),
+def _load(urls: list[str], keys: list[str], n: int, client: str,
+          warmup: int) -> dict[str, Any]:
+    out = subprocess.run([sys.executable, "-c", LOAD, json.dumps(urls), json.dumps(keys), str(n),
                           str(warmup), client], capture_output=True, text=True, check=False)
     if out.returncode != 0:
         raise SystemExit(f"load generator failed:\n{out.stderr}")
@@ -132,6 +136,9 @@ def main() -> int:
     parser.add_argument("--client", choices=["openai", "raw"], default="openai")
     parser.add_argument("--rounds", type=int, default=10,
                         help="alternating direct/gateway segments per side")
+    parser.add_argument("--shared", action="store_true",
+                        help="every attempt on the gateway's shared port, not a channel of "
+                             "its own (the runner gives each attempt a channel)")
     args = parser.parse_args()
     warmup = 2 * args.concurrency  # per segment: connections opened, first-call costs paid
 
@@ -153,8 +160,13 @@ def main() -> int:
                                       limits=Limits(), prices={"bench": {"input": 1.0,
                                                                          "output": 2.0}})
                       for i, path in enumerate(ledgers)]
-            sides = [(direct, upstream_url, ["direct-key"] * args.concurrency),
-                     (via, gw.base_url, tokens)]
+            # each attempt on its own channel, as the runner runs it: its connections
+            # counted from their accept, accepted at the channel's pace
+            urls = ([gw.base_url] * len(tokens) if args.shared else
+                    ["http://{}:{}/v1".format(*gw.open_tcp_channel(t)) for t in tokens])
+            sides = [(direct, [upstream_url] * args.concurrency,
+                      ["direct-key"] * args.concurrency),
+                     (via, urls, tokens)]
             for r, n in enumerate(per):
                 for total, url, keys in (sides if r % 2 == 0 else sides[::-1]):
                     before = _cpu()
@@ -194,7 +206,7 @@ def main() -> int:
     ]
     print(f"gateway overhead: {args.n} chat completions, concurrency {args.concurrency}, "
           f"client {args.client}, {args.rounds} alternating rounds, {warmup} warm-up calls "
-          "per segment\n")
+          f"per segment, {'the shared port' if args.shared else 'a channel per attempt'}\n")
     print(f"{'':22}{'direct':>12}{'gateway':>12}")
     print(f"{'latency p50 (ms)':22}{d50:12.3f}{g50:12.3f}")
     print(f"{'latency p95 (ms)':22}{d95:12.3f}{g95:12.3f}")

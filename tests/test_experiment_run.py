@@ -50,7 +50,8 @@ print(open("/proc/self/environ", "rb").read().replace(b"\0", b"\n").decode())
 
 
 def _experiment(root: Path, *, reps: int = 2, total: float | None = None,
-                tokens: int | None = None, body_mib: float | None = None) -> Path:
+                tokens: int | None = None, body_mib: float | None = None,
+                more_limits: tuple[str, ...] = ()) -> Path:
     bundle = make_bundle(root / "tasks" / "calc")
     y = bundle / "task.yaml"
     y.write_text(y.read_text().replace("network_policy: none", "network_policy: model-proxy-only"))
@@ -63,6 +64,7 @@ def _experiment(root: Path, *, reps: int = 2, total: float | None = None,
         limits.append(f"  tokens: {tokens}")
     if body_mib is not None:
         limits.append(f"  request_body_mib: {body_mib}")
+    limits += [f"  {line}" for line in more_limits]
     exp = root / "experiment.yaml"
     exp.write_text(f"""name: calc-ab
 tasks: [tasks]
@@ -147,17 +149,31 @@ def test_an_experiment_runs_every_trial_through_the_gateway(tmp_path: Path, upst
 
 @needs_bwrap
 def test_the_gateway_limits_applied_are_recorded(tmp_path: Path, upstream) -> None:
-    """``limits.request_body_mib`` reaches the gateway; a session's manifest entry says what
-    it enforced (the agent's small request passes under a lowered limit)."""
+    """``limits.request_body_mib`` and the connection and in-flight limits reach the gateway;
+    a session's manifest entry says what it enforced (the agent's small request passes under
+    lowered limits), and the agent reached the gateway through its attempt's own channel,
+    its forwarder held to the attempt's connection limit."""
     out = tmp_path / "run"
-    res = run_cli(["exp", "run", str(_experiment(tmp_path, reps=1, body_mib=0.5)),
-                   "--out", str(out)])
+    more = ("connections_per_attempt: 8", "unfinished_heads_per_attempt: 4",
+            "connections_total: 512", "concurrent_requests: 2")
+    res = run_cli(["exp", "run", str(_experiment(tmp_path, reps=1, body_mib=0.5,
+                                                 more_limits=more)), "--out", str(out)])
     assert res.code == 0, res.stderr
     (session,) = json.loads((out / "manifest.json").read_text())["sessions"]
     assert session["gateway"]["request_body_mib"] == 0.5
-    assert session["gateway"]["connections_per_attempt"] == 32
     assert session["gateway"]["header_timeout_seconds"] == 10
+    assert {k: session["gateway"][k] for k in (
+        "connections_per_attempt", "unfinished_heads_per_attempt", "connections_total",
+        "concurrent_requests")} == {"connections_per_attempt": 8,
+                                    "unfinished_heads_per_attempt": 4,
+                                    "connections_total": 512, "concurrent_requests": 2}
     assert len(upstream.chat_requests()) == 1
+    (trial,) = [json.loads(p.read_text()) for p in out.glob("trials/*/asks/*/*/trial.json")]
+    network = trial["execution"]["network_applied"]
+    assert network["forwarder_max_connections"] == 8
+    assert network["forwarder_refused_claim"] == 0
+    assert network["gateway"].startswith("unix ") and network["gateway"].endswith(".sock")
+    assert not network["gateway"].endswith("gw.sock")  # its own channel, not the shared one
 
 
 @needs_bwrap

@@ -23,6 +23,7 @@ class Entry:
     budget: Budget = field(default_factory=lambda: Budget(Limits(), ModelPrice(1.0, 2.0)))
     open: bool = True
     connections: int = 0
+    heads: int = 0
 
 
 def test_a_token_names_its_attempt_until_revoked_then_says_revoked() -> None:

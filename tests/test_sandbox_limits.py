@@ -127,7 +127,7 @@ def test_plan_without_cgroups_applies_rlimits_through_the_wrapper(tmp_path: Path
     try:
         assert plan.cgroups == []
         assert list(plan.applied) == ["memory_mib", "pids", "cpu_seconds", "cpu_cores",
-                                      "wall_seconds"]
+                                      "wall_seconds", "disk_mib"]
         assert plan.ulimits[0] == "ulimit -c 0"
         assert "use_cgroups=False" in (plan.applied["memory_mib"].note or "")
         assert "use_cgroups=False" in (plan.applied["cpu_cores"].reason or "")

@@ -177,6 +177,22 @@ TABLE: list[tuple[str, dict[str, Any], tuple[str, int | None, str | None, str | 
     ("plain-125-without-the-wrapper-message", dict(
         sandboxed=False, returncode=125, bwrap_exit_code=None, stderr_tail="boom\n"),
      ("nonzero_exit", 125, None, None)),
+    # --- disk_limit: the disk watcher's kill (bwrap killed before it reported), a file at the
+    # per-file limit (SIGXFSZ), a write refused there (EFBIG: the folders at the limit)
+    ("disk-watcher-killed-bwrap", dict(returncode=-9, bwrap_exit_code=None, disk_mib=64,
+                                       evidence={"disk_over_bytes": 70_000_000}),
+     ("disk_limit", None, "SIGKILL", "its writable folders took 70,000,000 bytes on disk, "
+      "over the limit of 64 MiB (67,108,864 bytes); killed by the disk watcher while it "
+      "wrote")),
+    ("file-at-the-per-file-limit", dict(returncode=153, bwrap_exit_code=153, disk_mib=64),
+     ("disk_limit", None, "SIGXFSZ", "a file reached the per-file limit of 64 MiB "
+      "(RLIMIT_FSIZE); bubblewrap reported status 153: killed by SIGXFSZ")),
+    ("write-refused-at-the-limit", dict(returncode=1, bwrap_exit_code=1, disk_mib=64,
+                                        evidence={"disk_peak_bytes": 64 << 20}),
+     ("disk_limit", 1, None, "its writable folders took 67,108,864 bytes on disk, the limit "
+      "of 64 MiB: writes past it fail")),
+    ("sigxfsz-without-a-disk-limit", dict(returncode=153, bwrap_exit_code=153),
+     ("nonzero_exit", None, "SIGXFSZ", "bubblewrap reported status 153: killed by SIGXFSZ")),
 ]
 
 

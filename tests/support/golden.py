@@ -16,7 +16,8 @@ from typing import Any
 #: values decided by the clock, the machine or the process: masked wherever the key appears
 VOLATILE_KEYS = frozenset({
     "seconds", "wall_seconds", "queued_seconds", "pristine_seconds", "limit_seconds",
-    "memory_peak_bytes", "pids_peak", "cpu_throttled_periods", "cpu_throttled_ms", "pid",
+    "memory_peak_bytes", "disk_peak_bytes", "pids_peak", "cpu_throttled_periods",
+    "cpu_throttled_ms", "pid",
     "python", "derived_seed", "expected_ids_cache", "stdout_tail",
     "stderr_tail", "tar_sha256", "hostname", "host", "uid", "kernel", "bwrap", "platform",
     "p50", "p90", "max", "mean", "min", "duration_s", "latency_s", "entries", "verify_jobs",

@@ -45,7 +45,7 @@ SPREAD = frozenset(f"tests/{name}.py" for name in (
     "test_examples_check", "test_exp_compare", "test_experiment_run", "test_fork_experiment",
     "test_harbor_images", "test_harbor_import", "test_noise_floor", "test_narrow_report",
     "test_build_egress", "test_env_oci", "test_env_registry", "test_run_evidence",
-    "test_verifier_canaries", "test_workspace_freeze", "test_abstats",
+    "test_verifier_canaries", "test_workspace_freeze", "test_abstats", "test_gateway_fairness",
 ))
 
 

@@ -27,6 +27,11 @@ from assay.suites.bundle import Bundle
 
 INSTRUCTION_MOUNT = "/assay/instruction.md"
 AGENT_HOME = "/assay/home"
+#: What the agent's HOME may take on disk beside the workspace (its CLI's caches, a pip
+#: cache): the agent's writable folders together are held to ``resources.workspace_mib`` plus
+#: this while it runs (``Limits.disk_mib``); the freeze still holds the workspace alone to its
+#: limit.
+HOME_MIB = 1024
 SOLUTION_MOUNT = "/assay/solution"
 
 # Sandbox outcome -> how the trial's execution is recorded.
@@ -36,6 +41,7 @@ EXECUTION_STATUS: dict[str, ExecutionStatus] = {
     "timeout": "agent_timeout",
     "memory_limit": "resource_limit",
     "process_limit": "resource_limit",
+    "disk_limit": "resource_limit",
     "sandbox_error": "infra_error",
 }
 
@@ -140,7 +146,8 @@ def run_in_agent_sandbox(ctx: AgentContext, argv: list[str],
     spec = ctx.bundle.spec
     limits = Limits(wall_seconds=spec.budget.agent_wall_seconds,
                     memory_mib=spec.resources.memory_limit_mib, pids=spec.resources.pids,
-                    cpu_cores=spec.resources.cpu_cores)
+                    cpu_cores=spec.resources.cpu_cores,
+                    disk_mib=spec.resources.workspace_mib + HOME_MIB)
     instruction = ctx.instruction_file
     if instruction is None:  # no trial recorded it (a direct caller): written beside the streams
         ctx.record_dir.mkdir(parents=True, exist_ok=True)

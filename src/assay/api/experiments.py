@@ -64,6 +64,10 @@ def compare_experiment(source: PathLike, *, a: str | None = None, b: str | None 
     arm_a, arm_b = _pair(data, a, b)
     out = build_comparison(data, a=arm_a, b=arm_b, cluster=cluster, method=method, seed=seed,
                            subgroup=subgroup)
+    if data.kind == "run":  # what the two arms ran under, from the run's ledgers and events
+        from assay.report.conditions import run_conditions
+
+        out["conditions"] = run_conditions(Path(source), [arm_a, arm_b])
     if preference is not None:
         from assay.api.pairwise import read_preference
 

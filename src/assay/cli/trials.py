@@ -119,6 +119,8 @@ def trial_show(
     else:
         table.add_row("model calls", "none (no ledger: the arm had no model)")
     table.add_row("transcript", view.transcript_state)
+    if view.refusals:
+        table.add_row("refused", view.refusals)
     for name, seconds, status in view.timings:
         table.add_row(f"stage {name}", f"{_n(seconds, ' s')} ({status})")
     out.print(table)

@@ -369,6 +369,10 @@ class ExperimentVerdict(Record):
     power; None otherwise or when it cannot be said."""
     note: str | None = None
     """Said when no integrity violation was seen: that is not proof there are none."""
+    warnings: list[str] = []
+    """Conditions the arms did not share (``report/conditions.py``): a gateway-wide ceiling
+    hit, 429/overload rates or prompt-cache hits apart beyond the noise, time windows that do
+    not overlap. The decision stands; the comparison is not clean."""
     exit_code: int
     """The exit code ``exp verdict`` ends with: 0 accept, 1 reject (below the bar), 4
     inconclusive."""

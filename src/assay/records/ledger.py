@@ -35,7 +35,7 @@ class ModelCall(Record):
     reason, never a silent zero."""
 
     schema_name = "assay.model_call"
-    schema_version = 3
+    schema_version = 4
     file = "model_calls.jsonl"
 
     time: str
@@ -126,6 +126,20 @@ class ModelCall(Record):
     and digest exist); ``over_limit`` when the attempt had already stored its most transcript
     bytes; ``failed`` when writing it failed (a full disk). Null for a call that is not a model
     call (``models``, an unknown route) and in rows older than schema 3."""
+    queued_ms: float | None = None
+    """How long the call waited for its turn at the upstream (the attempt's
+    ``limits.concurrent_requests``, or the upstream saturated and calls let through
+    round-robin across attempts); null for a call never forwarded and in rows older than
+    schema 4."""
+    own_in_flight: int | None = None
+    """This attempt's calls in flight to the upstream when this one went, itself included."""
+    upstream_in_flight: int | None = None
+    """Every attempt's calls in flight to the same upstream when this one went."""
+    throttled_by: Literal["own", "others"] | None = None
+    """For an upstream 429 (or 529, overloaded): whose traffic it is put down to. ``others``
+    when other attempts had calls in flight to the upstream and this attempt held no more
+    than its equal part of them (a 429 the other arm's burst caused, not this agent's doing);
+    ``own`` otherwise. Null for any other answer."""
 
 
 class GatewayEvent(Record):
@@ -136,10 +150,15 @@ class GatewayEvent(Record):
     attempt ledger may take it; nothing of such a request reached the upstream.
 
     Schema 2 added ``refused`` and its reasons, ``detail``, and made ``method`` and ``path``
-    nullable (a request may be refused before its request line is read)."""
+    nullable (a request may be refused before its request line is read). Schema 3 added the
+    per-attempt channel's reasons (``head_cap``, ``gateway_share``, ``wrong_channel``,
+    ``connection_rate``),
+    ``limit``, ``figure`` and ``count``: a connection that came in on an attempt's own channel
+    belongs to that attempt from its first byte, so its refusal names the attempt even when
+    no head was read."""
 
     schema_name = "assay.gateway_event"
-    schema_version = 2
+    schema_version = 3
     file = "gateway_events.jsonl"
 
     time: str
@@ -149,14 +168,21 @@ class GatewayEvent(Record):
     request it would not take (the connection is closed after it)."""
     reason: Literal["no_token", "unknown_token", "revoked_token", "malformed",
                     "body_too_large", "head_too_large", "header_timeout", "body_timeout",
-                    "connection_cap", "gateway_busy"]
+                    "connection_cap", "head_cap", "gateway_share", "wrong_channel",
+                    "connection_rate", "gateway_busy"]
     """Why: the request had no token, one the gateway never issued, or the token of an attempt
     already closed (``unauthorized``); or it was not well-formed HTTP/1.1 (CR, LF or NUL in a
     header, folded lines, duplicated or conflicting ``Content-Length``, ``Transfer-Encoding``
     with ``Content-Length``, a bad chunk, ...: 400), its body or head was over the gateway's
     limit (413, 431), its head or body did not arrive in time (408), or its attempt already
-    had the most connections it may hold open (429), or the gateway as a whole did
-    (``gateway_busy``: the connection was closed unread; one event a second counts them)."""
+    had the most connections it may hold open (429), or the most connections whose request
+    head is still unfinished (``head_cap``, 429), or its fair share of the gateway-wide
+    ceiling was what stopped it (``gateway_share``, 503: the comparison is not clean), or a
+    request on one attempt's channel carried another attempt's token (``wrong_channel``, 401),
+    or an attempt opened connections faster than its channel accepts them
+    (``connection_rate``: the rest waited in the backlog, none was lost),
+    or the gateway as a whole did (``gateway_busy``: the connection was closed unread; one
+    event a second counts them)."""
     attempt_id: str | None
     """The attempt whose token the request carried, when it carried one the gateway issued
     (open or revoked) and got that far; null otherwise."""
@@ -168,6 +194,15 @@ class GatewayEvent(Record):
     """HTTP status answered."""
     detail: str | None = None
     """What was wrong, readable (never a key, a token or a header value)."""
+    limit: int | None = None
+    """The limit that refused it (connections, unfinished heads, the attempt's share of the
+    ceiling); null for a refusal that is no count (malformed HTTP, a timeout)."""
+    figure: int | None = None
+    """What the attempt (or the gateway) held when it was refused, in the limit's unit; null
+    as for ``limit``."""
+    count: int = 1
+    """How many refusals this event stands for: a flood is noted at most once a second per
+    attempt and reason, with the number refused since the last note."""
 
 
 #: Why a total that includes a torn ledger row is a lower bound (reports show it as is).

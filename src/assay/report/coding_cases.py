@@ -86,7 +86,7 @@ def explanation(row: dict[str, Any], ex: dict[str, Any]) -> str:
     if why == "timeout":
         wall = ex.get("wall_seconds")
         return "timed out" + (f" after {wall:.1f} s" if isinstance(wall, int | float) else "")
-    if why in ("memory_limit", "process_limit"):
+    if why in ("memory_limit", "process_limit", "disk_limit"):
         return f"hit the {why.split('_')[0]} limit" + (f": {detail}" if detail else "")
     if why == "nonzero_exit":
         line = error_line(ex.get("stderr_tail") or "")

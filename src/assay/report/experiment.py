@@ -32,6 +32,7 @@ from assay.report.abcompare import (
     preference_section,
 )
 from assay.report.ci_outputs import md
+from assay.report.conditions import conditions_markdown, run_conditions
 from assay.report.experiment_html import write_experiment_html
 from assay.report.holdout import holdout_line, holdout_summary, reused_banner
 from assay.report.methods import if_it_fails, method_footnote
@@ -260,6 +261,8 @@ def build_experiment_report(run_dir: Path, *, data: OutcomeSet | None = None,
             comparison = build_comparison(data, a=pair[0], b=pair[1], seed=seed)
         except NotComparable as exc:
             notes.append(f"no comparison yet: {exc}")
+        if comparison is not None and data.kind == "run":  # what the arms ran under
+            comparison["conditions"] = run_conditions(run_dir, list(pair))
     nf_arm = noise_floor_arm(manifest) if data.kind == "run" else None
     noise = measure_noise_floor(data, nf_arm, seed=seed) if nf_arm else None
     if comparison is not None:
@@ -272,6 +275,8 @@ def build_experiment_report(run_dir: Path, *, data: OutcomeSet | None = None,
             rule = Bar.model_validate({k: v for k, v in bar.items() if k != "sha256"})
             verdict = decide(rule, comparison, data, seed=seed,
                              noise_floor=noise).model_dump(mode="json")
+            # conditions that did not match: said on the verdict, which stands as decided
+            verdict["warnings"] = list((comparison.get("conditions") or {}).get("warnings", []))
     for arm_row in arms.values():
         arm_row.setdefault("pass_rate", None)
         arm_row.setdefault("pass_rate_ci", None)
@@ -334,6 +339,7 @@ def verdict_markdown(rep: dict[str, Any]) -> list[str]:
                    f"{if_it_fails(c['hard'])} |")
     if v.get("note"):
         out += ["", f"_{v['note']}._"]
+    out += [""] + [f"**Warning**: {md(w)}." for w in v.get("warnings") or []]
     return out + [""]
 
 
@@ -389,7 +395,10 @@ def comparison_markdown(c: dict[str, Any]) -> list[str]:
                    f"{r['n_a']} | {r['passed_b']}/{r['n_b']} | {pts(r['diff'])} |")
     resampled = ("resampled by task" if by_task else
                  f"resampled by {c['cluster_by']}, {c['n_clusters']} group(s)")
-    return out + ["", method_footnote(c["method"]) + f" Tasks {resampled}.", ""]
+    out += ["", method_footnote(c["method"]) + f" Tasks {resampled}."]
+    if c.get("conditions"):
+        out += conditions_markdown(c["conditions"])
+    return out + [""]
 
 
 def experiment_markdown(rep: dict[str, Any]) -> str:

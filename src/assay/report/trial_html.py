@@ -99,6 +99,8 @@ def _view(v: TrialView, up: str) -> dict[str, Any]:
                   ("input tokens", f"{led['input']} (cached {led['cached_input']})"),
                   ("output tokens", str(led["output"])), ("cost", cost)]
     ledger.append(("transcript", v.transcript_state))
+    if v.refusals:
+        ledger.append(("refused", v.refusals))
     rel = v.attempt_dir.parts[-5:]
     record = "/".join(quote(p, safe="") for p in rel) + "/trial.json"
     return {

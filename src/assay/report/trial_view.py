@@ -31,6 +31,7 @@ from assay.records.io import iter_rows, read_json_file
 from assay.records.ledger import ledger_totals
 from assay.records.transcript import load_transcript
 from assay.report.check_summary import integrity_lines, summarize
+from assay.report.conditions import attempt_refusals
 
 MAX_TEXT = 4000
 MAX_DIFF = 200_000
@@ -123,6 +124,8 @@ class TrialView:
     ledger: dict[str, Any] | None
     transcript_state: str
     timings: list[tuple[str, float | None, str]]
+    #: what the gateway refused of this attempt, and its 429s (None: nothing)
+    refusals: str | None = None
 
     @property
     def title(self) -> str:
@@ -180,8 +183,15 @@ def load_trial_view(path: Path) -> TrialView:
         tstate = "none (no model call went through the gateway)" if not rows else "not kept"
     timings = [(str(s.get("name")), s.get("seconds"), str(s.get("status")))
                for s in trial.get("stages") or [] if isinstance(s, dict)]
+    refusals = attempt_refusals(adir)
+    claim = ((trial.get("execution") or {}).get("network_applied") or {}).get(
+        "forwarder_refused_claim")
+    if isinstance(claim, int) and claim > 0:
+        refusals = "; ".join(filter(None, [refusals, (
+            f"the forwarder in its sandbox closed {claim} connection(s) past the attempt's "
+            "limit (its claim)")]))
     return TrialView(adir, trial, instruction, changes, change_note, grade, revision, checks,
-                     steps, source, note, ledger, tstate, timings)
+                     steps, source, note, ledger, tstate, timings, refusals)
 
 
 def _bundle(trial: dict[str, Any]) -> tuple[Any, str | None]:

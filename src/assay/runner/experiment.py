@@ -70,6 +70,7 @@ from assay.runner.arm_check import check_arms
 from assay.runner.executors.base import WORKER_LOST, Executor, TrialJob
 from assay.runner.executors.local import make_executor
 from assay.runner.fork import ForkPrefixes, check_fork, fork_manifest, fork_totals
+from assay.runner.gateway_channel import attempt_channel
 from assay.runner.holdout import MANIFEST_KEY as HOLDOUT_KEY
 from assay.runner.holdout import holdout_gate
 from assay.runner.progress import NullProgress, Progress, TrialDone
@@ -436,7 +437,8 @@ class ExperimentRunner:
                               log_path=self.out / "gateway_events.jsonl",
                               total_cost_usd=None if cap is None else max(cap - prior, 0.0),
                               limits=ServerLimits() if body_mib is None else ServerLimits(
-                                  request_body_bytes=int(body_mib * 1024 * 1024)))
+                                  request_body_bytes=int(body_mib * 1024 * 1024)),
+                              **gateway_limits(spec.limits))
             session["gateway"] = gateway.applied_limits()  # what this session enforced
             if cap is not None and prior >= cap:
                 self.stop_new.set()
@@ -613,6 +615,7 @@ class ExperimentRunner:
         attempt_dir = self.out / attempt.dir
         attempt_id = f"{key.task}/{key.arm}/{key.rep}/{attempt.label}"
         token = None
+        proxy = self.proxy
         policy = bundle.spec.initial_state.network_policy
         upstream = access.upstream
         if access.replay is not None and self.replay is not None:
@@ -628,11 +631,14 @@ class ExperimentRunner:
                     limits=BudgetLimits(tokens=limits.tokens, cost_usd=limits.cost_usd,
                                         assistant_steps=bundle.spec.budget.assistant_steps),
                     prices={k: v.model_dump() for k, v in self.exp.spec.prices.items()})
+                proxy = attempt_channel(self.gateway, token, self.proxy)
             except (ValueError, OSError) as exc:  # before the agent started: infrastructure
+                if token is not None:
+                    self.gateway.close_attempt(token)
                 state.finish_attempt(attempt, "infra_error",
                                      reason=f"gateway: {type(exc).__name__}: {exc}"[:500])
                 return "infra_error"
-        hooks = _AttemptHooks(state, attempt, self.gateway, token, access, self.proxy,
+        hooks = _AttemptHooks(state, attempt, self.gateway, token, access, proxy,
                               self.grace, bundle.spec.acceptance.verifier_revision, ticket)
         hooks.agent_files = self.agent_dirs.get(key.arm)
         hooks.scratch_dir = attempt_scratch(self.out, attempt.dir)
@@ -726,6 +732,16 @@ def unpriced_models(spec: Any) -> list[str]:
 
 
 _SOCKET_NOTE = "gateway-socket-dir"
+
+
+def gateway_limits(limits: Any) -> dict[str, int]:
+    """The experiment's ``limits:`` keys the gateway takes as settings (those set only: an
+    unset one keeps the gateway's default)."""
+    named = {"connections_per_attempt": limits.connections_per_attempt,
+             "heads_per_attempt": limits.unfinished_heads_per_attempt,
+             "max_connections": limits.connections_total,
+             "concurrent_requests": limits.concurrent_requests}
+    return {k: v for k, v in named.items() if v is not None}
 
 
 def _swap_socket_note(out: Path, current: Path) -> list[str]:

@@ -64,6 +64,7 @@ from assay.records.fork import (
 )
 from assay.records.io import atomic_write_json, read_json_file
 from assay.records.manifest import utc_now
+from assay.runner.gateway_channel import attempt_channel
 from assay.runner.scratch import attempt_scratch
 from assay.sandbox import SANDBOX_WORKDIR, ProxyTarget
 from assay.suites.bundle import Bundle, check_starting_tree
@@ -225,6 +226,8 @@ class ForkPrefixes:
                     limits=BudgetLimits(tokens=limits.tokens, cost_usd=limits.cost_usd),
                     transcripts=self.exp.spec.transcripts and bundle.spec.transcripts,
                     prices={k: v.model_dump() for k, v in self.exp.spec.prices.items()})
+                # the prefix's own channel: its connections count against it from their accept
+                proxy = attempt_channel(gateway, token, proxy)
                 url = proxy.base_url + "/v1"
                 env.update(OPENAI_BASE_URL=url, OPENAI_API_BASE=url, OPENAI_API_KEY=token,
                            ASSAY_MODEL=self.access.model or "")

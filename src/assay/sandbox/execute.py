@@ -15,9 +15,11 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
+from assay.sandbox.diskwatch import DiskWatch
 from assay.sandbox.limits import Limits
 from assay.sandbox.outcome import classify
 from assay.sandbox.pipes import OutputSink, PipePump
@@ -49,11 +51,14 @@ def execute(
     common: dict[str, Any],
     setup_check: Callable[[], str | None] | None = None,
     grace_seconds: float = KILL_GRACE_SECONDS,
+    writable: Sequence[Path] = (),
 ) -> ExecResult:
     """Run ``command`` (the wrapper prefix included) to its end under the watchdog.
 
     ``setup_check``, called once the command is gone, says why in-sandbox setup (the
     model-proxy launcher) did not hand over to the command, or ``None`` if it did.
+    ``writable``: the host folders the command can write, watched against
+    ``limits.disk_mib`` while it runs (:mod:`assay.sandbox.diskwatch`).
 
     ``pass_fds`` are closed here once the child has them and removed from ``owned_fds``, which
     the caller closes; the sinks and the plan's cgroups stay the caller's to close."""
@@ -85,6 +90,10 @@ def execute(
 
     tree = ProcessTree(proc.pid, sandboxed=sandboxed, ns_init=ns_init, cgroup_procs=plan.procs)
     timed_out = False
+    watch = None
+    if limits.disk_mib is not None and writable:
+        watch = DiskWatch(writable, limits.disk_mib * 1024 * 1024,
+                          lambda _figure: tree.kill_everything()).start()
     try:
         pump.pump(start + limits.wall_seconds, lambda: pump.exited)
         if not pump.exited:
@@ -102,6 +111,8 @@ def execute(
         tree.kill_everything()
         raise
     finally:
+        if watch is not None:
+            watch.stop()
         pump.close()
         try:
             proc.wait(timeout=_REAP_SECONDS)
@@ -112,6 +123,10 @@ def execute(
                 stream.close()
     end = pump.exit_time or time.monotonic()
     evidence = plan.evidence()
+    if watch is not None:  # the watcher's figures: what the writable folders took on disk
+        evidence["disk_peak_bytes"] = watch.peak
+        if watch.over is not None:
+            evidence["disk_over_bytes"] = watch.over
     warnings += plan.cleanup()
     status = pump.status_docs() if sandboxed else {}
     code = status.get("exit-code")
@@ -129,6 +144,7 @@ def execute(
         wall_seconds=limits.wall_seconds,
         cpu_seconds=limits.cpu_seconds,
         setup_failure=setup_check() if setup_check is not None else None,
+        disk_mib=limits.disk_mib,
     )
     return ExecResult(
         **common,

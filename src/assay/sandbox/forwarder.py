@@ -17,7 +17,8 @@ other side until it is flushed: back-pressure, never unbounded memory. Every TCP
 One thread rather than one per connection because, inside the sandbox, threads count against the
 execution's ``pids`` limit.
 
-The launcher protocol (``python3 -I -S -c SOURCE SOCKET PORT STATUS_FD -- COMMAND...``): listen on
+The launcher protocol (``python3 -I -S -c SOURCE SOCKET PORT STATUS_FD [--max-connections=N]
+[--report-fd=FD] -- COMMAND...``): listen on
 ``127.0.0.1:PORT`` *before* anything else, so the command's first connection is queued even if
 the forwarder has not been scheduled yet; fork the forwarder off (twice, so it is re-parented to
 bubblewrap's PID 1 and is never a child the command could ``wait`` for) and wait for its
@@ -26,7 +27,11 @@ environment the launcher itself was given (read back from ``/proc/self/environ``
 locale coercion may have added ``LC_CTYPE``). The status descriptor is close-on-exec, so only
 the launcher can write to it: a failure is a :data:`FAILED` line (forwarder) or an
 :data:`EXEC_FAILED` line (the command could not be executed), and a command cannot forge
-either.
+either. The forwarder writes ``refused: N`` lines to a descriptor of its own (``--report-fd``,
+never the status one: a process of the sandbox can open another's descriptors through
+``/proc``, so what the forwarder holds is not proof, and a forged status line must stay
+impossible) when it closed connections past ``--max-connections`` (the attempt's connection
+limit at the gateway: a flood never leaves the sandbox); the record calls that count a claim.
 """
 
 from __future__ import annotations
@@ -43,6 +48,9 @@ from collections.abc import Callable
 READY = "ready"
 FAILED = "failed:"
 EXEC_FAILED = "exec-failed:"
+REFUSED = "refused:"
+MAX_CONNECTIONS_ARG = "--max-connections="
+REPORT_FD_ARG = "--report-fd="
 CHUNK = 65536
 BACKLOG = 512
 #: how long an accepted connection may wait for the upstream's backlog to make room
@@ -124,13 +132,19 @@ class Splicer:
     """Accept on ``listener``, pair each connection with ``connect()``, pump bytes both ways.
 
     :meth:`run` returns when ``stop_sock`` becomes readable; then :meth:`close_all`. ``accepted``
-    and ``upstream_failures`` count what happened (the relay puts them in the record)."""
+    and ``upstream_failures`` count what happened (the relay puts them in the record).
+
+    ``max_pairs``: the most connections relayed at once; one accepted past it is closed at once
+    (``refused`` counts them), so an agent's flood of connections never leaves the sandbox.
+    ``on_refused`` is told the count at most once a second (and once more when it changed)."""
 
     def __init__(
         self,
         listener: socket.socket,
         connect: Callable[[], socket.socket],
         stop_sock: socket.socket | None = None,
+        max_pairs: int | None = None,
+        on_refused: Callable[[int], None] | None = None,
     ) -> None:
         self.sel = selectors.DefaultSelector()
         self.listener = listener
@@ -138,6 +152,11 @@ class Splicer:
         self.stop_sock = stop_sock
         self.accepted = 0
         self.upstream_failures = 0
+        self.max_pairs = max_pairs
+        self.refused = 0
+        self.on_refused = on_refused
+        self._told = 0
+        self._told_at = 0.0
         self.ends: set[_End] = set()
         #: accepted clients whose upstream refused for now (a Unix listener's full backlog)
         self.waiting: list[tuple[socket.socket, float]] = []
@@ -149,7 +168,11 @@ class Splicer:
 
     def run(self) -> None:
         while True:
-            for key, events in self.sel.select(RETRY_SECONDS if self.waiting else None):
+            timeout = RETRY_SECONDS if self.waiting else None
+            if self.refused != self._told:
+                timeout = min(timeout or 1.0, 1.0)
+                self._tell()
+            for key, events in self.sel.select(timeout):
                 end = key.data
                 if end is None:
                     if key.fileobj is self.listener:
@@ -178,10 +201,21 @@ class Splicer:
             except OSError:  # e.g. EMFILE: leave it queued, try again shortly
                 time.sleep(RETRY_SECONDS)
                 return
+            if self.max_pairs is not None and (
+                    len(self.ends) // 2 + len(self.waiting) >= self.max_pairs):
+                client.close()
+                self.refused += 1
+                continue
             self.accepted += 1
             client.setblocking(False)
             _nodelay(client)
             self._pair(client, time.monotonic() + CONNECT_TIMEOUT)
+
+    def _tell(self) -> None:
+        now = time.monotonic()
+        if self.on_refused is not None and now - self._told_at >= 1.0:
+            self.on_refused(self.refused)
+            self._told, self._told_at = self.refused, now
 
     def _pair(self, client: socket.socket, deadline: float) -> None:
         """Connect ``client``'s upstream; a full backlog (EAGAIN) waits in ``waiting``."""
@@ -322,20 +356,33 @@ def _initial_environ() -> dict[str, str]:
     return env
 
 
-def _serve(listener: socket.socket, socket_path: str, ready_fd: int) -> None:
+def _serve(listener: socket.socket, socket_path: str, ready_fd: int, max_pairs: int | None,
+           report_fd: int) -> None:
     """The forwarder process: stdio on /dev/null (it must hold none of the command's pipes);
-    one byte on ``ready_fd`` once its loop can run."""
+    one byte on ``ready_fd`` once its loop can run. Connections it refused past ``max_pairs``
+    are reported as ``refused: N`` lines on ``report_fd`` (never blocking on it)."""
     null = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):
         os.dup2(null, fd)
     os.close(null)
-    splicer = Splicer(listener, unix_connector(socket_path))
+
+    def tell(count: int) -> None:
+        if report_fd < 0:
+            return
+        try:
+            os.write(report_fd, (REFUSED + " " + str(count) + "\n").encode())
+        except OSError:
+            pass
+
+    splicer = Splicer(listener, unix_connector(socket_path), max_pairs=max_pairs,
+                      on_refused=tell)
     os.write(ready_fd, b"1")
     os.close(ready_fd)
     splicer.run()
 
 
-def _start_forwarder(listener: socket.socket, socket_path: str, status_fd: int) -> None:
+def _start_forwarder(listener: socket.socket, socket_path: str, status_fd: int,
+                     max_pairs: int | None = None, report_fd: int = -1) -> None:
     """Fork the forwarder (via a short-lived middle process) and wait until it says it runs;
     raises ``OSError`` if it does not."""
     ready_r, ready_w = os.pipe()
@@ -347,7 +394,7 @@ def _start_forwarder(listener: socket.socket, socket_path: str, status_fd: int) 
                 os.close(ready_r)
                 if os.fork() == 0:
                     try:
-                        _serve(listener, socket_path, ready_w)
+                        _serve(listener, socket_path, ready_w, max_pairs, report_fd)
                     finally:
                         os._exit(0)
             finally:
@@ -367,8 +414,19 @@ def _start_forwarder(listener: socket.socket, socket_path: str, status_fd: int) 
 def launch(args: list[str]) -> int:
     """Start the forwarder, report, become the command; see the module docstring."""
     socket_path, port, status_fd = args[0], int(args[1]), int(args[2])
-    command = args[4:] if args[3:4] == ["--"] else args[3:]
+    rest = args[3:]
+    max_pairs, report_fd = None, -1
+    while rest[:1] and rest[0].startswith((MAX_CONNECTIONS_ARG, REPORT_FD_ARG)):
+        if rest[0].startswith(MAX_CONNECTIONS_ARG):
+            max_pairs = int(rest[0][len(MAX_CONNECTIONS_ARG):]) or None
+        else:
+            report_fd = int(rest[0][len(REPORT_FD_ARG):])
+        rest = rest[1:]
+    command = rest[1:] if rest[:1] == ["--"] else rest
     os.set_inheritable(status_fd, False)
+    if report_fd >= 0:
+        os.set_inheritable(report_fd, False)  # the forwarder's alone, never the command's
+        os.set_blocking(report_fd, False)
 
     def report(line: str) -> None:
         try:
@@ -384,8 +442,10 @@ def launch(args: list[str]) -> int:
         listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         listener.bind(("127.0.0.1", port))
         listener.listen(BACKLOG)
-        _start_forwarder(listener, socket_path, status_fd)
+        _start_forwarder(listener, socket_path, status_fd, max_pairs, report_fd)
         listener.close()
+        if report_fd >= 0:
+            os.close(report_fd)
     except OSError as exc:
         report(f"{FAILED} forwarder for 127.0.0.1:{port} -> {socket_path}: {exc}")
         return 125

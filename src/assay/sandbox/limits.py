@@ -19,6 +19,8 @@ MECH_CGROUP_V1 = "cgroup_v1"
 MECH_RLIMIT_DATA = "rlimit_data"
 MECH_RLIMIT_NPROC = "rlimit_nproc"
 MECH_RLIMIT_CPU = "rlimit_cpu"
+#: RLIMIT_FSIZE per file, and :mod:`assay.sandbox.diskwatch` for the total
+MECH_DISK = "rlimit_fsize+disk_watch"
 MECH_WATCHDOG = "watchdog"
 NOT_APPLIED = "not_applied"
 
@@ -36,11 +38,15 @@ class Limits:
     #: cap on what is *kept* per stream in ``record_dir``; everything is still counted and the tail
     #: is always the real last bytes.
     output_bytes: int = 16 * 1024 * 1024
+    #: the most the execution's writable host folders (its work directory and writable mounts)
+    #: may take on disk together while it runs; past it the execution is killed
+    #: (``disk_limit``). No single file grows past it either (RLIMIT_FSIZE).
+    disk_mib: int | None = None
 
     def __post_init__(self) -> None:
         if not self.wall_seconds > 0:
             raise ValueError("wall_seconds must be > 0")
-        for name in ("memory_mib", "pids", "cpu_seconds"):
+        for name in ("memory_mib", "pids", "cpu_seconds", "disk_mib"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or value <= 0):
                 raise ValueError(f"{name} must be a positive int or None")

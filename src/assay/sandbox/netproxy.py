@@ -40,7 +40,14 @@ from typing import Any
 
 from assay.errors import SandboxFailed
 from assay.sandbox.bwrap import DEFAULT_PATH, Mount
-from assay.sandbox.forwarder import EXEC_FAILED, FAILED, READY
+from assay.sandbox.forwarder import (
+    EXEC_FAILED,
+    FAILED,
+    MAX_CONNECTIONS_ARG,
+    READY,
+    REFUSED,
+    REPORT_FD_ARG,
+)
 from assay.sandbox.relay import Relay
 
 #: Where the gateway's socket appears inside the sandbox.
@@ -65,6 +72,9 @@ class ProxyTarget:
     tcp: tuple[str, int] | None = None
     port: int = DEFAULT_PROXY_PORT
     name: str = "gateway"
+    #: the most connections the forwarder relays at once (the attempt's connection limit at
+    #: the gateway); one past it is closed inside the sandbox. None: no limit of its own.
+    max_connections: int | None = None
 
     def __post_init__(self) -> None:
         if (self.unix_socket is None) == (self.tcp is None):
@@ -80,6 +90,10 @@ class ProxyTarget:
                              f"cannot bind lower ports), not {self.port!r}")
         if not self.name or not self.name.isprintable():
             raise ValueError("name must be a non-empty printable string")
+        if self.max_connections is not None and (
+                not isinstance(self.max_connections, int) or self.max_connections < 1):
+            raise ValueError(f"max_connections must be a positive int, not "
+                             f"{self.max_connections!r}")
 
     @property
     def base_url(self) -> str:
@@ -123,16 +137,33 @@ class ProxySession:
         self.status = ""
         self.handed_over = False
         self.forwarder = "not started"
+        self.refused_claim: int | None = None
         self._closed = False
 
     def mount(self) -> Mount:
         return Mount(source=self.socket_path, target=SANDBOX_PROXY_SOCKET)
 
-    def launcher_argv(self, argv: tuple[str, ...], status_fd: int) -> list[str]:
+    def launcher_argv(self, argv: tuple[str, ...], status_fd: int,
+                      report_fd: int | None = None) -> list[str]:
         """The command bubblewrap runs: the launcher, which becomes ``argv``. ``status_fd`` is
-        the write end of the launcher's status pipe, passed into the sandbox."""
+        the write end of the launcher's status pipe, passed into the sandbox; ``report_fd``
+        the forwarder's own pipe for the connections it refused."""
+        options = []
+        if self.target.max_connections is not None:
+            options.append(f"{MAX_CONNECTIONS_ARG}{self.target.max_connections}")
+        if report_fd is not None:
+            options.append(f"{REPORT_FD_ARG}{report_fd}")
         return [self.python, "-I", "-S", "-c", forwarder_source(), SANDBOX_PROXY_SOCKET,
-                str(self.target.port), str(status_fd), "--", *argv]
+                str(self.target.port), str(status_fd), *options, "--", *argv]
+
+    def read_report(self, data: bytes) -> None:
+        """The forwarder's last ``refused: N`` line: how many connections it closed past its
+        limit (at least: it writes at most once a second). Written inside the sandbox, so a
+        claim; a line that is not a count is ignored."""
+        for line in data.decode("ascii", errors="replace").splitlines()[-50:]:
+            word = line[len(REFUSED):].strip() if line.startswith(REFUSED) else ""
+            if word.isdigit() and len(word) < 13:
+                self.refused_claim = max(self.refused_claim or 0, int(word))
 
     def failure(self, status: bytes) -> str | None:
         """Why the command never ran, or ``None`` when the launcher handed over to it.
@@ -169,6 +200,12 @@ class ProxySession:
             "forwarder": self.forwarder,
             "command_started": self.handed_over,
         }
+        if self.target.max_connections is not None:
+            rec["forwarder_max_connections"] = self.target.max_connections
+            # the forwarder runs in the agent's sandbox: its count is a claim (the gateway's
+            # own refusals are its events); unknown stays unknown
+            rec["forwarder_refused_claim"] = self.refused_claim or 0 if self.handed_over \
+                else None
         if self.relay is not None:  # only the relay can count; unknown stays unknown
             rec["connections"] = self.relay.connections
             rec["upstream_failures"] = self.relay.upstream_failures

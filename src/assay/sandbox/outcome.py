@@ -22,6 +22,10 @@ Classification (``ExecResult.reason``), first match wins:
 ``process_limit``
     cgroup: ``pids.events`` ``max`` is non-zero, i.e. the kernel refused a fork (exact). rlimit:
     inferred from stderr (EAGAIN / BlockingIOError), said so in ``detail``.
+``disk_limit``
+    the disk watcher found the writable folders over ``disk_mib`` and killed the execution
+    (exact: its figure is in ``evidence``), or the command died of SIGXFSZ (a file at the
+    per-file limit, RLIMIT_FSIZE).
 ``timeout``
     the watchdog fired, or the process died of SIGXCPU (``cpu_seconds``, in ``detail``).
 ``nonzero_exit``
@@ -42,13 +46,15 @@ from typing import Literal, NamedTuple
 from assay.sandbox.limits import MECH_RLIMIT_DATA, MECH_RLIMIT_NPROC, NOT_APPLIED
 from assay.sandbox.wrapper import WRAPPER_FAILED_EXIT, WRAPPER_MESSAGE_PREFIX
 
-Reason = Literal["ok", "nonzero_exit", "timeout", "memory_limit", "process_limit", "sandbox_error"]
+Reason = Literal["ok", "nonzero_exit", "timeout", "memory_limit", "process_limit",
+                 "disk_limit", "sandbox_error"]
 REASONS: tuple[str, ...] = (
     "ok",
     "nonzero_exit",
     "timeout",
     "memory_limit",
     "process_limit",
+    "disk_limit",
     "sandbox_error",
 )
 
@@ -94,6 +100,7 @@ def classify(
     wall_seconds: float,
     cpu_seconds: int | None,
     setup_failure: str | None = None,
+    disk_mib: int | None = None,
 ) -> Outcome:
     """Classify one finished execution; see the module docstring for the rules.
 
@@ -117,8 +124,10 @@ def classify(
                 notes.append(f"bubblewrap reported status {code}: killed by {sig}")
             else:
                 exit_code = code
-        elif timed_out or evidence.get("oom_kills", 0) > 0:
-            # we (or the OOM killer) killed bubblewrap itself before it could report
+        elif (timed_out or evidence.get("oom_kills", 0) > 0
+              or evidence.get("disk_over_bytes", 0) > 0):
+            # we (the watchdog, the disk watcher) or the OOM killer killed bubblewrap itself
+            # before it could report
             sig = signal_name(-rc) if rc < 0 else None
         else:
             started = False
@@ -155,6 +164,11 @@ def classify(
                 "memory_limit",
                 f"inferred from stderr ({m.group(0)!r}); RLIMIT_DATA leaves no kernel record",
             )
+    over = evidence.get("disk_over_bytes", 0)
+    if over > 0:
+        return done("disk_limit", f"its writable folders took {over:,} bytes on disk, over the "
+                    f"limit of {disk_mib} MiB ({(disk_mib or 0) << 20:,} bytes); killed by the "
+                    "disk watcher while it wrote")
     refused = evidence.get("pid_limit_hits", 0)
     if refused > 0:
         return done("process_limit", f"{refused} fork(s) refused by pids.max (pids.events)")
@@ -174,6 +188,13 @@ def classify(
             "timeout",
             f"wall time limit of {wall_seconds:g} s exceeded; killed by the watchdog",
         )
+    if sig == "SIGXFSZ" and disk_mib is not None:
+        return done("disk_limit", f"a file reached the per-file limit of {disk_mib} MiB "
+                    "(RLIMIT_FSIZE)")
+    peak = evidence.get("disk_peak_bytes", 0)
+    if disk_mib is not None and peak >= disk_mib << 20:  # a write failed with EFBIG
+        return done("disk_limit", f"its writable folders took {peak:,} bytes on disk, the "
+                    f"limit of {disk_mib} MiB: writes past it fail")
     if sig == "SIGXCPU" and cpu_seconds_mechanism != NOT_APPLIED:
         return done("timeout", f"CPU-time limit of {cpu_seconds} s exceeded (RLIMIT_CPU)")
     return done("nonzero_exit", None)

@@ -50,6 +50,7 @@ from typing import NamedTuple
 from assay.sandbox.cgroups import CPU_PERIOD_US, Cgroup, CgroupSet, open_cgroups, remove_cgroup
 from assay.sandbox.evidence import read_evidence
 from assay.sandbox.limits import (
+    MECH_DISK,
     MECH_RLIMIT_CPU,
     MECH_RLIMIT_DATA,
     MECH_RLIMIT_NPROC,
@@ -227,6 +228,16 @@ def plan_wall(wall_seconds: float, grace_seconds: float) -> Planned:
     ))
 
 
+def plan_disk(mib: int | None) -> Planned:
+    """Bytes on disk: RLIMIT_FSIZE (``ulimit -f``, 512-byte blocks in ``/bin/sh``) for each
+    file, the disk watcher for the writable folders' total (:mod:`assay.sandbox.diskwatch`)."""
+    if mib is None:
+        return Planned(not_applied(None, "no disk limit asked"))
+    note = ("no file of the execution grows past it (RLIMIT_FSIZE: the write fails, SIGXFSZ); "
+            "its writable folders together are watched while it runs and it is killed past it")
+    return Planned(AppliedLimit(mib, MECH_DISK, note=note), (f"ulimit -f {mib * 2048}",))
+
+
 def plan_limits(limits: Limits, *, use_cgroups: bool = True, grace_seconds: float,
                 forwarder: bool = False) -> LimitPlan:
     """Create the cgroups for one execution (if possible) and decide the rlimit fallbacks.
@@ -249,6 +260,7 @@ def plan_limits(limits: Limits, *, use_cgroups: bool = True, grace_seconds: floa
             "cpu_seconds": plan_cpu_seconds(limits.cpu_seconds),
             "cpu_cores": plan_cpu_cores(limits.cpu_cores, mech("cpu"), why("cpu", "")),
             "wall_seconds": plan_wall(limits.wall_seconds, grace_seconds),
+            "disk_mib": plan_disk(limits.disk_mib),
         }
     except BaseException:  # the caller never gets a plan to clean up
         for cg in got.cgroups:

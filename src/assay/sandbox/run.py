@@ -182,6 +182,7 @@ def run_sandboxed(
         plan = plan_limits(limits, use_cgroups=use_cgroups, grace_seconds=grace_seconds,
                            forwarder=proxy is not None)
         status_fd: int | None = None
+        report_r: int | None = None
         if sandboxed:
             bwrap = bwrap_executable()
             assert bwrap is not None  # check_bwrap passed
@@ -200,9 +201,10 @@ def run_sandboxed(
                                          "gateway": proxy.describe(),
                                          "forwarder": "not started"})
                 setup_r, setup_w = os.pipe()
-                parent_fds += [setup_r, setup_w]
+                report_r, report_w = os.pipe()  # the forwarder's refusals (a claim)
+                parent_fds += [setup_r, setup_w, report_r, report_w]
                 checked_mounts.append(session.mount().validated(inside))
-                inner = session.launcher_argv(argv, setup_w)
+                inner = session.launcher_argv(argv, setup_w, report_w)
                 if image is not None:
                     # the forwarder is assay's: the host's python3, started through the host's
                     # loader, whatever python the image has (or not); the command it hands
@@ -216,7 +218,7 @@ def run_sandboxed(
                             network_applied=session.record())
                     inner = [*lent, *inner[1:]]
                     checked_mounts.append(host_usr_mount().validated(inside))
-                extra_fds = (setup_w,)
+                extra_fds = (setup_w, report_w)
                 setup_check = functools.partial(_proxy_failure, session, setup_r)
 
             userns_fd: int | None = None
@@ -271,8 +273,11 @@ def run_sandboxed(
             common=common,
             setup_check=setup_check,
             grace_seconds=grace_seconds,
+            writable=[workdir, *(m.source for m in mounts if m.writable)],
         )
         if session is not None:
+            if report_r is not None:
+                session.read_report(read_available(report_r))
             warnings = session.close()
             result = dataclasses.replace(
                 result,

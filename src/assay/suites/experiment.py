@@ -177,6 +177,20 @@ class Limits(_Strict):
     request_body_mib: float | None = Field(default=None, gt=0, le=1024)
     """The largest request body an agent may send the gateway, in MiB; unset: 32. A larger
     one is answered 413 without being read whole (the run's manifest records what applied)."""
+    connections_per_attempt: int | None = Field(default=None, ge=1, le=4096)
+    """Connections one attempt may hold open to the gateway, counted from their accept on the
+    attempt's own channel; unset: 32. The sandbox's forwarder closes one past it itself; the
+    gateway answers 429 (``connection_cap`` event)."""
+    unfinished_heads_per_attempt: int | None = Field(default=None, ge=1, le=4096)
+    """Connections of one attempt whose request head is not complete yet; unset: 16. At the
+    limit its channel accepts nothing more until one completes or times out (``head_cap``)."""
+    connections_total: int | None = Field(default=None, ge=8, le=65536)
+    """Agent connections open at the gateway in all; unset: 2048, or half the descriptor
+    limit. Shared fairly: each attempt with a channel gets an equal part, the shared port one
+    more (``gateway_share`` when an attempt's part was what stopped it)."""
+    concurrent_requests: int | None = Field(default=None, ge=1, le=4096)
+    """Calls one attempt may have in flight to its upstream at once; unset: 16 (real agent
+    CLIs stay near ten). A call past it waits for one of the attempt's own to finish."""
 
 
 class Price(_Strict):
@@ -490,8 +504,10 @@ def _settings(spec: ExperimentSpec) -> dict[str, Any]:
             settings.pop(key, None)
     if settings.get("transcripts") is True:  # the default, added later: absent as before
         settings.pop("transcripts")
-    if settings["limits"].get("request_body_mib") is None:
-        settings["limits"].pop("request_body_mib", None)
+    for key in ("request_body_mib", "connections_per_attempt", "unfinished_heads_per_attempt",
+                "connections_total", "concurrent_requests"):
+        if settings["limits"].get(key) is None:
+            settings["limits"].pop(key, None)
     for arm in settings["arms"].values():
         for key in ("trigger_event", "agent_files"):
             if arm.get(key) is None:

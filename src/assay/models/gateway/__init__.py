@@ -6,7 +6,9 @@ Modules (imported by their full names; this file imports nothing):
   ``POST /v1/messages/count_tokens``): Claude Code speaks it (``anthropic_usage``,
   ``AnthropicMessages``, ``AnthropicStreamMeter``, ``AnthropicCountTokens``)
 - ``book``: The gateway's book of attempts: scoped tokens, revocation, connection counts and
-  spending (``Entry``, ``Caller``, ``AttemptBook``, ``new_token``)
+  spending (``Entry``, ``Caller``, ``Refusal``, ``AttemptBook``, ``new_token``)
+- ``channel``: An attempt's own way into the gateway: one listening socket, accepted at a
+  bounded pace (``Channel``, ``remove_socket``)
 - ``budget``: Per-attempt limits and the running totals they are checked against (``Limits``,
   ``AttemptUsage``, ``Totals``, ``Budget``)
 - ``http``: HTTP/1.1 for the gateway, both sides, parsed by llhttp (``httptools``) on asyncio

@@ -20,7 +20,7 @@ import secrets
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Generic, Protocol, TypeVar
+from typing import Generic, Literal, Protocol, TypeVar
 
 from assay.models.gateway.budget import AttemptUsage, Budget
 from assay.models.prices import Usage
@@ -36,6 +36,7 @@ class Entry(Protocol):
     budget: Budget
     open: bool
     connections: int
+    heads: int
 
 
 E = TypeVar("E", bound=Entry)
@@ -59,15 +60,28 @@ class Caller(Generic[E]):
         return "revoked_token" if self.revoked_for is not None else "unknown_token"
 
 
+@dataclass(frozen=True)
+class Refusal:
+    """Why a connection was not admitted: the gateway event's reason, the limit that applied
+    and what the attempt held."""
+
+    reason: Literal["connection_cap", "gateway_share", "head_cap"]
+    limit: int
+    figure: int
+
+
 class AttemptBook(Generic[E]):
     """Tokens, attempts and the run's spending. Thread-safe: every method takes the lock."""
 
     def __init__(self, *, total_cost_usd: float | None = None,
-                 connections_per_attempt: int = 32) -> None:
+                 connections_per_attempt: int = 32, heads_per_attempt: int = 16) -> None:
         if connections_per_attempt < 1:
             raise ValueError("connections_per_attempt must be at least 1")
+        if heads_per_attempt < 1:
+            raise ValueError("heads_per_attempt must be at least 1")
         self.total_cost_usd = total_cost_usd
         self.connections_per_attempt = connections_per_attempt
+        self.heads_per_attempt = heads_per_attempt
         self._lock = threading.Lock()
         self._tokens: dict[str, E] = {}
         self._revoked: dict[str, str] = {}
@@ -180,6 +194,29 @@ class AttemptBook(Generic[E]):
     def release_connection(self, entry: E) -> None:
         with self._lock:
             entry.connections -= 1
+
+    def admit(self, entry: E, share: int) -> Refusal | None:
+        """Count a connection accepted on the attempt's own channel, before its first byte:
+        one connection more and one unfinished head more. The refusal when the attempt
+        already holds ``connections_per_attempt`` connections (``connection_cap``), or its
+        ``share`` of the gateway-wide ceiling when that is lower (``gateway_share``), or
+        ``heads_per_attempt`` connections whose head is not complete (``head_cap``)."""
+        with self._lock:
+            cap = min(self.connections_per_attempt, share)
+            if entry.connections >= cap:
+                if cap == self.connections_per_attempt:
+                    return Refusal("connection_cap", cap, entry.connections)
+                return Refusal("gateway_share", cap, entry.connections)
+            if entry.heads >= self.heads_per_attempt:
+                return Refusal("head_cap", self.heads_per_attempt, entry.heads)
+            entry.connections += 1
+            entry.heads += 1
+            return None
+
+    def head_changed(self, entry: E, delta: int) -> None:
+        """One of the attempt's connections began (+1) or finished (-1) a request head."""
+        with self._lock:
+            entry.heads += delta
 
     # --------------------------------------------------------------------------- spending
 

@@ -53,7 +53,7 @@ import socket
 import ssl
 import time
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from http import HTTPStatus
 from urllib.parse import urlsplit
@@ -135,13 +135,25 @@ class AgentConnection:
     the connection is to be answered and closed (the parser cannot resync)."""
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                 limits: ServerLimits) -> None:
+                 limits: ServerLimits, on_head: Callable[[int], None] | None = None) -> None:
         self.reader, self.writer, self.limits = reader, writer, limits
         self._parser = httptools.HttpRequestParser(self)
         self._ready: deque[Request] = deque()
         self._started = time.monotonic()
         self._served = 0
+        # A connection owes a head from the moment it is accepted, and again from the first
+        # byte of each later request until that head is complete: ``on_head`` is told +1 and
+        # -1 as that changes (the owner counts an attempt's unfinished heads with it; the
+        # +1 of the accept is the owner's own, so a connection counts before its first byte).
+        self.head_pending = True
+        self._on_head = on_head
         self._reset()
+
+    def _head_owed(self, owed: bool) -> None:
+        if owed != self.head_pending:
+            self.head_pending = owed
+            if self._on_head is not None:
+                self._on_head(1 if owed else -1)
 
     def _reset(self) -> None:
         self._in_message = False
@@ -161,6 +173,7 @@ class AgentConnection:
 
     def on_message_begin(self) -> None:
         self._in_message = True
+        self._head_owed(True)
         self._message_started = time.monotonic()
 
     def on_url(self, url: bytes) -> None:
@@ -187,6 +200,7 @@ class AgentConnection:
 
     def on_headers_complete(self) -> None:
         self._head_done = True
+        self._head_owed(False)
         parser = self._parser
         method = parser.get_method().decode("latin-1")
         target = self._url.decode("latin-1")

@@ -86,7 +86,6 @@ import contextlib
 import hashlib
 import re
 import resource
-import stat
 import threading
 import time
 from dataclasses import dataclass, field
@@ -97,8 +96,10 @@ from typing import Any
 from urllib.parse import parse_qsl, urlencode
 
 from assay.errors import TransportError
-from assay.models.gateway.book import AttemptBook, new_token
+from assay.models.gateway.book import AttemptBook, Refusal, new_token
 from assay.models.gateway.budget import AttemptUsage, Budget, Limits
+from assay.models.gateway.channel import CONNECTION_RATE, Channel, remove_socket
+from assay.models.gateway.fair import CONCURRENT_REQUESTS, THROTTLED, FairGate, Slot, ThrottledBy
 from assay.models.gateway.http import (
     HOP_BY_HOP,
     LAST_CHUNK,
@@ -143,6 +144,10 @@ CONNECTIONS_PER_ATTEMPT = 32
 #: descriptors the runner needs for ledgers and sandboxes. Each unauthenticated one lasts at
 #: most the header timeout. At most half the process's descriptor limit.
 MAX_CONNECTIONS = 2048
+#: Connections of one attempt whose request head is not complete yet (a new connection on the
+#: attempt's channel counts from its accept): past it a new one is answered 429 and closed.
+#: An agent writes its head in one go, so more than a few at once is a flood.
+HEADS_PER_ATTEMPT = 16
 #: The longest SSE event the gateway waits for before handing it on (it must see whole events
 #: to meter them); a stream with a longer one is cut, its usage unknown.
 MAX_EVENT = 8 * 1024 * 1024
@@ -205,9 +210,15 @@ class _Attempt:
     open: bool = True
     # agent connections counted against CONNECTIONS_PER_ATTEMPT
     connections: int = 0
+    # of them, those whose request head is unfinished (HEADS_PER_ATTEMPT)
+    heads: int = 0
+    # the attempt's own listening sockets (``open_channel``)
+    channels: list[Channel] = field(default_factory=list)
     inflight: set[asyncio.Task[Any]] = field(default_factory=set)
     # the attempt's transcript files (``gateway_transcript``); None with transcripts off
     transcript: TranscriptWriter | None = None
+    # the slots of its upstream, shared with every attempt calling the same one
+    gate: FairGate = field(default_factory=FairGate)
 
 
 def _now() -> str:
@@ -228,9 +239,12 @@ class Gateway:
                  unix_socket: Path | str | None = None, log_path: Path | None = None,
                  total_cost_usd: float | None = None, limits: ServerLimits | None = None,
                  connections_per_attempt: int = CONNECTIONS_PER_ATTEMPT,
+                 heads_per_attempt: int = HEADS_PER_ATTEMPT,
+                 concurrent_requests: int = CONCURRENT_REQUESTS,
                  max_connections: int | None = None) -> None:
         self.book: AttemptBook[_Attempt] = AttemptBook(
-            total_cost_usd=total_cost_usd, connections_per_attempt=connections_per_attempt)
+            total_cost_usd=total_cost_usd, connections_per_attempt=connections_per_attempt,
+            heads_per_attempt=heads_per_attempt)
         self.host = host
         self.limits = limits or ServerLimits()
         self._want_port = port
@@ -238,15 +252,27 @@ class Gateway:
         self.log_path = log_path
         self._lock = threading.Lock()  # the pools and the events; the book has its own
         self._pools: dict[tuple[str, float, float], UpstreamPool] = {}
+        self._gates: dict[tuple[str, float, float], FairGate] = {}
+        if concurrent_requests < 1:
+            raise ValueError("concurrent_requests must be at least 1")
+        self.concurrent_requests = concurrent_requests
         self._events: list[GatewayEvent] = []
         self._port: int | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._servers: list[asyncio.Server] = []
         self._conns: set[asyncio.Task[Any]] = set()
-        self.max_connections = max_connections or _connection_ceiling()
+        self._starting: set[asyncio.Task[Any]] = set()  # channel connections being set up
+        # never past half the descriptor limit, whatever the experiment asked
+        self.max_connections = min(max_connections or MAX_CONNECTIONS, _connection_ceiling())
         self._dropped = 0  # connections closed at the ceiling since the last event said so
         self._dropped_noted = 0.0
+        self._shared = 0  # connections open on the shared listeners (not an attempt's channel)
+        self._channel_attempts = 0  # attempts with a channel open: the ceiling's shares
+        self._channel_ids = 0
+        # refusals of a channel's connections not yet in an event: (attempt, reason) ->
+        # [count, when last noted, (status, detail, limit, figure) of the last one]
+        self._pending: dict[tuple[str, str], list[Any]] = {}
         self._syncer: Syncer | None = None
         self._log: LedgerFile | None = None
 
@@ -310,7 +336,7 @@ class Gateway:
         if self._syncer is not None:
             self._syncer.stop()
         if self.unix_socket is not None and self._port is not None:
-            _remove_socket(self.unix_socket)
+            remove_socket(self.unix_socket)
 
     def __enter__(self) -> Gateway:
         return self.start()
@@ -332,6 +358,8 @@ class Gateway:
                 "body_timeout_seconds": lim.body_timeout,
                 "idle_timeout_seconds": lim.idle_timeout,
                 "connections_total": self.max_connections,
+                "unfinished_heads_per_attempt": self.book.heads_per_attempt,
+                "concurrent_requests": self.concurrent_requests,
                 "request_head_kib": MAX_HEAD // 1024, "sse_event_mib": MAX_EVENT // (1024 * 1024)}
 
     @property
@@ -356,13 +384,20 @@ class Gateway:
         self._servers.append(server)
         self._port = server.sockets[0].getsockname()[1]
         if self.unix_socket is not None:
-            _remove_socket(self.unix_socket)  # a stale one from a killed run
+            remove_socket(self.unix_socket)  # a stale one from a killed run
             self._servers.append(await asyncio.start_unix_server(
                 self._on_connection, path=str(self.unix_socket), backlog=1024, limit=MAX_HEAD))
 
     async def _shutdown(self) -> None:
+        for key in list(self._pending):
+            self._note_pending(key)
         for server in self._servers:
             server.close()
+        for attempt in self.book.entries():
+            for channel in attempt.channels:
+                channel.close()
+        for task in list(self._starting):
+            task.cancel()
         for task in list(self._conns):
             task.cancel()
         if self._conns:
@@ -404,12 +439,14 @@ class Gateway:
                 pool = self._pools[key] = UpstreamPool(
                     upstream.base_url, connect_timeout=upstream.connect_timeout,
                     read_timeout=upstream.read_timeout)
+                self._gates[key] = FairGate(self.concurrent_requests)
+            gate = self._gates[key]
         token = new_token()
         loop = self._loop
         if loop is not None:  # the stale connections of earlier attempts' upstreams go
             loop.call_soon_threadsafe(self._close_stale)
         attempt = _Attempt(attempt_id, LedgerFile(Path(ledger_path), self._syncer_()),
-                           upstream, pool, model, Budget(limits, price), protocol)
+                           upstream, pool, model, Budget(limits, price), protocol, gate=gate)
         if transcripts:
             attempt.transcript = TranscriptWriter(
                 Path(ledger_path).parent, self._syncer_(),
@@ -437,6 +474,9 @@ class Gateway:
             return
         loop = self._loop
         if loop is None or self._thread is None or not self._thread.is_alive():
+            for channel in attempt.channels:  # the loop is gone: only the files are left
+                if channel.path is not None:
+                    remove_socket(channel.path)
             attempt.ledger.close()
             if attempt.transcript is not None:
                 attempt.transcript.close()
@@ -449,6 +489,7 @@ class Gateway:
         self.book.retire(attempt)
 
     async def _end(self, attempt: _Attempt) -> None:
+        self._close_channels(attempt)
         tasks = list(attempt.inflight)
         for task in tasks:
             task.cancel()
@@ -457,6 +498,111 @@ class Gateway:
         await asyncio.get_running_loop().run_in_executor(None, attempt.ledger.close)
         if attempt.transcript is not None:
             await asyncio.get_running_loop().run_in_executor(None, attempt.transcript.close)
+
+    def open_channel(self, token: str) -> Path:
+        """The attempt's own Unix socket (beside the gateway's ``unix_socket``): every
+        connection accepted on it belongs to the attempt before its first byte, so its
+        connection, unfinished-head and share limits hold whatever the agent sends, and a
+        refusal names the attempt. Bound into the attempt's sandbox in place of the shared
+        socket; removed when the attempt closes."""
+        if self.unix_socket is None:
+            raise ValueError("open_channel needs a gateway with a unix_socket (its folder "
+                             "holds the channels); use open_tcp_channel")
+        self._channel_ids += 1
+        path = self.unix_socket.parent / f"a{self._channel_ids}.sock"
+        self._run_on_loop(self._open_channel(self._live(token), path))
+        return path
+
+    def open_tcp_channel(self, token: str) -> tuple[str, int]:
+        """As :meth:`open_channel`, on a TCP port of its own (for a sandbox on another node,
+        whose relay reaches the gateway over the network)."""
+        return self._run_on_loop(self._open_channel(self._live(token), None))
+
+    def _live(self, token: str) -> _Attempt:
+        attempt = self.book.caller([token]).attempt
+        if attempt is None:
+            raise ValueError("open_channel: not a live token of this gateway")
+        return attempt
+
+    def _run_on_loop(self, coro: Any) -> Any:
+        loop = self._loop
+        if loop is None or self._thread is None:
+            coro.close()
+            raise ValueError("gateway not started")
+        return asyncio.run_coroutine_threadsafe(coro, loop).result(30)
+
+    async def _open_channel(self, attempt: _Attempt, path: Path | None) -> Any:
+        loop = asyncio.get_running_loop()
+        aid = attempt.attempt_id
+
+        def hold() -> str | None:
+            """Hold the channel's backlog while the attempt has its most unfinished heads:
+            a flood of heads waits in the kernel, and a real agent's burst of parallel
+            connections is only delayed, never refused."""
+            return "head_cap" if attempt.heads >= self.book.heads_per_attempt else None
+
+        def paced(reason: str) -> None:
+            if reason == "head_cap":
+                self._count_refusal(
+                    aid, "head_cap", 429,
+                    f"attempt {aid} holds {attempt.heads} connections whose request head is "
+                    "unfinished: its channel accepts no more until one completes",
+                    limit=self.book.heads_per_attempt, figure=attempt.heads)
+            else:
+                self._count_refusal(
+                    aid, "connection_rate", 429,
+                    f"attempt {aid} opened connections faster than {CONNECTION_RATE:g} a "
+                    "second: the rest waited in its channel's backlog",
+                    limit=int(CONNECTION_RATE))
+
+        channel = Channel(loop, lambda sock: self._admit(attempt, sock, path is not None),
+                          paced, hold=hold, path=path, host=self.host)
+        if not attempt.channels:
+            self._channel_attempts += 1
+        attempt.channels.append(channel)
+        return path if path is not None else channel.address
+
+    def _admit(self, attempt: _Attempt, sock: Any, unix: bool) -> None:
+        """A socket the attempt's channel accepted: counted against the attempt at once (in
+        the accept's own turn of the loop, so a batch of accepts meets the limits one by
+        one), or answered and closed unread."""
+        if not attempt.open or len(self._conns) + len(self._starting) >= self.max_connections:
+            sock.close()
+            if attempt.open:
+                self._dropped_channel(attempt)
+            return
+        refusal = self.book.admit(attempt, self._share())
+        if refusal is not None:
+            self._refuse_connection(attempt, refusal, sock)
+            return
+        task = asyncio.get_running_loop().create_task(
+            self._on_channel_socket(attempt, sock, unix))
+        self._starting.add(task)
+        task.add_done_callback(self._starting.discard)
+
+    async def _on_channel_socket(self, attempt: _Attempt, sock: Any, unix: bool) -> None:
+        try:
+            if unix:
+                reader, writer = await asyncio.open_unix_connection(sock=sock, limit=MAX_HEAD)
+            else:
+                reader, writer = await asyncio.open_connection(sock=sock, limit=MAX_HEAD)
+        except (OSError, asyncio.CancelledError):
+            sock.close()
+            self.book.release_connection(attempt)
+            self.book.head_changed(attempt, -1)
+            return
+        await self._on_channel(attempt, reader, writer)
+
+    def _close_channels(self, attempt: _Attempt) -> None:
+        """Stop accepting on the attempt's channels (its open connections end with it) and
+        note the refusals not yet in an event."""
+        if attempt.channels:
+            self._channel_attempts -= 1
+        for channel in attempt.channels:
+            channel.close()
+        attempt.channels.clear()
+        for key in [k for k in self._pending if k[0] == attempt.attempt_id]:
+            self._note_pending(key)
 
     def attempt_usage(self, token_or_id: str) -> AttemptUsage:
         """``{calls, input, cached_input, cache_write_input, output, reasoning, tokens, cost_usd,
@@ -486,34 +632,119 @@ class Gateway:
 
     # ------------------------------------------------------------------------- serving
 
+    def _share(self) -> int:
+        """One part of the gateway-wide ceiling: each attempt with a channel gets one, the
+        shared listeners (agents that reach the gateway without a channel) one together, so
+        no attempt can take the connections another attempt's agent needs."""
+        return max(1, self.max_connections // (self._channel_attempts + 1))
+
     async def _on_connection(self, reader: asyncio.StreamReader,
                              writer: asyncio.StreamWriter) -> None:
+        """A connection on the shared listeners: whose it is is known only once a request's
+        token has been read, so they are held together to one share of the ceiling."""
         task = asyncio.current_task()
         assert task is not None
-        if len(self._conns) >= self.max_connections:
+        if len(self._conns) >= self.max_connections or self._shared >= self._share():
             self._drop(writer)
             return
         self._conns.add(task)
+        self._shared += 1
         conn = AgentConnection(reader, writer, self.limits)
         held: list[_Attempt] = []  # the attempt this connection counts against, once known
+        try:
+            await self._converse(conn, writer, held, None)
+        finally:
+            self._conns.discard(task)
+            self._shared -= 1
+            if held:
+                self.book.release_connection(held[0])
+            writer.close()
+
+    async def _on_channel(self, attempt: _Attempt, reader: asyncio.StreamReader,
+                          writer: asyncio.StreamWriter) -> None:
+        """A connection on an attempt's own channel, admitted (counted) at its accept."""
+        task = asyncio.current_task()
+        assert task is not None
+        self._starting.discard(task)  # set up: now one of the open connections
+        self._conns.add(task)
+        conn = AgentConnection(reader, writer, self.limits,
+                               on_head=lambda delta: self.book.head_changed(attempt, delta))
+        try:
+            await self._converse(conn, writer, [attempt], attempt)
+        finally:
+            self._conns.discard(task)
+            self.book.release_connection(attempt)
+            if conn.head_pending:
+                self.book.head_changed(attempt, -1)
+            writer.close()
+
+    async def _converse(self, conn: AgentConnection, writer: asyncio.StreamWriter,
+                        held: list[_Attempt], channel: _Attempt | None) -> None:
+        """Requests of one connection, answered in turn until it closes."""
         try:
             while True:
                 try:
                     request = await conn.next_request()
                 except BadRequest as exc:
-                    await self._refuse(writer, exc)
+                    await self._refuse(writer, exc, channel)
                     return
                 if request is None:
                     return
-                if not await self._dispatch(request, writer, held) or not request.keep_alive:
+                if (not await self._dispatch(request, writer, held, channel)
+                        or not request.keep_alive):
                     return
         except (asyncio.CancelledError, ConnectionError, OSError):
             pass
-        finally:
-            self._conns.discard(task)
-            if held:
-                self.book.release_connection(held[0])
-            writer.close()
+
+    def _refuse_connection(self, attempt: _Attempt, refusal: Refusal, sock: Any) -> None:
+        """Answer a channel's connection past one of its attempt's limits and close it,
+        without reading it; the refusals are noted at most once a second per reason."""
+        status = 503 if refusal.reason == "gateway_share" else 429
+        what = {"connection_cap": "connections open",
+                "head_cap": "connections whose request head is unfinished",
+                "gateway_share": "connections open, its share of the gateway-wide ceiling"}
+        message = (f"attempt {attempt.attempt_id} already holds {refusal.figure} "
+                   f"{what[refusal.reason]} (limit {refusal.limit})")
+        _, body = _error(status, f"assay gateway: {message}", "rate_limit_error",
+                         refusal.reason)
+        with contextlib.suppress(OSError):  # a fresh socket: the answer fits its buffer
+            sock.send(response_head(status, _JSON, length=len(body), close=True) + body)
+        sock.close()
+        self._count_refusal(attempt.attempt_id, refusal.reason, status,
+                            f"connection(s) refused unread: {message}",
+                            limit=refusal.limit, figure=refusal.figure)
+
+    def _dropped_channel(self, attempt: _Attempt) -> None:
+        self._count_refusal(attempt.attempt_id, "gateway_busy", 503,
+                            f"connection(s) closed unread: {self.max_connections} were "
+                            "already open in all", limit=self.max_connections,
+                            figure=len(self._conns) + len(self._starting))
+
+    def _count_refusal(self, attempt_id: str, reason: str, status: int, detail: str, *,
+                       limit: int | None = None, figure: int | None = None,
+                       kind: str = "refused") -> None:
+        """Count one refusal of a channel's connection; an event at once if none for this
+        attempt and reason was written in the last second, else with the next (or at the
+        attempt's end): what one attempt does costs the gateway at most one row a second
+        per reason, however fast it opens connections."""
+        key = (attempt_id, reason)
+        entry = self._pending.setdefault(key, [0, 0.0, None])
+        entry[0] += 1
+        entry[2] = (kind, status, detail, limit, figure)
+        if time.monotonic() - entry[1] >= 1.0:
+            self._note_pending(key)
+
+    def _note_pending(self, key: tuple[str, str]) -> None:
+        entry = self._pending.get(key)
+        if entry is None or entry[0] == 0:
+            return
+        attempt_id, reason = key
+        count, _, (kind, status, detail, limit, figure) = entry
+        if count > 1:
+            detail = f"{count} times, the last: {detail}"
+        self._note(kind, reason, attempt_id, None, status, detail, limit=limit,
+                   figure=figure, count=count)
+        entry[0], entry[1] = 0, time.monotonic()
 
     def _drop(self, writer: asyncio.StreamWriter) -> None:
         """Close a connection over ``max_connections``; one event a second says how many."""
@@ -523,17 +754,23 @@ class Gateway:
         if now - self._dropped_noted >= 1.0:
             self._note("refused", "gateway_busy", None, None, 503,
                        f"{self._dropped} connections closed unread: {self.max_connections} "
-                       "were already open")
+                       "were already open", limit=self.max_connections,
+                       figure=len(self._conns), count=self._dropped)
             self._dropped, self._dropped_noted = 0, now
 
-    async def _refuse(self, writer: asyncio.StreamWriter, exc: BadRequest) -> None:
+    async def _refuse(self, writer: asyncio.StreamWriter, exc: BadRequest,
+                      channel: _Attempt | None = None) -> None:
         """Answer a request the gateway would not take, record it, and let the connection
-        close (a parser that refused cannot find the next request's start)."""
+        close (a parser that refused cannot find the next request's start). On a channel the
+        connection's attempt is known even when no head was read."""
         head = exc.head
-        attempt_id = None
-        if head is not None:
-            attempt_id = self.book.attempt_id_of(_tokens_of(head.headers))
-        self._note("refused", exc.reason, attempt_id, head, exc.status, str(exc))
+        if channel is not None:  # counted, noted at most once a second: a flood of them
+            self._count_refusal(channel.attempt_id, exc.reason, exc.status, str(exc))
+        else:
+            attempt_id = None
+            if head is not None:
+                attempt_id = self.book.attempt_id_of(_tokens_of(head.headers))
+            self._note("refused", exc.reason, attempt_id, head, exc.status, str(exc))
         shape = error_shape(head.path) if head is not None else "openai"
         kind = "request_too_large" if exc.status == 413 else "invalid_request_error"
         phrase = HTTPStatus(exc.status).phrase.lower()
@@ -545,12 +782,22 @@ class Gateway:
                 await writer.drain()
 
     async def _dispatch(self, request: Request, writer: asyncio.StreamWriter,
-                        held: list[_Attempt]) -> bool:
+                        held: list[_Attempt], channel: _Attempt | None = None) -> bool:
         """Answer one request; False when the connection must close."""
         # An Anthropic client sends its key as x-api-key, others as a bearer token; a client may
         # send both (one of them a placeholder), so the first the gateway knows wins.
         caller = self.book.caller(_tokens_of(request.headers))
         attempt = caller.attempt
+        if channel is not None and attempt is not None and attempt is not channel:
+            # one attempt's agent holding another's token: refused, on its own channel's record
+            message = (f"this is attempt {channel.attempt_id}'s channel; the key given "
+                       "belongs to another attempt")
+            self._count_refusal(channel.attempt_id, "wrong_channel", 401, message,
+                                kind="unauthorized")
+            status, body = _error(401, message, "invalid_request_error", "invalid_api_key",
+                                  error_shape(request.path))
+            await _send(writer, status, _JSON, body, False)
+            return False
         over_cap = False
         if attempt is not None and not held:
             if self.book.hold_connection(attempt):
@@ -559,7 +806,12 @@ class Gateway:
                 over_cap = True
         if attempt is None:
             reason = caller.reason
-            self._note("unauthorized", reason, caller.revoked_for, request, 401)
+            if channel is not None:
+                self._count_refusal(channel.attempt_id, reason, 401,
+                                    f"{request.method} {request.path[:200]}: {reason}",
+                                    kind="unauthorized")
+            else:
+                self._note("unauthorized", reason, caller.revoked_for, request, 401)
             message = {"no_token": "no API key given",
                        "unknown_token": "invalid API key for this gateway",
                        "revoked_token": "this API key was revoked: its attempt has ended"}[reason]
@@ -570,7 +822,8 @@ class Gateway:
             message = (f"attempt {attempt.attempt_id} already holds "
                        f"{self.connections_per_attempt} connections to the gateway, the most "
                        "an attempt may hold open")
-            self._note("refused", "connection_cap", attempt.attempt_id, request, 429, message)
+            self._note("refused", "connection_cap", attempt.attempt_id, request, 429, message,
+                       limit=self.connections_per_attempt, figure=attempt.connections)
             status, body = _error(429, f"assay gateway: {message}", "rate_limit_error",
                                   "connection_cap", error_shape(request.path))
             await _send(writer, status, _JSON, body, False)
@@ -584,12 +837,14 @@ class Gateway:
             attempt.inflight.discard(task)
 
     def _note(self, kind: str, reason: str, attempt_id: str | None, request: Request | None,
-              status: int, detail: str | None = None) -> None:
+              status: int, detail: str | None = None, *, limit: int | None = None,
+              figure: int | None = None, count: int = 1) -> None:
         event = GatewayEvent(time=_now(), kind=kind, reason=reason,
                              attempt_id=attempt_id,
                              method=request.method if request is not None else None,
                              path=request.path if request is not None else None,
-                             status=status, detail=detail)
+                             status=status, detail=detail, limit=limit, figure=figure,
+                             count=count)
         with self._lock:
             self._events.append(event)
         if self._log is not None:
@@ -654,7 +909,6 @@ class Gateway:
     async def _forward(self, call: _Call, protocol: WireProtocol | None,
                        writer: asyncio.StreamWriter) -> bool:
         attempt, request = call.attempt, call.request
-        keep = request.keep_alive
         prepared = call.prepared
         call.forwarded = True
         if protocol is not None and prepared is not None:
@@ -673,6 +927,21 @@ class Gateway:
         headers.append(("Accept-Encoding", "identity"))
         if body and "content-type" not in request.headers:
             headers.append(("Content-Type", "application/json"))
+        # its turn at the upstream: this attempt's cap on calls in flight, and round-robin
+        # across attempts while the upstream is saturated
+        call.slot = await attempt.gate.acquire(attempt.attempt_id)
+        try:
+            return await self._send_upstream(call, protocol, writer, method, path, headers,
+                                             body, key)
+        finally:
+            attempt.gate.release(call.slot)
+
+    async def _send_upstream(self, call: _Call, protocol: WireProtocol | None,
+                             writer: asyncio.StreamWriter, method: str, path: str,
+                             headers: list[tuple[str, str]], body: bytes, key: str) -> bool:
+        attempt, request = call.attempt, call.request
+        keep = request.keep_alive
+        prepared = call.prepared
         call.sent = True  # from here on the upstream may be working on it (and billing)
         try:
             upstream = await attempt.pool.request(method, path + call.query, headers, body)
@@ -687,6 +956,9 @@ class Gateway:
             self._finish(call, status)
             return await _send(writer, status, _JSON, out, keep)
         call.upstream_status = upstream.status
+        if upstream.status in THROTTLED and call.slot is not None:
+            attempt.gate.throttled(upstream.header("retry-after"))
+            call.throttled_by = call.slot.throttled_by()
         passed = [(k, v) for k, v in upstream.headers if k.lower() not in _NOT_RETURNED]
         ok = 200 <= upstream.status < 300
         try:
@@ -774,6 +1046,7 @@ class Gateway:
         call.status = status
         attempt = call.attempt
         outcome = call.outcome
+        slot = call.slot
         usage = outcome.usage if outcome else None
         ok = call.upstream_status is not None and 200 <= call.upstream_status < 300
         step = bool(outcome and outcome.step and ok)
@@ -806,6 +1079,10 @@ class Gateway:
             "exhausted": call.exhausted or reached, "upstream_unreachable": call.unreachable,
             "error": _scrub(call.error, attempt.upstream.api_key),
             "transcript": self._transcribe(call, status),
+            "queued_ms": round(slot.waited * 1000, 3) if slot is not None else None,
+            "own_in_flight": slot.own if slot is not None else None,
+            "upstream_in_flight": slot.total if slot is not None else None,
+            "throttled_by": call.throttled_by,
         }
         attempt.ledger.append(row)
 
@@ -866,19 +1143,15 @@ class _Call:
     response: Any = None
     response_note: str | None = None
     collector: StreamCollector | None = None
+    # its turn at the upstream (``gateway_fair``), once it had one
+    slot: Slot | None = None
+    throttled_by: ThrottledBy | None = None
 
 
 def _connection_ceiling() -> int:
-    """``MAX_CONNECTIONS``, or half the soft descriptor limit when that is lower."""
+    """Half the soft descriptor limit (at least 64), or 65536 when there is no limit."""
     soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
-    return max(64, min(MAX_CONNECTIONS, soft // 2)) if soft > 0 else MAX_CONNECTIONS
-
-
-def _remove_socket(path: Path) -> None:
-    """Remove a Unix socket, and nothing else that may sit at its path."""
-    with contextlib.suppress(OSError):
-        if stat.S_ISSOCK(path.lstat().st_mode):
-            path.unlink()
+    return max(64, soft // 2) if soft > 0 else 65536
 
 
 def _usage_missing(call: _Call) -> bool:
