@@ -480,7 +480,9 @@ def test_recommends_installed_through_the_proxy_and_two_builds_give_one_digest(
     (tmp_path / "ctx").mkdir()
     dockerfile = tmp_path / "ctx" / "Dockerfile"
     dockerfile.write_text(RECOMMENDS_DOCKERFILE)
-    images = [build_environment(dockerfile, store=ImageStore(tmp_path / f"store{i}")).image
+    # Docker Hub's debian image is not what this test is about: the translation's Debian
+    images = [build_environment(dockerfile, store=ImageStore(tmp_path / f"store{i}"),
+                                approximate_base=True).image
               for i in (1, 2)]
     first, second = images
     assert first.digest == second.digest  # reproducible, proxy and all
@@ -508,7 +510,7 @@ def test_a_step_reaching_elsewhere_fails_naming_the_refused_host(tmp_path: Path)
     dockerfile.write_text(REFUSED_DOCKERFILE)
     store = ImageStore(tmp_path / "store")
     with pytest.raises(BuildFailed) as caught:
-        build_environment(dockerfile, store=store)
+        build_environment(dockerfile, store=store, approximate_base=True)
     message = str(caught.value)
     assert "the proxy refused example.com" in message, message
     assert "pypi.org" in message  # the allowed list is named

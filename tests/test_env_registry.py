@@ -40,6 +40,7 @@ from support.registry import Registry, layout_of_root, require_tools
 from test_env_oci import ARCH, Layout, d, f, make_oci
 
 from assay.agents import parse_agent
+from assay.environments.on_base import apt_archives
 from assay.environments.registry import is_reference, parse_reference, pull_image
 from assay.environments.store import ImageStore
 from assay.errors import ImageRefused, InputError, PullFailed
@@ -289,6 +290,46 @@ def _registry_pinned_copy(tmp: Path, ref: str, *, as_source: bool = False) -> Pa
     return dest
 
 
+def _dockerfile_on(tmp: Path, ref: str, name: str = "on-base") -> Path:
+    """The example bundle, its image a Dockerfile ``FROM ref`` with a RUN step that needs no
+    network: it writes a file, and fails unless the base's own /app/greet.py is there."""
+    dest = tmp / name
+    shutil.copytree(EXAMPLE, dest, symlinks=True)
+    (dest / "environment" / "Dockerfile").write_text(
+        f"FROM {ref}\n"
+        "RUN test -f /app/greet.py && echo built-on-its-base > /etc/on-base\n"
+        "WORKDIR /work\n")
+    path = dest / "task.yaml"
+    text = path.read_text().replace("image: environment/recipe.yaml",
+                                    "image: environment/Dockerfile").replace(
+                                        "id: leaderboard-rank-007", "id: leaderboard-rank-008")
+    path.write_text(re.sub(r"\n *environment_image: \S+", "", text))
+    return dest
+
+
+def test_a_bases_apt_archives_are_read_from_its_sources_as_data(tmp_path: Path) -> None:
+    """What the build's proxy lets through besides the registries: the archives the base's
+    apt names (one-line and deb822 files), never through a link to the building machine."""
+    root = tmp_path / "root"
+    apt = root / "etc" / "apt"
+    (apt / "sources.list.d").mkdir(parents=True)
+    (apt / "sources.list").write_text(
+        "# a comment\ndeb [arch=amd64 signed-by=/k.gpg] http://archive.ubuntu.com/ubuntu "
+        "noble main\ndeb-src http://archive.ubuntu.com/ubuntu noble main\n")
+    (apt / "sources.list.d" / "debian.sources").write_text(
+        "Types: deb\nURIs: http://deb.debian.org/debian https://mirror.example.org/d\n"
+        "Suites: bookworm\n")
+    (apt / "sources.list.d" / "ignored.txt").write_text("deb http://not-read.example/ x\n")
+    outside = tmp_path / "host.list"
+    outside.write_text("deb http://host-only.example/ x main\n")
+    (apt / "sources.list.d" / "host.list").symlink_to(outside)
+    assert apt_archives(root) == ["http://archive.ubuntu.com/ubuntu",
+                                  "http://deb.debian.org/debian", "https://mirror.example.org/d"]
+    shutil.rmtree(apt)
+    (root / "etc" / "apt").symlink_to(tmp_path)  # a linked folder is not read either
+    assert apt_archives(root) == []
+
+
 def test_task_lint_says_a_tag_is_unpinned_and_write_digest_pins_it(
         tmp_path: Path, registry: Registry) -> None:
     pushed = registry.push(_hello(tmp_path), "team/hello:v1")
@@ -334,6 +375,24 @@ def test_a_task_pinned_to_a_registry_image_runs_its_oracle_and_nop_in_it(
     grade = json.loads((tmp_path / "nop" / "grades" / "v1.json").read_text())
     assert grade["accepted"] is False and grade["checks"]["behavior"] == "fail", grade
 
+    # A Dockerfile FROM that pinned image builds on it (the base from the store, its RUN step
+    # in the build sandbox) and the oracle passes in the result
+    on_base = load_bundle(_dockerfile_on(tmp_path, ref))
+    done = run_trial(on_base, parse_agent("oracle"), tmp_path / "on-base-oracle")
+    assert done.status == "graded", done.error
+    grade = json.loads((tmp_path / "on-base-oracle" / "grades" / "v1.json").read_text())
+    assert grade["accepted"] is True, grade
+    env = json.loads((tmp_path / "on-base-oracle" / "trial.json").read_text())
+    env = env["environment_image"]
+    assert env["source_kind"] == "dockerfile" and env["digest"] != pulled.digest, env
+    built = ImageStore(tmp_path / "cache" / "environments").get(env["digest"])
+    assert built is not None
+    assert any(n.startswith(f"built on {ref} (manifest {pushed}") for n in built.notes), built
+    assert not any("Debian" in s for s in built.substitutions), built.substitutions
+    root = ImageStore(tmp_path / "cache" / "environments").rootfs(built.digest)
+    assert (root / "etc/on-base").read_text() == "built-on-its-base\n"
+    assert (root / "app/greet.py").is_file() and built.config.workdir == "/work"
+
     # A Harbor task with a prebuilt docker_image (no Dockerfile) runs in that image as it is
     toml = harbor.TOML.replace("[environment]\n", f'[environment]\ndocker_image = "{ref}"\n')
     task = harbor.harbor_task(tmp_path / "harbor", toml=toml, dockerfile=None)
@@ -359,11 +418,15 @@ def test_a_task_whose_image_cannot_be_pulled_is_unsupported_here_and_task_check_
     bundles = tmp_path / "bundles"
     bundles.mkdir()
     shutil.move(str(_registry_pinned_copy(tmp_path, ref)), bundles / "gone")
+    # a Dockerfile FROM it is unsupported the same way (no --approximate-base: no Debian
+    # stands in for the base)
+    shutil.move(str(_dockerfile_on(tmp_path, ref)), bundles / "on-gone")
     got = run_cli(["task", "check", str(bundles), "--reruns", "1", "--out",
                    str(tmp_path / "check")])
     assert got.code == 4, got.stdout + got.stderr
     rows = json.loads((tmp_path / "check" / "task-check.json").read_text())
-    assert rows[0]["status"] == "unsupported", rows
-    assert f"unsupported here: cannot pull {ref} (" in rows[0]["unsupported"], rows
+    assert [r["status"] for r in rows] == ["unsupported", "unsupported"], rows
+    for row in rows:
+        assert f"unsupported here: cannot pull {ref} (" in row["unsupported"], rows
     assert not (tmp_path / "cache" / "environments" / "images").exists() or not any(
         (tmp_path / "cache" / "environments" / "images").iterdir())
