@@ -11,12 +11,19 @@ pull killed with SIGKILL half way.
 
 A machine without ``docker-registry`` or ``skopeo`` skips (``make setup`` installs both).
 
-Cost here (``ASSAY_TEST_CPU_LOG``, 2 shared cores): about 12 CPU-seconds and 45 s of wall for
+Cost here (``ASSAY_TEST_CPU_LOG``, 2 shared cores): about 15 CPU-seconds and 50 s of wall for
 the file, of which the image-pinned tasks (the example's Debian root, slimmed, pushed once and
-pulled into an empty store; its oracle and nop, then a Harbor task's import and task check in
-the same image) take 8 CPU-seconds; the rest are one-file images at 0.1-0.4 each and the
-killed pull at 2. There is no full form: the 200 MB image is the shared test image's root
+pulled into an empty store; its oracle and nop, a Dockerfile ``FROM`` that pinned image built
+on it and its oracle, then a Harbor task's import and task check in the same image) take 11
+CPU-seconds (the Dockerfile on its base 3.4 of them); the rest are one-file images at 0.1-0.4
+each and the killed pull at 2. The 200 MB image is the shared test image's root
 (``tests/support/images.py``), built once for every file that needs it.
+
+Full form (``ASSAY_ENV_BUILD_FULL=1``, which ``make test-full`` sets): a Dockerfile on the
+pulled Debian root whose ``RUN apt-get install -y jq`` reaches Debian's archive, named by the
+base's own apt sources, through the build's proxy (8 CPU-seconds, 21 s of wall here). Run it
+alone with ``ASSAY_ENV_BUILD_FULL=1 .venv/bin/python -m pytest -q tests/test_env_registry.py
+-k installs_from_the_bases``.
 """
 
 from __future__ import annotations
@@ -50,6 +57,8 @@ from assay.suites.bundle import load_bundle
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "examples" / "agent-tasks" / "leaderboard-rank-007"
+#: The full form (``make test-full``): a Dockerfile step's apt install on a pulled base.
+FULL = os.environ.get("ASSAY_ENV_BUILD_FULL") == "1"
 #: The example's image (what ``test_env_run.py`` builds too): its tests need sortedcontainers.
 PACKAGES = ("python3-sortedcontainers",)
 
@@ -407,6 +416,36 @@ def test_a_task_pinned_to_a_registry_image_runs_its_oracle_and_nop_in_it(
     assert code == 0, out
     assert rows[0]["status"] == "ok", rows
     assert rows[0]["environment_image"]["manifest_digest"] == pushed, rows
+
+
+@pytest.mark.skipif(not FULL, reason="a real apt install on a pulled base: runs with "
+                    "ASSAY_ENV_BUILD_FULL=1 (make test-full sets it)")
+@pytest.mark.skipif(not bwrap_available(), reason="bubblewrap cannot run here")
+def test_a_dockerfile_step_installs_from_the_bases_own_archive_through_the_proxy(
+        tmp_path: Path, registry: Registry) -> None:
+    from assay.environments.build import build_environment
+
+    built_store, built = base_image(PACKAGES)
+    layout = layout_of_root(built_store.rootfs(built.digest), tmp_path / "layout")
+    pushed = registry.push(layout, "team/debian:v1")
+    ref = f"{registry.host}/team/debian@{pushed}"
+    context = tmp_path / "ctx"
+    context.mkdir()
+    # the layout leaves /var/cache out (SLIMMED); Docker's slim images keep apt's folders
+    (context / "Dockerfile").write_text(
+        f"FROM {ref}\n"
+        "RUN mkdir -p /var/cache/apt/archives/partial\n"
+        "RUN apt-get update && apt-get install -y --no-install-recommends jq "
+        "&& jq --version > /etc/jq-version\n"
+        "WORKDIR /work\n")
+    store = ImageStore(tmp_path / "store")
+    image = build_environment(context / "Dockerfile", store=store).image
+    assert "jq" in image.packages and "jq" not in built.packages, image.packages
+    assert (store.rootfs(image.digest) / "etc/jq-version").read_text().startswith("jq-")
+    archives = [n for n in image.notes if n.startswith("the base's apt sources allowed")]
+    assert archives and "deb.debian.org" in archives[0], image.notes
+    assert image.build_hosts and "deb.debian.org:80" in image.build_hosts, image.build_hosts
+    assert not (store.rootfs(image.digest) / "etc/apt/apt.conf.d/99assay-build").exists()
 
 
 def test_a_task_whose_image_cannot_be_pulled_is_unsupported_here_and_task_check_exits_4(
