@@ -47,7 +47,7 @@ from support.registry import Registry, layout_of_root, require_tools
 from test_env_oci import ARCH, Layout, d, f, make_oci
 
 from assay.agents import parse_agent
-from assay.environments.on_base import apt_archives
+from assay.environments.on_base import package_archives
 from assay.environments.registry import is_reference, parse_reference, pull_image
 from assay.environments.store import ImageStore
 from assay.errors import ImageRefused, InputError, PullFailed
@@ -316,9 +316,10 @@ def _dockerfile_on(tmp: Path, ref: str, name: str = "on-base") -> Path:
     return dest
 
 
-def test_a_bases_apt_archives_are_read_from_its_sources_as_data(tmp_path: Path) -> None:
+def test_a_bases_package_archives_are_read_from_its_sources_as_data(tmp_path: Path) -> None:
     """What the build's proxy lets through besides the registries: the archives the base's
-    apt names (one-line and deb822 files), never through a link to the building machine."""
+    apt (one-line and deb822 files) or apk names, never through a link to the building
+    machine."""
     root = tmp_path / "root"
     apt = root / "etc" / "apt"
     (apt / "sources.list.d").mkdir(parents=True)
@@ -332,11 +333,17 @@ def test_a_bases_apt_archives_are_read_from_its_sources_as_data(tmp_path: Path) 
     outside = tmp_path / "host.list"
     outside.write_text("deb http://host-only.example/ x main\n")
     (apt / "sources.list.d" / "host.list").symlink_to(outside)
-    assert apt_archives(root) == ["http://archive.ubuntu.com/ubuntu",
+    assert package_archives(root) == ["http://archive.ubuntu.com/ubuntu",
                                   "http://deb.debian.org/debian", "https://mirror.example.org/d"]
     shutil.rmtree(apt)
     (root / "etc" / "apt").symlink_to(tmp_path)  # a linked folder is not read either
-    assert apt_archives(root) == []
+    assert package_archives(root) == []
+    (root / "etc" / "apk").mkdir()  # an Alpine base: apk's repositories, tagged or not
+    (root / "etc" / "apk" / "repositories").write_text(
+        "https://dl-cdn.alpinelinux.org/alpine/v3.20/main\n# off\n"
+        "@edge https://dl-cdn.alpinelinux.org/alpine/edge/testing\n")
+    assert package_archives(root) == ["https://dl-cdn.alpinelinux.org/alpine/v3.20/main",
+                                      "https://dl-cdn.alpinelinux.org/alpine/edge/testing"]
 
 
 def test_task_lint_says_a_tag_is_unpinned_and_write_digest_pins_it(
@@ -442,7 +449,7 @@ def test_a_dockerfile_step_installs_from_the_bases_own_archive_through_the_proxy
     image = build_environment(context / "Dockerfile", store=store).image
     assert "jq" in image.packages and "jq" not in built.packages, image.packages
     assert (store.rootfs(image.digest) / "etc/jq-version").read_text().startswith("jq-")
-    archives = [n for n in image.notes if n.startswith("the base's apt sources allowed")]
+    archives = [n for n in image.notes if n.startswith("the base's package archives allowed")]
     assert archives and "deb.debian.org" in archives[0], image.notes
     assert image.build_hosts and "deb.debian.org:80" in image.build_hosts, image.build_hosts
     assert not (store.rootfs(image.digest) / "etc/apt/apt.conf.d/99assay-build").exists()

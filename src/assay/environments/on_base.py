@@ -11,9 +11,9 @@ recipe's steps run in (:class:`assay.environments.debian._Builder`): the base's 
 
 Network: the steps reach the outside only through the registry proxy, which allows what it
 allows every build (:data:`assay.environments.egress.REGISTRY_HOSTS`) and, in addition, the
-package archives the base itself is configured with, read from its apt sources
-(:func:`apt_archives`); nothing else. apt is told about the proxy by the same build-only file a
-recipe build writes (removed before the image is digested).
+package archives the base itself is configured with, read from its apt sources or apk
+repositories (:func:`package_archives`); nothing else. apt is told about the proxy by the
+same build-only file a recipe build writes (removed before the image is digested).
 
 The build is cached like any Dockerfile's: its source digest covers the base's root
 filesystem digest and the steps (and the files they copy), so the same Dockerfile on the same
@@ -82,11 +82,20 @@ def _read_small(path: Path) -> str | None:
         return fh.read(APT_SOURCE_BYTES_MAX).decode("utf-8", "replace")
 
 
-def apt_archives(rootfs: Path) -> list[str]:
-    """The archive URLs the base's apt is configured with (``sources.list``, one-line
-    ``sources.list.d/*.list`` and deb822 ``*.sources`` files), in the order found; each file
-    read as data, never through a link, at most :data:`APT_SOURCE_FILES_MAX` files of
-    :data:`APT_SOURCE_BYTES_MAX` bytes."""
+def package_archives(rootfs: Path) -> list[str]:
+    """The archive URLs the base's package manager is configured with: apt's
+    (``sources.list``, one-line ``sources.list.d/*.list`` and deb822 ``*.sources`` files) and
+    apk's (``/etc/apk/repositories``, a URL a line, optionally after an ``@tag``), in the order
+    found; each file read as data, never through a link, at most
+    :data:`APT_SOURCE_FILES_MAX` files of :data:`APT_SOURCE_BYTES_MAX` bytes."""
+    urls: list[str] = []
+    apk = _inside(rootfs, "etc/apk/repositories")
+    text = _read_small(apk) if apk is not None else None
+    for line in (text or "").splitlines():
+        repo = line.split("#", 1)[0].split()
+        if repo and repo[0].startswith("@"):
+            repo = repo[1:]
+        urls += [w for w in repo[:1] if _URL.match(w) and w not in urls]
     files: list[Path] = []
     main = _inside(rootfs, "etc/apt/sources.list")
     if main is not None:
@@ -95,7 +104,6 @@ def apt_archives(rootfs: Path) -> list[str]:
     if folder is not None and folder.is_dir():
         names = sorted(n for n in os.listdir(folder) if n.endswith((".list", ".sources")))
         files += [folder / n for n in names[:APT_SOURCE_FILES_MAX]]
-    urls: list[str] = []
     for path in files:
         text = _read_small(path)
         if text is None:
@@ -157,7 +165,7 @@ def _build(recipe: Recipe, context: Path | None, base: PullResult, store: ImageS
         if done.returncode != 0:
             raise InfraError(f"could not copy the base {base.image.digest} to build on it: "
                              f"{done.stderr.strip()[-2000:]}")
-        archives = apt_archives(rootfs)
+        archives = package_archives(rootfs)
         builder.policy = policy_for([*archives])
         builder.rootfs = rootfs
         builder.userns = userns
@@ -171,7 +179,7 @@ def _build(recipe: Recipe, context: Path | None, base: PullResult, store: ImageS
         config, packages = builder.finish()
         notes = [f"built on {base.reference} (manifest {base.manifest_digest}, root "
                  f"filesystem {base.image.digest}): the Dockerfile's own steps ran in it",
-                 *(["the base's apt sources allowed through the build's proxy: "
+                 *(["the base's package archives allowed through the build's proxy: "
                     + ", ".join(archives)] if archives else []),
                  *(n.split("; the base install")[0] for n in builder.notes)]
         say("digesting the root filesystem")
