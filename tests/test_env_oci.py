@@ -547,6 +547,12 @@ def test_nothing_is_ever_written_through_an_unpacked_symlink(tmp_path: Path,
         "hard link": [[sym("lnk", str(host))], [hard("stolen", "lnk/secret")]],
         "whiteout": [[sym("etc", str(host))], [f("etc/.wh.passwd")]],
         "opaque": [[sym("etc", str(host))], [f("etc/.wh..wh..opq")]],
+        # a folder the unpacker has already reached (its fd kept for the next entries)
+        # replaced by a link in the same layer: the next entry walks again, and is refused
+        "reached folder": [[d("etc"), f("etc/a"), sym("etc", str(host)),
+                            f("etc/passwd", "pwned\n")]],
+        "reached deeper": [[d("x"), d("x/y"), f("x/y/a"), sym("x", str(host)),
+                            f("x/y/passwd", "pwned\n")]],
     }
     for label, layers in attacks.items():
         built = make_oci(tmp_path / label.replace(" ", "-"), layers)

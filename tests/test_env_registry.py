@@ -11,12 +11,19 @@ pull killed with SIGKILL half way.
 
 A machine without ``docker-registry`` or ``skopeo`` skips (``make setup`` installs both).
 
-Cost here (``ASSAY_TEST_CPU_LOG``, 2 shared cores): about 12 CPU-seconds and 45 s of wall for
+Cost here (``ASSAY_TEST_CPU_LOG``, 2 shared cores): about 15 CPU-seconds and 50 s of wall for
 the file, of which the image-pinned tasks (the example's Debian root, slimmed, pushed once and
-pulled into an empty store; its oracle and nop, then a Harbor task's import and task check in
-the same image) take 8 CPU-seconds; the rest are one-file images at 0.1-0.4 each and the
-killed pull at 2. There is no full form: the 200 MB image is the shared test image's root
+pulled into an empty store; its oracle and nop, a Dockerfile ``FROM`` that pinned image built
+on it and its oracle, then a Harbor task's import and task check in the same image) take 11
+CPU-seconds (the Dockerfile on its base 3.4 of them); the rest are one-file images at 0.1-0.4
+each and the killed pull at 2. The 200 MB image is the shared test image's root
 (``tests/support/images.py``), built once for every file that needs it.
+
+Full form (``ASSAY_ENV_BUILD_FULL=1``, which ``make test-full`` sets): a Dockerfile on the
+pulled Debian root whose ``RUN apt-get install -y jq`` reaches Debian's archive, named by the
+base's own apt sources, through the build's proxy (8 CPU-seconds, 21 s of wall here). Run it
+alone with ``ASSAY_ENV_BUILD_FULL=1 .venv/bin/python -m pytest -q tests/test_env_registry.py
+-k installs_from_the_bases``.
 """
 
 from __future__ import annotations
@@ -40,6 +47,7 @@ from support.registry import Registry, layout_of_root, require_tools
 from test_env_oci import ARCH, Layout, d, f, make_oci
 
 from assay.agents import parse_agent
+from assay.environments.on_base import package_archives
 from assay.environments.registry import is_reference, parse_reference, pull_image
 from assay.environments.store import ImageStore
 from assay.errors import ImageRefused, InputError, PullFailed
@@ -49,6 +57,8 @@ from assay.suites.bundle import load_bundle
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "examples" / "agent-tasks" / "leaderboard-rank-007"
+#: The full form (``make test-full``): a Dockerfile step's apt install on a pulled base.
+FULL = os.environ.get("ASSAY_ENV_BUILD_FULL") == "1"
 #: The example's image (what ``test_env_run.py`` builds too): its tests need sortedcontainers.
 PACKAGES = ("python3-sortedcontainers",)
 
@@ -300,6 +310,53 @@ def _registry_pinned_copy(tmp: Path, ref: str, *, as_source: bool = False) -> Pa
     return dest
 
 
+def _dockerfile_on(tmp: Path, ref: str, name: str = "on-base") -> Path:
+    """The example bundle, its image a Dockerfile ``FROM ref`` with a RUN step that needs no
+    network: it writes a file, and fails unless the base's own /app/greet.py is there."""
+    dest = tmp / name
+    shutil.copytree(EXAMPLE, dest, symlinks=True)
+    (dest / "environment" / "Dockerfile").write_text(
+        f"FROM {ref}\n"
+        "RUN test -f /app/greet.py && echo built-on-its-base > /etc/on-base\n"
+        "WORKDIR /work\n")
+    path = dest / "task.yaml"
+    text = path.read_text().replace("image: environment/recipe.yaml",
+                                    "image: environment/Dockerfile").replace(
+                                        "id: leaderboard-rank-007", "id: leaderboard-rank-008")
+    path.write_text(re.sub(r"\n *environment_image: \S+", "", text))
+    return dest
+
+
+def test_a_bases_package_archives_are_read_from_its_sources_as_data(tmp_path: Path) -> None:
+    """What the build's proxy lets through besides the registries: the archives the base's
+    apt (one-line and deb822 files) or apk names, never through a link to the building
+    machine."""
+    root = tmp_path / "root"
+    apt = root / "etc" / "apt"
+    (apt / "sources.list.d").mkdir(parents=True)
+    (apt / "sources.list").write_text(
+        "# a comment\ndeb [arch=amd64 signed-by=/k.gpg] http://archive.ubuntu.com/ubuntu "
+        "noble main\ndeb-src http://archive.ubuntu.com/ubuntu noble main\n")
+    (apt / "sources.list.d" / "debian.sources").write_text(
+        "Types: deb\nURIs: http://deb.debian.org/debian https://mirror.example.org/d\n"
+        "Suites: bookworm\n")
+    (apt / "sources.list.d" / "ignored.txt").write_text("deb http://not-read.example/ x\n")
+    outside = tmp_path / "host.list"
+    outside.write_text("deb http://host-only.example/ x main\n")
+    (apt / "sources.list.d" / "host.list").symlink_to(outside)
+    assert package_archives(root) == ["http://archive.ubuntu.com/ubuntu",
+                                  "http://deb.debian.org/debian", "https://mirror.example.org/d"]
+    shutil.rmtree(apt)
+    (root / "etc" / "apt").symlink_to(tmp_path)  # a linked folder is not read either
+    assert package_archives(root) == []
+    (root / "etc" / "apk").mkdir()  # an Alpine base: apk's repositories, tagged or not
+    (root / "etc" / "apk" / "repositories").write_text(
+        "https://dl-cdn.alpinelinux.org/alpine/v3.20/main\n# off\n"
+        "@edge https://dl-cdn.alpinelinux.org/alpine/edge/testing\n")
+    assert package_archives(root) == ["https://dl-cdn.alpinelinux.org/alpine/v3.20/main",
+                                      "https://dl-cdn.alpinelinux.org/alpine/edge/testing"]
+
+
 def test_task_lint_says_a_tag_is_unpinned_and_write_digest_pins_it(
         tmp_path: Path, registry: Registry) -> None:
     pushed = registry.push(_hello(tmp_path), "team/hello:v1")
@@ -345,6 +402,24 @@ def test_a_task_pinned_to_a_registry_image_runs_its_oracle_and_nop_in_it(
     grade = json.loads((tmp_path / "nop" / "grades" / "v1.json").read_text())
     assert grade["accepted"] is False and grade["checks"]["behavior"] == "fail", grade
 
+    # A Dockerfile FROM that pinned image builds on it (the base from the store, its RUN step
+    # in the build sandbox) and the oracle passes in the result
+    on_base = load_bundle(_dockerfile_on(tmp_path, ref))
+    done = run_trial(on_base, parse_agent("oracle"), tmp_path / "on-base-oracle")
+    assert done.status == "graded", done.error
+    grade = json.loads((tmp_path / "on-base-oracle" / "grades" / "v1.json").read_text())
+    assert grade["accepted"] is True, grade
+    env = json.loads((tmp_path / "on-base-oracle" / "trial.json").read_text())
+    env = env["environment_image"]
+    assert env["source_kind"] == "dockerfile" and env["digest"] != pulled.digest, env
+    built = ImageStore(tmp_path / "cache" / "environments").get(env["digest"])
+    assert built is not None
+    assert any(n.startswith(f"built on {ref} (manifest {pushed}") for n in built.notes), built
+    assert not any("Debian" in s for s in built.substitutions), built.substitutions
+    root = ImageStore(tmp_path / "cache" / "environments").rootfs(built.digest)
+    assert (root / "etc/on-base").read_text() == "built-on-its-base\n"
+    assert (root / "app/greet.py").is_file() and built.config.workdir == "/work"
+
     # A Harbor task with a prebuilt docker_image (no Dockerfile) runs in that image as it is
     toml = harbor.TOML.replace("[environment]\n", f'[environment]\ndocker_image = "{ref}"\n')
     task = harbor.harbor_task(tmp_path / "harbor", toml=toml, dockerfile=None)
@@ -361,6 +436,36 @@ def test_a_task_pinned_to_a_registry_image_runs_its_oracle_and_nop_in_it(
     assert rows[0]["environment_image"]["manifest_digest"] == pushed, rows
 
 
+@pytest.mark.skipif(not FULL, reason="a real apt install on a pulled base: runs with "
+                    "ASSAY_ENV_BUILD_FULL=1 (make test-full sets it)")
+@pytest.mark.skipif(not bwrap_available(), reason="bubblewrap cannot run here")
+def test_a_dockerfile_step_installs_from_the_bases_own_archive_through_the_proxy(
+        tmp_path: Path, registry: Registry) -> None:
+    from assay.environments.build import build_environment
+
+    built_store, built = base_image(PACKAGES)
+    layout = layout_of_root(built_store.rootfs(built.digest), tmp_path / "layout")
+    pushed = registry.push(layout, "team/debian:v1")
+    ref = f"{registry.host}/team/debian@{pushed}"
+    context = tmp_path / "ctx"
+    context.mkdir()
+    # the layout leaves /var/cache out (SLIMMED); Docker's slim images keep apt's folders
+    (context / "Dockerfile").write_text(
+        f"FROM {ref}\n"
+        "RUN mkdir -p /var/cache/apt/archives/partial\n"
+        "RUN apt-get update && apt-get install -y --no-install-recommends jq "
+        "&& jq --version > /etc/jq-version\n"
+        "WORKDIR /work\n")
+    store = ImageStore(tmp_path / "store")
+    image = build_environment(context / "Dockerfile", store=store).image
+    assert "jq" in image.packages and "jq" not in built.packages, image.packages
+    assert (store.rootfs(image.digest) / "etc/jq-version").read_text().startswith("jq-")
+    archives = [n for n in image.notes if n.startswith("the base's package archives allowed")]
+    assert archives and "deb.debian.org" in archives[0], image.notes
+    assert image.build_hosts and "deb.debian.org:80" in image.build_hosts, image.build_hosts
+    assert not (store.rootfs(image.digest) / "etc/apt/apt.conf.d/99assay-build").exists()
+
+
 def test_a_task_whose_image_cannot_be_pulled_is_unsupported_here_and_task_check_exits_4(
         tmp_path: Path, registry: Registry, monkeypatch: pytest.MonkeyPatch) -> None:
     pushed = registry.push(_hello(tmp_path), "team/gone:v1")
@@ -370,11 +475,15 @@ def test_a_task_whose_image_cannot_be_pulled_is_unsupported_here_and_task_check_
     bundles = tmp_path / "bundles"
     bundles.mkdir()
     shutil.move(str(_registry_pinned_copy(tmp_path, ref)), bundles / "gone")
+    # a Dockerfile FROM it is unsupported the same way (no --approximate-base: no Debian
+    # stands in for the base)
+    shutil.move(str(_dockerfile_on(tmp_path, ref)), bundles / "on-gone")
     got = run_cli(["task", "check", str(bundles), "--reruns", "1", "--out",
                    str(tmp_path / "check")])
     assert got.code == 4, got.stdout + got.stderr
     rows = json.loads((tmp_path / "check" / "task-check.json").read_text())
-    assert rows[0]["status"] == "unsupported", rows
-    assert f"unsupported here: cannot pull {ref} (" in rows[0]["unsupported"], rows
+    assert [r["status"] for r in rows] == ["unsupported", "unsupported"], rows
+    for row in rows:
+        assert f"unsupported here: cannot pull {ref} (" in row["unsupported"], rows
     assert not (tmp_path / "cache" / "environments" / "images").exists() or not any(
         (tmp_path / "cache" / "environments" / "images").iterdir())

@@ -55,15 +55,21 @@ def env_build(
         "--expect", metavar="DIGEST", help="Refuse a result whose digest differs.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the image record as JSON "
                                           "(progress still goes to stderr).")] = False,
+    approximate_base: Annotated[bool, typer.Option(
+        "--approximate-base", help="A Dockerfile whose FROM image cannot be pulled: build on "
+        "the Debian release that stands for it (recorded in substitutions) instead of "
+        "refusing.")] = False,
 ) -> None:
     """Build or import an image into the store (a source seen before is a lookup); progress
-    lines go to stderr, the image's digest to stdout."""
+    lines go to stderr, the image's digest to stdout. A Dockerfile builds on its FROM image,
+    pulled."""
     from assay.api.environments import build_environment
     from assay.cli.check_progress import timed
 
     args = _build_args(build_arg or [])
     with _errors():
         result = build_environment(source, build_args=args, expected_digest=expect,
+                                   approximate_base=approximate_base,
                                    progress=timed(lambda line: err.print(
                                        f"[dim]{escape(line)}[/]", highlight=False)))
     image = result.image

@@ -153,6 +153,10 @@ def task_check(
     tier: Annotated[str | None, typer.Option(
         "--tier", help="With --experiment: the bundles of this tier only (the per-PR gate: "
         "task check --mutants --experiment FILE --tier smoke).")] = None,
+    approximate_base: Annotated[bool, typer.Option(
+        "--approximate-base", help="A Dockerfile image whose FROM cannot be pulled is built "
+        "on the Debian release that stands for it (as environment.approximate_base: true), "
+        "not unsupported.")] = False,
 ) -> None:
     """nop must fail, oracle must pass every time, mutants must all be rejected. Exit 1 when a
     task is broken, flaky or a grader defect; else 4 when a task's environment is unsupported
@@ -169,6 +173,9 @@ def task_check(
         raise fail("--tier: name the experiment whose tier to check (--experiment FILE)")
     _require_sandbox("bwrap")
     bundles = _load_bundles(dirs) if dirs else _experiment_bundles(experiment, tier)
+    if approximate_base:
+        for bundle in bundles:
+            bundle.spec.initial_state.environment.approximate_base = True
     from assay.cli.check_progress import legend, line_writer
 
     root = out_dir or Path("runs") / f"task-check-{run_stamp()}"

@@ -16,10 +16,13 @@ import tarfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from assay.environments.store import EnvironmentImage, ImageStore
-from assay.errors import InputError
+from assay.errors import InputError, PullFailed
+
+if TYPE_CHECKING:
+    from assay.environments.debian import BuildResult as DebianBuild
 
 PathLike = str | os.PathLike[str]
 SourceType = Literal["recipe", "dockerfile", "archive"]
@@ -80,11 +83,17 @@ def source_type(path: Path) -> tuple[SourceType, Path]:
 def build_environment(source: PathLike, *, store: ImageStore | None = None,
                       build_args: dict[str, str] | None = None,
                       expected_digest: str | None = None,
-                      progress: Callable[[str], None] | None = None) -> BuildResult:
+                      progress: Callable[[str], None] | None = None,
+                      approximate_base: bool = False) -> BuildResult:
     """Build (recipe, Dockerfile) or import (OCI layout, OCI tar, ``docker save`` archive)
     ``source`` into the store; a source the store has seen is a lookup. Progress lines go to
     ``progress``. ``build_args`` are a Dockerfile's ``ARG`` values; ``expected_digest`` pins an
-    imported archive."""
+    imported archive.
+
+    A Dockerfile builds on its real base, pulled (:mod:`assay.environments.on_base`). A base
+    that cannot be pulled raises :class:`PullFailed` (``cannot pull REF (reason)``) unless
+    ``approximate_base``: then the Dockerfile is translated into a Debian recipe, and the
+    image's substitutions say the base could not be pulled and what stood in for it."""
     store = store or ImageStore()
     path = Path(source)
     kind, path = source_type(path)
@@ -98,9 +107,21 @@ def build_environment(source: PathLike, *, store: ImageStore | None = None,
     if kind == "dockerfile":
         from assay.suites.dockerfile import dockerfile_recipe
 
-        recipe, context = dockerfile_recipe(path, build_args=build_args)
-        built = build_recipe(recipe, context, store, source_kind="dockerfile",
-                             source_label=_label(path), origin=path, progress=progress)
+        pulled, why = _real_base(path, build_args, store, progress, approximate_base)
+        if pulled is not None:
+            built = pulled
+        else:
+            recipe, context = dockerfile_recipe(path, build_args=build_args)
+            if why:  # the reason goes to progress; the record's words stay the same
+                # from one failure to the next, so the cached build is found again
+                if progress is not None:
+                    progress(f"{why}: approximating the base (--approximate-base)")
+                recipe = recipe.model_copy(update={"substitutions": [
+                    f"FROM {why.split(' (', 1)[0].removeprefix('cannot pull ')} could not "
+                    "be pulled here: the base approximated (--approximate-base)",
+                    *recipe.substitutions]})
+            built = build_recipe(recipe, context, store, source_kind="dockerfile",
+                                 source_label=_label(path), origin=path, progress=progress)
     else:
         from assay.suites.recipe import load_recipe, step_lines
 
@@ -114,6 +135,40 @@ def build_environment(source: PathLike, *, store: ImageStore | None = None,
     return BuildResult(built.image, built.cached, kind)
 
 
+def _real_base(path: Path, build_args: dict[str, str] | None, store: ImageStore,
+               progress: Callable[[str], None] | None,
+               approximate: bool) -> tuple[DebianBuild | None, str]:
+    """The Dockerfile built on its pulled ``FROM`` image, or (None, why the base could not be
+    pulled) when ``approximate`` allows the translation instead; a base that cannot be pulled
+    otherwise is :class:`PullFailed`. ``FROM scratch`` has no base to pull (None, '')."""
+    from assay.environments.debian import _confine_copies
+    from assay.environments.on_base import build_on_base
+    from assay.environments.registry import pull_image
+    from assay.suites.dockerfile import translate_dockerfile
+    from assay.suites.image_ref import qualified
+
+    done = translate_dockerfile(path, build_args=build_args, real_base=True)
+    written = done.base_ref or ""
+    if written.lower() == "scratch":
+        return None, ""
+    try:
+        ref = qualified(written)
+    except InputError as exc:
+        raise InputError(f"{path}: FROM {written}: not an image reference ({exc})") from None
+    _confine_copies(done.recipe, done.context, path, {})  # before anything is fetched
+    try:
+        base = pull_image(ref, store, progress=progress)
+    except PullFailed as exc:
+        if approximate:
+            return None, str(exc)
+        raise PullFailed(f"{exc}; --approximate-base (or the task key "
+                         "environment.approximate_base) builds on the Debian release that "
+                         "stands for it instead") from exc
+    built = build_on_base(done.recipe, done.context, base, store,
+                          source_label=_label(path), origin=path, progress=progress)
+    return built, ""
+
+
 def _label(path: Path) -> str:
     """``folder/env.yaml``: enough to tell two recipes apart in ``env ls``."""
     return f"{path.parent.name}/{path.name}" if path.parent.name else path.name
@@ -125,6 +180,8 @@ def _check_expected(image: EnvironmentImage, expected: str | None, path: Path) -
 
 
 def build_source(path: Path, store: ImageStore,
-                 progress: Callable[[str], None] | None = None) -> EnvironmentImage:
+                 progress: Callable[[str], None] | None = None, *,
+                 approximate_base: bool = False) -> EnvironmentImage:
     """The image ``path`` builds or imports into ``store`` (a lookup when seen before)."""
-    return build_environment(path, store=store, progress=progress).image
+    return build_environment(path, store=store, progress=progress,
+                             approximate_base=approximate_base).image

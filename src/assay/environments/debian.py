@@ -512,6 +512,8 @@ def _package_lines(rootfs: Path, userns: str | None) -> list[str]:
     """Every installed package as ``@pkg name\\tversion``, read inside the image (its dpkg
     database may name anything; read on the host it could be a link to a host file)."""
     lines: list[str] = []
+    if not os.path.lexists(rootfs / "usr/bin/dpkg-query"):
+        return lines  # a base without dpkg (built on a real base): no package list to give
     run = run_in_root(rootfs, ["dpkg-query", "-W", "-f", "@pkg ${Package}\\t${Version}\\n"],
                       env={"PATH": DEFAULT_PATH}, writable=False, network=False,
                       timeout=STEP_TIMEOUT_S, userns=userns,

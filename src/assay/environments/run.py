@@ -114,7 +114,11 @@ def ensure_image(bundle: Bundle, store: Any = None,
                            f"with `{build_command(bundle)}`")
     # Unpinned: the source's build, cached by the source's digest (the same recipe is the
     # same image while it stays in the store); the digest it ran in is recorded either way.
-    built = builder(bundle.root / env.image, store, progress or (lambda _line: None))
+    kw = {"approximate_base": True} if env.approximate_base else {}
+    try:
+        built = builder(bundle.root / env.image, store, progress or (lambda _line: None), **kw)
+    except PullFailed as exc:  # a Dockerfile's FROM that cannot be pulled, not approximated
+        raise TrialRefused(f"{bundle.id}: unsupported here: {exc}") from exc
     if pin is not None and built.digest != pin:
         raise TrialRefused(
             f"{bundle.id}: building {env.image} gave the image {built.digest}, not the pinned "

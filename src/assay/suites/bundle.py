@@ -56,6 +56,12 @@ class Environment(_Strict):
     OCI layout / ``docker save`` archive, which ``assay env build <path>`` builds into the
     image store. ``initial_state.environment_image`` pins the result. Null: the task runs on
     the host's own system, as before."""
+    approximate_base: bool = False
+    """For a ``Dockerfile`` image: when its ``FROM`` image cannot be pulled (offline, no
+    credentials), build on the Debian release that stands for it instead (the translation;
+    every approximation is recorded in the image's ``substitutions``). False (the default): a
+    base that cannot be pulled makes the task ``unsupported here: cannot pull REF (reason)``.
+    ``task check --approximate-base`` and ``env build --approximate-base`` ask the same."""
     users: Literal["one", "several"] = "one"
     """Users in the image's sandboxes. ``one``: the command runs as uid 1000, the only id
     mapped (as before). ``several``: as root of a user namespace that maps ids 0-65535, as in

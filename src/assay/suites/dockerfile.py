@@ -542,6 +542,10 @@ class _State:
     pip: list[str] = field(default_factory=list)
     substitutions: list[str] = field(default_factory=list)
     written: list[tuple[str, str, str | None]] = field(default_factory=list)
+    #: Build on the real base (:mod:`assay.environments.on_base`): FROM is kept as written and
+    #: RUN lines run as they are, in the base, instead of becoming Debian packages.
+    real_base: bool = False
+    from_ref: str | None = None
 
     @property
     def vars(self) -> dict[str, str]:
@@ -589,6 +593,9 @@ def _run(ins: Instruction, st: _State) -> None:
             return
         script = text + "\n" + "".join(d.body + d.name + "\n" for d in ins.heredocs)
         _emit_run(script.rstrip("\n"), st)
+        return
+    if st.real_base:  # the base's own apt, pip and shell run the line, as Docker would
+        _emit_run(text, st)
         return
     segments = _split_and(text)
     pending: list[str] = []
@@ -802,7 +809,8 @@ def _from(ins: Instruction, st: _State) -> None:
         pass  # a stage name with one stage is harmless
     elif len(words) != 1:
         raise _Refused(f"FROM {ins.text}: expected an image, optionally AS a name")
-    st.base = _base(words[0])
+    st.from_ref = words[0]
+    st.base = _Base(DEFAULT_SUITE, [], None, {}, [], []) if st.real_base else _base(words[0])
     if flags.get("platform"):
         st.substitutions.append(f"FROM --platform={flags['platform']} -> this machine's "
                                 "architecture")
@@ -936,6 +944,8 @@ class Translation:
     recipe: Recipe
     context: Path
     written: tuple[tuple[str, str, str | None], ...] = ()
+    #: The ``FROM`` image as written (after ``ARG`` expansion).
+    base_ref: str | None = None
 
 
 def dockerfile_recipe(path: Path, *, build_args: dict[str, str] | None = None,
@@ -949,12 +959,14 @@ def dockerfile_recipe(path: Path, *, build_args: dict[str, str] | None = None,
 
 
 def translate_dockerfile(path: Path, *, build_args: dict[str, str] | None = None,
-                         ) -> Translation:
+                         real_base: bool = False) -> Translation:
     """:func:`dockerfile_recipe` with the heredoc-written files as well (the Harbor import
-    places those under the working directory in the starting tree)."""
+    places those under the working directory in the starting tree). ``real_base``: the steps
+    to run on the ``FROM`` image itself (RUN lines as written, no base approximated); the
+    recipe's suite and packages then mean nothing and are left empty."""
     path = Path(path)
     text = read_text(path, limit=DOCKERFILE_MAX_BYTES, what="the Dockerfile")[1]
-    st = _State(path, path.parent, dict(build_args or {}))
+    st = _State(path, path.parent, dict(build_args or {}), real_base=real_base)
     problems: list[Problem] = []
     global_args: dict[str, str] = {}
     for ins in parse_instructions(path, text):
@@ -988,4 +1000,4 @@ def translate_dockerfile(path: Path, *, build_args: dict[str, str] | None = None
         recipe = Recipe.model_validate(data)
     except ValueError as exc:  # a value the recipe model refuses (a package name...)
         raise SuiteError.one(path, f"cannot be a recipe: {exc}") from None
-    return Translation(recipe, st.context, tuple(st.written))
+    return Translation(recipe, st.context, tuple(st.written), st.from_ref)
