@@ -104,7 +104,8 @@ def test_report_rows_written_before_runtimes_were_kept_still_read() -> None:
 def test_a_verdict_reads_as_its_model_and_refuses_an_unknown_decision() -> None:
     v = {"decision": "inconclusive", "reasons": ["no interval"],
          "checks": [{"name": "integrity", "hard": True, "want": "at most 0", "observed": "0",
-                     "ok": True}], "tasks_to_settle": 40, "note": None, "exit_code": 4}
+                     "ok": True}], "tasks_to_settle": 40, "note": None, "warnings": [],
+         "exit_code": 4}
     got = ExperimentVerdict.read(v, "report.json")
     assert got.decision == "inconclusive" and got.checks[0].ok is True
     assert got.model_dump(mode="json") == v  # the record's key order is the writer's
