@@ -69,7 +69,7 @@ test: setup-test
 test-full: setup-test
 	$(BIN)/ruff check src tests bench
 	$(call run_tests,ASSAY_RAY_FULL=1 ASSAY_ENV_BUILD_FULL=1 ASSAY_SEQUENTIAL_FULL=1 \
-	  ASSAY_GATEWAY_FLOOD_FULL=1 ASSAY_DISK_FULL=1 ASSAY_TEST_IMAGE_CACHE=session)
+	  ASSAY_GATEWAY_FLOOD_FULL=1 ASSAY_DISK_FULL=1 ASSAY_GUIDE_FULL=1 ASSAY_TEST_IMAGE_CACHE=session)
 
 # Measure every test's wall seconds again and rewrite tests/durations.json, which orders the
 # units of make test longest first (tests/support/schedule.py).
