@@ -11,7 +11,7 @@ setup:
 # tests/test_ray_executor.py starts a two-node cluster on this machine) and Inspect
 # (assay[inspect]: tests/test_inspect_log.py reads the log it writes back); the demo needs none.
 setup-test:
-	@ASSAY_BOOTSTRAP_BROWSER=1 bash scripts/bootstrap.sh
+	@ASSAY_BOOTSTRAP_BROWSER=1 ASSAY_BOOTSTRAP_EXTRAS=dev,ray,inspect bash scripts/bootstrap.sh
 	@$(BIN)/python -c 'import ray, xdist, pytest_timeout, mypy, atif, inspect_ai' 2>/dev/null || \
 	  $(BIN)/python -m pip install -q -e '.[dev,ray,inspect]'
 
