@@ -18,7 +18,7 @@ from types import MappingProxyType
 from typing import Any
 
 from assay.errors import InputError
-from assay.suites.limits import MAX_CONCURRENCY, PLAN_TRIALS_DEFAULT_MAX, clock_text
+from assay.suites.limits import MAX_CONCURRENCY, PLAN_TRIALS_DEFAULT_MAX, clock_text, eta_text
 
 # Defaults of both kinds (a narrow suite's temperature/repeats/max_tokens come from suite.yaml).
 SHARED_DEFAULTS: Mapping[str, Any] = MappingProxyType({
@@ -171,7 +171,8 @@ def resolve_endpoint(model: str, given: Mapping[str, Any], *, builtin: bool,
                                          "(fine for local servers)",))
 
 
-# clock_text: how every progress line says a time (the CLI's lines and env pull's alike)
+# clock_text, eta_text: how every progress line says a time and the time left (the CLI's lines
+# and env pull's alike)
 __all__ = ["CODING_DEFAULTS", "Endpoint", "MAX_CONCURRENCY", "PLAN_TRIALS_DEFAULT_MAX",
            "RUN_OPTIONS", "SHARED_DEFAULTS", "check_overrides", "clock_text", "cli_option",
-           "resolve_endpoint"]
+           "eta_text", "resolve_endpoint"]

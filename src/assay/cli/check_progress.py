@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from assay.cli.exp_progress import clock_text
+from assay.api.options import clock_text, eta_text
 
 if TYPE_CHECKING:
     from assay.api.tasks import CheckProgress
@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 def progress_line(step: CheckProgress) -> str:
     """``[5/24] 12s, ETA 40s · duration-parse-001 · mutant fake_output: rejected:…``."""
     left = step.total - step.done
-    eta = (f"ETA {clock_text(step.elapsed_seconds / step.done * left)}" if left else "done")
+    eta = f"ETA {eta_text(step.elapsed_seconds, step.done, left)}" if left else "done"
     who = step.label.replace("mutant:", "mutant ", 1)
     return (f"[{step.done}/{step.total}] {clock_text(step.elapsed_seconds)}, {eta} · "
             f"{step.task} · {who}: {step.said}")
@@ -84,7 +84,7 @@ def step_writer(what: str, write: Callable[[str], object] | None = None,
             done, total = (int(x) for x in frac.split("/"))
             t0, d0 = first_count.setdefault(name, (now, done))
             if done > d0 and now > t0:
-                eta = f", ETA {clock_text((now - t0) / (done - d0) * (total - done))}"
+                eta = f", ETA {eta_text(now - t0, done - d0, total - done)}"
         if now - started < QUIET_SECONDS or now - last[0] < QUIET_SECONDS:
             return
         last[0] = now

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from assay.api.options import clock_text
+from assay.api.options import clock_text, eta_text
 
 if TYPE_CHECKING:
     from assay.api import TrialDone
@@ -150,7 +150,7 @@ class LineProgress:
         if not left:
             eta = "ETA 0s"
         elif finished > 0:
-            eta = f"ETA {clock_text(elapsed / finished * left)}"
+            eta = f"ETA {eta_text(elapsed, finished, left)}"
         else:
             eta = "ETA unknown"
         pct = f" {100 * self.done / self.total:.0f}%" if self.total else ""

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from assay.suites.limits import clock_text, describe_bytes
+from assay.suites.limits import describe_bytes, eta_text
 
 #: a pull quicker than this says nothing while fetching; a slower one a line this often
 QUIET_SECONDS = 2.0
@@ -74,7 +74,7 @@ class CopyWatch:
         text = (f"fetched {describe_bytes(min(got, total))} of {describe_bytes(total)}, "
                 f"{min(whole, len(self.sizes))}/{len(self.sizes)} blobs")
         if 0 < got < total and elapsed > 0:
-            text += f", ETA {clock_text(elapsed / got * (total - got))}"
+            text += f", ETA {eta_text(elapsed, got, total - got)}"
         return text
 
     def poll(self) -> None:
@@ -107,7 +107,7 @@ class Ticker:
         text = f"{self.label}: {describe_bytes(min(done, self.total))} of " \
                f"{describe_bytes(self.total)} read"
         if 0 < done < self.total:
-            text += f", ETA {clock_text((now - self.started) / done * (self.total - done))}"
+            text += f", ETA {eta_text(now - self.started, done, self.total - done)}"
         self.say(text)
 
 
@@ -124,6 +124,6 @@ def unpack_eta(say: Callable[[str], None], layer_sizes: list[int] | None,
             done, total = sum(layer_sizes[:i]), sum(layer_sizes)
             elapsed = clock() - started
             if i < n and done > 0 and elapsed > 0:
-                line += f" (ETA {clock_text(elapsed / done * (total - done))})"
+                line += f" (ETA {eta_text(elapsed, done, total - done)})"
         say(line)
     return told

@@ -93,3 +93,10 @@ def clock_text(seconds: float) -> str:
     if s < 3600:
         return f"{s // 60}m{s % 60:02d}s"
     return f"{s // 3600}h{s % 3600 // 60:02d}m"
+
+
+def eta_text(elapsed: float, done: float, left: float) -> str:
+    """The time ``left`` more units take at the pace of the ``done`` so far (``done`` > 0),
+    as :func:`clock_text` says it: the one rule of every progress line's ETA (trials, layers,
+    bytes)."""
+    return clock_text(elapsed / done * left)
