@@ -351,3 +351,31 @@ def test_cluster_bootstrap_mean_deterministic_and_contains_mean():
     assert lo < m < hi
     # mean of U(0,1) over 50 values: SE ~ sqrt(1/12/50) = 0.041, 95% width ~ 0.16
     assert hi - lo == pytest.approx(0.16, abs=0.04)
+
+
+def test_every_name_of_stats_is_found_where_it_says_it_lives() -> None:
+    """``assay.stats`` imports its names on first use from the module ``_WHERE`` gives: a name
+    added to ``__all__`` but not there (or the other way round) would fail only when used."""
+    import importlib
+
+    import assay.stats as stats
+
+    assert sorted(stats._WHERE) == sorted(stats.__all__)
+    for name, module in stats._WHERE.items():
+        assert getattr(stats, name) is getattr(importlib.import_module(module), name), name
+
+
+def test_a_wilson_interval_loads_no_numpy() -> None:
+    """``trial show`` and ``exp status`` read a Wilson interval (report/conditions.py); the
+    package's other modules need numpy, which such a reader (an archived install run as another
+    user) need not be able to load."""
+    import subprocess
+    import sys
+
+    code = ("import sys\nfrom assay.stats.intervals import wilson\n"
+            "import assay.report.trial_view\n"
+            "print(wilson(1, 2) is not None, 'numpy' in sys.modules)\n")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.split() == ["True", "False"], res.stdout

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from assay.records.io import iter_rows
+from assay.stats.intervals import wilson
 
 #: Where an experiment run keeps its attempts: trials/<task>/<arm>/<rep>/<attempt>/.
 TRIALS = "trials"
@@ -136,10 +137,6 @@ def _apart(a: tuple[float, float], b: tuple[float, float]) -> bool:
 
 
 def _warnings(arms: dict[str, dict[str, Any]], ceiling: Counter[str]) -> list[str]:
-    # imported here: ``assay.stats`` loads numpy, and ``trial show`` / ``exp status`` reach this
-    # module (attempt_refusals) on a machine or an archived install that need not have it
-    from assay.stats.intervals import wilson
-
     out = []
     if ceiling:
         what = ", ".join(f"{n} {r}" for r, n in sorted(ceiling.items()))
