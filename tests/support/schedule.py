@@ -34,6 +34,8 @@ DURATIONS = Path(__file__).resolve().parents[1] / "durations.json"
 UNMEASURED_SECONDS = 0.3
 #: the tests measured at this or more go into durations.json
 MEASURED_FROM_SECONDS = 2.0
+#: a worker that still holds this many seconds of tests is topped up with the shortest unit
+TOP_UP_SECONDS = 10.0
 
 #: Files whose tests are independent units: no module fixture that costs more than a test.
 #: (Two tests of test_harbor_import.py check the same imported task, and each builds its image
@@ -88,14 +90,37 @@ def write_durations(log: Path, path: Path = DURATIONS) -> int:
 class MeasuredScheduling(LoadFileScheduling):
     """``--dist loadfile`` with the units of :func:`scope_of`. The order is the collection's
     (``conftest.pytest_collection_modifyitems`` sorts the tests longest unit first on every
-    worker, so all collect the same order), not xdist's count of tests per unit."""
+    worker, so all collect the same order), not xdist's count of tests per unit.
+
+    One change to how a worker is topped up: xdist sends a worker its next unit as soon as two
+    or fewer of its tests are left (a worker starts a test only once it knows the next one), so
+    a unit sent behind a one-minute test waits that minute while other workers may run dry.
+    When the tests a worker still holds are expected to take :data:`TOP_UP_SECONDS` or more, it
+    gets the *shortest* unit left instead of the longest (seen in the quiet pass: Codex's whole
+    file, 27 s, queued behind Qwen Code's 64 s budget test while three workers finished)."""
 
     def __init__(self, config, log=None):  # type: ignore[no-untyped-def]
         config.option.loadscopereorder = False
         super().__init__(config, log)
+        self.seconds = load_durations()
 
     def _split_scope(self, nodeid: str) -> str:
         return scope_of(nodeid)
+
+    def _reschedule(self, node):  # type: ignore[no-untyped-def]
+        if node.shutting_down:
+            return
+        if not self.workqueue:
+            node.shutdown()
+            return
+        held = [nodeid for unit in self.assigned_work.get(node, {}).values()
+                for nodeid, done in unit.items() if not done]
+        if len(held) > 2:
+            return
+        ahead = sum(self.seconds.get(nodeid, UNMEASURED_SECONDS) for nodeid in held)
+        if ahead >= TOP_UP_SECONDS:
+            self.workqueue.move_to_end(next(reversed(self.workqueue)), last=False)
+        self._assign_work_unit(node)
 
 
 if __name__ == "__main__":
