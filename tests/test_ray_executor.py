@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -113,8 +114,15 @@ class Cluster:
         # directory) go under the cluster's directory, removed with it
         env["TMPDIR"] = str(self.temp_dir / f"tmp-{run}")
         (self.temp_dir / f"tmp-{run}").mkdir()
+        if not head:  # a second machine has a cache (and an image store) of its own
+            env["ASSAY_CACHE_DIR"] = str(self.cache_of(name))
         self.procs[name] = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env,
                                             start_new_session=True)
+
+    def cache_of(self, name: str) -> Path:
+        """The ``ASSAY_CACHE_DIR`` of node ``name``'s current start (not the head's: that one
+        shares the test session's, as a driver's own node does)."""
+        return self.temp_dir / f"cache-{name}{self.b_starts}"
 
     def worker_tmp(self) -> list[Path]:
         """Every TMPDIR the nodes' workers had (the head's, and each start of b's)."""
@@ -540,6 +548,73 @@ def test_object_store_carries_the_attempts_when_workers_cannot_see_the_run(
     assert ex["executor"]["transfer"] == "auto"
     assert ex["executor"]["transfers_used"] == ["object_store"]
     assert list((real / "run-nop").glob("trials/*/*/*/a*/grades/*.json"))
+
+
+# -------------------------------------------------- an image only the driver's store holds
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "agent-tasks" / "leaderboard-rank-007"
+
+
+def _bundle_in_archive_image(root: Path, env: dict[str, str]) -> tuple[Path, str]:
+    """The example bundle, its image an OCI layout inside it (the shared test image's root,
+    slimmed, as ``docker save`` or a build would hand it over) imported into the driver's store
+    with ``assay env build``, pinned by the digest that printed; ``cpu_cores: 2``, which only
+    node b offers. Returns the bundle and the pin."""
+    from support.images import base_image
+    from support.registry import layout_of_root
+
+    built_store, built = base_image(("python3-sortedcontainers",))
+    bundle = root / "tasks" / "rank"
+    shutil.copytree(EXAMPLE, bundle, symlinks=True)
+    layout = layout_of_root(built_store.rootfs(built.digest), bundle / "environment" / "image")
+    res = subprocess.run(_cli("env", "build", str(layout)), capture_output=True, text=True,
+                         env=env, timeout=240)
+    assert res.returncode == 0, res.stderr[-3000:]
+    (pin,) = set(re.findall(r"sha256:[0-9a-f]{64}", res.stdout))
+    y = bundle / "task.yaml"
+    text = y.read_text().replace("image: environment/recipe.yaml", "image: environment/image")
+    text = re.sub(r"environment_image: \S+", f"environment_image: {pin}", text)
+    y.write_text(text.replace("cpu_cores: 1", "cpu_cores: 2"))
+    return bundle, pin
+
+
+@needs_bwrap
+@needs_ray
+def test_a_worker_gets_an_image_only_the_drivers_store_holds_through_the_object_store(
+        tmp_path: Path, cluster: Cluster) -> None:
+    """An image imported from an archive on the driver reaches node b, whose store did not
+    have it, through Ray's object store: verified by its digest and placed there, the task's
+    oracle passes in it, and b never imported or built anything (its copy's record is the
+    driver's, to the second it was made)."""
+    from assay.environments.store import ImageStore
+
+    env = {**os.environ, "ASSAY_CACHE_DIR": str(tmp_path / "driver-cache")}
+    _, pin = _bundle_in_archive_image(tmp_path, env)
+    driver = ImageStore(tmp_path / "driver-cache" / "environments")
+    worker = ImageStore(cluster.cache_of("b") / "environments")
+    assert driver.get(pin) is not None and worker.get(pin) is None
+    exp = tmp_path / "e.yaml"
+    exp.write_text("name: shipped\ntasks: [tasks]\nselect: {split: validation}\n"
+                   "repetitions: 1\narms:\n"
+                   "  ref:\n    agent: oracle\n")
+    out = tmp_path / "run"
+    res = subprocess.run(_cli("exp", "run", str(exp), "--out", str(out), "--executor", "ray",
+                              "--ray-address", cluster.address), capture_output=True,
+                         text=True, env=env, timeout=240)
+    assert res.returncode == 0, res.stderr[-3000:]
+    _check_one_grade_each(out, 1)
+    (placed,) = _placements(out).values()
+    assert placed["node_id"] == cluster.node_ids["b"]  # the node without the image
+    (trial,) = [json.loads(p.read_text()) for p in out.glob("trials/*/*/*/a*/trial.json")]
+    assert trial["environment_image"]["digest"] == pin
+    assert trial["environment_image"]["source_kind"] == "oci-layout"
+    # on b now, as the driver has it: the same record (not re-imported, not rebuilt)
+    assert worker.get(pin) == driver.get(pin)
+    assert [i.digest for i in worker.ls()] == [pin]
+    assert not list(worker.staging_dir.glob("build-*"))
+    ex = json.loads((out / "manifest.json").read_text())["sessions"][-1]["executor"]
+    sent = ex["images_sent"][pin]
+    assert sent["chunks"] == -(-sent["bytes"] // (64 * 2**20)) and sent["bytes"] > 0, sent
 
 
 # ------------------------------------------------------------- ray, a node lost mid-run
