@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import signal
 import socket
@@ -494,6 +493,7 @@ def _hidden_driver(real: Path, view: Path, argv: list[str]) -> list[str]:
 @needs_ray
 def test_object_store_carries_the_attempts_when_workers_cannot_see_the_run(
         tmp_path: Path, cluster: Cluster, upstream: ScriptedServer) -> None:
+    from assay.environments.store import ImageStore
     from assay.runner.executors.on_ray import ATTEMPT_PREFIX, BUNDLE_PREFIX
 
     left_before = {p for d in cluster.worker_tmp() for p in d.glob(ATTEMPT_PREFIX + "*")}
@@ -501,8 +501,13 @@ def test_object_store_carries_the_attempts_when_workers_cannot_see_the_run(
     real.mkdir()
     view.mkdir()  # empty outside the driver's namespace
     exp = _experiment(real, reps=3, sleep=0.5, jobs=3)
-    (real / "nop.yaml").write_text("name: nop\ntasks: [tasks]\nrepetitions: 1\n"
-                                   "arms:\n  idle:\n    agent: nop\n")
+    # the second run's task: pinned to an image imported from an archive into the driver's
+    # store (which only the driver sees), 2 CPUs: node b, whose store does not have it
+    _, pin = _bundle_in_archive_image(real / "image-tasks" / "calc", real / "driver-cache")
+    worker = ImageStore(cluster.cache_of("b") / "environments")
+    assert worker.get(pin) is None
+    (real / "shipped.yaml").write_text("name: shipped\ntasks: [image-tasks]\nrepetitions: 1\n"
+                                       "arms:\n  ref:\n    agent: oracle\n")
     run = _hidden_driver(real, view, _cli(
         "exp", "run", str(view / exp.name), "--out", str(view / "run"), "--executor", "ray",
         "--ray-address", cluster.address, "--ray-transfer", "object_store"))
@@ -536,85 +541,101 @@ def test_object_store_carries_the_attempts_when_workers_cannot_see_the_run(
     # (the bundles came as tars: the workers could not read them at the driver's path, which
     # the auto run below shows; their unpacked copies live as long as the worker processes)
 
-    # auto under the same hiding chooses object_store: the workers really could not see it
+    # auto under the same hiding chooses object_store: the workers really could not see it;
+    # and the task's image, which only the driver's store holds, reaches b the same way: sent
+    # as chunks, verified by its digest and placed in b's store, never imported or built there
     res = subprocess.run(_hidden_driver(real, view, _cli(
-        "exp", "run", str(view / "nop.yaml"), "--out", str(view / "run-nop"), "--executor",
-        "ray", "--ray-address", cluster.address, "--ray-transfer", "auto")),
-        capture_output=True, text=True, timeout=120)
+        "exp", "run", str(view / "shipped.yaml"), "--out", str(view / "run-img"),
+        "--executor", "ray", "--ray-address", cluster.address, "--ray-transfer", "auto")),
+        capture_output=True, text=True, timeout=120,
+        env={**os.environ, "ASSAY_CACHE_DIR": str(view / "driver-cache")})
     assert res.returncode == 0, res.stderr[-3000:]
-    (placed,) = _placements(real / "run-nop").values()
-    assert placed["transfer"] == "object_store"
-    ex = json.loads((real / "run-nop" / "manifest.json").read_text())["sessions"][-1]
+    out = real / "run-img"
+    _check_one_grade_each(out, 1)  # the oracle passed in the image
+    (placed,) = _placements(out).values()
+    assert placed["transfer"] == "object_store" and placed["node_id"] == cluster.node_ids["b"]
+    ex = json.loads((out / "manifest.json").read_text())["sessions"][-1]
     assert ex["executor"]["transfer"] == "auto"
     assert ex["executor"]["transfers_used"] == ["object_store"]
-    assert list((real / "run-nop").glob("trials/*/*/*/a*/grades/*.json"))
+    (trial,) = [json.loads(p.read_text()) for p in out.glob("trials/*/*/*/a*/trial.json")]
+    assert trial["environment_image"]["digest"] == pin
+    assert trial["environment_image"]["source_kind"] == "oci-layout"
+    driver = ImageStore(real / "driver-cache" / "environments")
+    assert worker.get(pin) == driver.get(pin)  # the driver's record, to the second: not rebuilt
+    assert [i.digest for i in worker.ls()] == [pin]
+    assert not list(worker.staging_dir.glob("build-*"))
+    sent = ex["executor"]["images_sent"][pin]
+    assert sent["chunks"] == -(-sent["bytes"] // (64 * 2**20)) and sent["bytes"] > 0, sent
 
 
 # -------------------------------------------------- an image only the driver's store holds
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "agent-tasks" / "leaderboard-rank-007"
-
-
-def _bundle_in_archive_image(root: Path, env: dict[str, str]) -> tuple[Path, str]:
-    """The example bundle, its image an OCI layout inside it (the shared test image's root,
-    slimmed, as ``docker save`` or a build would hand it over) imported into the driver's store
-    with ``assay env build``, pinned by the digest that printed; ``cpu_cores: 2``, which only
-    node b offers. Returns the bundle and the pin."""
-    from support.images import base_image
+def _bundle_in_archive_image(bundle: Path, driver_cache: Path,
+                             files: dict[str, str] | None = None) -> tuple[Path, str]:
+    """The fixture task in an image imported from an OCI layout (inside the bundle, as a task
+    would carry it) into the driver's store, pinned by the digest the import gave; its oracle
+    a ``sed`` line (the image has no git); ``cpu_cores: 2``, which only node b offers. The
+    image is :func:`support.images.python_root` (35 MB: every byte of it is packed, sent,
+    unpacked and digested on its way to b)."""
+    from support.images import python_root
     from support.registry import layout_of_root
 
-    built_store, built = base_image(("python3-sortedcontainers",))
-    bundle = root / "tasks" / "rank"
-    shutil.copytree(EXAMPLE, bundle, symlinks=True)
-    layout = layout_of_root(built_store.rootfs(built.digest), bundle / "environment" / "image")
-    res = subprocess.run(_cli("env", "build", str(layout)), capture_output=True, text=True,
-                         env=env, timeout=240)
-    assert res.returncode == 0, res.stderr[-3000:]
-    (pin,) = set(re.findall(r"sha256:[0-9a-f]{64}", res.stdout))
+    from assay.environments.oci import import_image
+    from assay.environments.store import ImageStore
+
+    make_bundle(bundle, agent_seconds=60, verifier_seconds=60)
+    (bundle / "solution" / "solve.patch").unlink()
+    (bundle / "solution" / "solve.sh").write_text(
+        "sed -i 's/return a - b/return a + b/' src/calc/__init__.py\n")
+    layout = layout_of_root(python_root(bundle.parent / "python-root"),
+                            bundle / "environment", workdir="/work", files=files)
+    shutil.rmtree(bundle.parent / "python-root")
+    pin = import_image(layout, ImageStore(driver_cache / "environments")).digest
     y = bundle / "task.yaml"
-    text = y.read_text().replace("image: environment/recipe.yaml", "image: environment/image")
-    text = re.sub(r"environment_image: \S+", f"environment_image: {pin}", text)
+    text = y.read_text().replace("environment: {requires:",
+                                 f"environment_image: {pin}\n  environment: "
+                                 "{image: environment, requires:")
     y.write_text(text.replace("cpu_cores: 1", "cpu_cores: 2"))
     return bundle, pin
 
 
 @needs_bwrap
 @needs_ray
-def test_a_worker_gets_an_image_only_the_drivers_store_holds_through_the_object_store(
+@pytest.mark.ray_full
+@pytest.mark.skipif(not FULL, reason="the refused-image scenario runs in the full form "
+                    "(ASSAY_RAY_FULL=1); make test sends a good image (the object_store test)")
+def test_full_an_image_that_arrives_changed_is_an_infra_error_naming_it(
         tmp_path: Path, cluster: Cluster) -> None:
-    """An image imported from an archive on the driver reaches node b, whose store did not
-    have it, through Ray's object store: verified by its digest and placed there, the task's
-    oracle passes in it, and b never imported or built anything (its copy's record is the
-    driver's, to the second it was made)."""
+    """With ``shared_fs`` (the bundle visible on b, its archive too): the driver's stored copy
+    of the image was changed after it was imported, so what b receives does not have the
+    pinned digest. b refuses it, stores nothing and does not import the archive it could
+    read instead: the attempt is an ``infra_error`` naming the image and the reason."""
     from assay.environments.store import ImageStore
 
-    env = {**os.environ, "ASSAY_CACHE_DIR": str(tmp_path / "driver-cache")}
-    _, pin = _bundle_in_archive_image(tmp_path, env)
+    # an image of its own (a file more): b may hold the object_store test's already
+    _, pin = _bundle_in_archive_image(tmp_path / "tasks" / "calc", tmp_path / "driver-cache",
+                                      files={"/etc/assay-test": "changed on the driver\n"})
     driver = ImageStore(tmp_path / "driver-cache" / "environments")
+    with open(driver.rootfs(pin) / "etc" / "hostname", "a") as fh:
+        fh.write("changed after the import\n")
     worker = ImageStore(cluster.cache_of("b") / "environments")
-    assert driver.get(pin) is not None and worker.get(pin) is None
     exp = tmp_path / "e.yaml"
-    exp.write_text("name: shipped\ntasks: [tasks]\nselect: {split: validation}\n"
-                   "repetitions: 1\narms:\n"
-                   "  ref:\n    agent: oracle\n")
+    exp.write_text("name: changed\ntasks: [tasks]\nrepetitions: 1\nretries: {infra: 0}\n"
+                   "arms:\n  ref:\n    agent: oracle\n")
     out = tmp_path / "run"
     res = subprocess.run(_cli("exp", "run", str(exp), "--out", str(out), "--executor", "ray",
                               "--ray-address", cluster.address), capture_output=True,
-                         text=True, env=env, timeout=240)
-    assert res.returncode == 0, res.stderr[-3000:]
-    _check_one_grade_each(out, 1)
+                         text=True, timeout=240,
+                         env={**os.environ, "ASSAY_CACHE_DIR": str(tmp_path / "driver-cache")})
     (placed,) = _placements(out).values()
-    assert placed["node_id"] == cluster.node_ids["b"]  # the node without the image
-    (trial,) = [json.loads(p.read_text()) for p in out.glob("trials/*/*/*/a*/trial.json")]
-    assert trial["environment_image"]["digest"] == pin
-    assert trial["environment_image"]["source_kind"] == "oci-layout"
-    # on b now, as the driver has it: the same record (not re-imported, not rebuilt)
-    assert worker.get(pin) == driver.get(pin)
-    assert [i.digest for i in worker.ls()] == [pin]
+    assert placed["node_id"] == cluster.node_ids["b"], res.stderr[-3000:]
+    ((state, reason),) = _rows(out, "SELECT state, reason FROM attempts")
+    assert state == "infra_error", (state, reason, res.stderr[-3000:])
+    assert pin in reason and "does not match its digest" in reason, reason
+    assert cluster.node_ids["b"][:12] in reason or "node" in reason, reason
+    assert not _rows(out, "SELECT * FROM grades")
+    assert worker.get(pin) is None
     assert not list(worker.staging_dir.glob("build-*"))
-    ex = json.loads((out / "manifest.json").read_text())["sessions"][-1]["executor"]
-    sent = ex["images_sent"][pin]
-    assert sent["chunks"] == -(-sent["bytes"] // (64 * 2**20)) and sent["bytes"] > 0, sent
 
 
 # ------------------------------------------------------------- ray, a node lost mid-run

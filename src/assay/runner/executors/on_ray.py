@@ -153,7 +153,12 @@ class RayExecutor:
                     raise TrialRefused(f"{bundle.root}: its starting tree {repo} is outside the "
                                        "bundle; --ray-transfer object_store ships the bundle "
                                        "directory alone")
-                data = pack(bundle.root, arcname="bundle")
+                # the image's source stays behind when the image itself is sent (a worker
+                # never builds it; an archive may be gigabytes)
+                shipped = self._image_ship(bundle)
+                source = bundle.spec.initial_state.environment.image
+                data = pack(bundle.root, arcname="bundle", leave_out=source if shipped and
+                            "problem" not in shipped else None)
                 self._bundle_tars[key] = [ray.put(data), hashlib.sha256(data).hexdigest()]
             return self._bundle_tars[key]
 
