@@ -6,6 +6,8 @@ raylet joined to it: two nodes, one machine), each started by the test with ``--
 session of its own and a private ``--temp-dir``, on free ports, so it never meets another Ray on
 the machine. Teardown ends exactly those processes (by process group and by our temp dir in their
 command line), never any ``ray`` by name: ``ray stop`` would stop every Ray of this user.
+Node b has a cache of its own (``ASSAY_CACHE_DIR``, so an image store of its own), as a second
+machine would; the head shares the test session's, as the driver's own node does.
 
 Reduced form (``make test``): one task, three trials of an agent that asks the model through the
 gateway (which listens on the driver's node address; the workers' sandboxes reach it through
@@ -13,6 +15,10 @@ their own model-proxy-only forwarder), then sleeps and fixes the bug. The head o
 and the second node two, so two attempts land on the second node; its raylet is killed with
 SIGKILL while they run. Every trial still ends with exactly one grade, the lost attempts stay
 ``infra_error`` with reason ``worker_lost`` and Ray's evidence in their ``placement.json``.
+The object_store test's second run is a task pinned to an image imported from an OCI layout
+into the driver's store (45 MB of the shared test image), which asks for 2 CPUs so that node b,
+whose store does not have the image, runs it: the image reaches b through the object store,
+verified by its digest, and the oracle passes in it.
 The head lives for the module (``ray_head``); node b is started again for the next test that
 needs two nodes once a test killed it, so the tests on a healthy cluster come first and share
 one start of each node.
@@ -25,8 +31,9 @@ cancels its Ray tasks and exits 130 at once), resumed on Ray, killed with SIGKIL
 attempts run on the head, and resumed with ``--executor local``: the attempts each driver was
 running become ``interrupted`` (``runner_restart``) and run again, and still every trial has
 exactly one grade; and a node lost while its attempt verifies: the frozen artifact is graded
-on the driver, never run again. Run it alone with ``ASSAY_RAY_FULL=1 .venv/bin/python -m
-pytest -q -m ray_full tests/test_ray_executor.py``.
+on the driver, never run again; and an image whose stored copy on the driver changed after
+its import, refused by node b on arrival (an ``infra_error`` naming it). Run it alone with
+``ASSAY_RAY_FULL=1 .venv/bin/python -m pytest -q -m ray_full tests/test_ray_executor.py``.
 
 Over 400 lines because the cluster harness (start two nodes, learn their ids, kill one raylet,
 end only this test's processes) is used by no other file and reads best beside its scenarios.

@@ -6,7 +6,9 @@ made from it, and the host tools lent to it.
 environment_image``) must name an image in the store; when it does not, and a builder is
 installed (``assay.environments.build.build_source``), the source (``environment.image``) is
 built and its digest must equal the pin, otherwise the trial is refused with the command that
-builds it. A task without ``environment.image`` runs on the host's system (``None``).
+builds it. A task without ``environment.image`` runs on the host's system (``None``). On a Ray
+worker, a task whose image the driver sent (:func:`run_in_given_image`) runs in exactly that
+image or is refused with the reason it could not be placed: a worker never builds one.
 
 Host tools lent read-only to an image (so that an image needs none of them, and they are the
 same trusted copies whatever the image holds):
