@@ -582,9 +582,9 @@ def _bundle_in_archive_image(bundle: Path, driver_cache: Path,
     """The fixture task in an image imported from an OCI layout (inside the bundle, as a task
     would carry it) into the driver's store, pinned by the digest the import gave; its oracle
     a ``sed`` line (the image has no git); ``cpu_cores: 2``, which only node b offers. The
-    image is :func:`support.images.python_root` (35 MB: every byte of it is packed, sent,
-    unpacked and digested on its way to b)."""
-    from support.images import python_root
+    image is the shared test image cut to its Python (:func:`support.images.python_only`,
+    45 MB: every byte of it is packed, sent, unpacked and digested on its way to b)."""
+    from support.images import base_image, python_only
     from support.registry import layout_of_root
 
     from assay.environments.oci import import_image
@@ -594,9 +594,9 @@ def _bundle_in_archive_image(bundle: Path, driver_cache: Path,
     (bundle / "solution" / "solve.patch").unlink()
     (bundle / "solution" / "solve.sh").write_text(
         "sed -i 's/return a - b/return a + b/' src/calc/__init__.py\n")
-    layout = layout_of_root(python_root(bundle.parent / "python-root"),
-                            bundle / "environment", workdir="/work", files=files)
-    shutil.rmtree(bundle.parent / "python-root")
+    shared, image = base_image()
+    layout = layout_of_root(shared.rootfs(image.digest), bundle / "environment",
+                            workdir="/work", files=files, keep=python_only)
     pin = import_image(layout, ImageStore(driver_cache / "environments")).digest
     y = bundle / "task.yaml"
     text = y.read_text().replace("environment: {requires:",
