@@ -165,3 +165,40 @@ def test_an_image_the_store_does_not_hold_or_cannot_send_is_refused(tmp_path: Pa
     with pytest.raises(ImageRefused, match="etc/pipe, neither a folder"):
         pack_image(store, image, lambda b: b)
     assert ship.CHUNK_BYTES == 64 * 2**20  # the bound docs/scaling.md states
+
+
+def test_a_worker_runs_the_image_it_was_given_and_never_builds_one(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What a Ray worker does with the driver's image (``environments.run``): a bundle given
+    an image runs in exactly that one from the store, even unpinned, with a builder installed
+    that would build another; one whose image could not be placed is refused with the reason,
+    naming the image; a given image missing from the store is refused, never rebuilt."""
+    from support.bundles import make_bundle
+
+    from assay.environments import run
+    from assay.errors import TrialRefused
+    from assay.suites.bundle import load_bundle
+
+    store, image = _image(tmp_path)
+    root = make_bundle(tmp_path / "task")
+    (root / "env.yaml").write_text("suite: bookworm\npackages: [python3]\n")
+    y = root / "task.yaml"
+    y.write_text(y.read_text().replace("environment: {requires:",
+                                       "environment: {image: env.yaml, requires:"))
+    built: list[Path] = []
+    monkeypatch.setattr(run, "_builder", lambda: lambda path, *a, **k: built.append(path))
+    monkeypatch.setattr(run, "_GIVEN", {})
+    bundle = load_bundle(root)
+    assert bundle.spec.initial_state.environment_image is None  # unpinned: built on the driver
+    run.run_in_given_image(bundle, image.digest)
+    assert run.ensure_image(bundle, store) == image
+    run.run_in_given_image(bundle, "sha256:" + "9" * 64)
+    with pytest.raises(TrialRefused, match="sha256:9{64} the driver runs this task in is not in "
+                       "this node's image store .*never rebuilds it"):
+        run.ensure_image(bundle, store)
+    why = f"the image {image.digest} could not be placed on node abc (vm): no room"
+    run.run_in_given_image(bundle, image.digest, why)
+    with pytest.raises(TrialRefused) as err:
+        run.ensure_image(bundle, store)
+    assert str(err.value) == f"calc-001: {why}"
+    assert not built
