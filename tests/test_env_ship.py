@@ -9,7 +9,6 @@ Cost: well under a CPU-second (a root of a few files, chunks of 4 KiB).
 
 from __future__ import annotations
 
-import io
 import os
 import shutil
 import stat
@@ -18,6 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from test_ray_transfer import _member, _tar
 
 from assay.environments import ship
 from assay.environments.ship import pack_image, receive_image
@@ -103,18 +103,12 @@ def test_a_chunk_changed_on_the_way_is_refused_and_nothing_is_stored(tmp_path: P
 
 
 def _stream(*members: tuple[tarfile.TarInfo, bytes | None]) -> list[bytes]:
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as tar:
-        for info, data in members:
-            if data is not None:
-                info.size = len(data)
-            tar.addfile(info, io.BytesIO(data) if data is not None else None)
-    return [buf.getvalue()]
+    return [_tar(*members)]
 
 
 def _m(name: str, kind: bytes = tarfile.REGTYPE, link: str = "") -> tarfile.TarInfo:
-    info = tarfile.TarInfo(name)
-    info.type, info.linkname, info.mode = kind, link, 0o755
+    info = _member(name, kind, link)
+    info.mode = 0o755
     return info
 
 
