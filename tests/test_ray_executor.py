@@ -6,6 +6,8 @@ raylet joined to it: two nodes, one machine), each started by the test with ``--
 session of its own and a private ``--temp-dir``, on free ports, so it never meets another Ray on
 the machine. Teardown ends exactly those processes (by process group and by our temp dir in their
 command line), never any ``ray`` by name: ``ray stop`` would stop every Ray of this user.
+Node b has a cache of its own (``ASSAY_CACHE_DIR``, so an image store of its own), as a second
+machine would; the head shares the test session's, as the driver's own node does.
 
 Reduced form (``make test``): one task, three trials of an agent that asks the model through the
 gateway (which listens on the driver's node address; the workers' sandboxes reach it through
@@ -13,6 +15,10 @@ their own model-proxy-only forwarder), then sleeps and fixes the bug. The head o
 and the second node two, so two attempts land on the second node; its raylet is killed with
 SIGKILL while they run. Every trial still ends with exactly one grade, the lost attempts stay
 ``infra_error`` with reason ``worker_lost`` and Ray's evidence in their ``placement.json``.
+The object_store test's second run is a task pinned to an image imported from an OCI layout
+into the driver's store (45 MB of the shared test image), which asks for 2 CPUs so that node b,
+whose store does not have the image, runs it: the image reaches b through the object store,
+verified by its digest, and the oracle passes in it.
 The head lives for the module (``ray_head``); node b is started again for the next test that
 needs two nodes once a test killed it, so the tests on a healthy cluster come first and share
 one start of each node.
@@ -25,8 +31,9 @@ cancels its Ray tasks and exits 130 at once), resumed on Ray, killed with SIGKIL
 attempts run on the head, and resumed with ``--executor local``: the attempts each driver was
 running become ``interrupted`` (``runner_restart``) and run again, and still every trial has
 exactly one grade; and a node lost while its attempt verifies: the frozen artifact is graded
-on the driver, never run again. Run it alone with ``ASSAY_RAY_FULL=1 .venv/bin/python -m
-pytest -q -m ray_full tests/test_ray_executor.py``.
+on the driver, never run again; and an image whose stored copy on the driver changed after
+its import, refused by node b on arrival (an ``infra_error`` naming it). Run it alone with
+``ASSAY_RAY_FULL=1 .venv/bin/python -m pytest -q -m ray_full tests/test_ray_executor.py``.
 
 Over 400 lines because the cluster harness (start two nodes, learn their ids, kill one raylet,
 end only this test's processes) is used by no other file and reads best beside its scenarios.
@@ -113,8 +120,15 @@ class Cluster:
         # directory) go under the cluster's directory, removed with it
         env["TMPDIR"] = str(self.temp_dir / f"tmp-{run}")
         (self.temp_dir / f"tmp-{run}").mkdir()
+        if not head:  # a second machine has a cache (and an image store) of its own
+            env["ASSAY_CACHE_DIR"] = str(self.cache_of(name))
         self.procs[name] = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env,
                                             start_new_session=True)
+
+    def cache_of(self, name: str) -> Path:
+        """The ``ASSAY_CACHE_DIR`` of node ``name``'s current start (not the head's: that one
+        shares the test session's, as a driver's own node does)."""
+        return self.temp_dir / f"cache-{name}{self.b_starts}"
 
     def worker_tmp(self) -> list[Path]:
         """Every TMPDIR the nodes' workers had (the head's, and each start of b's)."""
@@ -486,6 +500,7 @@ def _hidden_driver(real: Path, view: Path, argv: list[str]) -> list[str]:
 @needs_ray
 def test_object_store_carries_the_attempts_when_workers_cannot_see_the_run(
         tmp_path: Path, cluster: Cluster, upstream: ScriptedServer) -> None:
+    from assay.environments.store import ImageStore
     from assay.runner.executors.on_ray import ATTEMPT_PREFIX, BUNDLE_PREFIX
 
     left_before = {p for d in cluster.worker_tmp() for p in d.glob(ATTEMPT_PREFIX + "*")}
@@ -493,8 +508,13 @@ def test_object_store_carries_the_attempts_when_workers_cannot_see_the_run(
     real.mkdir()
     view.mkdir()  # empty outside the driver's namespace
     exp = _experiment(real, reps=3, sleep=0.5, jobs=3)
-    (real / "nop.yaml").write_text("name: nop\ntasks: [tasks]\nrepetitions: 1\n"
-                                   "arms:\n  idle:\n    agent: nop\n")
+    # the second run's task: pinned to an image imported from an archive into the driver's
+    # store (which only the driver sees), 2 CPUs: node b, whose store does not have it
+    _, pin = _bundle_in_archive_image(real / "image-tasks" / "calc", real / "driver-cache")
+    worker = ImageStore(cluster.cache_of("b") / "environments")
+    assert worker.get(pin) is None
+    (real / "shipped.yaml").write_text("name: shipped\ntasks: [image-tasks]\nrepetitions: 1\n"
+                                       "arms:\n  ref:\n    agent: oracle\n")
     run = _hidden_driver(real, view, _cli(
         "exp", "run", str(view / exp.name), "--out", str(view / "run"), "--executor", "ray",
         "--ray-address", cluster.address, "--ray-transfer", "object_store"))
@@ -528,18 +548,101 @@ def test_object_store_carries_the_attempts_when_workers_cannot_see_the_run(
     # (the bundles came as tars: the workers could not read them at the driver's path, which
     # the auto run below shows; their unpacked copies live as long as the worker processes)
 
-    # auto under the same hiding chooses object_store: the workers really could not see it
+    # auto under the same hiding chooses object_store: the workers really could not see it;
+    # and the task's image, which only the driver's store holds, reaches b the same way: sent
+    # as chunks, verified by its digest and placed in b's store, never imported or built there
     res = subprocess.run(_hidden_driver(real, view, _cli(
-        "exp", "run", str(view / "nop.yaml"), "--out", str(view / "run-nop"), "--executor",
-        "ray", "--ray-address", cluster.address, "--ray-transfer", "auto")),
-        capture_output=True, text=True, timeout=120)
+        "exp", "run", str(view / "shipped.yaml"), "--out", str(view / "run-img"),
+        "--executor", "ray", "--ray-address", cluster.address, "--ray-transfer", "auto")),
+        capture_output=True, text=True, timeout=120,
+        env={**os.environ, "ASSAY_CACHE_DIR": str(view / "driver-cache")})
     assert res.returncode == 0, res.stderr[-3000:]
-    (placed,) = _placements(real / "run-nop").values()
-    assert placed["transfer"] == "object_store"
-    ex = json.loads((real / "run-nop" / "manifest.json").read_text())["sessions"][-1]
+    out = real / "run-img"
+    _check_one_grade_each(out, 1)  # the oracle passed in the image
+    (placed,) = _placements(out).values()
+    assert placed["transfer"] == "object_store" and placed["node_id"] == cluster.node_ids["b"]
+    ex = json.loads((out / "manifest.json").read_text())["sessions"][-1]
     assert ex["executor"]["transfer"] == "auto"
     assert ex["executor"]["transfers_used"] == ["object_store"]
-    assert list((real / "run-nop").glob("trials/*/*/*/a*/grades/*.json"))
+    (trial,) = [json.loads(p.read_text()) for p in out.glob("trials/*/*/*/a*/trial.json")]
+    assert trial["environment_image"]["digest"] == pin
+    assert trial["environment_image"]["source_kind"] == "oci-layout"
+    driver = ImageStore(real / "driver-cache" / "environments")
+    assert worker.get(pin) == driver.get(pin)  # the driver's record, to the second: not rebuilt
+    assert [i.digest for i in worker.ls()] == [pin]
+    assert not list(worker.staging_dir.glob("build-*"))
+    sent = ex["executor"]["images_sent"][pin]
+    assert sent["chunks"] == -(-sent["bytes"] // (64 * 2**20)) and sent["bytes"] > 0, sent
+
+
+# -------------------------------------------------- an image only the driver's store holds
+
+def _bundle_in_archive_image(bundle: Path, driver_cache: Path,
+                             files: dict[str, str] | None = None) -> tuple[Path, str]:
+    """The fixture task in an image imported from an OCI layout (inside the bundle, as a task
+    would carry it) into the driver's store, pinned by the digest the import gave; its oracle
+    a ``sed`` line (the image has no git); ``cpu_cores: 2``, which only node b offers. The
+    image is the shared test image cut to its Python (:func:`support.images.python_only`,
+    45 MB: every byte of it is packed, sent, unpacked and digested on its way to b)."""
+    from support.images import base_image, python_only
+    from support.registry import layout_of_root
+
+    from assay.environments.oci import import_image
+    from assay.environments.store import ImageStore
+
+    make_bundle(bundle, agent_seconds=60, verifier_seconds=60)
+    (bundle / "solution" / "solve.patch").unlink()
+    (bundle / "solution" / "solve.sh").write_text(
+        "sed -i 's/return a - b/return a + b/' src/calc/__init__.py\n")
+    shared, image = base_image()
+    layout = layout_of_root(shared.rootfs(image.digest), bundle / "environment",
+                            workdir="/work", files=files, keep=python_only)
+    pin = import_image(layout, ImageStore(driver_cache / "environments")).digest
+    y = bundle / "task.yaml"
+    text = y.read_text().replace("environment: {requires:",
+                                 f"environment_image: {pin}\n  environment: "
+                                 "{image: environment, requires:")
+    y.write_text(text.replace("cpu_cores: 1", "cpu_cores: 2"))
+    return bundle, pin
+
+
+@needs_bwrap
+@needs_ray
+@pytest.mark.ray_full
+@pytest.mark.skipif(not FULL, reason="the refused-image scenario runs in the full form "
+                    "(ASSAY_RAY_FULL=1); make test sends a good image (the object_store test)")
+def test_full_an_image_that_arrives_changed_is_an_infra_error_naming_it(
+        tmp_path: Path, cluster: Cluster) -> None:
+    """With ``shared_fs`` (the bundle visible on b, its archive too): the driver's stored copy
+    of the image was changed after it was imported, so what b receives does not have the
+    pinned digest. b refuses it, stores nothing and does not import the archive it could
+    read instead: the attempt is an ``infra_error`` naming the image and the reason."""
+    from assay.environments.store import ImageStore
+
+    # an image of its own (a file more): b may hold the object_store test's already
+    _, pin = _bundle_in_archive_image(tmp_path / "tasks" / "calc", tmp_path / "driver-cache",
+                                      files={"/etc/assay-test": "changed on the driver\n"})
+    driver = ImageStore(tmp_path / "driver-cache" / "environments")
+    with open(driver.rootfs(pin) / "etc" / "hostname", "a") as fh:
+        fh.write("changed after the import\n")
+    worker = ImageStore(cluster.cache_of("b") / "environments")
+    exp = tmp_path / "e.yaml"
+    exp.write_text("name: changed\ntasks: [tasks]\nrepetitions: 1\nretries: {infra: 0}\n"
+                   "arms:\n  ref:\n    agent: oracle\n")
+    out = tmp_path / "run"
+    res = subprocess.run(_cli("exp", "run", str(exp), "--out", str(out), "--executor", "ray",
+                              "--ray-address", cluster.address), capture_output=True,
+                         text=True, timeout=240,
+                         env={**os.environ, "ASSAY_CACHE_DIR": str(tmp_path / "driver-cache")})
+    (placed,) = _placements(out).values()
+    assert placed["node_id"] == cluster.node_ids["b"], res.stderr[-3000:]
+    ((state, reason),) = _rows(out, "SELECT state, reason FROM attempts")
+    assert state == "infra_error", (state, reason, res.stderr[-3000:])
+    assert pin in reason and "does not match its digest" in reason, reason
+    assert cluster.node_ids["b"][:12] in reason or "node" in reason, reason
+    assert not _rows(out, "SELECT * FROM grades")
+    assert worker.get(pin) is None
+    assert not list(worker.staging_dir.glob("build-*"))
 
 
 # ------------------------------------------------------------- ray, a node lost mid-run

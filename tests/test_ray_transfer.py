@@ -100,3 +100,19 @@ def test_what_is_not_a_tar_is_a_transport_error(tmp_path: Path) -> None:
     with pytest.raises(TransportError, match="not a tar"):
         unpack_into(b"this is not a tar archive" * 40, tmp_path / "a1")
     assert not (tmp_path / "a1").exists()
+
+
+def test_pack_leaves_out_a_path_with_all_it_holds(tmp_path: Path) -> None:
+    """A bundle whose image is sent on its own is packed without the image's source."""
+    root = tmp_path / "bundle"
+    (root / "environment" / "blobs").mkdir(parents=True)
+    (root / "environment" / "blobs" / "layer").write_bytes(b"\0" * 4096)
+    (root / "environment-notes.md").write_text("kept: only the named path goes\n")
+    (root / "task.yaml").write_text("id: x\n")
+    for leave_out, gone in (("environment", True), ("./environment/", True), (".", False),
+                            ("../x", False), (None, False)):
+        names = tarfile.open(fileobj=io.BytesIO(pack(root, arcname="bundle",
+                                                     leave_out=leave_out))).getnames()
+        assert "bundle/task.yaml" in names and "bundle/environment-notes.md" in names
+        assert ("bundle/environment/blobs/layer" not in names) is gone, (leave_out, names)
+        assert ("bundle/environment" not in names) is gone

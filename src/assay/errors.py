@@ -18,6 +18,7 @@ meaning, so an unrelated ``RuntimeError`` can never be recorded as, say, a sandb
     │   └── ImageRefused           an image archive or layout that is unsafe, corrupt or unknown
     └── InfraError                 exit 3: the environment failed, not the input
         ├── PullFailed             an image could not be fetched from its registry
+        ├── ImageUnavailable       an image could not be placed here from another store
         ├── TransportError         the endpoint gave no usable answer within the retry budget
         ├── SandboxUnavailable     bubblewrap cannot run on this machine
         ├── SandboxFailed          one sandboxed execution could not be carried out
@@ -144,6 +145,12 @@ class PullFailed(InfraError):
     """An image could not be fetched from its registry (unreachable, no credentials, no such
     image, skopeo missing): the message is ``cannot pull REF (reason)``. Content the registry
     served that does not match its digest is :class:`ImageRefused` instead."""
+
+
+class ImageUnavailable(InfraError):
+    """A pinned image could not be made present on this machine although it exists elsewhere
+    (a Ray worker: its chunks were lost from the object store, no room in the store); the
+    message names the image and the reason."""
 
 
 class TransportError(InfraError):

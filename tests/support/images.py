@@ -41,6 +41,7 @@ import hashlib
 import os
 import shutil
 import subprocess
+import tarfile
 import tempfile
 import time
 from collections.abc import Callable
@@ -209,3 +210,40 @@ def base_image(extra_packages: tuple[str, ...] = ()) -> tuple[ImageStore, Enviro
     if not result.cached:
         BUILD_SECONDS[packages] = time.monotonic() - started
     return store, result.image
+
+
+#: What :func:`python_only` keeps of the shared image's ``/usr/bin``: the interpreter and what
+#: a task's shell lines and the requirement check call.
+PYTHON_ROOT_PROGRAMS = ("python3", "python3.11", "sh", "dash", "sed", "cat", "head", "env",
+                        "ls", "mkdir", "rm", "sleep", "true")
+#: Folders of the standard library no test run imports (its compiled modules stay: without
+#: them every Python start in the read-only image compiles what it imports, a second each).
+_STDLIB_LEFT_OUT = frozenset(("test", "idlelib", "pydoc_data", "lib2to3", "ensurepip",
+                              "tkinter", "turtledemo", "distutils",
+                              "config-3.11-x86_64-linux-gnu", "pkg_resources"))
+_PYTHON_FOLDERS = ("", "etc", "tmp", "root", "home", "proc", "dev", "work", "usr", "usr/bin",
+                   "usr/lib", "usr/lib64")
+
+
+def python_only(name: str, info: tarfile.TarInfo) -> bool:
+    """Whether the entry ``name`` of the shared image (relative, ``info`` its tar header)
+    belongs to a small root (about 45 MB, a fifth of the image) that holds the image's Python
+    with its standard library and pytest, the shared libraries of ``/usr/lib/<arch>`` up to
+    1 MiB and ``libc``, ``/etc``, and the few programs of :data:`PYTHON_ROOT_PROGRAMS`: enough
+    for a fixture task's oracle (``sh``, ``sed``) and hidden tests, for tests that move an
+    image around and pay for every byte of it (``support.registry.layout_of_root``'s
+    ``keep``)."""
+    parts = name.split("/")
+    if name in _PYTHON_FOLDERS or parts[0] == "etc" or name.startswith("usr/lib64/"):
+        return True
+    if len(parts) == 1:  # bin, lib, lib64, sbin: links into /usr (merged /usr)
+        return info.issym()
+    if parts[:2] == ["usr", "bin"]:
+        return len(parts) == 3 and parts[2] in PYTHON_ROOT_PROGRAMS
+    if len(parts) >= 3 and parts[:2] == ["usr", "lib"] and parts[2].endswith("-linux-gnu"):
+        return len(parts) == 3 or (len(parts) == 4 and (
+            info.issym() or (info.isfile() and (info.size <= 2**20
+                                                or parts[3].startswith("libc.so")))))
+    if len(parts) >= 3 and parts[:2] == ["usr", "lib"] and parts[2] in ("python3.11", "python3"):
+        return not _STDLIB_LEFT_OUT & set(parts[3:])
+    return False

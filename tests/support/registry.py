@@ -169,11 +169,13 @@ SLIMMED = ("usr/share/locale", "usr/share/doc", "usr/share/man", "usr/share/info
 
 
 def layout_of_root(root: Path, out: Path, *, workdir: str = "/work",
-                   files: dict[str, str] | None = None) -> Path:
+                   files: dict[str, str] | None = None,
+                   keep: Callable[[str, tarfile.TarInfo], bool] | None = None) -> Path:
     """An OCI layout of an uncompressed layer holding the folder ``root`` (an image the tests
     already built), and a second with ``files`` (absolute path: text) when given: what
     ``docker save`` or a build would push, without compressing 200 MB (skopeo pushes it as it
-    is with ``--preserve-digests``)."""
+    is with ``--preserve-digests``). Of ``root``, what ``keep(relative name, header)`` keeps
+    (a folder left out goes with all it holds); by default all but :data:`SLIMMED`."""
     blobs = out / "blobs" / "sha256"
     blobs.mkdir(parents=True)
     (out / "oci-layout").write_text('{"imageLayoutVersion": "1.0.0"}')
@@ -193,7 +195,9 @@ def layout_of_root(root: Path, out: Path, *, workdir: str = "/work",
         os.rename(staged, blobs / layer[7:])
 
     def slim(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
-        name = info.name.removeprefix("./")
+        name = "" if info.name == "." else info.name.removeprefix("./")
+        if keep is not None:
+            return info if keep(name, info) else None
         return None if any(name == p or name.startswith(p + "/") for p in SLIMMED) else info
 
     add_layer(lambda tar: tar.add(root, arcname=".", filter=slim))

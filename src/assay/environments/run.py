@@ -6,7 +6,9 @@ made from it, and the host tools lent to it.
 environment_image``) must name an image in the store; when it does not, and a builder is
 installed (``assay.environments.build.build_source``), the source (``environment.image``) is
 built and its digest must equal the pin, otherwise the trial is refused with the command that
-builds it. A task without ``environment.image`` runs on the host's system (``None``).
+builds it. A task without ``environment.image`` runs on the host's system (``None``). On a Ray
+worker, a task whose image the driver sent (:func:`run_in_given_image`) runs in exactly that
+image or is refused with the reason it could not be placed: a worker never builds one.
 
 Host tools lent read-only to an image (so that an image needs none of them, and they are the
 same trusted copies whatever the image holds):
@@ -53,7 +55,7 @@ from assay.suites.image_ref import DIGEST_RE, is_reference, parse_reference
 __all__ = ["HOST_PYTHON_MOUNT", "HOST_USR_MOUNT", "build_command", "ensure_image", "host_loader",
            "host_loader_argv", "host_node", "host_node_argv", "host_python",
            "host_python_mounts", "host_usr_mount", "image_has_pytest", "image_record",
-           "image_root", "registry_reference", "task_root"]
+           "image_root", "registry_reference", "run_in_given_image", "task_root"]
 
 #: Where the host's trusted Python packages (pytest and its dependencies) appear in an image.
 HOST_PYTHON_MOUNT = "/assay/host-python"
@@ -103,6 +105,17 @@ def ensure_image(bundle: Bundle, store: Any = None,
     ref = registry_reference(bundle)
     if ref is not None:
         return _pulled(bundle, ref, store, progress, build=build)
+    given = _GIVEN.get(_given_key(bundle))
+    if given is not None:  # a Ray worker: the driver's image, placed here or refused
+        digest, problem = given
+        if problem is not None:
+            raise TrialRefused(f"{bundle.id}: {problem}")
+        found = store.get(digest)
+        if found is None:
+            raise TrialRefused(f"{bundle.id}: the image {digest} the driver runs this task in "
+                               f"is not in this node's image store ({store.root}); a worker "
+                               "never rebuilds it")
+        return found
     found = store.get(pin) if pin is not None else None
     if found is not None:
         return found
@@ -125,6 +138,25 @@ def ensure_image(bundle: Bundle, store: Any = None,
             f"{pin}: the source or what it installs changed; pin the new digest after checking "
             "it, or restore the source")
     return built
+
+
+#: Bundles whose image the driver named for this process (a Ray worker): (bundle root, spec
+#: digest) -> (the image's digest, or why it could not be placed on this node).
+_GIVEN: dict[tuple[str, str], tuple[str, str | None]] = {}
+
+
+def _given_key(bundle: Bundle) -> tuple[str, str]:
+    return str(bundle.root.resolve()), bundle.spec_sha256
+
+
+def run_in_given_image(bundle: Bundle, digest: str, problem: str | None = None) -> None:
+    """From now on, in this process, the task runs in the image ``digest`` (which the caller
+    has placed in the store), or is refused with ``problem``: never in an image built here.
+
+    Why: on a Ray worker a task's image comes from the driver's store, verified by its
+    digest; a recipe rebuilt on the worker would not be the same image, and an unpinned
+    source may have been built on the driver into an image the bundle does not name."""
+    _GIVEN[_given_key(bundle)] = (digest, problem)
 
 
 def registry_reference(bundle: Bundle) -> str | None:

@@ -33,6 +33,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from assay.errors import ImageRefused
 from assay.records.clock import utc_now
 from assay.records.environment import EnvironmentImage, ImageConfig, SourceKind
 from assay.records.io import atomic_write_text, read_json_file
@@ -257,6 +258,29 @@ class ImageStore:
             build_hosts=list(build_hosts) if build_hosts is not None else None, files=files,
             bytes=size, created_at=utc_now(), manifest_digest=manifest_digest,
             reference=reference)
+        return self._place(rootfs, image, source_extra)
+
+    def adopt(self, rootfs: Path, image: EnvironmentImage,
+              source_extra: dict[str, str] | None = None) -> EnvironmentImage:
+        """Place a root filesystem another store made (staged by :meth:`staging`) under the
+        digest its record names, keeping that record as it is, once its tree is shown to have
+        that digest (:func:`tree_digest`, the same walk that named it). A tree that arrived
+        otherwise is refused (:class:`ImageRefused`) and never stored: the caller's staging
+        folder goes with it."""
+        digest, files, size = tree_digest(rootfs)
+        if digest != image.digest:
+            label = image.source_label or image.source_kind
+            raise ImageRefused(f"the image {image.digest} ({label}) arrived as {digest} "
+                               f"({files} entries, {size} bytes of files): it does not match "
+                               "its digest, so nothing was stored")
+        return self._place(rootfs, image, source_extra)
+
+    def _place(self, rootfs: Path, image: EnvironmentImage,
+               source_extra: dict[str, str] | None) -> EnvironmentImage:
+        """Write the record beside the staged tree and rename the pair under the image's
+        final name in one step (an image already there wins); note which source it came
+        from."""
+        digest = image.digest
         final = self.image_dir(digest)
         if self.get(digest) is None:
             holder = rootfs.parent
@@ -272,7 +296,8 @@ class ImageStore:
                 if self.get(digest) is None:
                     raise
         self.sources_dir.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(self.sources_dir / f"{source_kind}-{_dir_name(source_digest)}.json",
+        name = f"{image.source_kind}-{_dir_name(image.source_digest)}.json"
+        atomic_write_text(self.sources_dir / name,
                           json.dumps({"digest": digest, **(source_extra or {})}) + "\n")
         stored = self.get(digest)
         assert stored is not None

@@ -55,7 +55,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from assay.agents import parse_agent
-from assay.errors import InputError, TrialRefused
+from assay.errors import ImageRefused, ImageUnavailable, InputError, TrialRefused
 from assay.records.io import atomic_write_json
 from assay.records.manifest import utc_now
 from assay.records.placement import PLACEMENT_JSON, Placement
@@ -117,10 +117,13 @@ class RayExecutor:
                 ray.shutdown()
             raise InputError(f"--gateway-host {self.gateway_host}: cannot listen there: "
                              f"{exc}") from None
-        # ray's stubs type remote() for functions of at most 10 parameters (this one takes 13)
+        # ray's stubs type remote() for functions of at most 10 parameters (this one takes 14)
         self._remote = ray.remote(_remote_attempt)  # type: ignore[arg-type]
         self._bundles: dict[str, Any] = {}
         self._bundle_tars: dict[tuple[str, str], Any] = {}
+        self._images: dict[str, dict[str, Any]] = {}  # digest -> the image's record and chunks
+        self._sent: dict[str, dict[str, int]] = {}  # the live ``images_sent`` of describe()
+        self._image_lock = threading.Lock()  # one image packed at a time, bundles go on
         self._lock = threading.Lock()
         self._lost = _lost_errors()
         self._inflight: set[Any] = set()
@@ -133,7 +136,8 @@ class RayExecutor:
         return {"kind": "ray", "address": self.address, "ray_version": self.ray_version,
                 "transfer": self.transfer, "transfers_used": self._used,
                 "driver_ip": self.driver_ip, "gateway_host": self.gateway_host,
-                "nodes_at_start": self.nodes_at_start, "channel": self.channel.url}
+                "nodes_at_start": self.nodes_at_start, "channel": self.channel.url,
+                "images_sent": self._sent}
 
     def _bundle_tar_ref(self, bundle: Bundle) -> Any:
         """``[ref, sha256]``: the bundle as a tar in the object store, put once per bundle
@@ -149,9 +153,45 @@ class RayExecutor:
                     raise TrialRefused(f"{bundle.root}: its starting tree {repo} is outside the "
                                        "bundle; --ray-transfer object_store ships the bundle "
                                        "directory alone")
-                data = pack(bundle.root, arcname="bundle")
+                # the image's source stays behind when the image itself is sent (a worker
+                # never builds it; an archive may be gigabytes)
+                shipped = self._image_ship(bundle)
+                source = bundle.spec.initial_state.environment.image
+                data = pack(bundle.root, arcname="bundle", leave_out=source if shipped and
+                            "problem" not in shipped else None)
                 self._bundle_tars[key] = [ray.put(data), hashlib.sha256(data).hexdigest()]
             return self._bundle_tars[key]
+
+    def _image_ship(self, bundle: Bundle) -> dict[str, Any] | None:
+        """What a worker needs to run the task in the driver's image: the image's record and
+        its chunks in the object store (put once per image for the session, each at most
+        ``ship.CHUNK_BYTES``; Ray copies them to a node only when a worker there asks), or
+        ``{"problem": why}`` when the driver cannot give it. None for a task on the host's
+        system or pinned to a registry image (each worker pulls that by digest itself)."""
+        import ray
+
+        from assay.environments.run import ensure_image, registry_reference
+        from assay.environments.ship import pack_image
+        from assay.environments.store import ImageStore
+
+        if bundle.spec.initial_state.environment.image is None or \
+                registry_reference(bundle) is not None:
+            return None
+        try:
+            image = ensure_image(bundle)  # the driver's store (built or imported here)
+        except TrialRefused as exc:
+            return {"problem": str(exc).removeprefix(f"{bundle.id}: ")}
+        assert image is not None
+        with self._image_lock:
+            if image.digest not in self._images:
+                try:
+                    chunks, size = pack_image(ImageStore(), image, ray.put)
+                except (ImageRefused, ImageUnavailable, OSError) as exc:
+                    return {"problem": f"the driver cannot send the image {image.digest}: "
+                                       f"{exc}"}
+                self._images[image.digest] = {"image": image, "chunks": chunks, "bytes": size}
+                self._sent[image.digest] = {"bytes": size, "chunks": len(chunks)}
+            return self._images[image.digest]
 
     def _bundle_ref(self, bundle: Bundle) -> Any:
         import ray
@@ -194,10 +234,11 @@ class RayExecutor:
             # tar goes in a list so that Ray fetches it only where the worker asks for it
             see = None if self.transfer == "object_store" else str(run_dir)
             tar = self._bundle_tar_ref(job.bundle) if self.transfer != "shared_fs" else None
+            image = self._image_ship(job.bundle)
             ref = self._remote.options(**options).remote(  # type: ignore[call-arg]  # as above
                 self._bundle_ref(job.bundle), tar, str(job.bundle.root.resolve()), job.agent,
                 str(job.trial_dir), job.rep, job.attempt, job.trial_id, see,
-                _identity_of(run_dir), self.channel.url, secret, cfg)
+                _identity_of(run_dir), self.channel.url, secret, cfg, image)
             with self._lock:
                 self._inflight.add(ref)
             try:
@@ -287,9 +328,10 @@ def _save(trial_dir: Path, data: dict[str, Any]) -> None:
 def _remote_attempt(bundle: Bundle, tar: list[Any] | None, driver_root: str, agent: str,
                     trial_dir: str, rep: int, attempt: int, trial_id: str, run_dir: str | None,
                     identity: str | None, url: str, secret: str,
-                    cfg: dict[str, Any]) -> dict[str, Any]:
+                    cfg: dict[str, Any], image: dict[str, Any] | None = None) -> dict[str, Any]:
     """The Ray task: choose the transfer (``run_dir`` None: object_store, never looked at;
-    no ``tar``: shared_fs), report in, run the trial's stages."""
+    no ``tar``: shared_fs), report in, have the driver's image (``image``: see
+    :func:`_have_image`), run the trial's stages."""
     import ray
 
     seen = _identity_of(Path(run_dir)) if run_dir is not None else None
@@ -306,6 +348,8 @@ def _remote_attempt(bundle: Bundle, tar: list[Any] | None, driver_root: str, age
                          "attempt over a shared file system mounted at the driver's path (use "
                          "--ray-transfer object_store or auto where there is none)"}
     if transfer == "shared_fs":
+        if image is not None:
+            _have_image(bundle, image, node)
         hooks = RemoteHooks(url, secret, **cfg)
         res = run_trial(bundle, parse_agent(agent), Path(trial_dir), rep=rep, attempt=attempt,
                         hooks=hooks, trial_id=trial_id)
@@ -313,6 +357,8 @@ def _remote_attempt(bundle: Bundle, tar: list[Any] | None, driver_root: str, age
                 "error": res.error}
     assert tar is not None
     local_bundle = _unpacked_bundle(tar[1], tar[0])
+    if image is not None:
+        _have_image(local_bundle, image, node)
     scratch = Path(tempfile.mkdtemp(prefix=ATTEMPT_PREFIX))
     try:
         private = scratch / "attempt"
@@ -332,6 +378,40 @@ def _remote_attempt(bundle: Bundle, tar: list[Any] | None, driver_root: str, age
                 "error": res.error, "files": pack(private, hooks.unshipped())}
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _have_image(bundle: Bundle, ship: dict[str, Any], node: str) -> None:
+    """Make the driver's image present in this node's store (``$ASSAY_CACHE_DIR``): found
+    there, or fetched chunk by chunk from the object store, verified against its digest and
+    placed (``environments/ship.py``); one worker process of a node fetches it while the
+    others wait for the store's lock and then find it. Whatever happens is handed to
+    ``environments.run`` for this bundle, so the trial runs in exactly that image or is an
+    ``infra_error`` naming the image and the reason: never in an image built here."""
+    import ray
+    from ray.exceptions import RayError
+
+    from assay.environments.run import run_in_given_image
+    from assay.environments.ship import receive_image
+    from assay.environments.store import ImageStore
+
+    if "problem" in ship:
+        run_in_given_image(bundle, "", ship["problem"])
+        return
+    image = ship["image"]
+    store = ImageStore()
+    where = f"node {node[:12]} ({socket.gethostname()})"
+    problem = None
+    try:
+        if store.get(image.digest) is None:
+            with store.source_lock(image.source_kind, image.source_digest):
+                receive_image(store, image, (ray.get(ref) for ref in ship["chunks"]))
+    except RayError as exc:
+        text = " ".join(str(exc).split())[:300]
+        problem = (f"the image {image.digest} could not be fetched from the driver's store "
+                   f"through Ray's object store to {where}: {type(exc).__name__}: {text}")
+    except (ImageRefused, ImageUnavailable, OSError) as exc:
+        problem = f"the image {image.digest} could not be placed on {where}: {exc}"
+    run_in_given_image(bundle, image.digest, problem)
 
 
 #: this worker process's unpacked bundles by their tar's digest (a Ray worker process runs

@@ -33,13 +33,22 @@ from assay.errors import NeverOverwrite, TransportError
 REWRITABLE = "trial.json"
 
 
-def pack(root: Path, only: Iterable[str] | None = None, *, arcname: str = ".") -> bytes:
+def pack(root: Path, only: Iterable[str] | None = None, *, arcname: str = ".",
+         leave_out: str | None = None) -> bytes:
     """A tar of ``root`` (or of the relative paths ``only`` under it); links are stored as
-    links, never followed."""
+    links, never followed. ``leave_out``: a relative path under ``root`` left out with all it
+    holds (a bundle's image source, when the image travels on its own)."""
     buf = io.BytesIO()
+    rel = posixpath.normpath(leave_out) if leave_out is not None else "."
+    skip = None if rel in (".", "..") or rel.startswith("../") else posixpath.join(arcname, rel)
+
+    def keep(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
+        return None if skip is not None and (
+            info.name == skip or info.name.startswith(skip + "/")) else info
+
     with tarfile.open(fileobj=buf, mode="w") as tar:
         if only is None:
-            tar.add(root, arcname=arcname, recursive=True)
+            tar.add(root, arcname=arcname, recursive=True, filter=keep)
         else:
             for rel in sorted(only):
                 tar.add(root / rel, arcname=rel, recursive=False)
