@@ -28,6 +28,7 @@ and the sandbox runs everything as one uid anyway.
 from __future__ import annotations
 
 import errno
+import hashlib
 import os
 import shutil
 import stat
@@ -39,6 +40,7 @@ from pathlib import Path
 from typing import IO, cast
 
 from assay.environments.limits import ImportLimits
+from assay.environments.store import KnownFiles
 from assay.errors import ImageRefused
 from assay.suites.limits import describe_bytes
 
@@ -114,6 +116,9 @@ class Unpacker:
         #: name cannot redirect it; whatever removes a folder (:meth:`_forget_dirs`) or
         #: whites out drops them all.
         self._dir_fds: dict[tuple[str, ...], int] = {}
+        #: The content digest of every file written, by inode (:data:`store.KnownFiles`): the
+        #: root filesystem's digest then needs no second read of what was just written.
+        self.known: KnownFiles = {}
 
     # -- one layer ---------------------------------------------------------------------------
 
@@ -297,7 +302,8 @@ class Unpacker:
         assert src is not None
         fd = os.open(base, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
                      0o600, dir_fd=dfd)
-        with os.fdopen(fd, "wb") as out:
+        content = hashlib.sha256()
+        with os.fdopen(fd, "wb", buffering=0) as out:
             written = 0
             while chunk := src.read(_CHUNK):
                 written += len(chunk)
@@ -308,8 +314,11 @@ class Unpacker:
                 if self.counts.written_bytes > self.limits.image_bytes:
                     raise self._refuse(info.name, "the image grows past the "
                                        f"{describe_bytes(self.limits.image_bytes)} limit")
-                out.write(chunk)
+                content.update(chunk)
+                _write_all(out.fileno(), chunk)
             os.fchmod(out.fileno(), mode)
+            st = os.fstat(out.fileno())
+            self.known[(st.st_dev, st.st_ino)] = (st.st_size, st.st_mtime_ns, content.hexdigest())
 
     def _make_hardlink(self, info: tarfile.TarInfo, dfd: int, base: str) -> None:
         tparts = self._parts(info.linkname)
@@ -387,6 +396,13 @@ class Unpacker:
             return
         finally:
             self._forget_dirs()
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    """``os.write`` until every byte is written (a regular file may take fewer at once)."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
 
 
 def _exists(dfd: int, base: str) -> bool:
