@@ -50,7 +50,7 @@ from assay.environments.oci import (
     unpack_layer,
 )
 from assay.environments.store import EnvironmentImage, ImageStore
-from assay.errors import InfraError
+from assay.errors import ImageRefused, InfraError
 from assay.suites.limits import describe_bytes
 
 __all__ = ["GrowingBlob", "OutOfOrder", "import_while_copying"]
@@ -200,8 +200,15 @@ def import_while_copying(folder: Path, manifest_digest: str, manifest: dict[str,
                 copy.wait()
                 return hit
             unpacker = Unpacker(rootfs, limits)
-            plain = [unpack_layer(source, layer, f"layer {i}/{len(layers)}", unpacker, limits,
-                                  say) for i, layer in enumerate(layers, 1)]
+            try:
+                plain = [unpack_layer(source, layer, f"layer {i}/{len(layers)}", unpacker,
+                                      limits, say) for i, layer in enumerate(layers, 1)]
+            except ImageRefused:
+                # skopeo's own verdict first, as when the import came after the copy: a
+                # blob altered in the registry is "does not match its digest", not the
+                # damaged tar its altered bytes make
+                copy.wait()
+                raise
             copy.wait()
             finished()
             config_doc = read_json(DirSource(folder), cdesc.digest.removeprefix("sha256:"),
