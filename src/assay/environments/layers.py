@@ -153,7 +153,9 @@ class Unpacker:
         if ".." in parts:
             raise self._refuse(name, "a path with '..' (it would climb out of the image root)")
         for p in parts:
-            if len(os.fsencode(p)) > self.limits.name_bytes:
+            # a character is at most 4 bytes encoded: most names need no encoding to tell
+            if len(p) * 4 > self.limits.name_bytes and \
+                    len(os.fsencode(p)) > self.limits.name_bytes:
                 raise self._refuse(name, f"a name longer than {self.limits.name_bytes} bytes")
             if "\0" in p:
                 raise self._refuse(name, "a NUL byte in the path")

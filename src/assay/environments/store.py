@@ -78,13 +78,14 @@ def tree_digest(root: Path, known: KnownFiles | None = None) -> tuple[str, int, 
     entries = 0
     total = 0
     stack = [""]
+    base = os.fspath(root)  # plain strings: a Path per entry was a tenth of the walk
     while stack:
         rel = stack.pop()
-        here = root / rel if rel else root
+        here = f"{base}/{rel}" if rel else base
         names = sorted(os.listdir(here), reverse=True)
         for name in names:
             sub = f"{rel}/{name}" if rel else name
-            path = root / sub
+            path = f"{base}/{sub}"
             st = os.lstat(path)
             mode = stat.S_IMODE(st.st_mode)
             entries += 1
