@@ -112,10 +112,13 @@ class GrowingBlob(io.RawIOBase):
                 temps = []
             if len(temps) == 1:
                 try:
-                    return os.open(temps[0].path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC), \
-                        False
+                    fd = os.open(temps[0].path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
                 except FileNotFoundError:  # renamed meanwhile: look again
                     continue
+                if final.exists():  # finished between the two looks: that temporary file
+                    os.close(fd)   # may already be the next blob's
+                    continue
+                return fd, False
             if len(temps) > 1:  # several blobs at once: not the order followed here
                 raise OutOfOrder(f"{len(temps)} blobs written at once")
             if not self.copy.running():
