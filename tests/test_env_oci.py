@@ -40,7 +40,7 @@ import pytest
 from assay.environments import limits as L
 from assay.environments.limits import ImportLimits
 from assay.environments.oci import import_image, machine_platform
-from assay.environments.store import ImageStore
+from assay.environments.store import ImageStore, tree_digest
 from assay.errors import ImageRefused, InputError
 from assay.sandbox import bwrap_available
 
@@ -313,6 +313,15 @@ def test_a_later_layer_replaces_what_a_lower_one_made(tmp_path: Path,
     assert os.stat(root / "libc-link").st_ino == os.stat(root / "usr/lib/libc.so").st_ino
     # an opaque folder keeps this layer's entry even when it is a link now
     assert os.listdir(root / "keep") == ["upper"] and os.readlink(root / "keep/upper") == "lower"
+    # the digest, made from the content digests the unpack noted (nothing read back), is the
+    # one a plain walk of the finished tree gives: replaced files, links, whiteouts and all
+    assert image.digest == tree_digest(root)[0]
+    # a noted content digest is taken only while the file has the size and mtime noted
+    st = os.stat(root / "conf/inner")
+    wrong = {(st.st_dev, st.st_ino): (st.st_size, st.st_mtime_ns, "0" * 64)}
+    assert tree_digest(root, wrong)[0] != image.digest  # taken as noted
+    os.utime(root / "conf/inner", ns=(st.st_atime_ns, st.st_mtime_ns + 1))
+    assert tree_digest(root, wrong)[0] == image.digest  # changed since: read again
 
 
 def test_several_images_in_one_layout_need_a_digest(tmp_path: Path, store: ImageStore) -> None:

@@ -16,7 +16,9 @@ the file, of which the image-pinned tasks (the example's Debian root, slimmed, p
 pulled into an empty store; its oracle and nop, a Dockerfile ``FROM`` that pinned image built
 on it and its oracle, then a Harbor task's import and task check in the same image) take 11
 CPU-seconds (the Dockerfile on its base 3.4 of them); the rest are one-file images at 0.1-0.4
-each and the killed pull at 2. The 200 MB image is the shared test image's root
+each (the fallback for a skopeo that writes blobs in another order 0.3, the blob follower's
+own test with a writer thread standing in for skopeo 0.01) and the killed pull at 2. The
+200 MB image is the shared test image's root
 (``tests/support/images.py``), built once for every file that needs it.
 
 Full form (``ASSAY_ENV_BUILD_FULL=1``, which ``make test-full`` sets): a Dockerfile on the
@@ -28,6 +30,7 @@ alone with ``ASSAY_ENV_BUILD_FULL=1 .venv/bin/python -m pytest -q tests/test_env
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -35,6 +38,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -47,6 +51,8 @@ from support.registry import Registry, layout_of_root, require_tools
 from test_env_oci import ARCH, Layout, d, f, make_oci
 
 from assay.agents import parse_agent
+from assay.environments import pull_stream
+from assay.environments import registry as registry_module
 from assay.environments.on_base import package_archives
 from assay.environments.registry import is_reference, parse_reference, pull_image
 from assay.environments.store import ImageStore
@@ -126,10 +132,101 @@ def test_pull_by_digest_records_both_digests_and_is_then_a_lookup(
     assert (root / "etc/greeting").read_text() == "hello"
     assert image.config.workdir == "/srv" and image.config.env["GREETING"] == "hello"
     assert any("skopeo" in line for line in lines), lines
+    # each layer unpacked while skopeo wrote it, not after (pull_stream)
+    assert any(line.endswith("unpacked as they arrive") for line in lines), lines
+    assert not any("another order" in line for line in lines), lines
     registry.stop()  # a second pull of the same pin needs no registry
     again = pull_image(ref, store)
     assert again.cached and again.image.digest == image.digest
     assert not list(store.staging_dir.glob("build-*"))
+
+
+def test_when_skopeo_writes_in_another_order_the_finished_copy_is_imported(
+        tmp_path: Path, registry: Registry, store: ImageStore,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """skopeo 1.9 always writes the layers in order, so the fallback is reached by having the
+    follower give up at once (the one stand-in here); the real copy then finishes and is
+    imported the old way, with the same image as a followed pull."""
+    pushed = registry.push(_hello(tmp_path), "team/hello:v1")
+    ref = f"{registry.host}/team/hello@{pushed}"
+    followed = pull_image(ref, ImageStore(tmp_path / "followed"))
+
+    def gives_up(*_args: object, **_kw: object) -> None:
+        raise pull_stream.OutOfOrder("a test's stand-in")
+    monkeypatch.setattr(registry_module, "import_while_copying", gives_up)
+    lines: list[str] = []
+    got = pull_image(ref, store, progress=lines.append)
+    assert any("another order (a test's stand-in)" in line for line in lines), lines
+    assert got.image.digest == followed.image.digest and got.manifest_digest == pushed
+    assert (store.rootfs(got.image.digest) / "etc/greeting").read_text() == "hello"
+
+
+class _Copy:
+    """What GrowingBlob asks of the running copy, for a writer thread that stands in for
+    skopeo (writing pieces to a temporary name, then renaming it to the blob's digest, as
+    containers/image's dir destination does): running until the writer is done."""
+
+    def __init__(self, writer: threading.Thread, failure: Exception | None = None) -> None:
+        self.writer, self.failure = writer, failure
+
+    def running(self) -> bool:
+        return self.writer.is_alive()
+
+    def wait(self) -> None:
+        self.writer.join()
+        if self.failure is not None:
+            raise self.failure
+
+    def tick(self) -> None:
+        pass
+
+
+def _writer(folder: Path, pieces: list[bytes], final: str | None) -> threading.Thread:
+    def write() -> None:
+        temp = folder / f"{pull_stream.TEMP_PREFIX}123"
+        with open(temp, "wb") as fh:
+            for piece in pieces:
+                fh.write(piece)
+                fh.flush()
+                time.sleep(0.01)
+        if final is not None:
+            os.rename(temp, folder / final)
+        else:
+            temp.unlink()  # as skopeo does with a blob that failed its digest
+    return threading.Thread(target=write)
+
+
+def test_a_blob_is_followed_while_written_and_ends_only_where_it_is_named(
+        tmp_path: Path) -> None:
+    data = [os.urandom(5000) for _ in range(8)]
+    hexd = hashlib.sha256(b"".join(data)).hexdigest()
+    writer = _writer(tmp_path, data, hexd)
+    writer.start()
+    with pull_stream.GrowingBlob(tmp_path, hexd, set(), _Copy(writer)) as blob:
+        got = b""
+        while piece := blob.read(3000):
+            got += piece
+    assert got == b"".join(data)
+
+    other = tmp_path / "other"
+    other.mkdir()
+    writer = _writer(other, data, "f" * 64)  # renamed to another blob's digest
+    writer.start()
+    with pytest.raises(pull_stream.OutOfOrder, match="not " + hexd[:12]):
+        with pull_stream.GrowingBlob(other, hexd, set(), _Copy(writer)) as blob:
+            while blob.read(3000):
+                pass
+
+    failed = tmp_path / "failed"
+    failed.mkdir()
+    writer = _writer(failed, data, None)  # the copy fails: its own reason is raised
+    writer.start()
+    with pytest.raises(ImageRefused, match="does not match its digest"):
+        with pull_stream.GrowingBlob(failed, hexd, set(), _Copy(
+                writer, ImageRefused("x: the registry served content that does not match "
+                                     "its digest"))) as blob:
+            while blob.read(3000):
+                pass
 
 
 def test_a_tag_resolves_once_and_a_moved_tag_is_never_followed_past_a_pin(

@@ -115,7 +115,7 @@ def test_a_pull_says_what_has_arrived_then_each_layer_with_the_time_left(tmp_pat
 
 
 def test_a_long_layer_says_how_much_of_it_was_read_with_the_time_left() -> None:
-    """Inside one layer (``oci._unpack_layer``, for ``env pull`` and ``env build`` alike):
+    """Inside one layer (``oci.unpack_layer``, for ``env pull`` and ``env build`` alike):
     nothing for a quick one, then the compressed bytes read of the layer's size and an ETA."""
     from assay.environments.pull_progress import QUIET_SECONDS as QUIET
     from assay.environments.pull_progress import Ticker

@@ -28,17 +28,19 @@ and the sandbox runs everything as one uid anyway.
 from __future__ import annotations
 
 import errno
+import hashlib
 import os
 import shutil
 import stat
-import tarfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, cast
+from typing import IO
 
 from assay.environments.limits import ImportLimits
+from assay.environments.store import KnownFiles
+from assay.environments.tarstream import Member, TarStream
 from assay.errors import ImageRefused
 from assay.suites.limits import describe_bytes
 
@@ -114,6 +116,9 @@ class Unpacker:
         #: name cannot redirect it; whatever removes a folder (:meth:`_forget_dirs`) or
         #: whites out drops them all.
         self._dir_fds: dict[tuple[str, ...], int] = {}
+        #: The content digest of every file written, by inode (:data:`store.KnownFiles`): the
+        #: root filesystem's digest then needs no second read of what was just written.
+        self.known: KnownFiles = {}
 
     # -- one layer ---------------------------------------------------------------------------
 
@@ -122,21 +127,12 @@ class Unpacker:
         self._touched = set()
         self._touched_dirs = set()
         self._what = what
+        tar = TarStream(stream, what)
         try:
-            tar = tarfile.open(fileobj=cast(IO[bytes], stream), mode="r|")
-        except tarfile.TarError as exc:
-            raise ImageRefused(f"{what}: not a tar stream ({exc})") from None
-        with tar:
-            try:
-                for info in tar:
-                    self._entry(tar, info)
-                    # A stream keeps no index of what it has passed (TarFile's own list of
-                    # what it read, an attribute typeshed leaves out).
-                    tar.members = []  # type: ignore[attr-defined]
-            except tarfile.TarError as exc:
-                raise ImageRefused(f"{what}: a damaged tar stream ({exc})") from None
-            finally:
-                self._forget_dirs()
+            for info in tar:
+                self._entry(tar, info)
+        finally:
+            self._forget_dirs()
         stream.drain()
 
     def _forget_dirs(self) -> None:
@@ -157,13 +153,15 @@ class Unpacker:
         if ".." in parts:
             raise self._refuse(name, "a path with '..' (it would climb out of the image root)")
         for p in parts:
-            if len(os.fsencode(p)) > self.limits.name_bytes:
+            # a character is at most 4 bytes encoded: most names need no encoding to tell
+            if len(p) * 4 > self.limits.name_bytes and \
+                    len(os.fsencode(p)) > self.limits.name_bytes:
                 raise self._refuse(name, f"a name longer than {self.limits.name_bytes} bytes")
             if "\0" in p:
                 raise self._refuse(name, "a NUL byte in the path")
         return parts
 
-    def _entry(self, tar: tarfile.TarFile, info: tarfile.TarInfo) -> None:
+    def _entry(self, tar: TarStream, info: Member) -> None:
         self.counts.entries += 1
         if self.counts.entries > self.limits.entries:
             raise ImageRefused(f"{self._what}: more than {self.limits.entries:,} entries in the "
@@ -287,19 +285,18 @@ class Unpacker:
         finally:
             os.close(fd)
 
-    def _make_file(self, tar: tarfile.TarFile, info: tarfile.TarInfo, dfd: int, base: str,
+    def _make_file(self, tar: TarStream, info: Member, dfd: int, base: str,
                    mode: int) -> None:
         if info.size > self.limits.file_bytes:
             raise self._refuse(info.name, f"a file of {describe_bytes(info.size)}, larger than "
                                f"the {describe_bytes(self.limits.file_bytes)} limit of one file")
         self._clear(dfd, base, info.name, keep_dir=False)
-        src = tar.extractfile(info)
-        assert src is not None
         fd = os.open(base, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
                      0o600, dir_fd=dfd)
-        with os.fdopen(fd, "wb") as out:
+        content = hashlib.sha256()
+        with os.fdopen(fd, "wb", buffering=0) as out:
             written = 0
-            while chunk := src.read(_CHUNK):
+            while chunk := tar.data(_CHUNK):
                 written += len(chunk)
                 self.counts.written_bytes += len(chunk)
                 if written > self.limits.file_bytes:
@@ -308,10 +305,13 @@ class Unpacker:
                 if self.counts.written_bytes > self.limits.image_bytes:
                     raise self._refuse(info.name, "the image grows past the "
                                        f"{describe_bytes(self.limits.image_bytes)} limit")
-                out.write(chunk)
+                content.update(chunk)
+                _write_all(out.fileno(), chunk)
             os.fchmod(out.fileno(), mode)
+            st = os.fstat(out.fileno())
+            self.known[(st.st_dev, st.st_ino)] = (st.st_size, st.st_mtime_ns, content.hexdigest())
 
-    def _make_hardlink(self, info: tarfile.TarInfo, dfd: int, base: str) -> None:
+    def _make_hardlink(self, info: Member, dfd: int, base: str) -> None:
         tparts = self._parts(info.linkname)
         if not tparts:
             raise self._refuse(info.name, "a hard link to the image root")
@@ -387,6 +387,13 @@ class Unpacker:
             return
         finally:
             self._forget_dirs()
+
+
+def _write_all(fd: int, data: bytes | memoryview) -> None:
+    """``os.write`` until every byte is written (a regular file may take fewer at once)."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
 
 
 def _exists(dfd: int, base: str) -> bool:

@@ -46,7 +46,8 @@ from assay.errors import ImageRefused, InfraError
 from assay.records.environment import SourceKind
 from assay.suites.limits import describe_bytes
 
-__all__ = ["SourceName", "import_image", "machine_platform"]
+__all__ = ["SourceName", "config_checked", "import_image", "machine_platform", "manifest_parts",
+           "publish_unpacked", "say_unpacked", "unpack_layer"]
 
 INDEX_TYPES = {"application/vnd.oci.image.index.v1+json",
                "application/vnd.docker.distribution.manifest.list.v2+json"}
@@ -153,28 +154,42 @@ def import_image(path: Path, store: ImageStore, *, expected_digest: str | None =
                     return hit
                 unpacker = Unpacker(rootfs, limits)
                 for i, layer in enumerate(plan.layers, 1):
-                    _unpack_layer(source, layer, f"layer {i}/{len(plan.layers)}", unpacker,
-                                  limits, say)
-                unpacker.ensure_dir(plan.config.workdir)
+                    unpack_layer(source, layer, f"layer {i}/{len(plan.layers)}", unpacker,
+                                 limits, say)
                 label = (name.label if name is not None else
                          path.name + (f" ({plan.ref_name})" if plan.ref_name else ""))
-                image = store.publish(rootfs, source_kind=kind, source_digest=source_digest,
-                                      source_label=label, config=plan.config,
-                                      adjustments=unpacker.counts.adjustments(),
-                                      manifest_digest=(plan.source_digest if name is not None
-                                                       else None),
-                                      reference=name.reference if name is not None else None,
-                                      source_extra=({"manifest_digest": plan.source_digest,
-                                                     "reference": name.reference or ""}
-                                                    if name is not None else None))
+                image = publish_unpacked(store, unpacker, plan.config, kind=kind,
+                                         source_digest=source_digest, label=label,
+                                         manifest_digest=plan.source_digest, name=name)
         except OSError as exc:  # a full disk, a store that cannot be written: not the input
             raise InfraError(f"{path}: could not unpack the image into {store.root}: "
                              f"{exc}") from exc
+    say_unpacked(image, unpacker, say)
+    return image
+
+
+def publish_unpacked(store: ImageStore, unpacker: Unpacker, config: ImageConfig, *,
+                     kind: SourceKind, source_digest: str, label: str, manifest_digest: str,
+                     name: SourceName | None) -> EnvironmentImage:
+    """The unpacked root (its working folder made, as a runtime does) digested and published;
+    a registry pull (``name``) files both digests and the reference with it."""
+    unpacker.ensure_dir(config.workdir)
+    return store.publish(unpacker.rootfs, source_kind=kind, source_digest=source_digest,
+                         source_label=label, config=config,
+                         adjustments=unpacker.counts.adjustments(), known=unpacker.known,
+                         manifest_digest=manifest_digest if name is not None else None,
+                         reference=name.reference if name is not None else None,
+                         source_extra=({"manifest_digest": manifest_digest,
+                                        "reference": name.reference or ""}
+                                       if name is not None else None))
+
+
+def say_unpacked(image: EnvironmentImage, unpacker: Unpacker,
+                 say: Callable[[str], None]) -> None:
     counts = unpacker.counts
     say(f"image {short(image.digest)}: {image.files:,} entries, {describe_bytes(image.bytes)}; "
         f"{counts.mode_bits_stripped} setuid/setgid/sticky bits stripped, "
         f"{counts.special_files_skipped} device nodes and fifos skipped")
-    return image
 
 
 # -- reading what the archive holds ----------------------------------------------------------
@@ -304,27 +319,12 @@ def _manifest_plan(source: BlobSource, limits: ImportLimits, kind: SourceKind,
     what = f"{source.label}: manifest {short(d.digest)}"
     manifest = read_json(source, blob_name(d.digest), limits, digest=d.digest, size=d.size,
                          what=what)
-    if not isinstance(manifest, dict):
-        raise ImageRefused(f"{what}: not a JSON object")
-    if manifest.get("schemaVersion") != 2:
-        raise ImageRefused(f"{what}: field 'schemaVersion' is {manifest.get('schemaVersion')!r}"
-                           ", not 2")
-    cdesc = _descriptor(manifest.get("config"), f"{what}: config", limits)
+    cdesc, descs = manifest_parts(manifest, what, limits)
     config_doc = read_json(source, blob_name(cdesc.digest), limits, digest=cdesc.digest,
                            size=cdesc.size, what=f"{source.label}: config {short(cdesc.digest)}")
     if not _for_this_machine(config_doc):
         return _config_platform(config_doc)
-    raw_layers = manifest.get("layers")
-    if not isinstance(raw_layers, list):
-        raise ImageRefused(f"{what}: field 'layers' missing or not a list")
-    if len(raw_layers) > limits.layers:
-        raise ImageRefused(f"{what}: {len(raw_layers)} layers, more than the limit of "
-                           f"{limits.layers}")
-    descs = [_descriptor(x, f"{what}: layers[{i}]", limits) for i, x in enumerate(raw_layers)]
     for i, ld in enumerate(descs):
-        if not ld.media_type.startswith(LAYER_TYPE_PREFIXES):
-            raise ImageRefused(f"{what}: layers[{i}]: media type {ld.media_type!r} is not an "
-                               "image layer assay can unpack")
         if not source.has(blob_name(ld.digest)):
             raise ImageRefused(f"{what}: layers[{i}] ({ld.digest}) is not in the archive (a "
                                "foreign or missing layer)")
@@ -336,6 +336,46 @@ def _manifest_plan(source: BlobSource, limits: ImportLimits, kind: SourceKind,
                      accepted={d.digest, cdesc.digest, *cand.via},
                      config=_image_config(config_doc, f"{source.label}: config"),
                      layers=layers, ref_name=cand.ref_name)
+
+
+def manifest_parts(manifest: object, what: str,
+                   limits: ImportLimits) -> tuple[Descriptor, list[Descriptor]]:
+    """An image manifest's config and layer descriptors, checked (schema version, sizes,
+    digests, the number of layers, layer media types) before any blob it names is read."""
+    if not isinstance(manifest, dict):
+        raise ImageRefused(f"{what}: not a JSON object")
+    if manifest.get("schemaVersion") != 2:
+        raise ImageRefused(f"{what}: field 'schemaVersion' is {manifest.get('schemaVersion')!r}"
+                           ", not 2")
+    cdesc = _descriptor(manifest.get("config"), f"{what}: config", limits)
+    raw_layers = manifest.get("layers")
+    if not isinstance(raw_layers, list):
+        raise ImageRefused(f"{what}: field 'layers' missing or not a list")
+    if len(raw_layers) > limits.layers:
+        raise ImageRefused(f"{what}: {len(raw_layers)} layers, more than the limit of "
+                           f"{limits.layers}")
+    descs = [_descriptor(x, f"{what}: layers[{i}]", limits) for i, x in enumerate(raw_layers)]
+    for i, ld in enumerate(descs):
+        if not ld.media_type.startswith(LAYER_TYPE_PREFIXES):
+            raise ImageRefused(f"{what}: layers[{i}]: media type {ld.media_type!r} is not an "
+                               "image layer assay can unpack")
+    return cdesc, descs
+
+
+def config_checked(config_doc: object, plain: list[str], what: str) -> ImageConfig:
+    """What a pull that unpacked its layers first (:mod:`.pull_stream`) checks of the config
+    once it has arrived: this machine's platform, and each layer's uncompressed digest
+    (``plain``, in order) against the diff ids. Refused with the reason otherwise."""
+    if not _for_this_machine(config_doc):
+        raise ImageRefused(f"{what}: the image is for {_config_platform(config_doc)}, not "
+                           f"{machine_platform()} (this machine's platform)")
+    diff_ids = _diff_ids(config_doc, len(plain), what, required=False)
+    for i, (got, want) in enumerate(zip(plain, diff_ids or [], strict=False)):
+        if got != want:
+            raise ImageRefused(f"{what}: layer {i + 1}'s uncompressed content has digest {got}, "
+                               f"not the diff id {want} the config gives (a damaged or altered "
+                               "layer)")
+    return _image_config(config_doc, what)
 
 
 def _docker_plan(source: BlobSource, limits: ImportLimits, expected: str | None) -> ImagePlan:
@@ -484,8 +524,10 @@ def _decode_errors() -> tuple[type[BaseException], ...]:
     return tuple(errors)
 
 
-def _unpack_layer(source: BlobSource, layer: LayerRef, which: str, unpacker: Unpacker,
-                  limits: ImportLimits, say: Callable[[str], None]) -> None:
+def unpack_layer(source: BlobSource, layer: LayerRef, which: str, unpacker: Unpacker,
+                 limits: ImportLimits, say: Callable[[str], None]) -> str:
+    """Unpack one layer (its blob's digest and size checked as it is read, its uncompressed
+    content against the diff id when known); returns that content's digest."""
     what = f"{source.label}: {which} ({short(layer.digest) if layer.digest else layer.name})"
     if layer.media_type.endswith("+zstd") and not _has_zstd():
         raise _no_zstd(what, layer.media_type)  # refused before a byte of it is read
@@ -501,11 +543,14 @@ def _unpack_layer(source: BlobSource, layer: LayerRef, which: str, unpacker: Unp
             decoded = _zstd_reader(buffered, what, layer.media_type)
         else:
             decoded = buffered
-        diff = hashlib.sha256()
+        # An uncompressed layer's bytes are its blob's: the blob's digest is its diff id, and
+        # hashing the same bytes twice would cost a sixth of the unpack
+        diff = hashlib.sha256() if decoded is not buffered else None
         ticker = Ticker(f"unpacking {which}", layer.size, say)
 
         def hashed(data: bytes) -> None:
-            diff.update(data)
+            if diff is not None:
+                diff.update(data)
             ticker.tick(verifier.count)  # compressed bytes read, of the layer's size
         stream = CountingReader(decoded, counts, limits, what, hashed)
         try:
@@ -513,14 +558,16 @@ def _unpack_layer(source: BlobSource, layer: LayerRef, which: str, unpacker: Unp
         except _decode_errors() as exc:
             verifier.finish()  # a damaged blob is named by its digest first
             raise ImageRefused(f"{what}: the compressed stream is damaged ({exc})") from None
-        verifier.finish()
-    if layer.diff_id is not None and "sha256:" + diff.hexdigest() != layer.diff_id:
+        blob = verifier.finish()
+    plain = blob if diff is None else "sha256:" + diff.hexdigest()
+    if layer.diff_id is not None and plain != layer.diff_id:
         raise ImageRefused(f"{what}: its uncompressed content has digest "
-                           f"sha256:{diff.hexdigest()}, not the diff id {layer.diff_id} the "
+                           f"{plain}, not the diff id {layer.diff_id} the "
                            "config gives (a damaged or altered layer)")
     say(f"{which} {short(layer.digest) if layer.digest else layer.name}: "
         f"{describe_bytes(verifier.count)} read, "
         f"{describe_bytes(counts.stream_bytes - before)} unpacked")
+    return plain
 
 
 def _has_zstd() -> bool:

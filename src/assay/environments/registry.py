@@ -48,6 +48,7 @@ from assay.environments.oci import (
     machine_platform,
 )
 from assay.environments.pull_progress import CopyWatch, blob_sizes, unpack_eta
+from assay.environments.pull_stream import OutOfOrder, import_while_copying
 from assay.environments.store import EnvironmentImage, ImageStore
 from assay.errors import ImageRefused, InputError, PullFailed
 from assay.suites.image_ref import ImageRef, is_reference, parse_reference
@@ -105,55 +106,89 @@ def skopeo_argv(ref: str) -> list[str]:
     return [found, *([f"--registries-conf={conf}"] if conf else [])]
 
 
-def _watched(argv: list[str], seconds: float,
-             watch: Callable[[], None]) -> subprocess.CompletedProcess[bytes]:
-    """``subprocess.run`` for a long skopeo call, ``watch`` called about every
-    ``WATCH_EVERY`` seconds while it runs (the fetch's progress lines); its output goes to
-    temporary files, so a chatty failure cannot fill a pipe and stall it."""
-    with tempfile.TemporaryFile() as stdout, tempfile.TemporaryFile() as stderr:
-        proc = subprocess.Popen(argv, stdout=stdout, stderr=stderr, stdin=subprocess.DEVNULL)
-        deadline = time.monotonic() + seconds
+class RunningCopy:
+    """A long skopeo call (the copy) started, watched and ended: :meth:`tick` says what has
+    arrived (``watch``, the fetch's progress lines) and enforces the time limit; its output
+    goes to temporary files, so a chatty failure cannot fill a pipe and stall it. Leaving the
+    ``with`` block kills it if it still runs (a refusal, an interrupt)."""
+
+    def __init__(self, argv: list[str], ref: str, seconds: float, what: str,
+                 watch: Callable[[], None]) -> None:
+        self.argv, self.ref, self.seconds, self.what, self.watch = argv, ref, seconds, what, watch
+        self.stdout = tempfile.TemporaryFile()
+        self.stderr = tempfile.TemporaryFile()
         try:
-            while True:
-                try:
-                    proc.wait(timeout=WATCH_EVERY)
-                    break
-                except subprocess.TimeoutExpired:
-                    if time.monotonic() > deadline:
-                        raise
-                    watch()
-        finally:
-            if proc.poll() is None:  # timed out, or the caller was interrupted
-                proc.kill()
-                proc.wait()
-        stdout.seek(0)
-        size = stderr.seek(0, os.SEEK_END)  # only its tail is kept for the error: read no more
-        stderr.seek(max(0, size - 4 * MESSAGE_BYTES))
-        return subprocess.CompletedProcess(argv, proc.returncode,
-                                           stdout.read(MAX_COPY_STDOUT), stderr.read())
+            self.proc = subprocess.Popen(argv, stdout=self.stdout, stderr=self.stderr,
+                                         stdin=subprocess.DEVNULL)
+        except OSError as exc:
+            self.close()
+            raise PullFailed(f"cannot pull {ref} ({what}: {exc.strerror})") from None
+        self.deadline = time.monotonic() + seconds
+
+    def __enter__(self) -> RunningCopy:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def running(self) -> bool:
+        return self.proc.poll() is None
+
+    def tick(self) -> None:
+        if time.monotonic() > self.deadline:
+            raise PullFailed(f"cannot pull {self.ref} ({self.what} took more than "
+                             f"{self.seconds:.0f} s)")
+        self.watch()
+
+    def wait(self) -> bytes:
+        """Its stdout once it has ended; its failure as :func:`_failure` says."""
+        while True:
+            try:
+                self.proc.wait(timeout=WATCH_EVERY)
+                break
+            except subprocess.TimeoutExpired:
+                self.tick()
+        self.stdout.seek(0)
+        out = self.stdout.read(MAX_COPY_STDOUT)
+        if self.proc.returncode != 0:
+            size = self.stderr.seek(0, os.SEEK_END)  # only its tail is kept: read no more
+            self.stderr.seek(max(0, size - 4 * MESSAGE_BYTES))
+            raise _failure(self.proc.returncode, self.stderr.read(), self.ref)
+        return out
+
+    def close(self) -> None:
+        proc = getattr(self, "proc", None)
+        if proc is not None and proc.poll() is None:  # timed out, refused, or interrupted
+            proc.kill()
+            proc.wait()
+        self.stdout.close()
+        self.stderr.close()
 
 
-def _run(argv: list[str], ref: str, seconds: float, what: str,
-         watch: Callable[[], None] | None = None) -> bytes:
-    """skopeo's stdout; its failure as :class:`ImageRefused` (content not matching its digest)
-    or :class:`PullFailed` (the registry unreachable, no credentials, no such image)."""
+def _failure(returncode: int, stderr: bytes, ref: str) -> ImageRefused | PullFailed:
+    """skopeo's failure as :class:`ImageRefused` (content not matching its digest) or
+    :class:`PullFailed` (the registry unreachable, no credentials, no such image)."""
+    message = stderr.decode("utf-8", "replace").strip()[-MESSAGE_BYTES:]
+    said = re.findall(r'level=fatal msg="((?:[^"\\]|\\.)*)"', message)
+    message = (said[-1].replace('\\"', '"') if said else " ".join(message.split())
+               ) or f"skopeo exited with {returncode}"
+    if any(w in message.lower() for w in _MISMATCH_WORDS):
+        return ImageRefused(f"{ref}: the registry served content that does not match its "
+                            f"digest ({message})")
+    return PullFailed(f"cannot pull {ref} ({message})")
+
+
+def _run(argv: list[str], ref: str, seconds: float, what: str) -> bytes:
+    """skopeo's stdout (a short call: the manifest); its failure as :func:`_failure` says."""
     try:
-        done = (_watched(argv, seconds, watch) if watch is not None else
-                subprocess.run(argv, capture_output=True, timeout=seconds, check=False,
-                               stdin=subprocess.DEVNULL))
+        done = subprocess.run(argv, capture_output=True, timeout=seconds, check=False,
+                              stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired:
         raise PullFailed(f"cannot pull {ref} ({what} took more than {seconds:.0f} s)") from None
     except OSError as exc:
         raise PullFailed(f"cannot pull {ref} ({what}: {exc.strerror})") from None
     if done.returncode != 0:
-        message = done.stderr.decode("utf-8", "replace").strip()[-MESSAGE_BYTES:]
-        said = re.findall(r'level=fatal msg="((?:[^"\\]|\\.)*)"', message)
-        message = (said[-1].replace('\\"', '"') if said else " ".join(message.split())
-                   ) or f"skopeo exited with {done.returncode}"
-        if any(w in message.lower() for w in _MISMATCH_WORDS):
-            raise ImageRefused(f"{ref}: the registry served content that does not match its "
-                               f"digest ({message})")
-        raise PullFailed(f"cannot pull {ref} ({message})")
+        raise _failure(done.returncode, done.stderr, ref)
     return done.stdout
 
 
@@ -280,10 +315,7 @@ def pull_image(text: str, store: ImageStore | None = None, *,
                       label=f"{ref.name}@{pinned}", reference=ref.text)
     try:
         with store.staging() as scratch:
-            layout = _download(ref, manifest, scratch.parent, limits, say, sizes)
-            image = import_image(layout, store, expected_digest=manifest,
-                                 progress=unpack_eta(say, sizes[1:] if sizes else None),
-                                 limits=limits, name=name)
+            image = _fetch(ref, manifest, doc, scratch.parent, store, limits, say, sizes, name)
     except OSError as exc:
         raise PullFailed(f"cannot pull {ref.text} (writing to {store.root}: {exc})") from exc
     return PullResult(_as_pulled(image, ref.text, pinned, manifest), ref.text, pinned,
@@ -312,22 +344,48 @@ def lookup_pulled(pinned: str, store: ImageStore, reference: str,
                       manifest, True, tag)
 
 
-def _download(ref: ImageRef, manifest: str, work: Path, limits: ImportLimits,
-              say: Callable[[str], None], sizes: list[int] | None = None) -> Path:
+def _fetch(ref: ImageRef, manifest: str, doc: dict[str, Any], work: Path, store: ImageStore,
+           limits: ImportLimits, say: Callable[[str], None], sizes: list[int] | None,
+           name: SourceName) -> EnvironmentImage:
     """skopeo copies ``manifest``'s blobs as they are into ``work/dir`` (what has arrived is
-    said while it runs: ``pull_progress.CopyWatch``); they are then laid out (hard links, no
-    copy) as a one-image OCI layout the importer reads."""
+    said while it waits: ``pull_progress.CopyWatch``) while each layer is unpacked as it
+    arrives (:mod:`.pull_stream`); where skopeo writes them in another order, the finished
+    copy is laid out (hard links, no copy) as a one-image OCI layout and imported."""
     target = work / "dir"
     what = (f"{len(sizes)} blobs, {describe_bytes(sum(sizes))}" if sizes is not None
             else "its blobs")
     say(f"fetching {what} of {ref.name}@{manifest} with skopeo")
     watch = CopyWatch(target, sizes, say)
-    _run([*skopeo_argv(ref.text), "copy", "--quiet", f"--retry-times={RETRIES}", ref.at(manifest),
-          f"dir:{target}"], ref.text, COPY_SECONDS, "copying the image", watch.poll)
-    got = (target / "manifest.json").read_bytes()
-    if len(got) > limits.json_bytes or _sha(got) != manifest:
+    told = unpack_eta(say, sizes[1:] if sizes else None)
+    argv = [*skopeo_argv(ref.text), "copy", "--quiet", f"--retry-times={RETRIES}",
+            ref.at(manifest), f"dir:{target}"]
+    with RunningCopy(argv, ref.text, COPY_SECONDS, "copying the image", watch.poll) as copy:
+        try:
+            return import_while_copying(
+                target, manifest, doc, copy, store, label=ref.text, name=name, limits=limits,
+                say=told, finished=lambda: _copied_manifest(target, ref, manifest, limits))
+        except OutOfOrder as exc:
+            say(f"skopeo wrote the blobs in another order ({exc}): unpacking once it is done")
+            copy.wait()
+    return import_image(_layout(target, ref, manifest, limits, work / "layout"), store,
+                        expected_digest=manifest, progress=told, limits=limits, name=name)
+
+
+def _copied_manifest(target: Path, ref: ImageRef, manifest: str, limits: ImportLimits) -> bytes:
+    """The manifest skopeo wrote, which must be the one pinned (or the index named)."""
+    path = target / "manifest.json"
+    if not path.is_file() or path.stat().st_size > limits.json_bytes:
         raise ImageRefused(f"{ref.text}: the manifest copied is not {manifest}")
-    layout = work / "layout"
+    got = path.read_bytes()
+    if _sha(got) != manifest:
+        raise ImageRefused(f"{ref.text}: the manifest copied is not {manifest}")
+    return got
+
+
+def _layout(target: Path, ref: ImageRef, manifest: str, limits: ImportLimits,
+            layout: Path) -> Path:
+    """skopeo's finished ``dir:`` copy as a one-image OCI layout the importer reads."""
+    got = _copied_manifest(target, ref, manifest, limits)
     blobs = layout / "blobs" / "sha256"
     blobs.mkdir(parents=True)
     for entry in os.scandir(target):

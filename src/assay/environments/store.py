@@ -38,8 +38,8 @@ from assay.records.clock import utc_now
 from assay.records.environment import EnvironmentImage, ImageConfig, SourceKind
 from assay.records.io import atomic_write_text, read_json_file
 
-__all__ = ["EnvironmentImage", "ImageConfig", "ImageStore", "SourceKind", "cache_root",
-           "tree_digest"]
+__all__ = ["EnvironmentImage", "ImageConfig", "ImageStore", "KnownFiles", "SourceKind",
+           "cache_root", "tree_digest"]
 
 IMAGE_FILE = "image.json"
 ROOTFS = "rootfs"
@@ -55,24 +55,38 @@ def cache_root() -> Path:
     return Path(base)
 
 
-def tree_digest(root: Path) -> tuple[str, int, int]:
+#: What an unpacker noted of a file it wrote: ``(st_dev, st_ino) -> (size, mtime_ns, hex
+#: sha256 of the content)``. :func:`tree_digest` takes a file's content digest from here
+#: instead of reading it back when the file on disk still has that size and mtime.
+KnownFiles = dict[tuple[int, int], tuple[int, int, str]]
+
+
+def tree_digest(root: Path, known: KnownFiles | None = None) -> tuple[str, int, int]:
     """``(sha256:<hex>, entries, bytes)`` of a root filesystem.
 
     Walked iteratively in sorted order; each entry contributes its relative path, kind,
     permission bits and content (regular files) or target (symlinks). Owners and times are left
     out: an unprivileged unpack cannot keep owners, and times say nothing of behaviour. Device
-    files and sockets are refused by the unpackers before this point and digested by kind."""
+    files and sockets are refused by the unpackers before this point and digested by kind.
+
+    ``known``: content digests an unpacker computed while it wrote the files (it had every
+    byte in hand), so an imported image is not read back a second time (a third of a pull's
+    unpack). The tree itself is still walked and every path, kind, mode and link target read
+    from disk; a file is read only when it is not in ``known`` or its size or mtime changed
+    since, so the digest is the same one a plain walk gives."""
+    known = known or {}
     h = hashlib.sha256()
     entries = 0
     total = 0
     stack = [""]
+    base = os.fspath(root)  # plain strings: a Path per entry was a tenth of the walk
     while stack:
         rel = stack.pop()
-        here = root / rel if rel else root
+        here = f"{base}/{rel}" if rel else base
         names = sorted(os.listdir(here), reverse=True)
         for name in names:
             sub = f"{rel}/{name}" if rel else name
-            path = root / sub
+            path = f"{base}/{sub}"
             st = os.lstat(path)
             mode = stat.S_IMODE(st.st_mode)
             entries += 1
@@ -83,13 +97,17 @@ def tree_digest(root: Path) -> tuple[str, int, int]:
                 target = os.readlink(path)
                 h.update(f"l {sub} {target}\0".encode("utf-8", "surrogateescape"))
             elif stat.S_ISREG(st.st_mode):
-                fh = hashlib.sha256()
-                with open(path, "rb") as f:
-                    for chunk in iter(lambda: f.read(1 << 20), b""):
-                        fh.update(chunk)
+                noted = known.get((st.st_dev, st.st_ino))
+                if noted is not None and noted[:2] == (st.st_size, st.st_mtime_ns):
+                    content = noted[2]
+                else:
+                    fh = hashlib.sha256()
+                    with open(path, "rb") as f:
+                        for chunk in iter(lambda: f.read(1 << 20), b""):
+                            fh.update(chunk)
+                    content = fh.hexdigest()
                 total += st.st_size
-                h.update(f"f {sub} {mode:o} {fh.hexdigest()}\0".encode("utf-8",
-                                                                    "surrogateescape"))
+                h.update(f"f {sub} {mode:o} {content}\0".encode("utf-8", "surrogateescape"))
             else:
                 kind = stat.S_IFMT(st.st_mode)
                 h.update(f"o {sub} {kind:o} {mode:o}\0".encode("utf-8", "surrogateescape"))
@@ -245,11 +263,12 @@ class ImageStore:
                 build_hosts: list[str] | None = None,
                 manifest_digest: str | None = None,
                 reference: str | None = None,
-                source_extra: dict[str, str] | None = None) -> EnvironmentImage:
+                source_extra: dict[str, str] | None = None,
+                known: KnownFiles | None = None) -> EnvironmentImage:
         """Digest a finished root filesystem (made inside :meth:`staging`) and move it under its
         final name in one rename. An image already stored under that digest wins; the staged
-        copy is then dropped with the staging folder."""
-        digest, files, size = tree_digest(rootfs)
+        copy is then dropped with the staging folder. ``known``: see :func:`tree_digest`."""
+        digest, files, size = tree_digest(rootfs, known)
         image = EnvironmentImage(
             digest=digest, source_kind=source_kind, source_digest=source_digest,
             source_label=source_label, config=config or ImageConfig(),
