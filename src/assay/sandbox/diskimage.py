@@ -1,0 +1,362 @@
+"""A size-limited filesystem per execution: its writable folders on a sparse ext4 image.
+
+Why: the disk watcher (:mod:`assay.sandbox.diskwatch`) is a thread that walks folders; among
+``make test``'s workers on two cores it was starved long enough for a writer of small files to
+hold 174 MiB under a 64 MiB limit. A bound that holds whatever the load is the kernel's: the
+execution's writable folders (its workspace and HOME) are copied onto one ext4 filesystem whose
+room is exactly the limit plus :data:`MARGIN`, in a sparse image file on the host's disk,
+mounted through a loop device for the run. A write past the room fails (``ENOSPC``) however
+fast it comes; the image file never takes more of the host's disk than its size. A poller
+(:class:`ImageWatch`, one ``statvfs`` every 50 ms: no walk) ends the execution once the folders
+hold more than the limit, so it ends as ``disk_limit`` with the figure rather than running on
+with failing writes; starved, it is late, but the bound does not move.
+
+When the execution ends its folders are carried back (emptied, then ``cp -a`` from the image:
+owners, modes, times, links and hard links as they were), the filesystem unmounted (the loop
+device goes with it: ``mount -o loop`` sets autoclear) and the image deleted. An assay process
+killed meanwhile leaves its image mounted: :func:`sweep_stale` (run once per process, before
+its first image) unmounts and deletes every image whose process has ended.
+
+Sizing: ext4 keeps part of its size for itself (inode tables, 1/32 of it at one inode per
+8 KiB; bitmaps; and 2% or 16 MiB at most reserved against delayed-allocation failures). The
+image is made larger than the limit by a generous estimate of that, then the room past
+``limit + MARGIN`` is taken by one preallocated file outside the folders (``fallocate``: no
+byte of it is written to the host's disk), so the room is exact whatever mke2fs chose.
+
+Needs root, ``mkfs.ext4``, ``mount``/``umount`` and loop devices (:func:`unavailable` says
+which is missing; the watcher is used then). Measured: mkfs + mount + umount about 30 ms.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import re
+import shutil
+import subprocess
+import threading
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from assay.sandbox.bwrap import Mount
+from assay.sandbox.cgroups import _started_at
+
+#: Where the images and their mount points live (one folder per host, root's): the disk that
+#: holds it loses at most the sum of the running executions' limits.
+DISK_DIR_ENV = "ASSAY_DISK_DIR"
+DEFAULT_DISK_DIR = Path("/var/tmp/assay-disk")
+#: Room past the limit: the poller ends the execution once the folders hold more than the
+#: limit; the kernel refuses writes past limit + MARGIN (room for the poller to see it).
+MARGIN = 1024 * 1024
+POLL_SECONDS = 0.05
+#: One inode per this many bytes (node_modules, pip caches: many small files).
+INODE_RATIO = 8192
+_MIB = 1024 * 1024
+_RUN_SECONDS = 60.0
+#: ``<pid>-<its start, s since the epoch>-<12 hex>.img`` and ``… .mnt``
+_NAME = re.compile(r"(\d+)-(\d+)-[0-9a-f]{12}\.(img|mnt)")
+_MOUNT_OPTIONS = "loop,noinit_itable,nodev,nosuid,noatime"
+
+
+def disk_dir() -> Path:
+    return Path(os.environ.get(DISK_DIR_ENV) or DEFAULT_DISK_DIR)
+
+
+_why_not: list[str | None] = []
+_why_lock = threading.Lock()
+
+
+def unavailable() -> str | None:
+    """Why a size-limited filesystem cannot be made here (``None``: it can), decided once."""
+    with _why_lock:
+        if not _why_not:
+            _why_not.append(_probe())
+        return _why_not[0]
+
+
+def _probe() -> str | None:
+    if os.geteuid() != 0:
+        return "not root (mounting a loop device needs it)"
+    for tool in ("mkfs.ext4", "mount", "umount", "cp"):
+        if shutil.which(tool) is None:
+            return f"no {tool} on PATH"
+    if not os.path.exists("/dev/loop-control"):
+        return "no loop devices (/dev/loop-control)"
+    try:  # the kernel may still refuse (a container without CAP_SYS_ADMIN): try one
+        image = DiskImage.create(MARGIN, [])
+    except OSError as exc:
+        return f"a loop-mounted ext4 image could not be made: {exc}"
+    image.close()
+    return None
+
+
+def open_for(limit_mib: int, folders: Sequence[Path]) -> tuple[DiskImage | None, str | None]:
+    """The execution's image for ``folders`` (host folders it can write) under
+    ``limit_mib``, or ``None`` and why not (then the disk watcher holds the limit)."""
+    why = unavailable()
+    if why is not None:
+        return None, why
+    resolved = [Path(f).resolve() for f in folders]
+    for i, folder in enumerate(resolved):
+        if not folder.is_dir():
+            return None, f"a writable mount is not a folder: {folder}"
+        if any(j != i and folder.is_relative_to(other) for j, other in enumerate(resolved)):
+            return None, f"a writable folder lies inside another: {folder}"
+    try:
+        return DiskImage.create(limit_mib * _MIB, resolved), None
+    except OSError as exc:
+        return None, f"the image could not be made: {exc}"
+
+
+def image_bytes(limit: int) -> int:
+    """The image's size for ``limit`` bytes of room: generous (the excess is taken back by a
+    preallocated file), rounded up to a MiB."""
+    room = limit + MARGIN
+    size = room + room // 16 + min(room // 40, 17 * _MIB) + 4 * _MIB
+    return -(-size // _MIB) * _MIB
+
+
+def _run(argv: list[str]) -> None:
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=_RUN_SECONDS,
+                          check=False)
+    if proc.returncode != 0:
+        raise OSError(f"{' '.join(argv[:2])} exited {proc.returncode}: "
+                      f"{(proc.stderr or proc.stdout).strip()[-300:]}")
+
+
+def _room(path: Path) -> tuple[int, int, int]:
+    """(bytes used, bytes available, inodes available) of the filesystem at ``path``."""
+    vfs = os.statvfs(path)
+    return ((vfs.f_blocks - vfs.f_bfree) * vfs.f_frsize, vfs.f_bavail * vfs.f_frsize,
+            vfs.f_favail)
+
+
+def _mounted(path: Path) -> bool:
+    """Whether ``path`` is a mount point in this process's mount namespace."""
+    target = str(path).replace("\\", "\\134").replace(" ", "\\040")
+    try:
+        with open("/proc/self/mountinfo", encoding="utf-8") as fh:
+            return any(line.split()[4] == target for line in fh)
+    except OSError:
+        return False
+
+
+def _empty(folder: Path) -> None:
+    """Remove what ``folder`` holds, never following a link out of it."""
+    with os.scandir(folder) as it:
+        for entry in it:
+            if entry.is_dir(follow_symlinks=False):
+                shutil.rmtree(entry.path)
+            else:
+                os.unlink(entry.path)
+
+
+@dataclass
+class DiskImage:
+    """One execution's filesystem: ``inside[i]`` holds a copy of ``folders[i]`` for the run.
+    Make it with :meth:`create`; :meth:`close` carries the folders back and removes it."""
+
+    limit: int
+    folders: list[Path]
+    image: Path
+    mount: Path
+    #: what the empty filesystem used (its root folder, ``lost+found``): not the command's
+    base_used: int = 0
+    inside: list[Path] = field(default_factory=list)
+    setup_ms: float = 0.0
+    _closed: bool = False
+
+    @classmethod
+    def create(cls, limit: int, folders: Sequence[Path]) -> DiskImage:
+        """mkfs, mount, take the excess room, copy ``folders`` in. Raises ``OSError`` (with
+        everything it made removed) when any step fails."""
+        sweep_stale_once()
+        started = time.monotonic()
+        home = disk_dir()
+        home.mkdir(mode=0o700, parents=True, exist_ok=True)
+        owner = _started_at(os.getpid())
+        stem = f"{os.getpid()}-{int(owner or 0)}-{uuid.uuid4().hex[:12]}"
+        made = cls(limit, [Path(f) for f in folders], home / f"{stem}.img", home / f"{stem}.mnt")
+        try:
+            with open(made.image, "xb") as fh:
+                fh.truncate(image_bytes(limit))
+            _run(["mkfs.ext4", "-q", "-F", "-b", "4096", "-m", "0", "-i", str(INODE_RATIO),
+                  "-O", "^has_journal,^resize_inode",
+                  "-E", f"lazy_itable_init=1,root_owner={os.getuid()}:{os.getgid()}",
+                  str(made.image)])
+            made.mount.mkdir(mode=0o700)
+            _run(["mount", "-o", _MOUNT_OPTIONS, str(made.image), str(made.mount)])
+            made.base_used, avail, _ = _room(made.mount)
+            excess = avail - (limit + MARGIN)
+            if excess < 0:
+                raise OSError(f"the image of {image_bytes(limit)} bytes has {avail} bytes of "
+                              f"room, under the {limit + MARGIN} asked")
+            if excess > 0:  # allocated, never written: no byte of the host's disk
+                fd = os.open(made.mount / "reserved", os.O_WRONLY | os.O_CREAT, 0o600)
+                try:
+                    os.posix_fallocate(fd, 0, excess)
+                finally:
+                    os.close(fd)
+                made.base_used = _room(made.mount)[0]
+            for i, folder in enumerate(made.folders):
+                inside = made.mount / str(i)
+                _run(["cp", "-a", "--", str(folder), str(inside)])
+                made.inside.append(inside)
+        except BaseException:
+            made.close(carry_back=False)
+            raise
+        made.setup_ms = (time.monotonic() - started) * 1000
+        return made
+
+    def bound(self, workdir: Path, mounts: Sequence[Mount]) -> tuple[Path, list[Mount]]:
+        """What the sandbox binds instead: the copy of ``workdir`` and of each writable
+        mount's folder (in the order :meth:`create` was given them: ``workdir`` first)."""
+        copies = iter(self.inside[1:])
+        swapped = [dataclasses.replace(m, source=next(copies)) if m.writable else m
+                   for m in mounts]
+        return self.inside[0], swapped
+
+    def used(self) -> tuple[int, int]:
+        """(bytes the folders hold on the filesystem, inodes left: a new file needs one)."""
+        used, _avail, inodes = _room(self.mount)
+        return max(0, used - self.base_used), inodes
+
+    def host_bytes(self) -> int:
+        """What the image file takes on the host's disk now."""
+        try:
+            return os.stat(self.image).st_blocks * 512
+        except OSError:
+            return 0
+
+    def close(self, *, carry_back: bool = True) -> list[str]:
+        """Carry the folders back (unless ``carry_back`` is false), unmount, delete the image.
+        Returns warnings; every step is tried whatever the one before did."""
+        if self._closed:
+            return []
+        self._closed = True
+        warnings: list[str] = []
+        if carry_back:
+            for folder, inside in zip(self.folders, self.inside, strict=False):
+                try:
+                    _empty(folder)
+                    _run(["cp", "-a", "--", f"{inside}/.", str(folder)])
+                except OSError as exc:
+                    warnings.append(f"could not carry {folder} back from its disk image: {exc}")
+        warnings += _remove(self.image, self.mount)
+        return warnings
+
+
+def _remove(image: Path, mount: Path) -> list[str]:
+    """Unmount ``mount`` (lazily if busy: it goes when its last user does), delete both."""
+    warnings: list[str] = []
+    if _mounted(mount):
+        try:
+            _run(["umount", str(mount)])
+        except OSError:
+            try:
+                _run(["umount", "-l", str(mount)])
+            except OSError as exc:
+                warnings.append(f"could not unmount {mount}: {exc}")
+    with contextlib.suppress(FileNotFoundError):
+        if not _mounted(mount):
+            mount.rmdir()
+    with contextlib.suppress(FileNotFoundError):
+        image.unlink()
+    return warnings
+
+
+def _owner_alive(pid: int, started: int) -> bool:
+    """Whether the process that named an image still runs (a reused pid started later)."""
+    now = _started_at(pid)
+    return now is not None and abs(now - started) <= 1.0
+
+
+def sweep_stale() -> list[str]:
+    """Unmount and delete the images of assay processes that have ended (killed before they
+    removed them). Returns the names removed; an image of a live process is left alone."""
+    home = disk_dir()
+    try:
+        names = sorted(os.listdir(home))
+    except OSError:
+        return []
+    swept: list[str] = []
+    for name in names:
+        m = _NAME.fullmatch(name)
+        if m is None or m.group(3) != "img" or _owner_alive(int(m.group(1)), int(m.group(2))):
+            continue
+        stem = name[: -len(".img")]
+        _remove(home / name, home / f"{stem}.mnt")
+        swept.append(stem)
+    for name in names:  # a mount point whose image is gone (killed between the two)
+        m = _NAME.fullmatch(name)
+        if (m is not None and m.group(3) == "mnt" and name[:-4] not in swept
+                and not _owner_alive(int(m.group(1)), int(m.group(2)))):
+            _remove(home / f"{name[:-4]}.img", home / name)
+            swept.append(name[:-4])
+    return swept
+
+
+_sweep_lock = threading.Lock()
+_swept: list[list[str]] = []
+
+
+def sweep_stale_once() -> list[str]:
+    """:func:`sweep_stale` the first time this process asks; later calls return that."""
+    with _sweep_lock:
+        if not _swept:
+            _swept.append(sweep_stale())
+        return list(_swept[0])
+
+
+class ImageWatch:
+    """Poll one :class:`DiskImage`: ``on_over(figure)`` once the folders hold more than its
+    limit (``over``, the figure) or no inode is left (``inodes_full``: no file can be made,
+    whatever the bytes). ``peak`` and ``host_peak`` (the image file on the host's disk) are
+    the largest figures seen."""
+
+    def __init__(self, image: DiskImage, on_over: Callable[[int], None], *,
+                 poll: float | None = None) -> None:
+        self.image = image
+        self.on_over = on_over
+        self.poll = POLL_SECONDS if poll is None else poll
+        self.over: int | None = None
+        self.inodes_full = False
+        self.peak = 0
+        self.host_peak = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="assay-disk-image",
+                                        daemon=True)
+
+    def start(self) -> ImageWatch:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """End the poll; one last look, so a command that filled it and exited between two
+        polls is still seen over."""
+        self._stop.set()
+        self._thread.join(30)
+        if self.over is None and not self.inodes_full:
+            self._look()
+
+    def _look(self) -> bool:
+        try:
+            used, inodes = self.image.used()
+        except OSError:
+            return False
+        self.peak = max(self.peak, used)
+        self.host_peak = max(self.host_peak, self.image.host_bytes())
+        if used > self.image.limit:
+            self.over = used
+        self.inodes_full = inodes == 0
+        return self.over is not None or self.inodes_full
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.poll):
+            if self._look():
+                self.on_over(self.peak)
+                return
