@@ -44,6 +44,7 @@ from pathlib import Path
 
 from assay.sandbox.bwrap import Mount
 from assay.sandbox.cgroups import _started_at
+from assay.sandbox.loopmount import mount_image, unmount
 
 #: Where the images and their mount points live (one folder per host, root's): the disk that
 #: holds it loses at most the sum of the running executions' limits.
@@ -59,7 +60,8 @@ _MIB = 1024 * 1024
 _RUN_SECONDS = 60.0
 #: ``<pid>-<its start, s since the epoch>-<12 hex>.img`` and ``… .mnt``
 _NAME = re.compile(r"(\d+)-(\d+)-[0-9a-f]{12}\.(img|mnt)")
-_MOUNT_OPTIONS = "loop,noinit_itable,nodev,nosuid,noatime"
+#: in a template's name: a change to how images are made makes new ones
+TEMPLATE_VERSION = 1
 
 
 def disk_dir() -> Path:
@@ -81,7 +83,7 @@ def unavailable() -> str | None:
 def _probe() -> str | None:
     if os.geteuid() != 0:
         return "not root (mounting a loop device needs it)"
-    for tool in ("mkfs.ext4", "mount", "umount", "cp"):
+    for tool in ("mkfs.ext4", "cp"):
         if shutil.which(tool) is None:
             return f"no {tool} on PATH"
     if not os.path.exists("/dev/loop-control"):
@@ -120,9 +122,9 @@ def image_bytes(limit: int) -> int:
     return -(-size // _MIB) * _MIB
 
 
-def _run(argv: list[str]) -> None:
+def _run(argv: list[str], cwd: str | None = None) -> None:
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=_RUN_SECONDS,
-                          check=False)
+                          check=False, cwd=cwd)
     if proc.returncode != 0:
         raise OSError(f"{' '.join(argv[:2])} exited {proc.returncode}: "
                       f"{(proc.stderr or proc.stdout).strip()[-300:]}")
@@ -155,6 +157,71 @@ def _empty(folder: Path) -> None:
                 os.unlink(entry.path)
 
 
+def _names() -> tuple[Path, Path]:
+    """A new image's path and its mount point's, named for this process (and its start, so
+    a reused pid is not taken for it) in :func:`disk_dir`."""
+    home = disk_dir()
+    home.mkdir(mode=0o700, parents=True, exist_ok=True)
+    stem = f"{os.getpid()}-{int(_started_at(os.getpid()) or 0)}-{uuid.uuid4().hex[:12]}"
+    return home / f"{stem}.img", home / f"{stem}.mnt"
+
+
+def _template(limit: int) -> Path:
+    """The empty filesystem for ``limit`` (made once, kept in :func:`disk_dir`): mkfs, the
+    room past ``limit + MARGIN`` taken by a preallocated file. An execution copies it (its
+    written blocks only, about 150 KiB) rather than running mkfs."""
+    path = disk_dir() / f"template-{TEMPLATE_VERSION}-{os.getuid()}-{limit}.img"
+    if path.exists():
+        return path
+    image, mount = _names()
+    try:
+        with open(image, "xb") as fh:
+            fh.truncate(image_bytes(limit))
+        _run(["mkfs.ext4", "-q", "-F", "-b", "4096", "-m", "0", "-i", str(INODE_RATIO),
+              "-O", "^has_journal,^resize_inode",
+              "-E", f"lazy_itable_init=1,root_owner={os.getuid()}:{os.getgid()}", str(image)])
+        mount.mkdir(mode=0o700)
+        mount_image(image, mount)
+        try:
+            excess = _room(mount)[1] - (limit + MARGIN)
+            if excess < 0:
+                raise OSError(f"an image of {image_bytes(limit)} bytes has "
+                              f"{excess + limit + MARGIN} bytes of room, under the "
+                              f"{limit + MARGIN} asked")
+            if excess > 0:  # allocated, never written: no byte of the host's disk
+                fd = os.open(mount / "reserved", os.O_WRONLY | os.O_CREAT, 0o600)
+                try:
+                    os.posix_fallocate(fd, 0, excess)
+                finally:
+                    os.close(fd)
+        finally:
+            unmount(mount)
+        os.replace(image, path)  # whole or not at all, whoever made it first
+    finally:
+        _remove(image, mount)
+    return path
+
+
+def _sparse_copy(source: Path, dest: Path) -> None:
+    """Copy ``source`` to the new file ``dest``, its holes left holes."""
+    with open(source, "rb") as src, open(dest, "xb") as out:
+        size = os.fstat(src.fileno()).st_size
+        out.truncate(size)
+        offset = 0
+        while offset < size:
+            try:
+                data = os.lseek(src.fileno(), offset, os.SEEK_DATA)
+            except OSError:  # ENXIO: no data past offset
+                break
+            hole = os.lseek(src.fileno(), data, os.SEEK_HOLE)
+            while data < hole:
+                copied = os.copy_file_range(src.fileno(), out.fileno(), hole - data, data, data)
+                if copied <= 0:
+                    raise OSError(f"could not copy {source} at byte {data}")
+                data += copied
+            offset = hole
+
+
 @dataclass
 class DiskImage:
     """One execution's filesystem: ``inside[i]`` holds a copy of ``folders[i]`` for the run.
@@ -172,40 +239,25 @@ class DiskImage:
 
     @classmethod
     def create(cls, limit: int, folders: Sequence[Path]) -> DiskImage:
-        """mkfs, mount, take the excess room, copy ``folders`` in. Raises ``OSError`` (with
-        everything it made removed) when any step fails."""
+        """A copy of the limit's template image, mounted, ``folders`` copied in. Raises
+        ``OSError`` (with everything it made removed) when any step fails."""
         sweep_stale_once()
         started = time.monotonic()
-        home = disk_dir()
-        home.mkdir(mode=0o700, parents=True, exist_ok=True)
-        owner = _started_at(os.getpid())
-        stem = f"{os.getpid()}-{int(owner or 0)}-{uuid.uuid4().hex[:12]}"
-        made = cls(limit, [Path(f) for f in folders], home / f"{stem}.img", home / f"{stem}.mnt")
+        template = _template(limit)
+        made = cls(limit, [Path(f) for f in folders], *_names())
         try:
-            with open(made.image, "xb") as fh:
-                fh.truncate(image_bytes(limit))
-            _run(["mkfs.ext4", "-q", "-F", "-b", "4096", "-m", "0", "-i", str(INODE_RATIO),
-                  "-O", "^has_journal,^resize_inode",
-                  "-E", f"lazy_itable_init=1,root_owner={os.getuid()}:{os.getgid()}",
-                  str(made.image)])
+            _sparse_copy(template, made.image)
             made.mount.mkdir(mode=0o700)
-            _run(["mount", "-o", _MOUNT_OPTIONS, str(made.image), str(made.mount)])
+            mount_image(made.image, made.mount)
             made.base_used, avail, _ = _room(made.mount)
-            excess = avail - (limit + MARGIN)
-            if excess < 0:
-                raise OSError(f"the image of {image_bytes(limit)} bytes has {avail} bytes of "
-                              f"room, under the {limit + MARGIN} asked")
-            if excess > 0:  # allocated, never written: no byte of the host's disk
-                fd = os.open(made.mount / "reserved", os.O_WRONLY | os.O_CREAT, 0o600)
-                try:
-                    os.posix_fallocate(fd, 0, excess)
-                finally:
-                    os.close(fd)
-                made.base_used = _room(made.mount)[0]
-            for i, folder in enumerate(made.folders):
-                inside = made.mount / str(i)
-                _run(["cp", "-a", "--", str(folder), str(inside)])
-                made.inside.append(inside)
+            if avail != limit + MARGIN:
+                raise OSError(f"the image {template} has {avail} bytes of room, not the "
+                              f"{limit + MARGIN} asked")
+            if made.folders:  # one cp for all: each lands under its own host path
+                _run(["cp", "-a", "--parents", "--",
+                      *(str(f.relative_to("/")) for f in made.folders), f"{made.mount}/"],
+                     cwd="/")
+                made.inside = [made.mount / f.relative_to("/") for f in made.folders]
         except BaseException:
             made.close(carry_back=False)
             raise
@@ -255,12 +307,9 @@ def _remove(image: Path, mount: Path) -> list[str]:
     warnings: list[str] = []
     if _mounted(mount):
         try:
-            _run(["umount", str(mount)])
-        except OSError:
-            try:
-                _run(["umount", "-l", str(mount)])
-            except OSError as exc:
-                warnings.append(f"could not unmount {mount}: {exc}")
+            unmount(mount)
+        except OSError as exc:
+            warnings.append(f"could not unmount {mount}: {exc}")
     with contextlib.suppress(FileNotFoundError):
         if not _mounted(mount):
             mount.rmdir()
