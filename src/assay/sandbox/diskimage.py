@@ -44,7 +44,8 @@ from pathlib import Path
 
 from assay.sandbox.bwrap import Mount
 from assay.sandbox.cgroups import _started_at
-from assay.sandbox.loopmount import mount_image, unmount
+from assay.sandbox.loopmount import bind, mount_image, mount_overlay, unmount
+from assay.sandbox.upperdir import carry_back as carry_upper_back
 
 #: Where the images and their mount points live (one folder per host, root's): the disk that
 #: holds it loses at most the sum of the running executions' limits.
@@ -83,7 +84,7 @@ def unavailable() -> str | None:
 def _probe() -> str | None:
     if os.geteuid() != 0:
         return "not root (mounting a loop device needs it)"
-    for tool in ("mkfs.ext4", "cp"):
+    for tool in ("mkfs.ext4",):
         if shutil.which(tool) is None:
             return f"no {tool} on PATH"
     if not os.path.exists("/dev/loop-control"):
@@ -122,9 +123,9 @@ def image_bytes(limit: int) -> int:
     return -(-size // _MIB) * _MIB
 
 
-def _run(argv: list[str], cwd: str | None = None) -> None:
+def _run(argv: list[str]) -> None:
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=_RUN_SECONDS,
-                          check=False, cwd=cwd)
+                          check=False)
     if proc.returncode != 0:
         raise OSError(f"{' '.join(argv[:2])} exited {proc.returncode}: "
                       f"{(proc.stderr or proc.stdout).strip()[-300:]}")
@@ -137,24 +138,21 @@ def _room(path: Path) -> tuple[int, int, int]:
             vfs.f_favail)
 
 
-def _mounted(path: Path) -> bool:
-    """Whether ``path`` is a mount point in this process's mount namespace."""
-    target = str(path).replace("\\", "\\134").replace(" ", "\\040")
+def _mounts_under(path: Path) -> list[Path]:
+    """The mount points at ``path`` or under it, in this process's mount namespace (our own
+    names: no space or backslash to unescape)."""
+    top = str(path)
     try:
         with open("/proc/self/mountinfo", encoding="utf-8") as fh:
-            return any(line.split()[4] == target for line in fh)
+            points = [line.split()[4] for line in fh]
     except OSError:
-        return False
+        return []
+    return [Path(p) for p in dict.fromkeys(points) if p == top or p.startswith(top + "/")]
 
 
-def _empty(folder: Path) -> None:
-    """Remove what ``folder`` holds, never following a link out of it."""
-    with os.scandir(folder) as it:
-        for entry in it:
-            if entry.is_dir(follow_symlinks=False):
-                shutil.rmtree(entry.path)
-            else:
-                os.unlink(entry.path)
+def _mounted(path: Path) -> bool:
+    """Whether ``path`` is a mount point in this process's mount namespace."""
+    return str(path) in map(str, _mounts_under(path))
 
 
 def _names() -> tuple[Path, Path]:
@@ -222,6 +220,33 @@ def _sparse_copy(source: Path, dest: Path) -> None:
             offset = hole
 
 
+def _overlay(root: Path, i: int, folder: Path) -> Path:
+    """``folder`` as the lower layer of an overlay whose upper layer is on the image at
+    ``root``: the view the sandbox binds (``root/v<i>``); its changes land in ``root/u<i>``."""
+    lower, upper, work, view = (root / f"{k}{i}" for k in "luwv")
+    for made in (lower, work, view):
+        made.mkdir(mode=0o700)
+    info = os.stat(folder)
+    upper.mkdir()  # the view's own folder: the host folder's owner, mode and times
+    os.chown(upper, info.st_uid, info.st_gid)
+    os.chmod(upper, info.st_mode & 0o7777)
+    os.utime(upper, ns=(info.st_atime_ns, info.st_mtime_ns))
+    bind(folder, lower)
+    mount_overlay(lower, upper, work, view)
+    return view
+
+
+def _unmount_all(path: Path) -> list[str]:
+    """Unmount ``path`` and whatever is mounted under it, the deepest first."""
+    warnings: list[str] = []
+    for point in sorted(_mounts_under(path), key=lambda p: -len(p.parts)):
+        try:
+            unmount(point)
+        except OSError as exc:
+            warnings.append(f"could not unmount {point}: {exc}")
+    return warnings
+
+
 @dataclass
 class DiskImage:
     """One execution's filesystem: ``inside[i]`` holds a copy of ``folders[i]`` for the run.
@@ -239,8 +264,8 @@ class DiskImage:
 
     @classmethod
     def create(cls, limit: int, folders: Sequence[Path]) -> DiskImage:
-        """A copy of the limit's template image, mounted, ``folders`` copied in. Raises
-        ``OSError`` (with everything it made removed) when any step fails."""
+        """A copy of the limit's template image, mounted, an overlay of each of ``folders``
+        on it. Raises ``OSError`` (with everything it made removed) when any step fails."""
         sweep_stale_once()
         started = time.monotonic()
         template = _template(limit)
@@ -249,15 +274,13 @@ class DiskImage:
             _sparse_copy(template, made.image)
             made.mount.mkdir(mode=0o700)
             mount_image(made.image, made.mount)
-            made.base_used, avail, _ = _room(made.mount)
+            avail = _room(made.mount)[1]
             if avail != limit + MARGIN:
                 raise OSError(f"the image {template} has {avail} bytes of room, not the "
                               f"{limit + MARGIN} asked")
-            if made.folders:  # one cp for all: each lands under its own host path
-                _run(["cp", "-a", "--parents", "--",
-                      *(str(f.relative_to("/")) for f in made.folders), f"{made.mount}/"],
-                     cwd="/")
-                made.inside = [made.mount / f.relative_to("/") for f in made.folders]
+            for i, folder in enumerate(made.folders):
+                made.inside.append(_overlay(made.mount, i, folder))
+            made.base_used = _room(made.mount)[0]  # the layers' own folders: not the command's
         except BaseException:
             made.close(carry_back=False)
             raise
@@ -291,11 +314,12 @@ class DiskImage:
             return []
         self._closed = True
         warnings: list[str] = []
+        for view in self.inside:  # the command is gone: nothing changes the layers now
+            warnings += _unmount_all(view)
         if carry_back:
-            for folder, inside in zip(self.folders, self.inside, strict=False):
+            for i, folder in enumerate(self.folders[: len(self.inside)]):
                 try:
-                    _empty(folder)
-                    _run(["cp", "-a", "--", f"{inside}/.", str(folder)])
+                    warnings += carry_upper_back(self.mount / f"u{i}", folder)
                 except OSError as exc:
                     warnings.append(f"could not carry {folder} back from its disk image: {exc}")
         warnings += _remove(self.image, self.mount)
@@ -304,12 +328,7 @@ class DiskImage:
 
 def _remove(image: Path, mount: Path) -> list[str]:
     """Unmount ``mount`` (lazily if busy: it goes when its last user does), delete both."""
-    warnings: list[str] = []
-    if _mounted(mount):
-        try:
-            unmount(mount)
-        except OSError as exc:
-            warnings.append(f"could not unmount {mount}: {exc}")
+    warnings = _unmount_all(mount)
     with contextlib.suppress(FileNotFoundError):
         if not _mounted(mount):
             mount.rmdir()
@@ -362,8 +381,8 @@ def sweep_stale_once() -> list[str]:
 
 
 class ImageWatch:
-    """Poll one :class:`DiskImage`: ``on_over(figure)`` once the folders hold more than its
-    limit (``over``, the figure) or no inode is left (``inodes_full``: no file can be made,
+    """Poll one :class:`DiskImage`: ``on_over(figure)`` once the folders hold its limit or
+    more (``over``, the figure) or no inode is left (``inodes_full``: no file can be made,
     whatever the bytes). ``peak`` and ``host_peak`` (the image file on the host's disk) are
     the largest figures seen."""
 
@@ -399,7 +418,7 @@ class ImageWatch:
             return False
         self.peak = max(self.peak, used)
         self.host_peak = max(self.host_peak, self.image.host_bytes())
-        if used > self.image.limit:
+        if used >= self.image.limit:  # the next write would be past it: ended at the limit
             self.over = used
         self.inodes_full = inodes == 0
         return self.over is not None or self.inodes_full

@@ -94,3 +94,26 @@ def unmount(target: Path) -> None:
         return
     err = ctypes.get_errno() if err == errno.EBUSY else err
     raise OSError(err, f"umount {target}: {os.strerror(err)}")
+
+
+MS_BIND = 4096
+
+
+def bind(source: Path, target: Path) -> None:
+    """Bind ``source`` at ``target`` (an overlay's lower layer under a path of our own
+    naming: no comma or colon of a host path reaches the overlay's options)."""
+    if _libc.mount(str(source).encode(), str(target).encode(), None, MS_BIND, None) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"bind {source} on {target}: {os.strerror(err)}")
+
+
+def mount_overlay(lower: Path, upper: Path, work: Path, target: Path) -> None:
+    """An overlay at ``target``: ``lower`` read as it is, every change written to ``upper``
+    (whole files: no metacopy; a renamed folder copied, not redirected; no index), so the
+    changes are plain files and whiteouts that :func:`assay.sandbox.diskimage` carries back."""
+    data = (f"lowerdir={lower},upperdir={upper},workdir={work},"
+            "redirect_dir=off,metacopy=off,index=off,xino=off")
+    if _libc.mount(b"overlay", str(target).encode(), b"overlay", MS_NOSUID | MS_NODEV,
+                   data.encode()) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"overlay on {target}: {os.strerror(err)}")

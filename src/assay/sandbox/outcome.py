@@ -177,12 +177,15 @@ def classify(
                 "memory_limit",
                 f"inferred from stderr ({m.group(0)!r}); RLIMIT_DATA leaves no kernel record",
             )
+    if over > 0 and disk_mechanism == MECH_DISK_IMAGE:
+        return done("disk_limit", f"its writable folders took {over:,} bytes on disk, the "
+                    f"limit of {disk_mib} MiB ({(disk_mib or 0) << 20:,} bytes) or more; "
+                    "stopped while it wrote (writes past it fail on its size-limited "
+                    "filesystem: ENOSPC)")
     if over > 0:
-        by = ("stopped while it wrote: writes past the limit fail on its size-limited "
-              "filesystem (ENOSPC)" if disk_mechanism == MECH_DISK_IMAGE
-              else "killed by the disk watcher while it wrote")
         return done("disk_limit", f"its writable folders took {over:,} bytes on disk, over the "
-                    f"limit of {disk_mib} MiB ({(disk_mib or 0) << 20:,} bytes); {by}")
+                    f"limit of {disk_mib} MiB ({(disk_mib or 0) << 20:,} bytes); killed by the "
+                    "disk watcher while it wrote")
     if inodes_full:
         return done("disk_limit", f"its writable folders used every inode of their "
                     f"size-limited filesystem ({disk_mib} MiB): no file could be made (ENOSPC)")
