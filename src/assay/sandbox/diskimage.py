@@ -29,9 +29,11 @@ which is missing; the watcher is used then). Measured: mkfs + mount + umount abo
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import dataclasses
 import os
+import queue
 import re
 import shutil
 import subprocess
@@ -308,7 +310,8 @@ class DiskImage:
             return 0
 
     def close(self, *, carry_back: bool = True) -> list[str]:
-        """Carry the folders back (unless ``carry_back`` is false), unmount, delete the image.
+        """Carry the folders back (unless ``carry_back`` is false), then hand the image to
+        the remover (unmounted and deleted in the background: :func:`drain` waits for it).
         Returns warnings; every step is tried whatever the one before did."""
         if self._closed:
             return []
@@ -322,7 +325,7 @@ class DiskImage:
                     warnings += carry_upper_back(self.mount / f"u{i}", folder)
                 except OSError as exc:
                     warnings.append(f"could not carry {folder} back from its disk image: {exc}")
-        warnings += _remove(self.image, self.mount)
+        _remover.put(self.image, self.mount)
         return warnings
 
 
@@ -335,6 +338,53 @@ def _remove(image: Path, mount: Path) -> list[str]:
     with contextlib.suppress(FileNotFoundError):
         image.unlink()
     return warnings
+
+
+class _Remover:
+    """Unmounts and deletes finished images on a thread of its own: the unmount writes the
+    filesystem back and the deletion frees its blocks, tens of milliseconds on a loaded disk
+    that the attempt need not wait for (its folders are back already). What is still queued
+    when the process is killed is an image of an ended process: the next one sweeps it."""
+
+    def __init__(self) -> None:
+        self._queue: queue.Queue[tuple[Path, Path]] = queue.Queue()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self.warnings: list[str] = []
+
+    def put(self, image: Path, mount: Path) -> None:
+        with self._lock:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="assay-disk-remover",
+                                                daemon=True)
+                self._thread.start()
+        self._queue.put((image, mount))
+
+    def _run(self) -> None:
+        while True:
+            image, mount = self._queue.get()
+            try:
+                self.warnings += _remove(image, mount)
+            except OSError as exc:
+                self.warnings.append(f"could not remove {image}: {exc}")
+            finally:
+                del self.warnings[:-100]  # the latest hundred: bounded
+                self._queue.task_done()
+
+    def drain(self) -> None:
+        self._queue.join()
+
+
+_remover = _Remover()
+
+
+def drain() -> list[str]:
+    """Wait until every finished image is unmounted and deleted; what went wrong doing so."""
+    _remover.drain()
+    return list(_remover.warnings)
+
+
+atexit.register(drain)
 
 
 def _owner_alive(pid: int, started: int) -> bool:
