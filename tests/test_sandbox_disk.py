@@ -261,12 +261,28 @@ def test_the_folders_come_back_as_the_command_left_them(tmp_path: Path) -> None:
     (work / "sub" / "tool.sh").write_text("#!/bin/sh\n")
     os.utime(work / "keep.txt", (1_000_000_000, 1_000_000_000))
     (home / ".config").mkdir()
+    for name in ("replaced", "to_link"):
+        (work / name).mkdir()
+        (work / name / "old.txt").write_text("old")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (work / "was_link").symlink_to(outside)
     script = ("set -e; rm gone.txt; chmod 755 sub/tool.sh; ln -s keep.txt link; "
               "ln keep.txt hard; mkdir -p new/deep; echo made > new/deep/f; "
-              "echo cached > /assay/home/.config/c")
+              "echo cached > /assay/home/.config/c; "
+              # a folder replaced whole (opaque), a folder by a link, a link by a folder
+              "rm -r replaced; mkdir replaced; echo fresh > replaced/only.txt; "
+              "rm -r to_link; ln -s /etc to_link; "
+              "rm was_link; mkdir was_link; echo inside > was_link/f")
     res, _ = _run(script, 0, work, home, shell=True)
     assert res.reason == "ok", res.to_record()
-    assert sorted(p.name for p in work.iterdir()) == ["hard", "keep.txt", "link", "new", "sub"]
+    assert sorted(p.name for p in work.iterdir()) == [
+        "hard", "keep.txt", "link", "new", "replaced", "sub", "to_link", "was_link"]
+    assert [p.name for p in (work / "replaced").iterdir()] == ["only.txt"]
+    assert os.readlink(work / "to_link") == "/etc"
+    assert not (work / "was_link").is_symlink()
+    assert (work / "was_link" / "f").read_text() == "inside\n"
+    assert list(outside.iterdir()) == []  # the link was replaced, never followed
     assert (work / "keep.txt").read_text() == "kept"
     assert (work / "keep.txt").stat().st_mtime == 1_000_000_000
     assert os.readlink(work / "link") == "keep.txt"

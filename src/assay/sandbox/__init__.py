@@ -17,7 +17,9 @@ output), ``outcome`` (the pure classification into a reason), ``result`` (``Exec
 for the model proxy ``netproxy`` (the setup and its record), ``forwarder`` (the byte pump and
 the in-sandbox launcher) and ``relay`` (the host-side thread for a TCP gateway);
 ``host_runtime`` lends host programs (the forwarder's python3) to a sandbox in an image
-through the host's dynamic loader.
+through the host's dynamic loader; for ``disk_mib``, ``diskimage`` (the writable folders on a
+size-limited filesystem, mounted by ``loopmount``, carried back by ``upperdir``) or, where
+that cannot be made, ``diskwatch``.
 """
 
 from assay.sandbox.bwrap import (

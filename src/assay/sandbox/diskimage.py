@@ -1,30 +1,35 @@
-"""A size-limited filesystem per execution: its writable folders on a sparse ext4 image.
+"""A size-limited filesystem per execution: what its writable folders change, on a sparse
+ext4 image.
 
 Why: the disk watcher (:mod:`assay.sandbox.diskwatch`) is a thread that walks folders; among
 ``make test``'s workers on two cores it was starved long enough for a writer of small files to
-hold 174 MiB under a 64 MiB limit. A bound that holds whatever the load is the kernel's: the
-execution's writable folders (its workspace and HOME) are copied onto one ext4 filesystem whose
-room is exactly the limit plus :data:`MARGIN`, in a sparse image file on the host's disk,
-mounted through a loop device for the run. A write past the room fails (``ENOSPC``) however
-fast it comes; the image file never takes more of the host's disk than its size. A poller
-(:class:`ImageWatch`, one ``statvfs`` every 50 ms: no walk) ends the execution once the folders
-hold more than the limit, so it ends as ``disk_limit`` with the figure rather than running on
-with failing writes; starved, it is late, but the bound does not move.
+hold 174 MiB under a 64 MiB limit. A bound that holds whatever the load is the kernel's: each
+writable folder of the execution (its workspace, HOME) is an overlay whose lower layer is the
+host folder, read as it is, and whose upper layer, where every change lands, is on one ext4
+filesystem of exactly the limit plus :data:`MARGIN` of room, in a sparse image file on the
+host's disk, mounted through a loop device for the run. A write past the room fails
+(``ENOSPC``) however fast it comes; the image never takes more of the host's disk than its
+room and ext4's metadata. A poller (:class:`ImageWatch`, one ``statvfs`` every 50 ms: no walk)
+ends the execution once the changes hold the limit, so it ends as ``disk_limit`` with the
+figure rather than running on with failing writes; starved, it is late, but the bound holds.
 
-When the execution ends its folders are carried back (emptied, then ``cp -a`` from the image:
-owners, modes, times, links and hard links as they were), the filesystem unmounted (the loop
-device goes with it: ``mount -o loop`` sets autoclear) and the image deleted. An assay process
-killed meanwhile leaves its image mounted: :func:`sweep_stale` (run once per process, before
-its first image) unmounts and deletes every image whose process has ended.
+When the execution ends the overlays are unmounted and the upper layers carried back onto the
+host folders (:mod:`assay.sandbox.upperdir`: only what changed is copied), then the image is
+unmounted (its loop device goes with it: autoclear) and deleted on a thread of its own. An
+assay process killed meanwhile leaves its image mounted: :func:`sweep_stale` (run once per
+process, before its first image) unmounts and deletes every image whose process has ended.
 
 Sizing: ext4 keeps part of its size for itself (inode tables, 1/32 of it at one inode per
-8 KiB; bitmaps; and 2% or 16 MiB at most reserved against delayed-allocation failures). The
-image is made larger than the limit by a generous estimate of that, then the room past
-``limit + MARGIN`` is taken by one preallocated file outside the folders (``fallocate``: no
-byte of it is written to the host's disk), so the room is exact whatever mke2fs chose.
+8 KiB; bitmaps; 2% or 16 MiB at most reserved against delayed-allocation failures). Each
+limit's empty filesystem is made once (a template in :func:`disk_dir`): larger than the limit
+by a generous estimate of that, the room past ``limit + MARGIN`` then taken by one
+preallocated file outside the folders (``fallocate``: no byte of it written to the host's
+disk), so the room is exact whatever mke2fs chose. An execution copies the template's written
+blocks (about 150 KiB) instead of running mkfs.
 
-Needs root, ``mkfs.ext4``, ``mount``/``umount`` and loop devices (:func:`unavailable` says
-which is missing; the watcher is used then). Measured: mkfs + mount + umount about 30 ms.
+Needs root, ``mkfs.ext4``, loop devices and overlayfs (:func:`unavailable` says which is
+missing; the watcher is used then). Measured (``bench/disk_image_overhead.py``): about 35 ms
+added to an execution on this loaded two-core machine, 8 ms of it to make the image.
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ import queue
 import re
 import shutil
 import subprocess
+import tempfile
 import threading
 import time
 import uuid
@@ -53,8 +59,8 @@ from assay.sandbox.upperdir import carry_back as carry_upper_back
 #: holds it loses at most the sum of the running executions' limits.
 DISK_DIR_ENV = "ASSAY_DISK_DIR"
 DEFAULT_DISK_DIR = Path("/var/tmp/assay-disk")
-#: Room past the limit: the poller ends the execution once the folders hold more than the
-#: limit; the kernel refuses writes past limit + MARGIN (room for the poller to see it).
+#: Room past the limit: the poller ends the execution once the changes hold the limit; the
+#: kernel refuses writes past limit + MARGIN (room for the poller to see it).
 MARGIN = 1024 * 1024
 POLL_SECONDS = 0.05
 #: One inode per this many bytes (node_modules, pip caches: many small files).
@@ -91,11 +97,15 @@ def _probe() -> str | None:
             return f"no {tool} on PATH"
     if not os.path.exists("/dev/loop-control"):
         return "no loop devices (/dev/loop-control)"
-    try:  # the kernel may still refuse (a container without CAP_SYS_ADMIN): try one
-        image = DiskImage.create(MARGIN, [])
+    # the kernel may still refuse (a container without CAP_SYS_ADMIN, no overlayfs): try one
+    try:
+        disk_dir().mkdir(mode=0o700, parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=disk_dir(), prefix="probe-") as folder:
+            image = DiskImage.create(MARGIN, [Path(folder)])
+            image.close()
+            _remover.drain()
     except OSError as exc:
-        return f"a loop-mounted ext4 image could not be made: {exc}"
-    image.close()
+        return f"a loop-mounted ext4 image with an overlay could not be made: {exc}"
     return None
 
 

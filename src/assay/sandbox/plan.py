@@ -32,6 +32,10 @@ actually enforced it, or ``"not_applied"`` with the reason:
     asked for when set, so executions without it do not pay for joining a third v1 cgroup.
 ``wall_seconds``
     the watchdog in :mod:`assay.sandbox.execute` ("watchdog").
+``disk_mib``
+    ``RLIMIT_FSIZE`` per file, and for the writable folders' total a size-limited ext4
+    filesystem (``rlimit_fsize+ext4_image``, :mod:`assay.sandbox.diskimage`) or, where none
+    can be made (the note says why), the disk watcher (``rlimit_fsize+disk_watch``).
 
 ``output_bytes`` has no planning function: it is not a kernel limit and has no entry in the
 ``applied`` record; the output sinks (:mod:`assay.sandbox.pipes`) apply it directly.
