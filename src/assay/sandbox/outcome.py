@@ -179,9 +179,9 @@ def classify(
             )
     if over > 0 and disk_mechanism == MECH_DISK_IMAGE:
         return done("disk_limit", f"its writable folders took {over:,} bytes on disk, the "
-                    f"limit of {disk_mib} MiB ({(disk_mib or 0) << 20:,} bytes) or more; "
-                    "stopped while it wrote (writes past it fail on its size-limited "
-                    "filesystem: ENOSPC)")
+                    f"limit of {disk_mib} MiB ({(disk_mib or 0) << 20:,} bytes) or more: writes "
+                    "past it fail on its size-limited filesystem (ENOSPC), and it is ended "
+                    "there")
     if over > 0:
         return done("disk_limit", f"its writable folders took {over:,} bytes on disk, over the "
                     f"limit of {disk_mib} MiB ({(disk_mib or 0) << 20:,} bytes); killed by the "
