@@ -35,6 +35,7 @@ from assay.sandbox.bwrap import (
     check_bwrap,
 )
 from assay.sandbox.cgroups import sweep_orphans_once
+from assay.sandbox.diskimage import sweep_stale_once as sweep_stale_images_once
 from assay.sandbox.execute import KILL_GRACE_SECONDS
 from assay.sandbox.limits import NOT_APPLIED, AppliedLimit, Limits
 from assay.sandbox.netproxy import DEFAULT_PROXY_PORT, SANDBOX_PROXY_SOCKET, ProxyTarget
@@ -66,4 +67,5 @@ __all__ = [
     "check_bwrap",
     "run_sandboxed",
     "sweep_orphans_once",
+    "sweep_stale_images_once",
 ]
