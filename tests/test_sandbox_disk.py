@@ -351,3 +351,33 @@ def _loops(folder: Path, until: int | None = None) -> int:
         if until is None or n == until or time.monotonic() > deadline:
             return n
         time.sleep(0.05)
+
+
+@pytest.mark.skipif(not kernel, reason=f"no size-limited filesystem: {diskimage.unavailable()}")
+def test_long_and_deep_paths_are_carried_to_their_bound(tmp_path: Path) -> None:
+    """Paths longer than the system's limit come back (descriptors, not paths); folders past
+    ``MAX_DEPTH`` are not carried, and the result says so."""
+    from assay.sandbox.upperdir import MAX_DEPTH
+    work, home = _folders(tmp_path)
+    code = ("import os, sys\n"
+            "for i in range(30):\n"
+            "    os.mkdir('L' * 200); os.chdir('L' * 200)\n"
+            "open('end.txt', 'w').write('long')\n"
+            "os.chdir('/assay/home')\n"
+            "for i in range(int(sys.argv[1])):\n"
+            "    os.mkdir('d'); os.chdir('d')\n")
+    res, _ = _run(code, MAX_DEPTH + 5, work, home)
+    assert res.reason == "ok", res.to_record()
+    fd = os.open(work, os.O_RDONLY)
+    try:
+        for _ in range(30):
+            fd, old = os.open("L" * 200, os.O_RDONLY, dir_fd=fd), fd
+            os.close(old)
+        assert os.stat("end.txt", dir_fd=fd).st_size == 4  # 6,000 bytes of path
+    finally:
+        os.close(fd)
+    depth, here = 0, home
+    while (here / "d").is_dir():
+        depth, here = depth + 1, here / "d"
+    assert depth == MAX_DEPTH - 1
+    assert any(f"deeper than {MAX_DEPTH} folders" in w for w in res.warnings)
