@@ -24,7 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from assay.sandbox import Limits, Mount, diskimage, run_sandboxed
+from assay.sandbox import Limits, Mount, diskclean, diskimage, run_sandboxed
 from assay.sandbox.diskimage import DiskImage
 
 TARGET_ADDED_MS = 50.0
@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
             steps["create"].append((t1 - t0) * 1000)
             steps["close"].append((time.perf_counter() - t1) * 1000)
     diskimage._why_not[:] = [None]
-    diskimage.drain()  # the images are removed on a thread of their own: all of them gone
+    diskclean.drain()  # the images are removed on a thread of their own: all of them gone
     loops_after = _loops()
     med = {k: statistics.median(v) for k, v in ms.items()}
     added = med["ext4 image"] - med["no disk limit"]

@@ -32,7 +32,7 @@ from support.procscan import own_processes
 from support.scripted_server import Answer, ScriptedServer
 from test_experiment_run import _attempt_states, _experiment, needs_bwrap, upstream  # noqa: F401
 
-from assay.sandbox import diskimage
+from assay.sandbox import diskclean, diskimage
 
 #: Kills of the runner in the kill test; the full form: ASSAY_EVIDENCE_KILLS=10.
 KILLS = int(os.environ.get("ASSAY_EVIDENCE_KILLS", "3"))
@@ -126,7 +126,7 @@ def test_kill_9_leaves_no_workspace_behind(tmp_path: Path, waits_first) -> None:
     tmpdir.mkdir()
     disks = tmp_path / "disks"  # the attempts' size-limited filesystems (sandbox/diskimage)
     images = diskimage.unavailable() is None
-    env = {**os.environ, "NO_COLOR": "1", "TMPDIR": str(tmpdir), diskimage.DISK_DIR_ENV: str(disks)}
+    env = {**os.environ, "NO_COLOR": "1", "TMPDIR": str(tmpdir), diskclean.DISK_DIR_ENV: str(disks)}
     for kill in range(1, KILLS + 1):
         proc = subprocess.Popen([sys.executable, "-m", "assay", "exp", "run", str(exp),
                                  "--out", str(out)], env=env, stdout=subprocess.DEVNULL,
@@ -155,7 +155,7 @@ def test_kill_9_leaves_no_workspace_behind(tmp_path: Path, waits_first) -> None:
         assert all(p.name.startswith(("assay-gw-", "assay-sandbox-etc-"))
                    for p in tmpdir.iterdir()), sorted(p.name for p in tmpdir.iterdir())
         if images:  # the running agent's image, left mounted by the kill
-            assert [p for p in disks.glob("*.mnt") if diskimage._mounted(p)]
+            assert [p for p in disks.glob("*.mnt") if diskclean.mounted(p)]
 
     res = _assay(["exp", "run", str(exp), "--out", str(out)], env)
     assert res.returncode == 0, res.stderr

@@ -35,7 +35,7 @@ from typing import Any
 
 import pytest
 
-from assay.sandbox import Limits, bwrap_available, diskimage, run_sandboxed
+from assay.sandbox import Limits, bwrap_available, diskclean, diskimage, run_sandboxed
 from assay.sandbox.bwrap import Mount
 from assay.sandbox.diskimage import MARGIN, DiskImage
 from assay.sandbox.diskwatch import disk_usage
@@ -94,19 +94,19 @@ kernel = diskimage.unavailable() is None
 def _images(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
     """The images in a folder of the test's own; what each image took on the host's disk,
     read once it is unmounted (everything written back) and before it is deleted."""
-    monkeypatch.setenv(diskimage.DISK_DIR_ENV, str(tmp_path / "disks"))
+    monkeypatch.setenv(diskclean.DISK_DIR_ENV, str(tmp_path / "disks"))
     took: list[int] = []
-    remove = diskimage._remove
+    remove = diskclean.remove_image
 
     def measured(image: Path, mount: Path) -> list[str]:
-        warnings = diskimage._unmount_all(mount)
+        warnings = diskclean.unmount_all(mount)
         if image.exists():
             took.append(image.stat().st_blocks * 512)
         return warnings + remove(image, mount)
 
-    monkeypatch.setattr(diskimage, "_remove", measured)
+    monkeypatch.setattr(diskclean, "remove_image", measured)
     yield took
-    diskimage.drain()
+    diskclean.drain()
     left = [p.name for p in (tmp_path / "disks").glob("[0-9]*")]
     assert left == []  # every image unmounted and deleted (the templates are kept)
 
@@ -135,7 +135,7 @@ def _run(code: str, arg: int, work: Path, home: Path, *, shell: bool = False,
 def _held_by_kernel(res: Any, held: int, took: list[int], limit: int = LIMIT) -> None:
     """The kernel's bound: the folders hold at most the filesystem's room, and the image cost
     the host's disk at most that and ext4's metadata."""
-    diskimage.drain()  # the image is removed in the background: measured as it is
+    diskclean.drain()  # the image is removed in the background: measured as it is
     assert res.limits_applied["disk_mib"].mechanism == "rlimit_fsize+ext4_image"
     assert held <= limit + MARGIN, held / MIB
     assert len(took) == 1 and took[0] <= limit + MARGIN + 2 * MIB + limit // 64, took[0] / MIB
@@ -246,7 +246,7 @@ def test_under_the_limit_nothing_happens(tmp_path: Path, _images: list[int]) -> 
     assert res.reason == "ok" and "wrote it all" in res.stdout_tail
     assert 8 * MIB <= res.evidence["disk_peak_bytes"] < LIMIT
     assert (work / "big.bin").stat().st_size == 8 * MIB  # carried back
-    diskimage.drain()
+    diskclean.drain()
     assert len(_images) == (1 if kernel else 0)
 
 
@@ -319,19 +319,19 @@ def test_a_killed_process_leaves_nothing_the_next_one_does_not_sweep(tmp_path: P
          "DiskImage.create(8 << 20, [Path(sys.argv[1])]); print('mounted', flush=True); "
          "sys.stdin.read()", str(work)],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-        env={**os.environ, diskimage.DISK_DIR_ENV: str(disks)})
+        env={**os.environ, diskclean.DISK_DIR_ENV: str(disks)})
     try:
         assert child.stdout is not None and child.stdout.readline() == "mounted\n"
-        assert diskimage.sweep_stale() == []  # its process lives: left alone
+        assert diskclean.sweep_stale() == []  # its process lives: left alone
         (mount,) = disks.glob("*.mnt")
-        assert diskimage._mounted(mount)
+        assert diskclean.mounted(mount)
         assert _loops(disks) == 1
     finally:
         child.send_signal(signal.SIGKILL)
         child.wait()
-    swept = diskimage.sweep_stale()
+    swept = diskclean.sweep_stale()
     assert swept == [mount.name[: -len(".mnt")]]
-    assert not diskimage._mounted(mount)
+    assert not diskclean.mounted(mount)
     assert [p.name for p in disks.iterdir() if not p.name.startswith("template-")] == []
     assert _loops(disks, until=0) == 0  # no loop device leaked
 

@@ -18,7 +18,8 @@ for the model proxy ``netproxy`` (the setup and its record), ``forwarder`` (the 
 the in-sandbox launcher) and ``relay`` (the host-side thread for a TCP gateway);
 ``host_runtime`` lends host programs (the forwarder's python3) to a sandbox in an image
 through the host's dynamic loader; for ``disk_mib``, ``diskimage`` (the writable folders on a
-size-limited filesystem, mounted by ``loopmount``, carried back by ``upperdir``) or, where
+size-limited filesystem, mounted by ``loopmount``, carried back by ``upperdir``, removed
+by ``diskclean``) or, where
 that cannot be made, ``diskwatch``.
 """
 
@@ -35,7 +36,7 @@ from assay.sandbox.bwrap import (
     check_bwrap,
 )
 from assay.sandbox.cgroups import sweep_orphans_once
-from assay.sandbox.diskimage import sweep_stale_once as sweep_stale_images_once
+from assay.sandbox.diskclean import sweep_stale_once as sweep_stale_images_once
 from assay.sandbox.execute import KILL_GRACE_SECONDS
 from assay.sandbox.limits import NOT_APPLIED, AppliedLimit, Limits
 from assay.sandbox.netproxy import DEFAULT_PROXY_PORT, SANDBOX_PROXY_SOCKET, ProxyTarget

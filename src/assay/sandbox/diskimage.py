@@ -15,9 +15,8 @@ figure rather than running on with failing writes; starved, it is late, but the 
 
 When the execution ends the overlays are unmounted and the upper layers carried back onto the
 host folders (:mod:`assay.sandbox.upperdir`: only what changed is copied), then the image is
-unmounted (its loop device goes with it: autoclear) and deleted on a thread of its own. An
-assay process killed meanwhile leaves its image mounted: :func:`sweep_stale` (run once per
-process, before its first image) unmounts and deletes every image whose process has ended.
+unmounted (its loop device goes with it: autoclear) and deleted on a thread of its own, and
+a killed process's images are swept by the next (:mod:`assay.sandbox.diskclean`).
 
 Sizing: ext4 keeps part of its size for itself (inode tables, 1/32 of it at one inode per
 8 KiB; bitmaps; 2% or 16 MiB at most reserved against delayed-allocation failures). Each
@@ -35,32 +34,31 @@ two-core machine, 7-11 ms of it to make the image.
 
 from __future__ import annotations
 
-import atexit
-import contextlib
 import dataclasses
 import logging
 import os
-import queue
-import re
 import shutil
 import subprocess
 import tempfile
 import threading
 import time
-import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from assay.sandbox.bwrap import Mount
-from assay.sandbox.cgroups import _started_at
+from assay.sandbox.diskclean import (
+    disk_dir,
+    drain,
+    new_names,
+    remove_image,
+    remove_later,
+    sweep_stale_once,
+    unmount_all,
+)
 from assay.sandbox.loopmount import bind, mount_image, mount_overlay, unmount
 from assay.sandbox.upperdir import carry_back as carry_upper_back
 
-#: Where the images and their mount points live (one folder per host, root's): the disk that
-#: holds it loses at most the sum of the running executions' limits.
-DISK_DIR_ENV = "ASSAY_DISK_DIR"
-DEFAULT_DISK_DIR = Path("/var/tmp/assay-disk")
 #: Room past the limit: the poller ends the execution once the changes hold the limit; the
 #: kernel refuses writes past limit + MARGIN (room for the poller to see it).
 MARGIN = 1024 * 1024
@@ -69,14 +67,8 @@ POLL_SECONDS = 0.05
 INODE_RATIO = 8192
 _MIB = 1024 * 1024
 _RUN_SECONDS = 60.0
-#: ``<pid>-<its start, s since the epoch>-<12 hex>.img`` and ``… .mnt``
-_NAME = re.compile(r"(\d+)-(\d+)-[0-9a-f]{12}\.(img|mnt)")
 #: in a template's name: a change to how images are made makes new ones
 TEMPLATE_VERSION = 1
-
-
-def disk_dir() -> Path:
-    return Path(os.environ.get(DISK_DIR_ENV) or DEFAULT_DISK_DIR)
 
 
 _log = logging.getLogger(__name__)
@@ -109,7 +101,7 @@ def _probe() -> str | None:
         with tempfile.TemporaryDirectory(dir=disk_dir(), prefix="probe-") as folder:
             image = DiskImage.create(MARGIN, [Path(folder)])
             image.close()
-            _remover.drain()
+            drain()
     except OSError as exc:
         return f"a loop-mounted ext4 image with an overlay could not be made: {exc}"
     return None
@@ -156,32 +148,6 @@ def _room(path: Path) -> tuple[int, int, int]:
             vfs.f_favail)
 
 
-def _mounts_under(path: Path) -> list[Path]:
-    """The mount points at ``path`` or under it, in this process's mount namespace (our own
-    names: no space or backslash to unescape)."""
-    top = str(path)
-    try:
-        with open("/proc/self/mountinfo", encoding="utf-8") as fh:
-            points = [line.split()[4] for line in fh]
-    except OSError:
-        return []
-    return [Path(p) for p in dict.fromkeys(points) if p == top or p.startswith(top + "/")]
-
-
-def _mounted(path: Path) -> bool:
-    """Whether ``path`` is a mount point in this process's mount namespace."""
-    return str(path) in map(str, _mounts_under(path))
-
-
-def _names() -> tuple[Path, Path]:
-    """A new image's path and its mount point's, named for this process (and its start, so
-    a reused pid is not taken for it) in :func:`disk_dir`."""
-    home = disk_dir()
-    home.mkdir(mode=0o700, parents=True, exist_ok=True)
-    stem = f"{os.getpid()}-{int(_started_at(os.getpid()) or 0)}-{uuid.uuid4().hex[:12]}"
-    return home / f"{stem}.img", home / f"{stem}.mnt"
-
-
 def _template(limit: int) -> Path:
     """The empty filesystem for ``limit`` (made once, kept in :func:`disk_dir`): mkfs, the
     room past ``limit + MARGIN`` taken by a preallocated file. An execution copies it (its
@@ -189,7 +155,7 @@ def _template(limit: int) -> Path:
     path = disk_dir() / f"template-{TEMPLATE_VERSION}-{os.getuid()}-{limit}.img"
     if path.exists():
         return path
-    image, mount = _names()
+    image, mount = new_names()
     try:
         with open(image, "xb") as fh:
             fh.truncate(image_bytes(limit))
@@ -214,7 +180,7 @@ def _template(limit: int) -> Path:
             unmount(mount)
         os.replace(image, path)  # whole or not at all, whoever made it first
     finally:
-        _remove(image, mount)
+        remove_image(image, mount)
     return path
 
 
@@ -254,17 +220,6 @@ def _overlay(root: Path, i: int, folder: Path) -> Path:
     return view
 
 
-def _unmount_all(path: Path) -> list[str]:
-    """Unmount ``path`` and whatever is mounted under it, the deepest first."""
-    warnings: list[str] = []
-    for point in sorted(_mounts_under(path), key=lambda p: -len(p.parts)):
-        try:
-            unmount(point)
-        except OSError as exc:
-            warnings.append(f"could not unmount {point}: {exc}")
-    return warnings
-
-
 @dataclass
 class DiskImage:
     """One execution's filesystem: ``inside[i]`` holds a copy of ``folders[i]`` for the run.
@@ -287,7 +242,7 @@ class DiskImage:
         sweep_stale_once()
         started = time.monotonic()
         template = _template(limit)
-        made = cls(limit, [Path(f) for f in folders], *_names())
+        made = cls(limit, [Path(f) for f in folders], *new_names())
         try:
             _sparse_copy(template, made.image)
             made.mount.mkdir(mode=0o700)
@@ -327,123 +282,22 @@ class DiskImage:
 
     def close(self, *, carry_back: bool = True) -> list[str]:
         """Carry the folders back (unless ``carry_back`` is false), then hand the image to
-        the remover (unmounted and deleted in the background: :func:`drain` waits for it).
-        Returns warnings; every step is tried whatever the one before did."""
+        the remover (unmounted and deleted in the background; ``diskclean.drain`` waits for
+        it). Returns warnings; every step is tried whatever the one before did."""
         if self._closed:
             return []
         self._closed = True
         warnings: list[str] = []
         for view in self.inside:  # the command is gone: nothing changes the layers now
-            warnings += _unmount_all(view)
+            warnings += unmount_all(view)
         if carry_back:
             for i, folder in enumerate(self.folders[: len(self.inside)]):
                 try:
                     warnings += carry_upper_back(self.mount / f"u{i}", folder)
                 except OSError as exc:
                     warnings.append(f"could not carry {folder} back from its disk image: {exc}")
-        _remover.put(self.image, self.mount)
+        remove_later(self.image, self.mount)
         return warnings
-
-
-def _remove(image: Path, mount: Path) -> list[str]:
-    """Unmount ``mount`` (lazily if busy: it goes when its last user does), delete both."""
-    warnings = _unmount_all(mount)
-    with contextlib.suppress(FileNotFoundError):
-        if not _mounted(mount):
-            mount.rmdir()
-    with contextlib.suppress(FileNotFoundError):
-        image.unlink()
-    return warnings
-
-
-class _Remover:
-    """Unmounts and deletes finished images on a thread of its own: the unmount writes the
-    filesystem back and the deletion frees its blocks, tens of milliseconds on a loaded disk
-    that the attempt need not wait for (its folders are back already). What is still queued
-    when the process is killed is an image of an ended process: the next one sweeps it."""
-
-    def __init__(self) -> None:
-        self._queue: queue.Queue[tuple[Path, Path]] = queue.Queue()
-        self._lock = threading.Lock()
-        self._thread: threading.Thread | None = None
-        self.warnings: list[str] = []
-
-    def put(self, image: Path, mount: Path) -> None:
-        with self._lock:
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="assay-disk-remover",
-                                                daemon=True)
-                self._thread.start()
-        self._queue.put((image, mount))
-
-    def _run(self) -> None:
-        while True:
-            image, mount = self._queue.get()
-            try:
-                self.warnings += _remove(image, mount)
-            except OSError as exc:
-                self.warnings.append(f"could not remove {image}: {exc}")
-            finally:
-                del self.warnings[:-100]  # the latest hundred: bounded
-                self._queue.task_done()
-
-    def drain(self) -> None:
-        self._queue.join()
-
-
-_remover = _Remover()
-
-
-def drain() -> list[str]:
-    """Wait until every finished image is unmounted and deleted; what went wrong doing so."""
-    _remover.drain()
-    return list(_remover.warnings)
-
-
-atexit.register(drain)
-
-
-def _owner_alive(pid: int, started: int) -> bool:
-    """Whether the process that named an image still runs (a reused pid started later)."""
-    now = _started_at(pid)
-    return now is not None and abs(now - started) <= 1.0
-
-
-def sweep_stale() -> list[str]:
-    """Unmount and delete the images of assay processes that have ended (killed before they
-    removed them). Returns the names removed; an image of a live process is left alone."""
-    home = disk_dir()
-    try:
-        names = sorted(os.listdir(home))
-    except OSError:
-        return []
-    swept: list[str] = []
-    for name in names:
-        m = _NAME.fullmatch(name)
-        if m is None or m.group(3) != "img" or _owner_alive(int(m.group(1)), int(m.group(2))):
-            continue
-        stem = name[: -len(".img")]
-        _remove(home / name, home / f"{stem}.mnt")
-        swept.append(stem)
-    for name in names:  # a mount point whose image is gone (killed between the two)
-        m = _NAME.fullmatch(name)
-        if (m is not None and m.group(3) == "mnt" and name[:-4] not in swept
-                and not _owner_alive(int(m.group(1)), int(m.group(2)))):
-            _remove(home / f"{name[:-4]}.img", home / name)
-            swept.append(name[:-4])
-    return swept
-
-
-_sweep_lock = threading.Lock()
-_swept: list[list[str]] = []
-
-
-def sweep_stale_once() -> list[str]:
-    """:func:`sweep_stale` the first time this process asks; later calls return that."""
-    with _sweep_lock:
-        if not _swept:
-            _swept.append(sweep_stale())
-        return list(_swept[0])
 
 
 class ImageWatch:
