@@ -261,6 +261,9 @@ def test_the_folders_come_back_as_the_command_left_them(tmp_path: Path) -> None:
     (work / "sub" / "tool.sh").write_text("#!/bin/sh\n")
     os.utime(work / "keep.txt", (1_000_000_000, 1_000_000_000))
     (home / ".config").mkdir()
+    (work / "moves" / "inner").mkdir(parents=True)
+    (work / "moves" / "a.txt").write_text("a")
+    (work / "moves" / "inner" / "keep.txt").write_text("k")
     for name in ("replaced", "to_link"):
         (work / name).mkdir()
         (work / name / "old.txt").write_text("old")
@@ -273,11 +276,19 @@ def test_the_folders_come_back_as_the_command_left_them(tmp_path: Path) -> None:
               # a folder replaced whole (opaque), a folder by a link, a link by a folder
               "rm -r replaced; mkdir replaced; echo fresh > replaced/only.txt; "
               "rm -r to_link; ln -s /etc to_link; "
-              "rm was_link; mkdir was_link; echo inside > was_link/f")
+              "rm was_link; mkdir was_link; echo inside > was_link/f; "
+              # folders it started with, renamed (rename(2) works) and moved, changed after
+              "mkdir -p pkg; python3 -c \"import os; os.rename('moves', 'pkg/moved')\"; "
+              "rm pkg/moved/a.txt; echo new > pkg/moved/inner/b.txt")
     res, _ = _run(script, 0, work, home, shell=True)
     assert res.reason == "ok", res.to_record()
     assert sorted(p.name for p in work.iterdir()) == [
-        "hard", "keep.txt", "link", "new", "replaced", "sub", "to_link", "was_link"]
+        "hard", "keep.txt", "link", "new", "pkg", "replaced", "sub", "to_link", "was_link"]
+    moved = work / "pkg" / "moved"
+    assert sorted(str(p.relative_to(moved)) for p in moved.rglob("*")) == [
+        "inner", "inner/b.txt", "inner/keep.txt"]
+    assert (moved / "inner" / "keep.txt").read_text() == "k"
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no staging
     assert [p.name for p in (work / "replaced").iterdir()] == ["only.txt"]
     assert os.readlink(work / "to_link") == "/etc"
     assert not (work / "was_link").is_symlink()

@@ -58,6 +58,7 @@ from assay.sandbox.diskclean import (
 )
 from assay.sandbox.loopmount import bind, mount_image, mount_overlay, unmount
 from assay.sandbox.upperdir import carry_back as carry_upper_back
+from assay.sandbox.upperdir import stage_moved
 
 #: Room past the limit: the poller ends the execution once the changes hold the limit; the
 #: kernel refuses writes past limit + MARGIN (room for the poller to see it).
@@ -288,14 +289,20 @@ class DiskImage:
             return []
         self._closed = True
         warnings: list[str] = []
+        moved: list[dict[tuple[str, ...], Path]] = []
+        for i, folder in enumerate(self.folders[: len(self.inside)] if carry_back else []):
+            try:  # the folders it renamed, read through the view while it is there
+                moved.append(stage_moved(self.mount / f"u{i}", self.inside[i], folder))
+            except OSError as exc:
+                moved.append({})
+                warnings.append(f"could not carry {folder}'s moved folders back: {exc}")
         for view in self.inside:  # the command is gone: nothing changes the layers now
             warnings += unmount_all(view)
-        if carry_back:
-            for i, folder in enumerate(self.folders[: len(self.inside)]):
-                try:
-                    warnings += carry_upper_back(self.mount / f"u{i}", folder)
-                except OSError as exc:
-                    warnings.append(f"could not carry {folder} back from its disk image: {exc}")
+        for i, folder in enumerate(self.folders[: len(moved)]):
+            try:
+                warnings += carry_upper_back(self.mount / f"u{i}", folder, moved[i])
+            except OSError as exc:
+                warnings.append(f"could not carry {folder} back from its disk image: {exc}")
         remove_later(self.image, self.mount)
         return warnings
 

@@ -109,10 +109,11 @@ def bind(source: Path, target: Path) -> None:
 
 def mount_overlay(lower: Path, upper: Path, work: Path, target: Path) -> None:
     """An overlay at ``target``: ``lower`` read as it is, every change written to ``upper``
-    (whole files: no metacopy; a renamed folder copied, not redirected; no index), so the
-    changes are plain files and whiteouts that :func:`assay.sandbox.diskimage` carries back."""
+    (whole files: no metacopy; no index; a renamed folder recorded by a redirect, so that
+    ``rename(2)`` of a folder works as on a plain disk), which
+    :mod:`assay.sandbox.upperdir` carries back."""
     data = (f"lowerdir={lower},upperdir={upper},workdir={work},"
-            "redirect_dir=off,metacopy=off,index=off,xino=off")
+            "redirect_dir=on,metacopy=off,index=off,xino=off")
     if _libc.mount(b"overlay", str(target).encode(), b"overlay", MS_NOSUID | MS_NODEV,
                    data.encode()) != 0:
         err = ctypes.get_errno()

@@ -14,8 +14,10 @@ a folder, replaces it on the host too); only folders, regular files, links and F
 stay linked. Folders deeper than :data:`MAX_DEPTH` are not carried (the freeze refuses a tree
 past 128 levels anyway), each named in the warnings. Overlay's own marks: a whiteout (a
 character device 0:0) deletes the host's entry; a folder marked opaque
-(``trusted.overlay.opaque``) replaces the host's folder whole. Extended attributes are not
-carried (the overlay's own live there).
+(``trusted.overlay.opaque``) replaces the host's folder whole; a folder the command renamed or
+moved (``trusted.overlay.redirect``: its content is still the lower folder's, under the old
+name) is copied whole from the overlay's view before it is unmounted (:func:`stage_moved`).
+Extended attributes are not carried (the overlay's own live there).
 """
 
 from __future__ import annotations
@@ -23,9 +25,12 @@ from __future__ import annotations
 import os
 import shutil
 import stat
+import subprocess
+import uuid
 from pathlib import Path
 
 OPAQUE = "trusted.overlay.opaque"
+REDIRECT = "trusted.overlay.redirect"
 #: Folder levels carried back (two descriptors open per level while it is walked; the
 #: freeze refuses past 128).
 MAX_DEPTH = 140
@@ -76,10 +81,63 @@ def _opaque(fd: int) -> bool:
         return False
 
 
-def carry_back(upper: Path, folder: Path) -> list[str]:
-    """Apply the upper layer ``upper`` onto ``folder``; what was not carried (a device or
-    socket the command made, a folder past :data:`MAX_DEPTH`) is returned, one line each."""
+def _redirected(fd: int) -> bool:
+    try:
+        os.getxattr(fd, REDIRECT)
+    except OSError:
+        return False
+    return True
+
+
+def stage_moved(upper: Path, view: Path, folder: Path) -> dict[tuple[str, ...], Path]:
+    """Folders the command renamed or moved (an upper folder with a redirect: its content is
+    still the lower folder's, under its old name), each copied whole from the overlay's
+    ``view`` while it is mounted into a staging folder beside ``folder`` (the same disk: put
+    in place by a rename). Returns where each went, by its path in the layer."""
+    found: list[tuple[str, ...]] = []
+
+    def walk(fd: int, rel: tuple[str, ...]) -> None:
+        with os.scandir(fd) as it:
+            names = [e.name for e in it if e.is_dir(follow_symlinks=False)]
+        for name in names:
+            sub = os.open(name, _DIR, dir_fd=fd)
+            try:
+                if _redirected(sub):
+                    found.append((*rel, name))  # its inside comes with it, from the view
+                elif len(rel) + 1 < MAX_DEPTH:
+                    walk(sub, (*rel, name))
+            finally:
+                os.close(sub)
+
+    top = os.open(upper, _DIR)
+    try:
+        walk(top, ())
+    finally:
+        os.close(top)
+    staged: dict[tuple[str, ...], Path] = {}
+    try:
+        for rel in found:
+            staging = folder.parent / f".{folder.name}.moved-{uuid.uuid4().hex[:12]}"
+            proc = subprocess.run(["cp", "-a", "--", str(view.joinpath(*rel)), str(staging)],
+                                  capture_output=True, text=True, timeout=3600, check=False)
+            if proc.returncode != 0:
+                raise OSError(f"could not copy the moved folder {'/'.join(rel)}: "
+                              f"{proc.stderr.strip()[-300:]}")
+            staged[rel] = staging
+    except BaseException:
+        for staging in staged.values():
+            shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return staged
+
+
+def carry_back(upper: Path, folder: Path,
+               moved: dict[tuple[str, ...], Path] | None = None) -> list[str]:
+    """Apply the upper layer ``upper`` onto ``folder``; ``moved``: the folders
+    :func:`stage_moved` staged, renamed into place. What was not carried (a device or socket
+    the command made, a folder past :data:`MAX_DEPTH`) is returned, one line each."""
     skipped: list[str] = []
+    moved = dict(moved or {})
     linked: dict[tuple[int, int], str] = {}  # a hard-linked file's first copy, from the root
 
     def apply(src_dir: int, dst_dir: int, rel: tuple[str, ...], root: int) -> None:
@@ -91,6 +149,9 @@ def carry_back(upper: Path, folder: Path) -> list[str]:
             where = "/".join((str(folder), *rel, name))
             if stat.S_ISCHR(mode) and info.st_rdev == 0:  # a whiteout: deleted
                 _remove(dst_dir, name)
+            elif stat.S_ISDIR(mode) and (*rel, name) in moved:
+                _remove(dst_dir, name)
+                os.rename(moved.pop((*rel, name)), name, dst_dir_fd=dst_dir)
             elif stat.S_ISDIR(mode):
                 if len(rel) + 1 >= MAX_DEPTH:
                     skipped.append(f"{where}: deeper than {MAX_DEPTH} folders, not carried")
@@ -164,4 +225,6 @@ def carry_back(upper: Path, folder: Path) -> list[str]:
             os.close(dst)
     finally:
         os.close(src)
+        for staging in moved.values():  # not placed (an error on the way): not left behind
+            shutil.rmtree(staging, ignore_errors=True)
     return skipped
