@@ -41,7 +41,6 @@ import shutil
 import subprocess
 import tempfile
 import threading
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -233,7 +232,6 @@ class DiskImage:
     #: what the empty filesystem used (its root folder, ``lost+found``): not the command's
     base_used: int = 0
     inside: list[Path] = field(default_factory=list)
-    setup_ms: float = 0.0
     _closed: bool = False
 
     @classmethod
@@ -241,7 +239,6 @@ class DiskImage:
         """A copy of the limit's template image, mounted, an overlay of each of ``folders``
         on it. Raises ``OSError`` (with everything it made removed) when any step fails."""
         sweep_stale_once()
-        started = time.monotonic()
         template = _template(limit)
         made = cls(limit, [Path(f) for f in folders], *new_names())
         try:
@@ -258,7 +255,6 @@ class DiskImage:
         except BaseException:
             made.close(carry_back=False)
             raise
-        made.setup_ms = (time.monotonic() - started) * 1000
         return made
 
     def bound(self, workdir: Path, mounts: Sequence[Mount]) -> tuple[Path, list[Mount]]:
@@ -310,8 +306,7 @@ class DiskImage:
 class ImageWatch:
     """Poll one :class:`DiskImage`: ``on_over(figure)`` once the folders hold its limit or
     more (``over``, the figure) or no inode is left (``inodes_full``: no file can be made,
-    whatever the bytes). ``peak`` and ``host_peak`` (the image file on the host's disk) are
-    the largest figures seen."""
+    whatever the bytes). ``peak`` is the largest figure seen."""
 
     def __init__(self, image: DiskImage, on_over: Callable[[int], None], *,
                  poll: float | None = None) -> None:
@@ -321,7 +316,6 @@ class ImageWatch:
         self.over: int | None = None
         self.inodes_full = False
         self.peak = 0
-        self.host_peak = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="assay-disk-image",
                                         daemon=True)
@@ -344,7 +338,6 @@ class ImageWatch:
         except OSError:
             return False
         self.peak = max(self.peak, used)
-        self.host_peak = max(self.host_peak, self.image.host_bytes())
         if used >= self.image.limit:  # the next write would be past it: ended at the limit
             self.over = used
         self.inodes_full = inodes == 0
