@@ -28,8 +28,8 @@ blocks (about 150 KiB) instead of running mkfs.
 
 Needs root, ``mkfs.ext4``, loop devices and overlayfs (:func:`unavailable` says which is
 missing; the watcher is used then, said once in the log and in each execution's record).
-Measured (``bench/disk_image_overhead.py``): 18-34 ms added to an execution on this loaded
-two-core machine, 7-11 ms of it to make the image.
+Measured (``bench/disk_image_overhead.py``): 18-39 ms added to an execution on this loaded
+two-core machine, 7-12 ms of it to make the image.
 """
 
 from __future__ import annotations
