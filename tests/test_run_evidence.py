@@ -32,6 +32,8 @@ from support.procscan import own_processes
 from support.scripted_server import Answer, ScriptedServer
 from test_experiment_run import _attempt_states, _experiment, needs_bwrap, upstream  # noqa: F401
 
+from assay.sandbox import diskclean, diskimage
+
 #: Kills of the runner in the kill test; the full form: ASSAY_EVIDENCE_KILLS=10.
 KILLS = int(os.environ.get("ASSAY_EVIDENCE_KILLS", "3"))
 
@@ -122,7 +124,9 @@ def test_kill_9_leaves_no_workspace_behind(tmp_path: Path, waits_first) -> None:
     out = tmp_path / "run"
     tmpdir = tmp_path / "tmp"
     tmpdir.mkdir()
-    env = {**os.environ, "NO_COLOR": "1", "TMPDIR": str(tmpdir)}
+    disks = tmp_path / "disks"  # the attempts' size-limited filesystems (sandbox/diskimage)
+    images = diskimage.unavailable() is None
+    env = {**os.environ, "NO_COLOR": "1", "TMPDIR": str(tmpdir), diskclean.DISK_DIR_ENV: str(disks)}
     for kill in range(1, KILLS + 1):
         proc = subprocess.Popen([sys.executable, "-m", "assay", "exp", "run", str(exp),
                                  "--out", str(out)], env=env, stdout=subprocess.DEVNULL,
@@ -150,6 +154,8 @@ def test_kill_9_leaves_no_workspace_behind(tmp_path: Path, waits_first) -> None:
         # and the killed process's /etc copy (removed by the next process that makes one)
         assert all(p.name.startswith(("assay-gw-", "assay-sandbox-etc-"))
                    for p in tmpdir.iterdir()), sorted(p.name for p in tmpdir.iterdir())
+        if images:  # the running agent's image, left mounted by the kill
+            assert [p for p in disks.glob("*.mnt") if diskclean.mounted(p)]
 
     res = _assay(["exp", "run", str(exp), "--out", str(out)], env)
     assert res.returncode == 0, res.stderr
@@ -158,6 +164,11 @@ def test_kill_9_leaves_no_workspace_behind(tmp_path: Path, waits_first) -> None:
     # nothing at all of four runners (three killed) in $TMPDIR: no workspace, HOME, verifier
     # copy, sandbox /etc or gateway socket folder
     assert sorted(p.name for p in tmpdir.iterdir()) == []
+    # nor of their disk images: unmounted and deleted by the next start, no loop device left
+    assert [p.name for p in disks.glob("[0-9]*")] == []
+    assert not any(str(disks) in line for line in Path("/proc/self/mountinfo").open())
+    assert not [b for b in Path("/sys/block").glob("loop*/loop/backing_file")
+                if b.read_text().startswith(f"{disks}/")]
     # every interrupted attempt's evidence is kept: its record, ledger and agent log
     manifest = json.loads((out / "manifest.json").read_text())
     last = manifest["sessions"][-1]

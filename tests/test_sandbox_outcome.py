@@ -191,6 +191,25 @@ TABLE: list[tuple[str, dict[str, Any], tuple[str, int | None, str | None, str | 
                                         evidence={"disk_peak_bytes": 64 << 20}),
      ("disk_limit", 1, None, "its writable folders took 67,108,864 bytes on disk, the limit "
       "of 64 MiB: writes past it fail")),
+    # the size-limited filesystem: the poller's kill at the limit, an ENOSPC the command
+    # swallowed before exiting 0 (still the limit, not a success), no inode left
+    ("disk-image-poller-killed-bwrap", dict(
+        returncode=-9, bwrap_exit_code=None, disk_mib=64, disk_mechanism="rlimit_fsize+ext4_image",
+        evidence={"disk_over_bytes": 64 << 20}),
+     ("disk_limit", None, "SIGKILL", "its writable folders took 67,108,864 bytes on disk, the "
+      "limit of 64 MiB (67,108,864 bytes) or more: writes past it fail on its size-limited "
+      "filesystem (ENOSPC), and it is ended there")),
+    ("disk-image-enospc-swallowed-exit-0", dict(
+        disk_mib=64, disk_mechanism="rlimit_fsize+ext4_image",
+        evidence={"disk_over_bytes": 65 << 20}),
+     ("disk_limit", 0, None, "its writable folders took 68,157,440 bytes on disk, the limit "
+      "of 64 MiB (67,108,864 bytes) or more: writes past it fail on its size-limited "
+      "filesystem (ENOSPC), and it is ended there")),
+    ("disk-image-no-inode-left", dict(
+        returncode=1, bwrap_exit_code=1, disk_mib=64, disk_mechanism="rlimit_fsize+ext4_image",
+        evidence={"disk_inodes_full": 1, "disk_peak_bytes": 40 << 20}),
+     ("disk_limit", 1, None, "its writable folders used every inode of their size-limited "
+      "filesystem (64 MiB): no file could be made (ENOSPC)")),
     ("sigxfsz-without-a-disk-limit", dict(returncode=153, bwrap_exit_code=153),
      ("nonzero_exit", None, "SIGXFSZ", "bubblewrap reported status 153: killed by SIGXFSZ")),
 ]

@@ -79,7 +79,7 @@ from assay.runner.sequential import SequentialLooks, sequential_manifest
 from assay.runner.slots import AttemptSlots, Ticket, usable_cores
 from assay.runner.state import Attempt, StateDB
 from assay.runner.trial import TrialHooks, TrialResult
-from assay.sandbox import ProxyTarget, sweep_orphans_once
+from assay.sandbox import ProxyTarget, sweep_orphans_once, sweep_stale_images_once
 from assay.suites.experiment import (
     Experiment,
     TrialKey,
@@ -388,6 +388,10 @@ class ExperimentRunner:
         if ended:
             self.progress.note(f"ended {ended} processes an earlier, killed runner left in "
                                f"{sum(1 for o in orphans if o.killed)} sandbox cgroups")
+        stale = sweep_stale_images_once()  # and its attempts' disk images, still mounted
+        if stale:
+            self.progress.note(f"unmounted and removed {len(stale)} disk images an earlier, "
+                               "killed runner left")
         session: dict[str, Any] = {
                    "started_at": utc_now(), "pid": os.getpid(), "jobs": self.jobs,
                    "verify_jobs": self.verify_jobs,

@@ -17,7 +17,10 @@ output), ``outcome`` (the pure classification into a reason), ``result`` (``Exec
 for the model proxy ``netproxy`` (the setup and its record), ``forwarder`` (the byte pump and
 the in-sandbox launcher) and ``relay`` (the host-side thread for a TCP gateway);
 ``host_runtime`` lends host programs (the forwarder's python3) to a sandbox in an image
-through the host's dynamic loader.
+through the host's dynamic loader; for ``disk_mib``, ``diskimage`` (the writable folders on a
+size-limited filesystem, mounted by ``loopmount``, carried back by ``upperdir``, removed
+by ``diskclean``) or, where
+that cannot be made, ``diskwatch``.
 """
 
 from assay.sandbox.bwrap import (
@@ -33,6 +36,7 @@ from assay.sandbox.bwrap import (
     check_bwrap,
 )
 from assay.sandbox.cgroups import sweep_orphans_once
+from assay.sandbox.diskclean import sweep_stale_once as sweep_stale_images_once
 from assay.sandbox.execute import KILL_GRACE_SECONDS
 from assay.sandbox.limits import NOT_APPLIED, AppliedLimit, Limits
 from assay.sandbox.netproxy import DEFAULT_PROXY_PORT, SANDBOX_PROXY_SOCKET, ProxyTarget
@@ -64,4 +68,5 @@ __all__ = [
     "check_bwrap",
     "run_sandboxed",
     "sweep_orphans_once",
+    "sweep_stale_images_once",
 ]

@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from assay.sandbox.diskimage import DiskImage, ImageWatch
 from assay.sandbox.diskwatch import DiskWatch
 from assay.sandbox.limits import Limits
 from assay.sandbox.outcome import classify
@@ -52,13 +53,16 @@ def execute(
     setup_check: Callable[[], str | None] | None = None,
     grace_seconds: float = KILL_GRACE_SECONDS,
     writable: Sequence[Path] = (),
+    disk: DiskImage | None = None,
 ) -> ExecResult:
     """Run ``command`` (the wrapper prefix included) to its end under the watchdog.
 
     ``setup_check``, called once the command is gone, says why in-sandbox setup (the
     model-proxy launcher) did not hand over to the command, or ``None`` if it did.
     ``writable``: the host folders the command can write, watched against
-    ``limits.disk_mib`` while it runs (:mod:`assay.sandbox.diskwatch`).
+    ``limits.disk_mib`` while it runs (:mod:`assay.sandbox.diskwatch`); or, with ``disk``
+    (the size-limited filesystem they are on for the run), that filesystem polled
+    (:mod:`assay.sandbox.diskimage`).
 
     ``pass_fds`` are closed here once the child has them and removed from ``owned_fds``, which
     the caller closes; the sinks and the plan's cgroups stay the caller's to close."""
@@ -90,8 +94,10 @@ def execute(
 
     tree = ProcessTree(proc.pid, sandboxed=sandboxed, ns_init=ns_init, cgroup_procs=plan.procs)
     timed_out = False
-    watch = None
-    if limits.disk_mib is not None and writable:
+    watch: DiskWatch | ImageWatch | None = None
+    if limits.disk_mib is not None and disk is not None:
+        watch = ImageWatch(disk, lambda _figure: tree.kill_everything()).start()
+    elif limits.disk_mib is not None and writable:
         watch = DiskWatch(writable, limits.disk_mib * 1024 * 1024,
                           lambda _figure: tree.kill_everything()).start()
     try:
@@ -127,6 +133,8 @@ def execute(
         evidence["disk_peak_bytes"] = watch.peak
         if watch.over is not None:
             evidence["disk_over_bytes"] = watch.over
+        if isinstance(watch, ImageWatch) and watch.inodes_full:
+            evidence["disk_inodes_full"] = 1
     warnings += plan.cleanup()
     status = pump.status_docs() if sandboxed else {}
     code = status.get("exit-code")
@@ -145,6 +153,7 @@ def execute(
         cpu_seconds=limits.cpu_seconds,
         setup_failure=setup_check() if setup_check is not None else None,
         disk_mib=limits.disk_mib,
+        disk_mechanism=applied["disk_mib"].mechanism,
     )
     return ExecResult(
         **common,

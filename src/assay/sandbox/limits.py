@@ -21,6 +21,9 @@ MECH_RLIMIT_NPROC = "rlimit_nproc"
 MECH_RLIMIT_CPU = "rlimit_cpu"
 #: RLIMIT_FSIZE per file, and :mod:`assay.sandbox.diskwatch` for the total
 MECH_DISK = "rlimit_fsize+disk_watch"
+#: RLIMIT_FSIZE per file, the total held by a size-limited filesystem
+#: (:mod:`assay.sandbox.diskimage`)
+MECH_DISK_IMAGE = "rlimit_fsize+ext4_image"
 MECH_WATCHDOG = "watchdog"
 NOT_APPLIED = "not_applied"
 

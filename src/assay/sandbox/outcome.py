@@ -23,9 +23,12 @@ Classification (``ExecResult.reason``), first match wins:
     cgroup: ``pids.events`` ``max`` is non-zero, i.e. the kernel refused a fork (exact). rlimit:
     inferred from stderr (EAGAIN / BlockingIOError), said so in ``detail``.
 ``disk_limit``
-    the disk watcher found the writable folders over ``disk_mib`` and killed the execution
-    (exact: its figure is in ``evidence``), or the command died of SIGXFSZ (a file at the
-    per-file limit, RLIMIT_FSIZE).
+    the writable folders held more than ``disk_mib`` (``evidence.disk_over_bytes``: the disk
+    watcher found them over and killed the execution, or their size-limited filesystem was
+    past it, whatever the exit status), or that filesystem had no inode left
+    (``disk_inodes_full``), or the command died of SIGXFSZ (a file at the per-file limit,
+    RLIMIT_FSIZE). Checked before ``ok``: a command that swallowed ``ENOSPC`` and exited 0
+    still hit the limit.
 ``timeout``
     the watchdog fired, or the process died of SIGXCPU (``cpu_seconds``, in ``detail``).
 ``nonzero_exit``
@@ -43,7 +46,12 @@ import signal
 from collections.abc import Mapping
 from typing import Literal, NamedTuple
 
-from assay.sandbox.limits import MECH_RLIMIT_DATA, MECH_RLIMIT_NPROC, NOT_APPLIED
+from assay.sandbox.limits import (
+    MECH_DISK_IMAGE,
+    MECH_RLIMIT_DATA,
+    MECH_RLIMIT_NPROC,
+    NOT_APPLIED,
+)
 from assay.sandbox.wrapper import WRAPPER_FAILED_EXIT, WRAPPER_MESSAGE_PREFIX
 
 Reason = Literal["ok", "nonzero_exit", "timeout", "memory_limit", "process_limit",
@@ -101,6 +109,7 @@ def classify(
     cpu_seconds: int | None,
     setup_failure: str | None = None,
     disk_mib: int | None = None,
+    disk_mechanism: str | None = None,
 ) -> Outcome:
     """Classify one finished execution; see the module docstring for the rules.
 
@@ -110,7 +119,8 @@ def classify(
     never started the command, or was killed first). ``*_mechanism`` are the ``AppliedLimit``
     mechanisms; ``wall_seconds`` / ``cpu_seconds`` the requested limits, for ``detail``.
     ``setup_failure`` says why in-sandbox setup never handed over to the command (``None``: it
-    did, or there was none): whatever happened after, the command did not run."""
+    did, or there was none): whatever happened after, the command did not run.
+    ``disk_mechanism``: how ``disk_mib`` was held (the ``AppliedLimit`` mechanism)."""
     exit_code: int | None = None
     sig: str | None = None
     notes: list[str] = []
@@ -125,7 +135,8 @@ def classify(
             else:
                 exit_code = code
         elif (timed_out or evidence.get("oom_kills", 0) > 0
-              or evidence.get("disk_over_bytes", 0) > 0):
+              or evidence.get("disk_over_bytes", 0) > 0
+              or evidence.get("disk_inodes_full", 0) > 0):
             # we (the watchdog, the disk watcher) or the OOM killer killed bubblewrap itself
             # before it could report
             sig = signal_name(-rc) if rc < 0 else None
@@ -150,7 +161,9 @@ def classify(
         last = stderr_tail.strip().splitlines()[-1:] or [f"wrapper exit status {rc}"]
         what = "bubblewrap did not start the command" if sandboxed else "the wrapper failed"
         return done("sandbox_error", f"{what}: {last[0]}")
-    if not timed_out and exit_code == 0:
+    over = evidence.get("disk_over_bytes", 0)
+    inodes_full = evidence.get("disk_inodes_full", 0) > 0
+    if not timed_out and exit_code == 0 and not (over > 0 or inodes_full):
         if evidence.get("oom_kills", 0) or evidence.get("pid_limit_hits", 0):
             notes.append(f"exit 0 despite limit events {evidence}")
         return done("ok", None)
@@ -164,11 +177,18 @@ def classify(
                 "memory_limit",
                 f"inferred from stderr ({m.group(0)!r}); RLIMIT_DATA leaves no kernel record",
             )
-    over = evidence.get("disk_over_bytes", 0)
+    if over > 0 and disk_mechanism == MECH_DISK_IMAGE:
+        return done("disk_limit", f"its writable folders took {over:,} bytes on disk, the "
+                    f"limit of {disk_mib} MiB ({(disk_mib or 0) << 20:,} bytes) or more: writes "
+                    "past it fail on its size-limited filesystem (ENOSPC), and it is ended "
+                    "there")
     if over > 0:
         return done("disk_limit", f"its writable folders took {over:,} bytes on disk, over the "
                     f"limit of {disk_mib} MiB ({(disk_mib or 0) << 20:,} bytes); killed by the "
                     "disk watcher while it wrote")
+    if inodes_full:
+        return done("disk_limit", f"its writable folders used every inode of their "
+                    f"size-limited filesystem ({disk_mib} MiB): no file could be made (ENOSPC)")
     refused = evidence.get("pid_limit_hits", 0)
     if refused > 0:
         return done("process_limit", f"{refused} fork(s) refused by pids.max (pids.events)")

@@ -32,6 +32,10 @@ actually enforced it, or ``"not_applied"`` with the reason:
     asked for when set, so executions without it do not pay for joining a third v1 cgroup.
 ``wall_seconds``
     the watchdog in :mod:`assay.sandbox.execute` ("watchdog").
+``disk_mib``
+    ``RLIMIT_FSIZE`` per file, and for the writable folders' total a size-limited ext4
+    filesystem (``rlimit_fsize+ext4_image``, :mod:`assay.sandbox.diskimage`) or, where none
+    can be made (the note says why), the disk watcher (``rlimit_fsize+disk_watch``).
 
 ``output_bytes`` has no planning function: it is not a kernel limit and has no entry in the
 ``applied`` record; the output sinks (:mod:`assay.sandbox.pipes`) apply it directly.
@@ -51,6 +55,7 @@ from assay.sandbox.cgroups import CPU_PERIOD_US, Cgroup, CgroupSet, open_cgroups
 from assay.sandbox.evidence import read_evidence
 from assay.sandbox.limits import (
     MECH_DISK,
+    MECH_DISK_IMAGE,
     MECH_RLIMIT_CPU,
     MECH_RLIMIT_DATA,
     MECH_RLIMIT_NPROC,
@@ -228,23 +233,32 @@ def plan_wall(wall_seconds: float, grace_seconds: float) -> Planned:
     ))
 
 
-def plan_disk(mib: int | None) -> Planned:
+def plan_disk(mib: int | None, no_image: str | None = "not asked") -> Planned:
     """Bytes on disk: RLIMIT_FSIZE (``ulimit -f``, 512-byte blocks in ``/bin/sh``) for each
-    file, the disk watcher for the writable folders' total (:mod:`assay.sandbox.diskwatch`)."""
+    file; for the writable folders' total a size-limited filesystem
+    (:mod:`assay.sandbox.diskimage`), or the disk watcher (:mod:`assay.sandbox.diskwatch`)
+    where ``no_image`` says why there is none."""
     if mib is None:
         return Planned(not_applied(None, "no disk limit asked"))
-    note = ("no file of the execution grows past it (RLIMIT_FSIZE: the write fails, SIGXFSZ); "
-            "its writable folders together are watched while it runs and it is killed past it")
+    per_file = "no file of the execution grows past it (RLIMIT_FSIZE: the write fails, SIGXFSZ)"
+    if no_image is None:
+        return Planned(AppliedLimit(mib, MECH_DISK_IMAGE, note=(
+            f"{per_file}; its writable folders are on an ext4 filesystem of {mib} MiB + 1 MiB "
+            "(a sparse image, loop-mounted): a write past it fails (ENOSPC), and it is ended "
+            "once they hold more than the limit")), (f"ulimit -f {mib * 2048}",))
+    note = (f"{per_file}; its writable folders together are watched while it runs and it is "
+            f"killed past it (no size-limited filesystem: {no_image})")
     return Planned(AppliedLimit(mib, MECH_DISK, note=note), (f"ulimit -f {mib * 2048}",))
 
 
 def plan_limits(limits: Limits, *, use_cgroups: bool = True, grace_seconds: float,
-                forwarder: bool = False) -> LimitPlan:
+                forwarder: bool = False, no_disk_image: str | None = "not asked") -> LimitPlan:
     """Create the cgroups for one execution (if possible) and decide the rlimit fallbacks.
 
     ``use_cgroups=False`` forces the rlimit fallback (used by tests to check that nothing is
     claimed that the fallback does not do). ``forwarder``: the execution also runs the
-    model-proxy forwarder (one process more in the pids budget). The caller must call
+    model-proxy forwarder (one process more in the pids budget). ``no_disk_image``: why the
+    writable folders are not on a size-limited filesystem (``None``: they are). The caller must call
     :meth:`LimitPlan.cleanup`."""
     want = cgroup_wants(limits, forwarder=forwarder)
     if want and use_cgroups:
@@ -260,7 +274,7 @@ def plan_limits(limits: Limits, *, use_cgroups: bool = True, grace_seconds: floa
             "cpu_seconds": plan_cpu_seconds(limits.cpu_seconds),
             "cpu_cores": plan_cpu_cores(limits.cpu_cores, mech("cpu"), why("cpu", "")),
             "wall_seconds": plan_wall(limits.wall_seconds, grace_seconds),
-            "disk_mib": plan_disk(limits.disk_mib),
+            "disk_mib": plan_disk(limits.disk_mib, no_disk_image),
         }
     except BaseException:  # the caller never gets a plan to clean up
         for cg in got.cgroups:

@@ -43,6 +43,7 @@ from assay.sandbox.bwrap import (
     options_fd,
     sandbox_env,
 )
+from assay.sandbox.diskimage import DiskImage, open_for
 from assay.sandbox.execute import KILL_GRACE_SECONDS, execute
 from assay.sandbox.host_runtime import host_python_argv, host_usr_mount
 from assay.sandbox.limits import Limits
@@ -171,6 +172,7 @@ def run_sandboxed(
 
     parent_fds: list[int] = []
     sinks: list[OutputSink] = []
+    disk: DiskImage | None = None
     plan: LimitPlan | None = None
     session: ProxySession | None = None
     setup_check: Callable[[], str | None] | None = None
@@ -179,8 +181,17 @@ def run_sandboxed(
         sinks.append(out)
         err = OutputSink(err_path, limits.output_bytes)
         sinks.append(err)
+        writable = [workdir, *(m.source for m in checked_mounts if m.writable)]
+        no_image: str | None = "isolation='none': nothing to mount it in"
+        workdir_bound = workdir
+        if sandboxed and limits.disk_mib is not None:
+            # the writable folders on a filesystem of the limit's size for the run: the
+            # sandbox sees the copies, carried back when it ends (diskimage)
+            disk, no_image = open_for(limits.disk_mib, writable)
+            if disk is not None:
+                workdir_bound, checked_mounts = disk.bound(workdir, checked_mounts)
         plan = plan_limits(limits, use_cgroups=use_cgroups, grace_seconds=grace_seconds,
-                           forwarder=proxy is not None)
+                           forwarder=proxy is not None, no_disk_image=no_image)
         status_fd: int | None = None
         report_r: int | None = None
         if sandboxed:
@@ -230,7 +241,7 @@ def run_sandboxed(
                     parent_fds.append(userns_fd)
             tmp_bytes = (limits.memory_mib or 1024) * _MIB
             opts = bwrap_options(
-                workdir=workdir,
+                workdir=workdir_bound,
                 env=cmd_env,
                 mounts=checked_mounts,
                 network=network,
@@ -273,8 +284,11 @@ def run_sandboxed(
             common=common,
             setup_check=setup_check,
             grace_seconds=grace_seconds,
-            writable=[workdir, *(m.source for m in mounts if m.writable)],
+            writable=writable,
+            disk=disk,
         )
+        if disk is not None:  # every process is gone: the folders go back to the host's
+            result = dataclasses.replace(result, warnings=result.warnings + tuple(disk.close()))
         if session is not None:
             if report_r is not None:
                 session.read_report(read_available(report_r))
@@ -286,6 +300,8 @@ def run_sandboxed(
             )
         return result
     finally:
+        if disk is not None:
+            disk.close()
         if session is not None:
             session.close()
         for sink in sinks:
