@@ -14,8 +14,10 @@ A machine without ``docker-registry`` or ``skopeo`` skips (``make setup`` instal
 Cost here (``ASSAY_TEST_CPU_LOG``, 2 shared cores): about 15 CPU-seconds and 50 s of wall for
 the file, of which the image-pinned tasks (the example's Debian root, slimmed, pushed once and
 pulled into an empty store; its oracle and nop, a Dockerfile ``FROM`` that pinned image built
-on it and its oracle, then a Harbor task's import and task check in the same image) take 11
-CPU-seconds (the Dockerfile on its base 3.4 of them); the rest are one-file images at 0.1-0.4
+on it and its oracle, then a Harbor task's import and task check in the same image, and a
+Harbor task whose Dockerfile says ``FROM`` it, carried over and checked on that base: the same
+build, found in the store) take 12 CPU-seconds (the Dockerfile on its base 3.4 of them, the
+Harbor Dockerfile's check 1.2); the rest are one-file images at 0.1-0.4
 each and the killed pull at 2. The 200 MB image is the shared test image's root
 (``tests/support/images.py``), built once for every file that needs it.
 
@@ -310,15 +312,19 @@ def _registry_pinned_copy(tmp: Path, ref: str, *, as_source: bool = False) -> Pa
     return dest
 
 
+#: A Dockerfile's steps on the pushed base: the RUN fails unless the base's own file is there;
+#: the COPY puts a file of the context into the working directory (a Harbor task's starting
+#: tree). A Harbor task that says the same with its own WORKDIR is the same build, once moved.
+ON_BASE_STEPS = ("RUN test -f /etc/leaderboard-base && echo built-on-its-base > /etc/on-base\n"
+                 "WORKDIR /work\nCOPY greet.py /work/greet.py\n")
+
+
 def _dockerfile_on(tmp: Path, ref: str, name: str = "on-base") -> Path:
-    """The example bundle, its image a Dockerfile ``FROM ref`` with a RUN step that needs no
-    network: it writes a file, and fails unless the base's own /app/greet.py is there."""
+    """The example bundle, its image a Dockerfile ``FROM ref`` (:data:`ON_BASE_STEPS`)."""
     dest = tmp / name
     shutil.copytree(EXAMPLE, dest, symlinks=True)
-    (dest / "environment" / "Dockerfile").write_text(
-        f"FROM {ref}\n"
-        "RUN test -f /app/greet.py && echo built-on-its-base > /etc/on-base\n"
-        "WORKDIR /work\n")
+    (dest / "environment" / "Dockerfile").write_text(f"FROM {ref}\n{ON_BASE_STEPS}")
+    (dest / "environment" / "greet.py").write_text(harbor.BUGGY)
     path = dest / "task.yaml"
     text = path.read_text().replace("image: environment/recipe.yaml",
                                     "image: environment/Dockerfile").replace(
@@ -381,7 +387,8 @@ def test_a_task_pinned_to_a_registry_image_runs_its_oracle_and_nop_in_it(
     # one image serves both tasks (a second would cost another 200 MB pull): the example's
     # Debian root, and /app/greet.py for the Harbor task (its WORKDIR)
     layout = layout_of_root(built_store.rootfs(built.digest), tmp_path / "layout",
-                            workdir="/app", files={"/app/greet.py": harbor.BUGGY})
+                            workdir="/app", files={"/app/greet.py": harbor.BUGGY,
+                                                   "/etc/leaderboard-base": "pushed\n"})
     pushed = registry.push(layout, "team/leaderboard:v1")
     ref = f"{registry.host}/team/leaderboard@{pushed}"
     monkeypatch.setenv("ASSAY_CACHE_DIR", str(tmp_path / "cache"))  # an empty store: a real pull
@@ -434,6 +441,27 @@ def test_a_task_pinned_to_a_registry_image_runs_its_oracle_and_nop_in_it(
     assert code == 0, out
     assert rows[0]["status"] == "ok", rows
     assert rows[0]["environment_image"]["manifest_digest"] == pushed, rows
+
+    # A Harbor task whose Dockerfile says FROM that image is carried over and built on it: the
+    # same steps on the same base as the Dockerfile above once its WORKDIR is moved, so the
+    # same image, found in the store; its nop fails and its oracle passes there
+    docker = f"FROM {ref}\n" + ON_BASE_STEPS.replace("/work", "/app")
+    task = harbor.harbor_task(tmp_path / "harbor-df", dockerfile=docker)
+    got = run_cli(["task", "import-harbor", str(task), "--out", str(tmp_path / "imported-df")])
+    assert got.code == 0, got.stdout + got.stderr
+    assert "on_base:" in got.stdout  # the table's image column (the record names the base)
+    bundle_dir = tmp_path / "imported-df" / "greet-task"
+    assert (bundle_dir / "environment" / "Dockerfile").read_text() == f"FROM {ref}\n" \
+        + ON_BASE_STEPS
+    report = json.loads((bundle_dir / "harbor-import.json").read_text())["environment"]
+    assert (report["image"], report["image_source"], report["base_ref"],
+            report["approximate_base"]) == ("environment/Dockerfile", "on_base", ref, False)
+    code, out, rows = harbor.task_check(tmp_path / "imported-df", tmp_path / "check-df")
+    assert code == 0, out
+    assert (rows[0]["status"], rows[0]["nop"], rows[0]["oracle"]) == (
+        "ok", "fails behavior", "1/1"), rows
+    image = rows[0]["environment_image"]
+    assert (image["digest"], image["source_kind"]) == (built.digest, "dockerfile"), image
 
 
 @pytest.mark.skipif(not FULL, reason="a real apt install on a pulled base: runs with "
