@@ -23,9 +23,13 @@ each and the killed pull at 2. The 200 MB image is the shared test image's root
 
 Full form (``ASSAY_ENV_BUILD_FULL=1``, which ``make test-full`` sets): a Dockerfile on the
 pulled Debian root whose ``RUN apt-get install -y jq`` reaches Debian's archive, named by the
-base's own apt sources, through the build's proxy (8 CPU-seconds, 21 s of wall here). Run it
-alone with ``ASSAY_ENV_BUILD_FULL=1 .venv/bin/python -m pytest -q tests/test_env_registry.py
--k installs_from_the_bases``.
+base's own apt sources, through the build's proxy (8 CPU-seconds, 21 s of wall here); and a
+task written from Harbor's template (its test.sh installs curl and uv and runs ``uvx -w
+pytest==… pytest``) whose Dockerfile says ``FROM`` that root without pip: imported, the
+Dockerfile's appended lines install python3-pip and curl from the base's archive and pytest
+with its CTRF plugin from PyPI on the base itself, and task check passes (23 CPU-seconds, 71 s
+of wall under load). Run them alone with ``ASSAY_ENV_BUILD_FULL=1 .venv/bin/python -m pytest -q
+tests/test_env_registry.py -k "installs_from_the_bases or harbor_template"``.
 """
 
 from __future__ import annotations
@@ -49,6 +53,7 @@ from support.registry import Registry, layout_of_root, require_tools
 from test_env_oci import ARCH, Layout, d, f, make_oci
 
 from assay.agents import parse_agent
+from assay.api import import_harbor
 from assay.environments.on_base import package_archives
 from assay.environments.registry import is_reference, parse_reference, pull_image
 from assay.environments.store import ImageStore
@@ -492,6 +497,41 @@ def test_a_dockerfile_step_installs_from_the_bases_own_archive_through_the_proxy
     assert archives and "deb.debian.org" in archives[0], image.notes
     assert image.build_hosts and "deb.debian.org:80" in image.build_hosts, image.build_hosts
     assert not (store.rootfs(image.digest) / "etc/apt/apt.conf.d/99assay-build").exists()
+
+
+@pytest.mark.skipif(not FULL, reason="apt and pip installs on a pulled base: runs with "
+                    "ASSAY_ENV_BUILD_FULL=1 (make test-full sets it)")
+@pytest.mark.skipif(not bwrap_available(), reason="bubblewrap cannot run here")
+def test_a_harbor_template_task_gets_its_test_tools_on_its_pulled_base(
+        tmp_path: Path, registry: Registry, monkeypatch: pytest.MonkeyPatch) -> None:
+    from test_harbor_images import TEMPLATE_SH, TEST_OUTPUTS
+
+    built_store, built = base_image(PACKAGES)
+    # perl stays (package scripts need it: ca-certificates, a dependency of python3-pip)
+    layout = layout_of_root(built_store.rootfs(built.digest), tmp_path / "layout",
+                            slimmed=("usr/share/locale", "usr/share/doc", "usr/share/man",
+                                     "var/lib/apt/lists", "var/cache"))
+    ref = f"{registry.host}/team/debian@{registry.push(layout, 'team/debian:v1')}"
+    monkeypatch.setenv("ASSAY_CACHE_DIR", str(tmp_path / "cache"))
+    assert not (built_store.rootfs(built.digest) / "usr/lib/python3/dist-packages/pip").exists()
+    task = harbor.harbor_task(
+        tmp_path / "harbor", dockerfile=f"FROM {ref}\nRUN mkdir -p /var/cache/apt/archives/"
+        "partial\nWORKDIR /app\nCOPY greet.py /app/greet.py\n",
+        test_sh=TEMPLATE_SH.replace("  -w pandas==2.2.3 \\\n", ""),
+        # pytest puts the test file's folder on sys.path, not the working directory
+        files={"tests/test_outputs.py": "import sys\nsys.path.insert(0, '/app')\n"
+               + TEST_OUTPUTS})
+    [done] = import_harbor([task], tmp_path / "bundles")
+    assert done.image_text == f"on_base: environment/Dockerfile FROM {ref}"
+    code, out, [row] = harbor.task_check(tmp_path / "bundles", tmp_path / "check")
+    assert code == 0, out
+    assert (row["status"], row["nop"], row["oracle"]) == ("ok", "fails behavior", "1/1"), row
+    image = ImageStore(tmp_path / "cache" / "environments").get(
+        row["environment_image"]["digest"])
+    assert image is not None and {"python3-pip", "curl"} <= set(image.packages)
+    grade = json.loads((tmp_path / "check" / "greet-task" / "oracle" / "0" / "grades" /
+                        "v1.json").read_text())
+    assert "pytest-8.4.1" in grade["details"]["behavior"]["stdout_tail"]
 
 
 def test_a_task_whose_image_cannot_be_pulled_is_unsupported_here_and_task_check_exits_4(

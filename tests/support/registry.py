@@ -169,9 +169,11 @@ SLIMMED = ("usr/share/locale", "usr/share/doc", "usr/share/man", "usr/share/info
 
 
 def layout_of_root(root: Path, out: Path, *, workdir: str = "/work",
-                   files: dict[str, str] | None = None) -> Path:
+                   files: dict[str, str] | None = None,
+                   slimmed: tuple[str, ...] = SLIMMED) -> Path:
     """An OCI layout of an uncompressed layer holding the folder ``root`` (an image the tests
-    already built), and a second with ``files`` (absolute path: text) when given: what
+    already built) less ``slimmed``, and a second with ``files`` (absolute path: text) when
+    given: what
     ``docker save`` or a build would push, without compressing 200 MB (skopeo pushes it as it
     is with ``--preserve-digests``)."""
     blobs = out / "blobs" / "sha256"
@@ -194,7 +196,7 @@ def layout_of_root(root: Path, out: Path, *, workdir: str = "/work",
 
     def slim(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
         name = info.name.removeprefix("./")
-        return None if any(name == p or name.startswith(p + "/") for p in SLIMMED) else info
+        return None if any(name == p or name.startswith(p + "/") for p in slimmed) else info
 
     add_layer(lambda tar: tar.add(root, arcname=".", filter=slim))
     if files:
