@@ -183,6 +183,39 @@ def test_a_script_that_only_installs_debian_and_pip_packages_gets_them_in_the_im
     assert lines[4] == "pytest /assay/tests/test_outputs.py -v"
 
 
+# As a public Harbor task (gordonyang-tbench's blob-storage) writes it: pip, else uv pip, each
+# piped to tail; uvx only where it is found, the image's pytest otherwise.
+FALLBACK_SH = """\
+#!/bin/bash
+export PATH="$HOME/.local/bin:$PATH"
+pip install pytest==8.4.1 requests==2.32.3 -q 2>&1 | tail -n 5 || \\
+    uv pip install --system pytest==8.4.1 requests==2.32.3 -q 2>&1 | tail -n 5 || true
+if [ -f "$HOME/.local/bin/uvx" ] || which uvx > /dev/null 2>&1; then
+    uvx --with pytest==8.4.1 --with pytest-json-ctrf==0.3.5 pytest --ctrf /logs/verifier/c.json \
+/tests/test_outputs.py -rA
+else
+    pytest --ctrf /logs/verifier/c.json /tests/test_outputs.py -rA
+fi
+if [ $? -eq 0 ]; then echo 1 > /logs/verifier/reward.txt
+else echo 0 > /logs/verifier/reward.txt; fi
+"""
+
+
+def test_an_installer_piped_to_tail_with_a_uv_fallback_is_an_installer(tmp_path: Path) -> None:
+    done = recognise(FALLBACK_SH)
+    assert done is not None
+    assert done.requirements == ["pytest==8.4.1", "requests==2.32.3", "pytest-json-ctrf==0.3.5"]
+    lines = done.text.split("\n")
+    assert lines[2].startswith(":  # assay import-harbor: installed in the image instead")
+    assert lines[5] == ("    pytest -p ctrf.main --ctrf /logs/verifier/c.json "
+                        "/tests/test_outputs.py -rA")
+    assert "pytest==8.4.1 requests==2.32.3 installed in the image" in done.notes[1]
+    # looking for uvx (a path, `which`) is not running it: the import is supported
+    [imported] = import_harbor([harbor_task(tmp_path / "h", test_sh=FALLBACK_SH)],
+                               tmp_path / "b")
+    assert imported.status == "supported", imported.reasons
+
+
 def test_what_is_not_the_standard_script_still_needs_the_network(tmp_path: Path) -> None:
     assert recognise("#!/bin/bash\nuvx ruff check /app\n") is None
     assert recognise("#!/bin/bash\npytest /tests -q\n") is None

@@ -41,7 +41,8 @@ _TEMPLATE = re.compile(r"\$\{[^}]*\}")
 #: Commands that fetch software or reach a host beyond loopback: the sandbox has no network.
 _INSTALLS = re.compile(r"(?<![\w-])(apt-get|apt|apk|yum|dnf)\s+(install|update|add)\b"
                        r"|(?<![\w-])(curl|wget)\s.*https?://(?!localhost|127\.|\[::1\])"
-                       r"|(?<![\w-])(uvx|npx)(?![\w-])|(?<![\w-])uv\s+(run|pip|tool)"
+                       r"|(?<![\w/-])(?<!which )(?<!-v )(uvx|npx)(?![\w-])"
+                       r"|(?<![\w-])uv\s+(run|pip|tool)"
                        r"|(?<![\w-])pip3?\s+install\b|-m\s+pip\s+install\b"
                        r"|(?<![\w-])npm\s+(install|i|ci)\b")
 
