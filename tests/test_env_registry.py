@@ -553,5 +553,14 @@ def test_a_task_whose_image_cannot_be_pulled_is_unsupported_here_and_task_check_
     assert [r["status"] for r in rows] == ["unsupported", "unsupported"], rows
     for row in rows:
         assert f"unsupported here: cannot pull {ref} (" in row["unsupported"], rows
+    # --approximate-base, and no Debian release stands for that base: still unsupported here,
+    # the reason being the pull, then why the translation cannot stand in
+    got = run_cli(["task", "check", str(bundles / "on-gone"), "--reruns", "1",
+                   "--approximate-base", "--out", str(tmp_path / "check-approx")])
+    assert got.code == 4, got.stdout + got.stderr
+    [row] = json.loads((tmp_path / "check-approx" / "task-check.json").read_text())
+    assert row["unsupported"].startswith(f"unsupported here: cannot pull {ref} ("), row
+    assert "; the Debian translation cannot stand in for it (--approximate-base): " in \
+        row["unsupported"] and "an image the subset cannot rebuild" in row["unsupported"], row
     assert not (tmp_path / "cache" / "environments" / "images").exists() or not any(
         (tmp_path / "cache" / "environments" / "images").iterdir())
