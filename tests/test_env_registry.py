@@ -14,18 +14,24 @@ A machine without ``docker-registry`` or ``skopeo`` skips (``make setup`` instal
 Cost here (``ASSAY_TEST_CPU_LOG``, 2 shared cores): about 15 CPU-seconds and 50 s of wall for
 the file, of which the image-pinned tasks (the example's Debian root, slimmed, pushed once and
 pulled into an empty store; its oracle and nop, a Dockerfile ``FROM`` that pinned image built
-on it and its oracle, then a Harbor task's import and task check in the same image) take 11
-CPU-seconds (the Dockerfile on its base 3.4 of them); the rest are one-file images at 0.1-0.4
-each (the fallback for a skopeo that writes blobs in another order 0.3, the blob follower's
-own test with a writer thread standing in for skopeo 0.01) and the killed pull at 2. The
-200 MB image is the shared test image's root
+on it and its oracle, then a Harbor task's import and task check in the same image, and a
+Harbor task whose Dockerfile says ``FROM`` it, carried over and checked on that base: the same
+build, found in the store) take 12 CPU-seconds (the Dockerfile on its base 3.4 of them, the
+Harbor Dockerfile's check 1.2); the rest are one-file images at 0.1-0.4 each (the fallback for
+a skopeo that writes blobs in another order 0.3, the blob follower's own test with a writer
+thread standing in for skopeo 0.01) and the killed pull at 2. The 200 MB image is the shared
+test image's root
 (``tests/support/images.py``), built once for every file that needs it.
 
 Full form (``ASSAY_ENV_BUILD_FULL=1``, which ``make test-full`` sets): a Dockerfile on the
 pulled Debian root whose ``RUN apt-get install -y jq`` reaches Debian's archive, named by the
-base's own apt sources, through the build's proxy (8 CPU-seconds, 21 s of wall here). Run it
-alone with ``ASSAY_ENV_BUILD_FULL=1 .venv/bin/python -m pytest -q tests/test_env_registry.py
--k installs_from_the_bases``.
+base's own apt sources, through the build's proxy (8 CPU-seconds, 21 s of wall here); and a
+task written from Harbor's template (its test.sh installs curl and uv and runs ``uvx -w
+pytest==… pytest``) whose Dockerfile says ``FROM`` that root without pip: imported, the
+Dockerfile's appended lines install python3-pip and curl from the base's archive and pytest
+with its CTRF plugin from PyPI on the base itself, and task check passes (23 CPU-seconds, 71 s
+of wall under load). Run them alone with ``ASSAY_ENV_BUILD_FULL=1 .venv/bin/python -m pytest -q
+tests/test_env_registry.py -k "installs_from_the_bases or harbor_template"``.
 """
 
 from __future__ import annotations
@@ -51,6 +57,7 @@ from support.registry import Registry, layout_of_root, require_tools
 from test_env_oci import ARCH, Layout, d, f, make_oci
 
 from assay.agents import parse_agent
+from assay.api import import_harbor
 from assay.environments import pull_stream
 from assay.environments import registry as registry_module
 from assay.environments.on_base import package_archives
@@ -407,15 +414,19 @@ def _registry_pinned_copy(tmp: Path, ref: str, *, as_source: bool = False) -> Pa
     return dest
 
 
+#: A Dockerfile's steps on the pushed base: the RUN fails unless the base's own file is there;
+#: the COPY puts a file of the context into the working directory (a Harbor task's starting
+#: tree). A Harbor task that says the same with its own WORKDIR is the same build, once moved.
+ON_BASE_STEPS = ("RUN test -f /etc/leaderboard-base && echo built-on-its-base > /etc/on-base\n"
+                 "WORKDIR /work\nCOPY greet.py /work/greet.py\n")
+
+
 def _dockerfile_on(tmp: Path, ref: str, name: str = "on-base") -> Path:
-    """The example bundle, its image a Dockerfile ``FROM ref`` with a RUN step that needs no
-    network: it writes a file, and fails unless the base's own /app/greet.py is there."""
+    """The example bundle, its image a Dockerfile ``FROM ref`` (:data:`ON_BASE_STEPS`)."""
     dest = tmp / name
     shutil.copytree(EXAMPLE, dest, symlinks=True)
-    (dest / "environment" / "Dockerfile").write_text(
-        f"FROM {ref}\n"
-        "RUN test -f /app/greet.py && echo built-on-its-base > /etc/on-base\n"
-        "WORKDIR /work\n")
+    (dest / "environment" / "Dockerfile").write_text(f"FROM {ref}\n{ON_BASE_STEPS}")
+    (dest / "environment" / "greet.py").write_text(harbor.BUGGY)
     path = dest / "task.yaml"
     text = path.read_text().replace("image: environment/recipe.yaml",
                                     "image: environment/Dockerfile").replace(
@@ -478,7 +489,8 @@ def test_a_task_pinned_to_a_registry_image_runs_its_oracle_and_nop_in_it(
     # one image serves both tasks (a second would cost another 200 MB pull): the example's
     # Debian root, and /app/greet.py for the Harbor task (its WORKDIR)
     layout = layout_of_root(built_store.rootfs(built.digest), tmp_path / "layout",
-                            workdir="/app", files={"/app/greet.py": harbor.BUGGY})
+                            workdir="/app", files={"/app/greet.py": harbor.BUGGY,
+                                                   "/etc/leaderboard-base": "pushed\n"})
     pushed = registry.push(layout, "team/leaderboard:v1")
     ref = f"{registry.host}/team/leaderboard@{pushed}"
     monkeypatch.setenv("ASSAY_CACHE_DIR", str(tmp_path / "cache"))  # an empty store: a real pull
@@ -532,6 +544,27 @@ def test_a_task_pinned_to_a_registry_image_runs_its_oracle_and_nop_in_it(
     assert rows[0]["status"] == "ok", rows
     assert rows[0]["environment_image"]["manifest_digest"] == pushed, rows
 
+    # A Harbor task whose Dockerfile says FROM that image is carried over and built on it: the
+    # same steps on the same base as the Dockerfile above once its WORKDIR is moved, so the
+    # same image, found in the store; its nop fails and its oracle passes there
+    docker = f"FROM {ref}\n" + ON_BASE_STEPS.replace("/work", "/app")
+    task = harbor.harbor_task(tmp_path / "harbor-df", dockerfile=docker)
+    got = run_cli(["task", "import-harbor", str(task), "--out", str(tmp_path / "imported-df")])
+    assert got.code == 0, got.stdout + got.stderr
+    assert "on_base:" in got.stdout  # the table's image column (the record names the base)
+    bundle_dir = tmp_path / "imported-df" / "greet-task"
+    assert (bundle_dir / "environment" / "Dockerfile").read_text() == f"FROM {ref}\n" \
+        + ON_BASE_STEPS
+    report = json.loads((bundle_dir / "harbor-import.json").read_text())["environment"]
+    assert (report["image"], report["image_source"], report["base_ref"],
+            report["approximate_base"]) == ("environment/Dockerfile", "on_base", ref, False)
+    code, out, rows = harbor.task_check(tmp_path / "imported-df", tmp_path / "check-df")
+    assert code == 0, out
+    assert (rows[0]["status"], rows[0]["nop"], rows[0]["oracle"]) == (
+        "ok", "fails behavior", "1/1"), rows
+    image = rows[0]["environment_image"]
+    assert (image["digest"], image["source_kind"]) == (built.digest, "dockerfile"), image
+
 
 @pytest.mark.skipif(not FULL, reason="a real apt install on a pulled base: runs with "
                     "ASSAY_ENV_BUILD_FULL=1 (make test-full sets it)")
@@ -563,6 +596,41 @@ def test_a_dockerfile_step_installs_from_the_bases_own_archive_through_the_proxy
     assert not (store.rootfs(image.digest) / "etc/apt/apt.conf.d/99assay-build").exists()
 
 
+@pytest.mark.skipif(not FULL, reason="apt and pip installs on a pulled base: runs with "
+                    "ASSAY_ENV_BUILD_FULL=1 (make test-full sets it)")
+@pytest.mark.skipif(not bwrap_available(), reason="bubblewrap cannot run here")
+def test_a_harbor_template_task_gets_its_test_tools_on_its_pulled_base(
+        tmp_path: Path, registry: Registry, monkeypatch: pytest.MonkeyPatch) -> None:
+    from test_harbor_images import TEMPLATE_SH, TEST_OUTPUTS
+
+    built_store, built = base_image(PACKAGES)
+    # perl stays (package scripts need it: ca-certificates, a dependency of python3-pip)
+    layout = layout_of_root(built_store.rootfs(built.digest), tmp_path / "layout",
+                            slimmed=("usr/share/locale", "usr/share/doc", "usr/share/man",
+                                     "var/lib/apt/lists", "var/cache"))
+    ref = f"{registry.host}/team/debian@{registry.push(layout, 'team/debian:v1')}"
+    monkeypatch.setenv("ASSAY_CACHE_DIR", str(tmp_path / "cache"))
+    assert not (built_store.rootfs(built.digest) / "usr/lib/python3/dist-packages/pip").exists()
+    task = harbor.harbor_task(
+        tmp_path / "harbor", dockerfile=f"FROM {ref}\nRUN mkdir -p /var/cache/apt/archives/"
+        "partial\nWORKDIR /app\nCOPY greet.py /app/greet.py\n",
+        test_sh=TEMPLATE_SH.replace("  -w pandas==2.2.3 \\\n", ""),
+        # pytest puts the test file's folder on sys.path, not the working directory
+        files={"tests/test_outputs.py": "import sys\nsys.path.insert(0, '/app')\n"
+               + TEST_OUTPUTS})
+    [done] = import_harbor([task], tmp_path / "bundles")
+    assert done.image_text == f"on_base: environment/Dockerfile FROM {ref}"
+    code, out, [row] = harbor.task_check(tmp_path / "bundles", tmp_path / "check")
+    assert code == 0, out
+    assert (row["status"], row["nop"], row["oracle"]) == ("ok", "fails behavior", "1/1"), row
+    image = ImageStore(tmp_path / "cache" / "environments").get(
+        row["environment_image"]["digest"])
+    assert image is not None and {"python3-pip", "curl"} <= set(image.packages)
+    grade = json.loads((tmp_path / "check" / "greet-task" / "oracle" / "0" / "grades" /
+                        "v1.json").read_text())
+    assert "pytest-8.4.1" in grade["details"]["behavior"]["stdout_tail"]
+
+
 def test_a_task_whose_image_cannot_be_pulled_is_unsupported_here_and_task_check_exits_4(
         tmp_path: Path, registry: Registry, monkeypatch: pytest.MonkeyPatch) -> None:
     pushed = registry.push(_hello(tmp_path), "team/gone:v1")
@@ -582,5 +650,14 @@ def test_a_task_whose_image_cannot_be_pulled_is_unsupported_here_and_task_check_
     assert [r["status"] for r in rows] == ["unsupported", "unsupported"], rows
     for row in rows:
         assert f"unsupported here: cannot pull {ref} (" in row["unsupported"], rows
+    # --approximate-base, and no Debian release stands for that base: still unsupported here,
+    # the reason being the pull, then why the translation cannot stand in
+    got = run_cli(["task", "check", str(bundles / "on-gone"), "--reruns", "1",
+                   "--approximate-base", "--out", str(tmp_path / "check-approx")])
+    assert got.code == 4, got.stdout + got.stderr
+    [row] = json.loads((tmp_path / "check-approx" / "task-check.json").read_text())
+    assert row["unsupported"].startswith(f"unsupported here: cannot pull {ref} ("), row
+    assert "; the Debian translation cannot stand in for it (--approximate-base): " in \
+        row["unsupported"] and "an image the subset cannot rebuild" in row["unsupported"], row
     assert not (tmp_path / "cache" / "environments" / "images").exists() or not any(
         (tmp_path / "cache" / "environments" / "images").iterdir())

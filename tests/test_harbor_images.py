@@ -1,5 +1,7 @@
-"""``task import-harbor`` through images: the task's Dockerfile becomes the bundle's recipe
-(``environment/recipe.yaml``), Harbor's standard test script runs with the image's pytest,
+"""``task import-harbor`` through images: the task's Dockerfile is carried over as the bundle's
+(``environment/Dockerfile``, built on its base; what the tests need appended in lines a reader
+sees, which the Debian translation reads too), Harbor's standard test script runs with the
+image's pytest,
 a multi-metric ``reward.json`` needs ``--reward-key`` or ``--reward-aggregate`` (refused at
 import otherwise), Terminal-Bench 1 folders are named, compose tasks keep one reason.
 
@@ -17,9 +19,17 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
 from conftest import run_cli
-from test_harbor_import import BUGGY, TOML, harbor_task, needs_bwrap, squash, task_check
+from test_harbor_import import (
+    BUGGY,
+    TOML,
+    harbor_task,
+    installed,
+    needs_bwrap,
+    squash,
+    task_check,
+    translated,
+)
 
 from assay.api import import_harbor
 from assay.errors import InputError, SuiteError
@@ -93,11 +103,20 @@ def test_the_standard_test_script_runs_with_the_images_pytest(tmp_path: Path) ->
     assert script.count("\n") == TEMPLATE_SH.count("\n")  # line numbers kept for messages
     assert "echo 1 > /logs/verifier/reward.txt" in script  # the reward lines as written
     subprocess.run(["bash", "-n", str(done.bundle / "tests" / "test.sh")], check=True)
-    recipe = yaml.safe_load((done.bundle / "environment" / "recipe.yaml").read_text())
-    assert recipe["pip"] == ["pytest==8.4.1", "pytest-json-ctrf==0.3.5", "pandas==2.2.3"]
+    # what the script installed goes into the image: lines appended to the Dockerfile, run on
+    # the base (python3 and pip first where the base has none), read by the translation too
+    docker = (done.bundle / "environment" / "Dockerfile").read_text()
+    assert docker.startswith("FROM python:3.13-slim\nWORKDIR /work\n")
+    assert docker.endswith(
+        "RUN python3 -m pip --version >/dev/null 2>&1 || (apt-get update && apt-get install -y "
+        "--no-install-recommends python3 python3-pip)\n"
+        "RUN apt-get update && apt-get install -y --no-install-recommends curl\n"
+        "RUN python3 -m pip install pytest==8.4.1 pytest-json-ctrf==0.3.5 pandas==2.2.3\n")
+    packages, pip = installed(translated(done.bundle))
+    assert pip == ["pytest==8.4.1", "pytest-json-ctrf==0.3.5", "pandas==2.2.3"]
+    assert "curl" in packages
     report = json.loads((done.bundle / "harbor-import.json").read_text())
     assert report["test_script"] == "installers moved into the image"
-    assert "curl" in recipe["packages"]  # what the script installed is the image's
     assert any("uvx -p 3.13 -w pytest==8.4.1" in n and "not Python 3.13" in n
                for n in done.notes)
 
@@ -156,12 +175,45 @@ def test_a_script_that_only_installs_debian_and_pip_packages_gets_them_in_the_im
               "> /logs/verifier/reward.txt; else echo 0 > /logs/verifier/reward.txt; fi\n")
     [done] = import_harbor([harbor_task(tmp_path / "h", test_sh=script)], tmp_path / "b")
     assert done.status == "supported", done.reasons
-    recipe = yaml.safe_load((done.bundle / "environment" / "recipe.yaml").read_text())
-    assert recipe["packages"][-2:] == ["python3-pytest", "jq"]
-    assert recipe["pip"] == ["requests==2.32.3"]  # no pytest-json-ctrf: no uvx, no --ctrf
+    packages, pip = installed(translated(done.bundle))
+    assert packages[-2:] == ["python3-pytest", "jq"]
+    assert pip == ["requests==2.32.3"]  # no pytest-json-ctrf: no uvx, no --ctrf
     lines = (done.bundle / "tests" / "test.sh").read_text().split("\n")
     assert lines[2].startswith(":  # assay import-harbor: installed in the image instead")
     assert lines[4] == "pytest /assay/tests/test_outputs.py -v"
+
+
+# As a public Harbor task (gordonyang-tbench's blob-storage) writes it: pip, else uv pip, each
+# piped to tail; uvx only where it is found, the image's pytest otherwise.
+FALLBACK_SH = """\
+#!/bin/bash
+export PATH="$HOME/.local/bin:$PATH"
+pip install pytest==8.4.1 requests==2.32.3 -q 2>&1 | tail -n 5 || \\
+    uv pip install --system pytest==8.4.1 requests==2.32.3 -q 2>&1 | tail -n 5 || true
+if [ -f "$HOME/.local/bin/uvx" ] || which uvx > /dev/null 2>&1; then
+    uvx --with pytest==8.4.1 --with pytest-json-ctrf==0.3.5 pytest --ctrf /logs/verifier/c.json \
+/tests/test_outputs.py -rA
+else
+    pytest --ctrf /logs/verifier/c.json /tests/test_outputs.py -rA
+fi
+if [ $? -eq 0 ]; then echo 1 > /logs/verifier/reward.txt
+else echo 0 > /logs/verifier/reward.txt; fi
+"""
+
+
+def test_an_installer_piped_to_tail_with_a_uv_fallback_is_an_installer(tmp_path: Path) -> None:
+    done = recognise(FALLBACK_SH)
+    assert done is not None
+    assert done.requirements == ["pytest==8.4.1", "requests==2.32.3", "pytest-json-ctrf==0.3.5"]
+    lines = done.text.split("\n")
+    assert lines[2].startswith(":  # assay import-harbor: installed in the image instead")
+    assert lines[5] == ("    pytest -p ctrf.main --ctrf /logs/verifier/c.json "
+                        "/tests/test_outputs.py -rA")
+    assert "pytest==8.4.1 requests==2.32.3 installed in the image" in done.notes[1]
+    # looking for uvx (a path, `which`) is not running it: the import is supported
+    [imported] = import_harbor([harbor_task(tmp_path / "h", test_sh=FALLBACK_SH)],
+                               tmp_path / "b")
+    assert imported.status == "supported", imported.reasons
 
 
 def test_what_is_not_the_standard_script_still_needs_the_network(tmp_path: Path) -> None:
@@ -204,8 +256,10 @@ def test_a_multi_metric_reward_needs_a_key_or_an_aggregate_at_import(tmp_path: P
         'bash "$ASSAY_TESTS/test.sh"; python3 "$ASSAY_TESTS/assay_harbor_reward.py" '
         "--key 'correctness' --threshold 1.0 /logs/verifier")
     assert (done.bundle / "tests" / REDUCER).read_text() == REDUCER_SOURCE
-    recipe = yaml.safe_load((done.bundle / "environment" / "recipe.yaml").read_text())
-    assert "python3" in recipe["packages"]  # the reducer runs with the image's python3
+    # the reducer runs with the image's python3, installed where the base has none
+    assert (done.bundle / "environment" / "Dockerfile").read_text().endswith(
+        "RUN command -v python3 >/dev/null 2>&1 || (apt-get update && apt-get install -y "
+        "--no-install-recommends python3)\n")
     # a single-reward task imported with the same flag is unaffected
     [plain] = import_harbor([harbor_task(tmp_path / "h")], tmp_path / "b2",
                             reward_key="correctness")
@@ -259,7 +313,8 @@ def test_the_reducer_decides_nothing_it_cannot(tmp_path: Path) -> None:
 
 @needs_bwrap
 def test_the_multi_metric_example_passes_task_check_with_its_key(tmp_path: Path) -> None:
-    import_harbor([EXAMPLES / "latency-summary"], tmp_path / "b", reward_key="correctness")
+    import_harbor([EXAMPLES / "latency-summary"], tmp_path / "b", reward_key="correctness",
+                  approximate_base=True)
     code, text, [rec] = task_check(tmp_path / "b", tmp_path / "check", "--mutants")
     assert code == 0, text
     assert (rec["status"], rec["nop"], rec["oracle"]) == ("ok", "fails behavior", "1/1")
@@ -283,22 +338,26 @@ def test_the_multi_metric_example_passes_task_check_with_its_key(tmp_path: Path)
                               "access.log").stat().st_size, "first": ["access.log"]}
 
 
-def test_the_repositorys_examples_import_as_supported_recipes(tmp_path: Path) -> None:
+def test_the_repositorys_examples_import_as_supported_dockerfiles(tmp_path: Path) -> None:
     done = import_harbor([EXAMPLES / "csv-column-total", EXAMPLES / "sqlite-top-customers"],
                          tmp_path / "b")
     assert [(d.task_id, d.status) for d in done] == [("csv-column-total", "supported"),
                                                     ("sqlite-top-customers", "supported")]
+    assert [d.image_text for d in done] == [
+        "on_base: environment/Dockerfile FROM docker.io/library/python:3.12-slim",
+        "on_base: environment/Dockerfile FROM docker.io/library/python:3.12-slim"]
     sqlite = done[1].bundle
-    recipe = yaml.safe_load((sqlite / "environment" / "recipe.yaml").read_text())
-    assert recipe["packages"] == ["python3", "python3-pip", "python3-venv",
-                                  "python-is-python3", "sqlite3", "curl"]
-    assert recipe["pip"] == ["pytest==8.4.1", "pytest-json-ctrf==0.3.5"]
-    assert {"copy": {"src": "context/shop.sql", "dest": "/data/shop.sql", "mode": None}} in \
+    recipe = translated(sqlite)
+    packages, pip = installed(recipe)
+    assert packages == ["python3", "python3-pip", "python3-venv", "python-is-python3",
+                        "sqlite3", "curl"]
+    assert pip == ["pytest==8.4.1", "pytest-json-ctrf==0.3.5"]
+    assert {"copy": {"src": "shop.sql", "dest": "/data/shop.sql", "mode": None}} in \
         recipe["steps"]  # outside the working directory: the image's, fine
     assert recipe["workdir"] == "/work"
     assert sorted(p.name for p in (sqlite / "repo").iterdir()) == ["top.sql"]
-    assert load_bundle(sqlite).spec.initial_state.environment.image == \
-        "environment/recipe.yaml"
+    env = load_bundle(sqlite).spec.initial_state.environment
+    assert (env.image, env.approximate_base) == ("environment/Dockerfile", False)
 
 
 def test_files_outside_the_workdir_env_and_heredocs_are_the_images(tmp_path: Path) -> None:
@@ -314,10 +373,12 @@ def test_files_outside_the_workdir_env_and_heredocs_are_the_images(tmp_path: Pat
     # the one blocker is the host variable; no line of the Dockerfile is a reason
     assert done.reasons == ["task.toml [environment].env TOKEN: reads the host's variable "
                             "(${HOST_TOKEN}), which the sandbox never passes on"]
-    recipe = yaml.safe_load((done.bundle / "environment" / "recipe.yaml").read_text())
-    assert recipe["env"]["LOG_LEVEL"] == "debug" and "TOKEN" not in recipe["env"]
+    docker = (done.bundle / "environment" / "Dockerfile").read_text()
+    assert docker.endswith("[environment].env\nENV LOG_LEVEL=\"debug\"\n"), docker
+    recipe = translated(done.bundle)
+    assert {"env": {"LOG_LEVEL": "debug"}} in recipe["steps"] and "TOKEN" not in docker
     assert {"env": {"MODE": "strict"}} in recipe["steps"]
-    assert {"copy": {"src": "context/greet.py", "dest": "/etc/greet.conf", "mode": None}} in \
+    assert {"copy": {"src": "greet.py", "dest": "/etc/greet.conf", "mode": None}} in \
         recipe["steps"]
     assert {"run": "FROM is only text here\napt-get install nothing\n"} in recipe["steps"]
     assert (done.bundle / "repo" / "notes.txt").read_text() == "left by the Dockerfile\n"

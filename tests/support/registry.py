@@ -170,12 +170,14 @@ SLIMMED = ("usr/share/locale", "usr/share/doc", "usr/share/man", "usr/share/info
 
 def layout_of_root(root: Path, out: Path, *, workdir: str = "/work",
                    files: dict[str, str] | None = None,
+                   slimmed: tuple[str, ...] = SLIMMED,
                    keep: Callable[[str, tarfile.TarInfo], bool] | None = None) -> Path:
     """An OCI layout of an uncompressed layer holding the folder ``root`` (an image the tests
-    already built), and a second with ``files`` (absolute path: text) when given: what
+    already built) less ``slimmed``, and a second with ``files`` (absolute path: text) when
+    given: what
     ``docker save`` or a build would push, without compressing 200 MB (skopeo pushes it as it
     is with ``--preserve-digests``). Of ``root``, what ``keep(relative name, header)`` keeps
-    (a folder left out goes with all it holds); by default all but :data:`SLIMMED`."""
+    (a folder left out goes with all it holds); by default all but ``slimmed``."""
     blobs = out / "blobs" / "sha256"
     blobs.mkdir(parents=True)
     (out / "oci-layout").write_text('{"imageLayoutVersion": "1.0.0"}')
@@ -198,7 +200,7 @@ def layout_of_root(root: Path, out: Path, *, workdir: str = "/work",
         name = "" if info.name == "." else info.name.removeprefix("./")
         if keep is not None:
             return info if keep(name, info) else None
-        return None if any(name == p or name.startswith(p + "/") for p in SLIMMED) else info
+        return None if any(name == p or name.startswith(p + "/") for p in slimmed) else info
 
     add_layer(lambda tar: tar.add(root, arcname=".", filter=slim))
     if files:

@@ -188,7 +188,8 @@ def check_tasks(tasks: Sequence[PathLike | Bundle], out: PathLike, *, reruns: in
 
 def import_harbor(task_dirs: Sequence[PathLike], out: PathLike, *,
                   reward_threshold: float = 1.0, reward_key: str | None = None,
-                  reward_aggregate: str | None = None) -> list[Imported]:
+                  reward_aggregate: str | None = None,
+                  approximate_base: bool = False) -> list[Imported]:
     """Convert Harbor task folders into bundles under ``out/<task id>/``: every folder is
     validated first (a :class:`SuiteError` naming file, line and field, and nothing written),
     an existing bundle is never replaced (:class:`NeverOverwrite`). A task whose environment
@@ -196,7 +197,10 @@ def import_harbor(task_dirs: Sequence[PathLike], out: PathLike, *,
     ``unsupported``. A task whose tests write a ``reward.json`` without a ``reward`` key needs
     ``reward_key`` (one of its metrics) or ``reward_aggregate`` (``mean``, ``min``, ``all``),
     else it is refused. Harbor's paths are mapped onto the sandbox's own, named here because they
-    belong to the sandbox, the verifier and the oracle."""
+    belong to the sandbox, the verifier and the oracle. A task's Dockerfile is carried over and
+    builds on its real base, pulled; ``approximate_base`` marks each such bundle
+    ``environment.approximate_base: true`` (the Debian translation where the base cannot be
+    pulled)."""
     from assay.agents.base import SOLUTION_MOUNT
     from assay.grading.verify.check_run import TESTS_MOUNT
     from assay.sandbox.bwrap import SANDBOX_WORKDIR
@@ -205,7 +209,8 @@ def import_harbor(task_dirs: Sequence[PathLike], out: PathLike, *,
     paths = SandboxPaths(work=SANDBOX_WORKDIR, tests=TESTS_MOUNT, solution=SOLUTION_MOUNT)
     return import_harbor_tasks([Path(d) for d in task_dirs], Path(out), paths,
                                threshold=reward_threshold, reward_key=reward_key,
-                               reward_aggregate=reward_aggregate)
+                               reward_aggregate=reward_aggregate,
+                               approximate_base=approximate_base)
 
 
 @dataclass(frozen=True)

@@ -236,9 +236,14 @@ def task_import_harbor(
     reward_aggregate: Annotated[str | None, typer.Option(help="Instead of --reward-key: mean, "
                                                          "min or all (1 when every metric "
                                                          "reaches the threshold).")] = None,
+    approximate_base: Annotated[bool, typer.Option(
+        "--approximate-base", help="Mark each bundle built from a Dockerfile "
+        "environment.approximate_base: true: where its FROM image cannot be pulled, it builds "
+        "on the Debian release that stands for it.")] = False,
 ) -> None:
     """Convert Harbor tasks into assay bundles (instruction, starting tree, hidden tests,
-    reference solution, budgets, resources, a reward-file check). A task whose environment
+    reference solution, budgets, resources, a reward-file check). A prebuilt docker_image is
+    pulled; a Dockerfile is carried over and built on its real base. A task whose environment
     cannot be reproduced here is converted and marked unsupported, with the reason. Exit 2 and
     nothing written when any folder is invalid or a bundle exists."""
     from rich.markup import escape
@@ -248,7 +253,8 @@ def task_import_harbor(
 
     try:
         done = import_harbor(task_dirs, out_dir, reward_threshold=reward_threshold,
-                             reward_key=reward_key, reward_aggregate=reward_aggregate)
+                             reward_key=reward_key, reward_aggregate=reward_aggregate,
+                             approximate_base=approximate_base)
     except InputError as exc:  # SuiteError, NeverOverwrite, a bad threshold
         raise fail(f"nothing imported:\n{exc}") from None
     table = Table(title=f"task import-harbor ({out_dir})", title_justify="left")
@@ -256,9 +262,7 @@ def task_import_harbor(
         table.add_column(col, overflow="fold")
     for d in done:
         env = "[green]supported[/]" if d.status == "supported" else "[yellow]unsupported[/]"
-        image = (f"{d.image_source}: {escape(d.image)}" if d.image is not None and d.image_source
-                 else "none")
-        table.add_row(d.task_id, str(d.bundle), env, image)
+        table.add_row(d.task_id, str(d.bundle), env, escape(d.image_text))
     out.print(table)
     for d in done:
         for why in d.reasons:

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from assay.environments.store import EnvironmentImage, ImageStore
-from assay.errors import InputError, PullFailed
+from assay.errors import InputError, PullFailed, SuiteError
 
 if TYPE_CHECKING:
     from assay.environments.debian import BuildResult as DebianBuild
@@ -111,7 +111,14 @@ def build_environment(source: PathLike, *, store: ImageStore | None = None,
         if pulled is not None:
             built = pulled
         else:
-            recipe, context = dockerfile_recipe(path, build_args=build_args)
+            try:
+                recipe, context = dockerfile_recipe(path, build_args=build_args)
+            except SuiteError as exc:
+                if not why:
+                    raise
+                # the base could not be pulled and nothing can stand in for it: that is why
+                raise PullFailed(f"{why}; the Debian translation cannot stand in for it "
+                                 f"(--approximate-base): {exc}") from exc
             if why:  # the reason goes to progress; the record's words stay the same
                 # from one failure to the next, so the cached build is found again
                 if progress is not None:

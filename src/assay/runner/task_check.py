@@ -167,8 +167,8 @@ def check_tasks(bundles: list[Bundle], out_root: Path, *, reruns: int = 3,
         if why is None and b.spec.initial_state.environment.image is not None:
             try:
                 image = ensure_image(b)
-            except TrialRefused as exc:
-                why = str(exc)
+            except TrialRefused as exc:  # said beside the task's id: not twice
+                why = str(exc).removeprefix(f"{b.id}: ")
             except (InputError, InfraError) as exc:  # the build failed: this task's, not all
                 why = f"its image could not be built here: {exc}"
             else:

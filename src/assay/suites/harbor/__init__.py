@@ -2,9 +2,10 @@
 
 Modules (imported by their full names; this file imports nothing):
 
-- ``docker``: What a Harbor task's ``environment/Dockerfile`` becomes: a Debian recipe for the
-  task's image, and the starting tree of its workspace (``Copy``, ``EnvironmentPlan``,
-  ``module_of``, ``read_dockerfile``)
+- ``docker``: What a Harbor task's ``environment/Dockerfile`` becomes: the bundle's own
+  Dockerfile, built on its real base, and the starting tree of its workspace (``Copy``,
+  ``EnvironmentPlan``, ``module_of``, ``read_dockerfile``, ``Additions``,
+  ``carried_dockerfile``)
 - ``plan``: Reading one Harbor task folder for ``task import-harbor``: validated, and what of it
   cannot run here said with the file, line and instruction (``HarborPlan``, ``strip_canary``,
   ``task_id_of``, ``plan_import``)

@@ -16,7 +16,7 @@ from typing import Literal
 
 from assay.errors import InputError
 from assay.suites.errors import Problem, SuiteError
-from assay.suites.harbor.docker import EnvironmentPlan, read_dockerfile
+from assay.suites.harbor.docker import Additions, EnvironmentPlan, read_dockerfile
 from assay.suites.harbor.reward import AGGREGATES, RewardScan, scan_rewards
 from assay.suites.harbor.tests import CTRF_PLUGIN, name_ctrf_plugin, recognise
 from assay.suites.harbor.toml import HarborTaskToml, read_task_toml
@@ -24,6 +24,12 @@ from assay.suites.image_ref import parse_reference, qualified
 from assay.suites.limits import TASK_FILE_MAX_BYTES
 from assay.suites.recipe import Recipe
 from assay.suites.textfile import read_text
+
+#: How an imported task's image is made (``harbor-import.json``'s ``environment.image_source``):
+#: ``pulled``, a prebuilt ``[environment].docker_image`` run as it is; ``on_base``, the task's
+#: Dockerfile carried over and built on its ``FROM`` image, pulled (with
+#: ``approximate_base``, on the Debian translation where that cannot be pulled).
+ImageSource = Literal["pulled", "on_base"]
 
 #: Whether an imported task's environment can run here (``task.yaml``'s
 #: ``initial_state.environment.status``): ``unsupported`` with the reasons when it cannot.
@@ -35,7 +41,8 @@ _TEMPLATE = re.compile(r"\$\{[^}]*\}")
 #: Commands that fetch software or reach a host beyond loopback: the sandbox has no network.
 _INSTALLS = re.compile(r"(?<![\w-])(apt-get|apt|apk|yum|dnf)\s+(install|update|add)\b"
                        r"|(?<![\w-])(curl|wget)\s.*https?://(?!localhost|127\.|\[::1\])"
-                       r"|(?<![\w-])(uvx|npx)(?![\w-])|(?<![\w-])uv\s+(run|pip|tool)"
+                       r"|(?<![\w/-])(?<!which )(?<!-v )(uvx|npx)(?![\w-])"
+                       r"|(?<![\w-])uv\s+(run|pip|tool)"
                        r"|(?<![\w-])pip3?\s+install\b|-m\s+pip\s+install\b"
                        r"|(?<![\w-])npm\s+(install|i|ci)\b")
 
@@ -52,9 +59,13 @@ class HarborPlan:
     unsupported: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     requires: list[str] = field(default_factory=list)
-    #: the recipe of the task's image (the Dockerfile's, with what the tests need added);
-    #: None when the Dockerfile is outside the subset or missing
+    #: the Dockerfile's steps as its build on its base runs them; None when the Dockerfile
+    #: cannot be built that way, is missing, or a prebuilt image stands in for it
     recipe: Recipe | None = None
+    #: what the import adds to the carried-over Dockerfile (the tests' tools, the env)
+    additions: Additions = field(default_factory=Additions)
+    #: ``--approximate-base``: the bundle says ``environment.approximate_base: true``
+    approximate_base: bool = False
     #: ``tests/test.sh`` rewritten (Harbor's standard script), None: copied as it is
     test_sh: str | None = None
     #: test.sh is as written but for ``-p ctrf.main`` (see name_ctrf_plugin)
@@ -67,12 +78,11 @@ class HarborPlan:
     image_ref: str | None = None
 
     @property
-    def image_source(self) -> str | None:
-        """How the task's image is made: ``pulled`` (a prebuilt registry image),
-        ``approximated`` (the Dockerfile translated into a Debian recipe), None (none)."""
+    def image_source(self) -> ImageSource | None:
+        """How the task's image is made (:data:`ImageSource`), None: there is none."""
         if self.image_ref is not None:
             return "pulled"
-        return "approximated" if self.recipe is not None else None
+        return "on_base" if self.recipe is not None else None
 
     @property
     def reduces_reward(self) -> bool:
@@ -211,26 +221,21 @@ def _reward_choice(plan: HarborPlan, key: str | None, aggregate: str | None,
     return []
 
 
-def _recipe(plan: HarborPlan, pip: list[str], env: dict[str, str],
-            packages: list[str]) -> Recipe | None:
-    """The Dockerfile's recipe with what the tests need added: the standard script's pytest
-    and plugins, python3 for the reward reducer, ``[environment].env``."""
-    base = plan.environment.recipe
-    if base is None:
-        return None
-    data = base.model_dump(mode="json", by_alias=True)
-    data["pip"] = list(dict.fromkeys([*data["pip"], *pip]))
-    data["packages"] = list(dict.fromkeys([*data["packages"], *packages]))
-    if plan.reduces_reward and "python3" not in data["packages"]:
-        data["packages"] = [*data["packages"], "python3"]
-    data["env"] = {**data["env"], **env}
-    return Recipe.model_validate(data)
+def _additions(plan: HarborPlan, pip: list[str], env: dict[str, str],
+               packages: list[str]) -> Additions:
+    """What the carried-over Dockerfile gets beside its own lines: the standard script's
+    pytest and plugins (and the Debian packages its installer lines named), python3 for the
+    reward reducer, ``[environment].env``."""
+    return Additions(packages=list(dict.fromkeys(packages)), pip=list(dict.fromkeys(pip)),
+                     python=plan.reduces_reward, env=dict(env))
 
 
 def plan_import(task_dir: Path, *, reward_key: str | None = None,
-                reward_aggregate: str | None = None) -> HarborPlan:
+                reward_aggregate: str | None = None,
+                approximate_base: bool = False) -> HarborPlan:
     """Read and validate one Harbor task folder; :class:`SuiteError` names file, line and field
-    for every problem that stops it from being converted at all."""
+    for every problem that stops it from being converted at all. ``approximate_base``: the
+    bundle may build on the Debian translation where its base cannot be pulled."""
     task_dir = Path(task_dir)
     toml_path = task_dir / "task.toml"
     problems: list[Problem] = []
@@ -256,8 +261,10 @@ def plan_import(task_dir: Path, *, reward_key: str | None = None,
     compose = [p for p in (env_dir / n for n in ("docker-compose.yaml", "docker-compose.yml",
                                                  "compose.yaml", "compose.yml")) if p.is_file()]
     cfg_env = config.environment
-    environment = read_dockerfile(dockerfile) if dockerfile.is_file() else EnvironmentPlan()
-    plan = HarborPlan(task_dir.resolve(), task_id_of(task_dir, config), config, environment)
+    environment = read_dockerfile(dockerfile, approximate=approximate_base) \
+        if dockerfile.is_file() else EnvironmentPlan()
+    plan = HarborPlan(task_dir.resolve(), task_id_of(task_dir, config), config, environment,
+                      approximate_base=approximate_base)
     problems += _reward_choice(plan, reward_key, reward_aggregate, task_dir)
     if problems:
         raise SuiteError(problems)
@@ -318,10 +325,13 @@ def plan_import(task_dir: Path, *, reward_key: str | None = None,
     _script_scan(test_sh, "tests/test.sh", plan, plan.test_sh)
     _script_scan(task_dir / "solution" / "solve.sh", "solution/solve.sh", plan)
     _service_left_running(task_dir, plan)
-    plan.recipe = _recipe(plan, pip, image_env, packages) if plan.image_ref is None else None
+    if plan.image_ref is None and environment.recipe is not None:
+        plan.recipe = environment.recipe
+        plan.additions = _additions(plan, pip, image_env, packages)
     if image_env and plan.recipe is not None:
         plan.notes.append("task.toml [environment].env " + ", ".join(sorted(image_env))
-                          + ": set in the image's environment")
+                          + ": set in the image's environment (ENV lines added to the "
+                          "Dockerfile)")
     elif image_env and plan.image_ref is not None:
         plan.notes.append("task.toml [environment].env " + ", ".join(sorted(image_env))
                           + ": not carried over (a prebuilt image keeps its own environment)")

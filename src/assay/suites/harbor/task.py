@@ -39,18 +39,25 @@ from assay.errors import InputError, NeverOverwrite
 from assay.records.manifest import utc_now
 from assay.suites.bundle import TASK_FILE, load_bundle, tree_digest
 from assay.suites.errors import Problem, SuiteError
-from assay.suites.harbor.plan import HarborPlan, ImportStatus, plan_import, strip_canary
+from assay.suites.harbor.docker import carried_dockerfile
+from assay.suites.harbor.plan import (
+    HarborPlan,
+    ImageSource,
+    ImportStatus,
+    plan_import,
+    strip_canary,
+)
 from assay.suites.harbor.reward import AGGREGATES, REDUCER, REDUCER_SOURCE, reducer_command
 from assay.suites.image_ref import parse_reference
-from assay.suites.recipe import Recipe
+from assay.suites.limits import DOCKERFILE_MAX_BYTES
+from assay.suites.textfile import read_text
 
 IMPORT_REPORT = "harbor-import.json"
 HARBOR_REWARD_DIR = "/logs/verifier"
 _SOLVE_WRAPPED = "solve.harbor.sh"
-#: Where the bundle keeps the task's image source: the recipe, and beside it the Harbor
-#: ``environment/`` folder it copies from (its build context).
-RECIPE_FILE = "environment/recipe.yaml"
-CONTEXT_DIR = "environment/context"
+#: Where the bundle keeps the task's image source: Harbor's ``environment/`` folder (the build
+#: context) with its Dockerfile carried over (``assay env build`` builds it on its base).
+DOCKERFILE = "environment/Dockerfile"
 
 __all__ = ["IMPORT_REPORT", "HarborPlan", "Imported", "SandboxPaths", "import_harbor_tasks",
            "path_rewriter", "plan_import", "strip_canary", "write_bundle"]
@@ -76,11 +83,28 @@ class Imported:
     status: ImportStatus
     reasons: list[str]
     notes: list[str]
-    #: the image it will run in: a registry reference, or the recipe file; None: none
+    #: the image it will run in: a registry reference, or the bundle's Dockerfile; None: none
     image: str | None = None
-    #: ``pulled`` (a registry image as it is) or ``approximated`` (a Dockerfile's Debian
-    #: recipe); None: no image
-    image_source: str | None = None
+    #: ``pulled`` (a registry image as it is) or ``on_base`` (the Dockerfile built on its
+    #: ``FROM`` image, pulled); None: no image
+    image_source: ImageSource | None = None
+    #: the image an ``on_base`` Dockerfile builds on, its registry spelled out
+    base: str | None = None
+    #: ``on_base`` only: the Debian translation stands in where ``base`` cannot be pulled
+    approximate_base: bool = False
+
+    @property
+    def image_text(self) -> str:
+        """Which image the task runs in and how it is made, in one line (the import's
+        table): ``pulled: REF``, ``on_base: FROM REF`` (``, approximated where it cannot be
+        pulled``), or ``none``."""
+        if self.image_source == "pulled":
+            return f"pulled: {self.image}"
+        if self.image_source == "on_base":
+            return (f"on_base: {self.image} FROM {self.base}"
+                    + (", approximated where it cannot be pulled" if self.approximate_base
+                       else ""))
+        return "none"
 
 
 def path_rewriter(workdir: str | None, paths: SandboxPaths) -> tuple[re.Pattern[str],
@@ -185,52 +209,19 @@ def _check_command(plan: HarborPlan, paths: SandboxPaths, threshold: float) -> s
     return command
 
 
-def _relocated(recipe: Recipe, workdir: str | None, work: str) -> tuple[Recipe, int]:
-    """The recipe with its working directory moved to the sandbox's (every whole-path
-    mention of it in steps, environment and destinations), as the tests and the instruction
-    are: the workspace is mounted there whether the task runs in its image or on the host."""
-    if not workdir or workdir == work:
-        return recipe, 0
-    pattern = re.compile(rf"(?<![\w.$}}~/-])({re.escape(workdir)})(?![\w.-])")
-    count = 0
-
-    def walk(value: Any) -> Any:
-        nonlocal count
-        if isinstance(value, str):
-            new, n = pattern.subn(work, value)
-            count += n
-            return new
-        if isinstance(value, list):
-            return [walk(v) for v in value]
-        if isinstance(value, dict):
-            return {k: walk(v) for k, v in value.items()}
-        return value
-
-    data = recipe.model_dump(mode="json", by_alias=True)
-    for key in ("steps", "env", "workdir"):
-        data[key] = walk(data[key])
-    for step in data["steps"]:
-        if "copy" in step:
-            step["copy"]["src"] = posixpath.normpath(f"context/{step['copy']['src']}")
-    return Recipe.model_validate(data), count
-
-
 def _environment(plan: HarborPlan, dest: Path, paths: SandboxPaths,
                  rewrites: dict[str, int]) -> None:
-    """The image's source in the bundle: Harbor's ``environment/`` as the build context and
-    the recipe beside it (copy sources moved under ``context/``)."""
-    assert plan.recipe is not None
-    dest.mkdir()
-    shutil.copytree(plan.source / "environment", dest / "context", symlinks=True)
-    recipe, n = _relocated(plan.recipe, plan.environment.workdir, paths.work)
+    """The image's source in the bundle: Harbor's ``environment/`` as the build context, its
+    Dockerfile carried over (:func:`carried_dockerfile`)."""
+    shutil.copytree(plan.source / "environment", dest, symlinks=True)
+    path = dest / "Dockerfile"
+    original = read_text(plan.source / "environment" / "Dockerfile",
+                         limit=DOCKERFILE_MAX_BYTES, what="the Dockerfile")[1]
+    text, n = carried_dockerfile(original, plan.environment, paths.work, plan.additions)
     if n:
-        rewrites[RECIPE_FILE] = n
-    head = ("# Written by assay task import-harbor from the task's environment/Dockerfile "
-            "(now context/Dockerfile):\n# the image's recipe; `assay env build` builds it. "
-            "substitutions: what was approximated.\n")
-    (dest / "recipe.yaml").write_text(head + yaml.safe_dump(
-        recipe.model_dump(mode="json", by_alias=True), sort_keys=False, allow_unicode=True),
-        encoding="utf-8")
+        rewrites[DOCKERFILE] = n
+    path.unlink()  # a link in Harbor's folder is replaced, never written through
+    path.write_text(text, encoding="utf-8")
 
 
 def task_yaml(plan: HarborPlan, paths: SandboxPaths, digest: str, threshold: float) -> str:
@@ -242,7 +233,9 @@ def task_yaml(plan: HarborPlan, paths: SandboxPaths, digest: str, threshold: flo
         if parse_reference(plan.image_ref).digest is not None:
             pin["environment_image"] = plan.image_ref
     elif plan.recipe is not None:
-        env["image"] = RECIPE_FILE
+        env["image"] = DOCKERFILE
+        if plan.approximate_base:
+            env["approximate_base"] = True
     if plan.unsupported:
         env["unsupported"] = "; ".join(plan.unsupported[:3]) + (
             f" (and {len(plan.unsupported) - 3} more in {IMPORT_REPORT})"
@@ -285,11 +278,15 @@ def _report(plan: HarborPlan, rewrites: dict[str, int], threshold: float) -> dic
         "environment": {"status": plan.status, "reasons": plan.unsupported,
                         "base_image": plan.environment.base_image,
                         "workdir": plan.environment.workdir,
-                        "image": plan.image_ref or (RECIPE_FILE if plan.recipe is not None
+                        "image": plan.image_ref or (DOCKERFILE if plan.recipe is not None
                                                     else None),
-                        # pulled: the registry image as it is; approximated: the Dockerfile
-                        # translated into a Debian recipe (substitutions say how)
+                        # pulled: the registry image as it is; on_base: the Dockerfile built
+                        # on base_ref, pulled (approximate_base: the Debian translation
+                        # where it cannot be)
                         "image_source": plan.image_source,
+                        "base_ref": plan.environment.base_ref if plan.recipe is not None
+                        else None,
+                        "approximate_base": plan.approximate_base and plan.recipe is not None,
                         "substitutions": list(plan.recipe.substitutions)
                         if plan.recipe is not None else []},
         "test_script": "as written, the CTRF plugin named" if plan.test_sh_named_plugin
@@ -363,18 +360,22 @@ def write_bundle(plan: HarborPlan, out: Path, paths: SandboxPaths, *,
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    on_base = plan.image_ref is None and plan.recipe is not None
     return Imported(plan.task_id, plan.source, dest, plan.status, plan.unsupported, plan.notes,
-                    plan.image_ref or (RECIPE_FILE if plan.recipe is not None else None),
-                    plan.image_source)
+                    plan.image_ref or (DOCKERFILE if on_base else None), plan.image_source,
+                    plan.environment.base_ref if on_base else None,
+                    plan.approximate_base and on_base)
 
 
 def import_harbor_tasks(task_dirs: list[Path], out: Path, paths: SandboxPaths, *,
                         threshold: float = 1.0, reward_key: str | None = None,
-                        reward_aggregate: str | None = None) -> list[Imported]:
+                        reward_aggregate: str | None = None,
+                        approximate_base: bool = False) -> list[Imported]:
     """Validate every folder first (all problems in one :class:`SuiteError`, and an id that two
     folders share, or that exists under ``out``, refused), then write every bundle.
     ``reward_key``/``reward_aggregate``: how a multi-metric ``reward.json`` becomes one reward
-    (:mod:`assay.suites.harbor.reward`); a task that writes one with neither is refused."""
+    (:mod:`assay.suites.harbor.reward`); a task that writes one with neither is refused.
+    ``approximate_base``: a Dockerfile's bundle says ``environment.approximate_base: true``."""
     if not math.isfinite(threshold):
         raise InputError(f"reward threshold {threshold}: must be a finite number")
     if reward_key is not None and reward_aggregate is not None:
@@ -391,7 +392,8 @@ def import_harbor_tasks(task_dirs: list[Path], out: Path, paths: SandboxPaths, *
     for d in task_dirs:
         try:
             plans.append(plan_import(Path(d), reward_key=reward_key,
-                                     reward_aggregate=reward_aggregate))
+                                     reward_aggregate=reward_aggregate,
+                                     approximate_base=approximate_base))
         except SuiteError as exc:
             problems += exc.problems
     seen: dict[str, Path] = {}

@@ -14,9 +14,10 @@ image's own pytest, the version the script pinned (assay.grading.verify.check_ru
 
 Recognition is by structure, not one text: each logical line (continuations joined) is either
 an installer (every command in it is ``apt-get``/``apt`` update or install, a download of uv's
-installer piped to a shell, ``pip install uv``, or sourcing uv's ``env`` file, with the
-``set -o pipefail``/``exit`` glue around them) or left alone; exactly the lines that run
-``uvx``/``uv tool run``/``uv run --with`` on ``pytest`` are rewritten. A script with no such
+installer piped to a shell, ``pip install`` or ``uv pip install``, or sourcing uv's ``env`` file,
+with the ``set -o pipefail``/``exit`` glue and ``| tail -n N`` around them) or left alone;
+exactly the lines that run ``uvx``/``uv tool run``/``uv run --with`` on ``pytest`` are
+rewritten. A script with no such
 pytest call is not the standard one and is left untouched, to be judged as before.
 """
 
@@ -43,9 +44,11 @@ _PIECES = [
     re.compile(r"^(?:sh|bash)(?:\s+-s\b.*)?$"),
     re.compile(r"^(?:source|\.)\s+\"?\$(?:HOME|\{HOME\})/\.(?:local/bin|cargo)/env\"?$"),
     re.compile(r"^(?:python3?\s+-m\s+)?pip3?\s+install\s+\S.*$"),
+    re.compile(r"^uv\s+pip\s+install\s+\S.*$"),
     re.compile(r"^export\s+PATH=\"?\$(?:HOME|\{HOME\})/\.(?:local/bin|cargo/bin)[^\s]*$"),
 ]
 _GLUE = re.compile(r"^(?:set\s+-[a-z]+(?:\s+pipefail)?|set\s+-o\s+pipefail|exit(?:\s+\S+)?"
+                   r"|(?:tail|head)\s+-n\s*\d+"
                    r"|true|:|rm\s+-[rf]+\s+/var/lib/apt/lists/\*?|apt(?:-get)?\s+clean)$")
 #: What every rewritten script needs in the image, whatever it pinned.
 BASE_REQUIREMENTS = ("pytest", "pytest-json-ctrf")
@@ -114,7 +117,9 @@ def _installs(line: str) -> tuple[list[str], list[str]] | None:
                 return None
             apt += names
         elif "pip" in piece and "install" in words:
-            reqs = pip_requirements(words)
+            # uv's --system (install into the interpreter the script finds) is what the
+            # image's pip does anyway
+            reqs = pip_requirements([w for w in words if w != "--system"])
             if reqs is None:
                 return None
             pip += [r for r in reqs if r.split("=")[0] != "uv"]
@@ -157,7 +162,7 @@ def recognise(text: str, label: str = "tests/test.sh") -> StandardScript | None:
                                          "image instead; was: "
                                          + shlex.quote(joined.strip())[:160]] + [""] * (
                                              last - first)
-            what = " ".join(inst[0] + inst[1])
+            what = " ".join(dict.fromkeys(inst[0] + inst[1]))
             notes.append(f"{label}:{first}: {' '.join(joined.split())[:80]} -> "
                          + (f"{what} installed in the image" if what else "nothing (the image "
                             "needs no installer)"))
