@@ -128,6 +128,7 @@ def _ids(tmp_path: Path, image: Any, store: Any, *, several: bool) -> Any:
     work.mkdir()
     script = ("import os, subprocess\n"
               "print(os.getuid(), open('/proc/self/uid_map').read().split())\n"
+              "open('made', 'w').close()\n"
               "try:\n"
               "    r = subprocess.run(['id', '-un'], user='nobody', capture_output=True,"
               " text=True)\n"
@@ -138,18 +139,28 @@ def _ids(tmp_path: Path, image: Any, store: Any, *, several: bool) -> Any:
                          image=image_root(image, store, several_users=several))
 
 
-def test_one_user_fails_to_switch_and_several_users_switch(tmp_path: Path,
-                                                          shared: Any) -> None:
+def test_one_user_cannot_switch_and_several_users_switch(tmp_path: Path,
+                                                         shared: Any) -> None:
+    from assay.sandbox.userns import RANGE, mapped_userns
+
+    users, why = mapped_userns()
+    assert users is not None, why
+    users.close()
     store, image = shared
     one = _ids(tmp_path, image, store, several=False)
     assert one.exit_code == 0, one.stderr_tail
-    assert one.stdout_tail.splitlines()[-1] == "error 22"  # EINVAL: nobody is not mapped
+    assert one.stdout_tail.splitlines()[-1] == "error 1"  # EPERM: no capability to switch
     several = _ids(tmp_path, image, store, several=True)
     assert several.exit_code == 0, several.stderr_tail
     first, second = several.stdout_tail.splitlines()[-2:]
-    assert first.startswith("0 ['0', '0', '1', '1',") and "65535" in first
+    # sandbox ids 0..65535 are the setup namespace's 1..65536 (host BASE..BASE+65535)
+    assert first == f"0 ['0', '1', '{RANGE}']", first
     assert second == "nobody"
     assert not several.warnings
+    # what each made in its workspace belongs to an unprivileged host id, never to root
+    assert (tmp_path / "one" / "made").stat().st_uid == users.uid_base + 1000
+    assert (tmp_path / "several" / "made").stat().st_uid == users.uid_base
+    assert (tmp_path / "several" / "made").stat().st_gid == users.gid_base
 
 
 def test_where_no_range_can_be_mapped_one_user_is_kept_and_said(
@@ -161,25 +172,30 @@ def test_where_no_range_can_be_mapped_one_user_is_kept_and_said(
     monkeypatch.setattr(userns.os, "geteuid", lambda: 1000)
     got = _ids(tmp_path, image, store, several=True)
     assert got.exit_code == 0, got.stderr_tail
-    assert got.stdout_tail.splitlines()[-1] == "error 22"
+    assert got.stdout_tail.splitlines()[-1] == "error 22"  # EINVAL: nobody is not mapped
     assert any("several users asked for, one mapped: assay does not run as root" in w
                for w in got.warnings), got.warnings
+    # today's single mapping, kept: bubblewrap maps the sandbox user onto the caller
+    assert (tmp_path / "several" / "made").stat().st_uid == os.getuid()
 
 
-def test_the_user_namespace_is_made_once_a_process() -> None:
-    from assay.sandbox.userns import several_users_fd
+def test_the_user_namespaces_are_made_once_a_process() -> None:
+    from assay.sandbox.userns import mapped_userns
 
-    first, why = several_users_fd()
-    second, _ = several_users_fd()
+    first, why = mapped_userns()
+    second, _ = mapped_userns()
     assert first is not None and second is not None, why
     try:
-        assert os.readlink(f"/proc/self/fd/{first}") == os.readlink(f"/proc/self/fd/{second}")
+        for a, b in ((first.setup_fd, second.setup_fd), (first.final_fd, second.final_fd)):
+            assert os.readlink(f"/proc/self/fd/{a}") == os.readlink(f"/proc/self/fd/{b}")
         ours = subprocess.run(["readlink", "/proc/self/ns/user"], capture_output=True,
                               text=True, check=True).stdout.strip()
-        assert os.readlink(f"/proc/self/fd/{first}") != ours
+        assert os.readlink(f"/proc/self/fd/{first.setup_fd}") != ours
+        assert os.readlink(f"/proc/self/fd/{first.final_fd}") not in (
+            ours, os.readlink(f"/proc/self/fd/{first.setup_fd}"))
     finally:
-        os.close(first)
-        os.close(second)
+        first.close()
+        second.close()
 
 
 def test_several_users_without_an_image_is_refused_at_load(tmp_path: Path) -> None:

@@ -31,8 +31,10 @@ from typing import Any, Literal
 from assay.errors import SandboxFailed
 from assay.sandbox.bwrap import (
     DEFAULT_PATH,
+    SANDBOX_GID,
     SANDBOX_HOME,
     SANDBOX_TMP,
+    SANDBOX_UID,
     SANDBOX_WORKDIR,
     ImageRoot,
     Mount,
@@ -44,14 +46,15 @@ from assay.sandbox.bwrap import (
     sandbox_env,
 )
 from assay.sandbox.execute import KILL_GRACE_SECONDS, execute
-from assay.sandbox.host_runtime import host_python_argv, host_usr_mount
+from assay.sandbox.host_runtime import HOST_USR_MOUNT, host_python_argv, host_usr_mount, loader_argv
+from assay.sandbox.host_runtime import inside as host_inside
 from assay.sandbox.limits import Limits
 from assay.sandbox.netproxy import ProxySession, ProxyTarget, read_available, start_proxy
 from assay.sandbox.outcome import REASONS
 from assay.sandbox.pipes import TAIL_BYTES, OutputSink
 from assay.sandbox.plan import LimitPlan, plan_limits
 from assay.sandbox.result import ExecResult, not_started
-from assay.sandbox.userns import several_users_fd
+from assay.sandbox.userns import MappedUsers, bwrap_user_args, hand_over, mapped_userns, switch_argv
 
 __all__ = ["KILL_GRACE_SECONDS", "REASONS", "TAIL_BYTES", "ExecResult", "run_sandboxed"]
 
@@ -68,6 +71,26 @@ def _resolve_plain(argv0: str, path: str, workdir: Path) -> str | None:
 
 def _proxy_failure(session: ProxySession, status_fd: int) -> str | None:
     return session.failure(read_available(status_fd))
+
+
+def _user_switch(users: MappedUsers, several: bool, in_image: bool, mounts: list[Mount],
+                 inside: str, writable: list[Path]) -> list[str] | None:
+    """Hand the writable folders to the sandbox's user and return the ``setpriv`` prefix that
+    makes the command that user (:mod:`assay.sandbox.userns`); in an image, the host's
+    ``setpriv`` runs through the host's loader from the host's /usr (mounted for it). None:
+    no host loader to run it with (the sandbox then keeps one id)."""
+    setpriv = os.path.realpath(shutil.which("setpriv") or "/usr/bin/setpriv")
+    if in_image:
+        lent = loader_argv([host_inside(setpriv)], 0)
+        if lent is None:
+            return None
+        if not any(m.target == HOST_USR_MOUNT for m in mounts):
+            mounts.append(host_usr_mount().validated(inside))
+    else:
+        lent = [setpriv]
+    uid, gid = (0, 0) if several else (SANDBOX_UID, SANDBOX_GID)
+    hand_over(writable, users, uid, gid)
+    return switch_argv(lent, several=several, uid=uid, gid=gid)
 
 
 def run_sandboxed(
@@ -221,13 +244,21 @@ def run_sandboxed(
                 extra_fds = (setup_w, report_w)
                 setup_check = functools.partial(_proxy_failure, session, setup_r)
 
-            userns_fd: int | None = None
-            if image is not None and image.several_users:
-                userns_fd, users_note = several_users_fd()
-                if userns_fd is None:
-                    warnings.append(f"several users asked for, one mapped: {users_note}")
+            several = image is not None and image.several_users
+            user_args: list[str] = []
+            users, users_note = mapped_userns()
+            if users is not None:
+                parent_fds += [users.setup_fd, users.final_fd]
+                switch = _user_switch(users, several, image is not None, checked_mounts,
+                                      inside, [workdir, *(m.source for m in checked_mounts
+                                                          if m.writable)])
+                if switch is None:
+                    users = None
                 else:
-                    parent_fds.append(userns_fd)
+                    inner = [*switch, *inner]
+                    user_args = bwrap_user_args(users, several=several)
+            if users is None and several:
+                warnings.append(f"several users asked for, one mapped: {users_note}")
             tmp_bytes = (limits.memory_mib or 1024) * _MIB
             opts = bwrap_options(
                 workdir=workdir,
@@ -237,13 +268,14 @@ def run_sandboxed(
                 tmp_bytes=tmp_bytes,
                 status_fd=status_w,
                 image=image,
-                userns_fd=userns_fd,
+                user_args=user_args,
+                several_users=several and users is not None,
             )
             args_fd = options_fd(opts)
             parent_fds.append(args_fd)
             command = bwrap_argv(bwrap, args_fd, inner)
-            pass_fds: tuple[int, ...] = (status_w, args_fd, *extra_fds,
-                                         *((userns_fd,) if userns_fd is not None else ()))
+            pass_fds: tuple[int, ...] = (status_w, args_fd, *extra_fds, *(
+                (users.setup_fd, users.final_fd) if users is not None else ()))
             cwd = "/"
             popen_env = {"PATH": DEFAULT_PATH, "LANG": "C.UTF-8"}
         else:
