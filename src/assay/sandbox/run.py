@@ -54,7 +54,15 @@ from assay.sandbox.outcome import REASONS
 from assay.sandbox.pipes import TAIL_BYTES, OutputSink
 from assay.sandbox.plan import LimitPlan, plan_limits
 from assay.sandbox.result import ExecResult, not_started
-from assay.sandbox.userns import MappedUsers, bwrap_user_args, hand_over, mapped_userns, switch_argv
+from assay.sandbox.userns import (
+    EXEC_FAILED,
+    MappedUsers,
+    bwrap_user_args,
+    hand_over,
+    launch_argv,
+    mapped_userns,
+    switch_argv,
+)
 
 __all__ = ["KILL_GRACE_SECONDS", "REASONS", "TAIL_BYTES", "ExecResult", "run_sandboxed"]
 
@@ -73,24 +81,35 @@ def _proxy_failure(session: ProxySession, status_fd: int) -> str | None:
     return session.failure(read_available(status_fd))
 
 
+def _exec_failure(status_fd: int) -> str | None:
+    for line in read_available(status_fd).decode("utf-8", "replace").splitlines():
+        if line.startswith(EXEC_FAILED):
+            return "the command could not be executed: " + line[len(EXEC_FAILED):].strip()
+    return None
+
+
 def _user_switch(users: MappedUsers, several: bool, in_image: bool, mounts: list[Mount],
-                 inside: str, writable: list[Path]) -> list[str] | None:
-    """Hand the writable folders to the sandbox's user and return the ``setpriv`` prefix that
-    makes the command that user (:mod:`assay.sandbox.userns`); in an image, the host's
-    ``setpriv`` runs through the host's loader from the host's /usr (mounted for it). None:
-    no host loader to run it with (the sandbox then keeps one id)."""
-    setpriv = os.path.realpath(shutil.which("setpriv") or "/usr/bin/setpriv")
+                 inside: str, writable: list[Path], launch_fd: int | None) -> list[str] | None:
+    """Hand the writable folders to the sandbox's user and return the prefix that makes the
+    command that user (:mod:`assay.sandbox.userns`): the host's ``setpriv``, then (with
+    ``launch_fd``) the launcher that reports a command it could not execute. In an image
+    they run through the host's loader from the host's /usr (mounted for them). None: no
+    host loader to run them with (the sandbox then keeps one id)."""
+    tools = [os.path.realpath(shutil.which(name) or f"/usr/bin/{name}")
+             for name in ("setpriv", "perl")]
     if in_image:
-        lent = loader_argv([host_inside(setpriv)], 0)
-        if lent is None:
+        lent = [loader_argv([host_inside(tool)], 0) for tool in tools]
+        if lent[0] is None or lent[1] is None:
             return None
+        setpriv, perl = lent[0], lent[1]
         if not any(m.target == HOST_USR_MOUNT for m in mounts):
             mounts.append(host_usr_mount().validated(inside))
     else:
-        lent = [setpriv]
+        setpriv, perl = [tools[0]], [tools[1]]
     uid, gid = (0, 0) if several else (SANDBOX_UID, SANDBOX_GID)
     hand_over(writable, users, uid, gid)
-    return switch_argv(lent, several=several, uid=uid, gid=gid)
+    prefix = switch_argv(setpriv, several=several, uid=uid, gid=gid)
+    return prefix if launch_fd is None else [*prefix, *launch_argv(perl, launch_fd)]
 
 
 def run_sandboxed(
@@ -249,14 +268,22 @@ def run_sandboxed(
             users, users_note = mapped_userns()
             if users is not None:
                 parent_fds += [users.setup_fd, users.final_fd]
+                launch_r: int | None = None
+                launch_w: int | None = None
+                if proxy is None:  # else the forwarder reports a command it cannot execute
+                    launch_r, launch_w = os.pipe()
+                    parent_fds += [launch_r, launch_w]
                 switch = _user_switch(users, several, image is not None, checked_mounts,
                                       inside, [workdir, *(m.source for m in checked_mounts
-                                                          if m.writable)])
+                                                          if m.writable)], launch_w)
                 if switch is None:
                     users = None
                 else:
                     inner = [*switch, *inner]
                     user_args = bwrap_user_args(users, several=several)
+                    if launch_r is not None and launch_w is not None:
+                        extra_fds = (*extra_fds, launch_w)
+                        setup_check = functools.partial(_exec_failure, launch_r)
             if users is None and several:
                 warnings.append(f"several users asked for, one mapped: {users_note}")
             tmp_bytes = (limits.memory_mib or 1024) * _MIB

@@ -162,12 +162,13 @@ def _make() -> tuple[tuple[int, int, int, int] | None, str]:
     if os.geteuid() != 0:
         return None, ("assay does not run as root (mapping a range through newuidmap and "
                       "/etc/subuid is not supported yet)")
-    tools = {name: shutil.which(name) for name in ("unshare", "nsenter", "setpriv")}
+    tools = {name: shutil.which(name) for name in ("unshare", "nsenter", "setpriv", "perl")}
     missing = [name for name, path in tools.items() if path is None]
     if missing:
-        return None, f"util-linux's {', '.join(missing)} is not installed"
-    if not os.path.realpath(str(tools["setpriv"])).startswith("/usr/"):
-        return None, "the host's setpriv is not under /usr"
+        return None, f"{', '.join(missing)} not installed (util-linux, perl-base)"
+    for name in ("setpriv", "perl"):
+        if not os.path.realpath(str(tools[name])).startswith("/usr/"):
+            return None, f"the host's {name} is not under /usr"
     uid_base, gid_base = _base("uid"), _base("gid")
     for base in {uid_base, gid_base}:
         clash = _clashes(base)
@@ -239,6 +240,21 @@ def switch_argv(setpriv: list[str], *, several: bool, uid: int, gid: int) -> lis
         keep = ",".join("+" + cap[len("CAP_"):].lower() for cap in CAPS)
         return [*setpriv, *ids, f"--bounding-set=-all,{keep}", "--"]
     return [*setpriv, *ids, "--bounding-set=-all", "--"]
+
+
+#: The last step before the command (the switch cannot tell a command it could not execute
+#: from one that failed): the host's perl takes the status pipe's descriptor off the command
+#: (close-on-exec) and ``exec``-s it, or writes why not on that pipe, which the command never
+#: holds, so a command cannot fake the failure by printing it.
+_LAUNCH = ('open(my $s, ">&=", shift @ARGV) or exit 127; fcntl($s, 2, 1); my $c = $ARGV[0]; '
+           '{ exec {$c} @ARGV }; print $s "' + "{tag}" + ' $c: $!\\n"; exit 127')
+#: The status line's start when the command could not be executed.
+EXEC_FAILED = "assay-exec-failed"
+
+
+def launch_argv(perl: list[str], status_fd: int) -> list[str]:
+    """The launcher that becomes the command or reports on ``status_fd`` why it could not."""
+    return [*perl, "-e", _LAUNCH.replace("{tag}", EXEC_FAILED), str(status_fd)]
 
 
 def bwrap_user_args(users: MappedUsers, *, several: bool) -> list[str]:
