@@ -163,6 +163,71 @@ def test_one_user_cannot_switch_and_several_users_switch(tmp_path: Path,
     assert (tmp_path / "several" / "made").stat().st_gid == users.gid_base
 
 
+SECRET_PROBE = """\
+import os, sys
+print(os.getuid(), open("/proc/self/uid_map").read().split())
+open("made-by-" + str(os.getuid()), "w").close()
+try:
+    print(open("/assay/secret").read())
+except OSError as exc:
+    print(type(exc).__name__, exc.errno)
+print(os.stat("/usr").st_uid, os.stat("/usr").st_gid)
+"""
+
+
+def _secret(tmp_path: Path) -> Path:
+    secret = tmp_path / "secret"
+    secret.write_text("the host root's\n")
+    secret.chmod(0o600)
+    assert secret.stat().st_uid == 0
+    return secret
+
+
+def test_sandbox_root_is_not_the_hosts_root(tmp_path: Path, shared: Any) -> None:
+    """Root in the sandbox is an unprivileged host uid: what it makes in the workspace belongs
+    to that uid, and a 0600 file of the host's root, mounted read-only, stays unreadable to it
+    with all a container root's capabilities; the image's own root files look root's."""
+    from assay.environments.run import image_root
+    from assay.sandbox.bwrap import Mount
+    from assay.sandbox.userns import mapped_userns
+
+    users, why = mapped_userns()
+    assert users is not None, why
+    users.close()
+    store, image = shared
+    work = tmp_path / "work"
+    work.mkdir()
+    got = run_sandboxed(["python3", "-c", SECRET_PROBE], work,
+                        mounts=[Mount(_secret(tmp_path), "/assay/secret")],
+                        image=image_root(image, store, several_users=True))
+    assert got.exit_code == 0, got.stderr_tail
+    ids, secret, usr = got.stdout_tail.splitlines()[-3:]
+    assert ids.startswith("0 ")
+    assert secret == "PermissionError 13"
+    assert usr == "0 0"  # the store's root-owned /usr, seen through the idmapped view
+    made = (work / "made-by-0").stat()
+    assert made.st_uid == users.uid_base != 0 and made.st_gid == users.gid_base != 0
+    assert work.stat().st_uid == users.uid_base  # handed over before the execution
+
+
+def test_the_host_systems_sandbox_user_is_not_the_hosts_root(tmp_path: Path) -> None:
+    """The same without an image (the host's system, one user): sandbox uid 1000 is the host's
+    BASE + 1000, and the host root's 0600 file is unreadable to it."""
+    from assay.sandbox.bwrap import Mount
+    from assay.sandbox.userns import mapped_userns
+
+    users, why = mapped_userns()
+    assert users is not None, why
+    users.close()
+    work = tmp_path / "work"
+    work.mkdir()
+    got = run_sandboxed(["python3", "-c", SECRET_PROBE], work,
+                        mounts=[Mount(_secret(tmp_path), "/assay/secret")])
+    assert got.exit_code == 0, got.stderr_tail
+    assert got.stdout_tail.splitlines()[-2] == "PermissionError 13"
+    assert (work / "made-by-1000").stat().st_uid == users.uid_base + 1000
+
+
 def test_where_no_range_can_be_mapped_one_user_is_kept_and_said(
         tmp_path: Path, shared: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     from assay.sandbox import userns

@@ -48,6 +48,7 @@ from assay.sandbox.bwrap import (
 from assay.sandbox.execute import KILL_GRACE_SECONDS, execute
 from assay.sandbox.host_runtime import HOST_USR_MOUNT, host_python_argv, host_usr_mount, loader_argv
 from assay.sandbox.host_runtime import inside as host_inside
+from assay.sandbox.idmap import idmapped_view
 from assay.sandbox.limits import Limits
 from assay.sandbox.netproxy import ProxySession, ProxyTarget, read_available, start_proxy
 from assay.sandbox.outcome import REASONS
@@ -281,6 +282,9 @@ def run_sandboxed(
                 else:
                     inner = [*switch, *inner]
                     user_args = bwrap_user_args(users, several=several)
+                    if image is not None:  # its root's files root's inside, as in a container
+                        image = dataclasses.replace(
+                            image, rootfs=idmapped_view(image.rootfs, users.final_fd))
                     if launch_r is not None and launch_w is not None:
                         extra_fds = (*extra_fds, launch_w)
                         setup_check = functools.partial(_exec_failure, launch_r)
