@@ -172,6 +172,7 @@ try:
 except OSError as exc:
     print(type(exc).__name__, exc.errno)
 print(os.stat("/usr").st_uid, os.stat("/usr").st_gid)
+print([line.split()[1] for line in open("/proc/self/status") if line.startswith("CapEff")][0])
 """
 
 
@@ -201,7 +202,8 @@ def test_sandbox_root_is_not_the_hosts_root(tmp_path: Path, shared: Any) -> None
                         mounts=[Mount(_secret(tmp_path), "/assay/secret")],
                         image=image_root(image, store, several_users=True))
     assert got.exit_code == 0, got.stderr_tail
-    ids, secret, usr = got.stdout_tail.splitlines()[-3:]
+    ids, secret, usr, caps = got.stdout_tail.splitlines()[-4:]
+    assert caps != "0000000000000000"  # a container root's capabilities, over mapped ids
     assert ids.startswith("0 ")
     assert secret == "PermissionError 13"
     assert usr == "0 0"  # the store's root-owned /usr, seen through the idmapped view
@@ -220,11 +222,13 @@ def test_the_host_systems_sandbox_user_is_not_the_hosts_root(tmp_path: Path) -> 
     assert users is not None, why
     users.close()
     work = tmp_path / "work"
-    work.mkdir()
+    work.mkdir(mode=0o700)  # as mkdtemp makes them: the sandbox user's once handed over
     got = run_sandboxed(["python3", "-c", SECRET_PROBE], work,
                         mounts=[Mount(_secret(tmp_path), "/assay/secret")])
     assert got.exit_code == 0, got.stderr_tail
-    assert got.stdout_tail.splitlines()[-2] == "PermissionError 13"
+    ids, secret, _usr, caps = got.stdout_tail.splitlines()[-4:]
+    assert ids.startswith("1000 ") and secret == "PermissionError 13"
+    assert caps == "0000000000000000"  # no capability at all
     assert (work / "made-by-1000").stat().st_uid == users.uid_base + 1000
 
 

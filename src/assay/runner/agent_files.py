@@ -45,6 +45,8 @@ def stage_agent_files(out: Path, exp: Experiment) -> dict[str, Path]:
             except BaseException:
                 shutil.rmtree(tmp, ignore_errors=True)
                 raise
+        # readable by the sandbox's users, which are not the host's root (mkdtemp made 0700)
+        dest.chmod(0o755)
         got = {entry: entry_fingerprint(dest, entry) for entry in arm.agent_files}
         if got != want:
             changed = sorted(e for e in want if got.get(e) != want[e])

@@ -54,7 +54,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from assay.errors import SandboxUnavailable
-from assay.records.workspace import owner_tag
+from assay.records.workspace import dead_owners_folders, owner_tag
 
 #: Where the caller's work directory appears inside the sandbox; cwd and $HOME of the command.
 SANDBOX_WORKDIR = "/work"
@@ -291,17 +291,8 @@ def _sweep_dead_etc(tmp: Path) -> None:
     its ``atexit``, and its copy would stay in the temporary directory forever. The copy's
     name carries its pid namespace and process id; a process that still exists (or is
     another user's), or another namespace's copy, is left alone."""
-    ns, me = _etc_owner().split(".")
-    for entry in tmp.glob(f"{_ETC_PREFIX}{ns}.*-*"):
-        pid = entry.name[len(_ETC_PREFIX) + len(ns) + 1:].split("-", 1)[0]
-        if not pid.isdigit() or pid == me or entry.is_symlink():
-            continue
-        try:
-            os.kill(int(pid), 0)
-        except ProcessLookupError:
-            shutil.rmtree(entry, ignore_errors=True)
-        except OSError:
-            continue
+    for entry in dead_owners_folders(tmp, _ETC_PREFIX):
+        shutil.rmtree(entry, ignore_errors=True)
 
 
 def etc_dir() -> Path:

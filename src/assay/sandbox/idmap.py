@@ -36,7 +36,7 @@ import tempfile
 import threading
 from pathlib import Path
 
-from assay.records.workspace import owner_tag
+from assay.records.workspace import dead_owners_folders, owner_tag
 
 __all__ = ["idmapped_view"]
 
@@ -93,19 +93,8 @@ def _mounted_under(folder: Path) -> list[Path]:
 
 def _sweep_dead(tmp: Path) -> None:
     """Detach the views of processes that are gone (killed before their ``atexit``), then
-    remove their empty folders; another namespace's or a live process's are left alone."""
-    ns, me = owner_tag().split(".")
-    for entry in tmp.glob(f"{_PREFIX}{ns}.*-*"):
-        pid = entry.name[len(_PREFIX) + len(ns) + 1:].split("-", 1)[0]
-        if not pid.isdigit() or pid == me or entry.is_symlink():
-            continue
-        try:
-            os.kill(int(pid), 0)
-            continue
-        except ProcessLookupError:
-            pass
-        except OSError:
-            continue
+    remove their empty folders (never a tree: a view still attached is an image)."""
+    for entry in dead_owners_folders(tmp, _PREFIX):
         for target in _mounted_under(entry):
             _detach(target)
         try:

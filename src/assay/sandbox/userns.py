@@ -67,8 +67,10 @@ DEFAULT_BASE = 0x70000000
 #: chroot and audit): inside the final namespace only.
 CAPS = ("CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FOWNER", "CAP_FSETID", "CAP_KILL", "CAP_SETGID",
         "CAP_SETUID", "CAP_SETPCAP", "CAP_NET_BIND_SERVICE")
-#: What bubblewrap's last process keeps so that ``setpriv`` can make it the sandbox's user.
-SWITCH_CAPS = ("CAP_SETUID", "CAP_SETGID", "CAP_SETPCAP")
+#: What bubblewrap's last process keeps so that ``setpriv`` can make it the sandbox's user
+#: (and bubblewrap can enter a work directory of mode 0700, the sandbox user's, before it).
+#: They count over mapped ids only, and none survives the command's ``exec`` for uid 1000.
+SWITCH_CAPS = ("CAP_SETUID", "CAP_SETGID", "CAP_SETPCAP", "CAP_DAC_READ_SEARCH")
 #: Seconds a holder gets to enter its namespace.
 HOLDER_SECONDS = 5.0
 
