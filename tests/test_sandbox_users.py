@@ -69,6 +69,9 @@ def _task(root: Path, digest: str, *, users: str = "several") -> Path:
         (keys / name).chmod(0o644)
     (bundle / "tests").mkdir()
     (bundle / "tests" / "test_keys.py").write_text(HIDDEN)
+    # as a checkout under umask 077 leaves it: the verifier's copy is still readable to the
+    # sandbox's root, which is not the host's root that owns the copy
+    (bundle / "tests" / "test_keys.py").chmod(0o600)
     (bundle / "solution").mkdir()
     (bundle / "solution" / "solve.sh").write_text("#!/bin/sh\nchmod 600 src/keys/answer.txt\n")
     (bundle / "environment").mkdir()

@@ -57,7 +57,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 __all__ = ["CAPS", "DEFAULT_BASE", "RANGE", "MappedUsers", "bwrap_user_args", "hand_over",
-           "mapped_userns", "switch_argv"]
+           "mapped_userns", "readable_by_all", "switch_argv"]
 
 #: How many ids are mapped: sandbox ids ``0..RANGE-1`` (``nobody`` is 65534).
 RANGE = 65536
@@ -292,3 +292,27 @@ def hand_over(paths: Iterable[Path], users: MappedUsers, uid: int, gid: int) -> 
                     fix(name, os.stat(name, dir_fd=top_fd, follow_symlinks=False), top_fd)
                 except FileNotFoundError:
                     continue
+
+
+def readable_by_all(root: Path) -> None:
+    """Let every user read a private copy that a sandbox gets read-only (folders gain r and x
+    for all, files r; links are left as they are): its users are not the host's root, which
+    owns the copy, so a 0600 file copied from a task (a checkout made under umask 077) would
+    be unreadable to them where a container's root reads it."""
+    def widen(name: str | Path, dir_fd: int | None) -> None:
+        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+        if stat.S_ISDIR(st.st_mode):
+            want = st.st_mode | 0o555
+        elif stat.S_ISREG(st.st_mode):
+            want = st.st_mode | 0o444
+        else:
+            return
+        if want != st.st_mode:
+            os.chmod(name, stat.S_IMODE(want), dir_fd=dir_fd)
+
+    widen(root, None)
+    if not root.is_dir() or root.is_symlink():
+        return
+    for _top, dirs, files, top_fd in os.fwalk(root, follow_symlinks=False):
+        for name in (*dirs, *files):
+            widen(name, top_fd)
