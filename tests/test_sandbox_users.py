@@ -279,3 +279,28 @@ def test_several_users_without_an_image_is_refused_at_load(tmp_path: Path) -> No
     path.write_text(text.replace("  environment_image: sha256:" + "0" * 64 + "\n", ""))
     with pytest.raises(SuiteError, match="environment.users: several needs an image"):
         load_bundle(bundle)
+
+
+def test_hand_over_changes_links_never_what_they_point_at(tmp_path: Path) -> None:
+    """The work directory may hold what a sandbox made: a link to a host file must not make
+    the host file the sandbox user's; files of mapped ids keep their owners."""
+    from assay.sandbox.userns import hand_over, mapped_userns
+
+    users, why = mapped_userns()
+    assert users is not None, why
+    users.close()
+    outside = tmp_path / "outside"
+    outside.write_text("the host's\n")
+    work = tmp_path / "work"
+    (work / "sub").mkdir(parents=True)
+    (work / "sub" / "file").write_text("x")
+    (work / "link").symlink_to(outside)
+    (work / "nobodys").write_text("y")
+    os.chown(work / "nobodys", users.uid_base + 65534, users.gid_base + 65534)
+    hand_over([work], users, 1000, 1000)
+    mine = (users.uid_base + 1000, users.gid_base + 1000)
+    for path in (work, work / "sub", work / "sub" / "file"):
+        assert (path.stat().st_uid, path.stat().st_gid) == mine
+    assert (work / "link").lstat().st_uid == mine[0]
+    assert outside.stat().st_uid == 0  # never followed
+    assert (work / "nobodys").stat().st_uid == users.uid_base + 65534  # a mapped id's: kept
