@@ -1,17 +1,22 @@
-"""Several users in an image's sandbox (issue 33): ``environment.users: several`` maps ids
-0-65535 into the sandbox's user namespace, so a task's tests can drop to ``nobody`` as they
-would in a container, and file modes mean what they mean there.
+"""Users in the sandbox (issue 33): ``environment.users: several`` maps ids 0-65535 into the
+sandbox's user namespace, so a task's tests can drop to ``nobody`` as they would in a container,
+and file modes mean what they mean there; and, run as root, no sandbox ever holds the host's
+root: its ids are unprivileged host ids from BASE (``assay.sandbox.userns``).
 
 The image is the tests' shared Debian bookworm image (``tests/support/images.py``: python3 and
-pytest, built once and kept). The task is made here: its hidden test reads a public file and an
-answer key as ``nobody`` (``subprocess.run(user="nobody")``); the reference solution makes the
-key 0600, so nobody cannot read it and the test passes; nop leaves it 0644 and fails. With one
-user mapped (today's sandbox) the same ``setuid`` fails with ``EINVAL``.
+pytest, built once and kept). The task is made here: its hidden test (0600, as a checkout under
+umask 077 leaves it) reads a public file and an answer key as ``nobody``
+(``subprocess.run(user="nobody")``); the reference solution makes the key 0600, so nobody cannot
+read it and the test passes; nop leaves it 0644 and fails. With one user the same ``setuid``
+fails (``EPERM``: no capability). What a sandbox makes in its workspace belongs to host uid
+BASE (root) or BASE + 1000 (the one user), and a 0600 file of the host's root mounted read-only
+is unreadable even to sandbox root, in an image and on the host's system; the image's own files
+keep their owners (an idmapped view). Each check is one short execution (about 0.03 CPU-s).
 
 The fallback (a machine that cannot map a range: assay not running as root) cannot exist on
 this root test machine, so one test makes :func:`os.geteuid` answer 1000 inside
-``assay.sandbox.userns`` and checks that the sandbox says so and keeps one user; that is the
-only stand-in here.
+``assay.sandbox.userns`` and checks that the sandbox says so and keeps one user (bubblewrap's
+own mapping onto the caller); that is the only stand-in here. No full form.
 """
 
 from __future__ import annotations
