@@ -18,7 +18,8 @@ closed even to sandbox root. A container shows them as root's. Two ways were wei
 
 The view is made once per image and process (``open_tree`` a clone of the image root,
 ``mount_setattr`` with ``MOUNT_ATTR_IDMAP`` and the sandbox's final user namespace, read-only,
-``move_mount`` onto a folder of a private (0700) directory of this process) and bubblewrap
+``move_mount`` onto a folder of a private (0700) directory of this process under
+``/run``, else ``/tmp``, never the caller's ``TMPDIR``) and bubblewrap
 binds from it instead of the store's folder. The views are detached at exit; those of a process
 killed with SIGKILL are detached by the next process that makes one (as the ``/etc`` copies
 are, :func:`assay.sandbox.bwrap.etc_dir`). Where the kernel or the file system refuses (an
@@ -107,7 +108,10 @@ def _home() -> Path:
     held = _state.get("home")
     if isinstance(held, Path) and held.is_dir():
         return held
-    home = Path(tempfile.mkdtemp(prefix=f"{_PREFIX}{owner_tag()}-"))
+    # never the caller's temporary folder: a run points TMPDIR into its scratch folder and
+    # clears it while this process, and its views, live on
+    base = "/run" if os.access("/run", os.W_OK | os.X_OK) else "/tmp"
+    home = Path(tempfile.mkdtemp(prefix=f"{_PREFIX}{owner_tag()}-", dir=base))
     _sweep_dead(home.parent)
     _state["home"] = home
     atexit.register(_detach_all, home)
