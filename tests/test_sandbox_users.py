@@ -4,8 +4,8 @@ and file modes mean what they mean there; and, run as root, no sandbox ever hold
 root: its ids are unprivileged host ids from BASE (``assay.sandbox.userns``).
 
 The image is the tests' shared Debian bookworm image (``tests/support/images.py``: python3 and
-pytest, built once and kept). The task is made here: its hidden test and its solution (0600, as
-a checkout under umask 077 leaves them) reads a public file and an answer key as ``nobody``
+pytest, built once and kept). The task is made here: its hidden test (0600 like its solution,
+as a checkout under umask 077 leaves them) reads a public file and an answer key as ``nobody``
 (``subprocess.run(user="nobody")``); the reference solution makes the key 0600, so nobody cannot
 read it and the test passes; nop leaves it 0644 and fails. With one user the same ``setuid``
 fails (``EPERM``: no capability). What a sandbox makes in its workspace belongs to host uid
