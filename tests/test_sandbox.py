@@ -464,6 +464,10 @@ def test_readonly_and_writable_mounts(workdir: Path, tmp_path: Path) -> None:
     hidden = tmp_path / "hidden"
     hidden.mkdir()
     (hidden / "test_x.py").write_text("def test_x(): pass\n")
+    # open to every user, so only the read-only mount can refuse the writes (the sandbox's
+    # user is not the host's root that owns them when ids are mapped)
+    (hidden / "test_x.py").chmod(0o666)
+    hidden.chmod(0o777)
     shared = tmp_path / "shared"
     shared.mkdir()
     code = (

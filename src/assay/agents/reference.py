@@ -8,11 +8,15 @@ attacked in tests.
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 from dataclasses import dataclass
+from pathlib import Path
 
 from assay.agents.atif_file import ATIF_ENV, collect_agent_atif
 from assay.agents.base import SOLUTION_MOUNT, AgentContext, AgentRun, run_in_agent_sandbox
 from assay.sandbox import Mount
+from assay.sandbox.userns import readable_by_all
 
 
 @dataclass
@@ -31,7 +35,6 @@ class Oracle:
 
     def run(self, ctx: AgentContext) -> AgentRun:
         sol = ctx.bundle.solution_dir
-        mount = [Mount(sol.resolve(), SOLUTION_MOUNT)] if sol.is_dir() else []
         if (sol / "solve.patch").is_file():
             argv = ["git", "apply", "--whitespace=nowarn", f"{SOLUTION_MOUNT}/solve.patch"]
         elif (sol / "solve.sh").is_file():
@@ -39,7 +42,13 @@ class Oracle:
         else:
             return AgentRun(status="infra_error",
                             detail=f"{sol}: no solve.patch or solve.sh for the oracle")
-        return run_in_agent_sandbox(ctx, argv, mount)
+        # a copy readable by every user: the sandbox's users are not the host's root, and a
+        # bundle checked out under umask 077 holds 0600 files a container's root would read
+        with tempfile.TemporaryDirectory(prefix="assay-solution-") as tmp:
+            copy = Path(tmp) / "solution"
+            shutil.copytree(sol, copy, symlinks=True)
+            readable_by_all(copy)
+            return run_in_agent_sandbox(ctx, argv, [Mount(copy, SOLUTION_MOUNT)])
 
 
 @dataclass

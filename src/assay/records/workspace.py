@@ -286,6 +286,25 @@ def owner_tag() -> str:
     return f"{ns}.{os.getpid()}"
 
 
+def dead_owners_folders(parent: Path, prefix: str) -> list[Path]:
+    """The folders ``<prefix><owner_tag>-...`` under ``parent`` whose process (in our pid
+    namespace) is gone: killed with SIGKILL, it never ran its clean-up. A live process's
+    (another user's included), another namespace's and a symbolic link are left out."""
+    ns, me = owner_tag().split(".")
+    dead: list[Path] = []
+    for entry in parent.glob(f"{prefix}{ns}.*-*"):
+        pid = entry.name[len(prefix) + len(ns) + 1:].split("-", 1)[0]
+        if not pid.isdigit() or pid == me or entry.is_symlink():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            dead.append(entry)
+        except OSError:
+            continue
+    return dead
+
+
 def verify_prefix(kind: str) -> str:
     """The name prefix of a verifier's temporary folder (``kind``: ``verifier``, ``verify``),
     carrying its owner so that a killed runner's folders can be swept (:func:`scratch_dir`)."""

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from assay.agents.agent_files import rewrite_command
 from assay.errors import RunConflict
+from assay.sandbox.userns import readable_by_all
 from assay.suites.agent_files import entry_fingerprint
 from assay.suites.experiment import Experiment
 
@@ -41,6 +42,7 @@ def stage_agent_files(out: Path, exp: Experiment) -> dict[str, Path]:
                         shutil.copytree(src, dst, symlinks=True)
                     else:
                         shutil.copy2(src, dst, follow_symlinks=False)
+                readable_by_all(tmp)  # the sandbox's users are not the host's root
                 tmp.rename(dest)
             except BaseException:
                 shutil.rmtree(tmp, ignore_errors=True)

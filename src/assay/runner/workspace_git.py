@@ -49,8 +49,12 @@ def make_repository(workspace: Path, scratch: Path) -> dict[str, Any]:
         return {"enabled": True, "commit": None,
                 "why": "the starting tree already holds a .git: left as it is"}
     env = _env(scratch)
+    # safe.directory: a sandbox may have run in it already (a setup step), and it belongs to
+    # the sandbox's user then, not to root (assay.sandbox.userns); git refuses a repository
+    # of another owner unless told, and only from the command line or the global config
     base = [git, "-c", "core.hooksPath=" + os.devnull, "-c", "commit.gpgsign=false",
-            "-c", "init.defaultBranch=main", "-C", str(workspace)]
+            "-c", "init.defaultBranch=main", "-c", f"safe.directory={workspace}",
+            "-C", str(workspace)]
     for args in (["init", "-q", "--template="], ["add", "-A", "-f", "."],
                  ["commit", "-q", "--allow-empty", "--no-verify", "-m", MESSAGE]):
         done = subprocess.run([*base, *args], env=env, capture_output=True,

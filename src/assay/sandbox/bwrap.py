@@ -28,8 +28,9 @@ the base the caller's values override. Nothing of the host's ``/usr`` or ``/etc`
 unless a caller mounts it (the verifier's trusted pytest, the agent CLIs' node).
 
 Nothing else of the host (``/root``, ``/home``, the host's ``/tmp``, the repository...) exists in
-the sandbox. Namespaces: user (the command runs as uid/gid 1000 with no capabilities), PID, IPC,
-UTS, cgroup (if possible) and, unless ``network="host"``, network (only a loopback interface;
+the sandbox. Namespaces: user (the command runs as uid/gid 1000 with no capabilities; run as
+root, ids 0-65535 map onto unprivileged host ids: :mod:`assay.sandbox.userns`), PID, IPC, UTS,
+cgroup (if possible) and, unless ``network="host"``, network (only a loopback interface;
 ``"model-proxy"`` adds one socket file bound read-only, see :mod:`assay.sandbox.netproxy`).
 ``--die-with-parent`` and ``--new-session`` are always set. The environment is cleared and rebuilt
 from the values passed in; the bwrap options (including those values) travel through a memfd
@@ -53,7 +54,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from assay.errors import SandboxUnavailable
-from assay.records.workspace import owner_tag
+from assay.records.workspace import dead_owners_folders, owner_tag
 
 #: Where the caller's work directory appears inside the sandbox; cwd and $HOME of the command.
 SANDBOX_WORKDIR = "/work"
@@ -290,17 +291,8 @@ def _sweep_dead_etc(tmp: Path) -> None:
     its ``atexit``, and its copy would stay in the temporary directory forever. The copy's
     name carries its pid namespace and process id; a process that still exists (or is
     another user's), or another namespace's copy, is left alone."""
-    ns, me = _etc_owner().split(".")
-    for entry in tmp.glob(f"{_ETC_PREFIX}{ns}.*-*"):
-        pid = entry.name[len(_ETC_PREFIX) + len(ns) + 1:].split("-", 1)[0]
-        if not pid.isdigit() or pid == me or entry.is_symlink():
-            continue
-        try:
-            os.kill(int(pid), 0)
-        except ProcessLookupError:
-            shutil.rmtree(entry, ignore_errors=True)
-        except OSError:
-            continue
+    for entry in dead_owners_folders(tmp, _ETC_PREFIX):
+        shutil.rmtree(entry, ignore_errors=True)
 
 
 def etc_dir() -> Path:
@@ -335,6 +327,21 @@ def etc_dir() -> Path:
         return new
 
 
+def _open_parents(targets: Sequence[str]) -> list[str]:
+    """``--dir`` with mode 0755 for every folder above the targets, parents first: made by the
+    setup namespace's root, they must let the sandbox's users through (an existing folder, an
+    image's own, is left as it is)."""
+    seen: list[str] = []
+    for target in targets:
+        for parent in reversed(PurePosixPath(target).parents):
+            if str(parent) != "/" and str(parent) not in seen:
+                seen.append(str(parent))
+    args: list[str] = []
+    for folder in seen:
+        args += ["--perms", "0755", "--dir", folder]
+    return args
+
+
 def bwrap_options(
     *,
     workdir: Path,
@@ -344,18 +351,16 @@ def bwrap_options(
     tmp_bytes: int,
     status_fd: int | None,
     image: ImageRoot | None = None,
-    userns_fd: int | None = None,
+    user_args: Sequence[str] = (),
+    several_users: bool = False,
 ) -> list[str]:
     """Every bwrap option (everything before the command). Mounts (and ``image``) must be
-    validated; with ``image`` its root replaces the host's system. ``userns_fd``: join that
-    user namespace (several users mapped) and run as its root with a container root's
-    capabilities, the image's own users in ``/etc``."""
-    if userns_fd is not None:
-        from assay.sandbox.userns import CAPS
-
-        args = ["--userns", str(userns_fd), "--uid", "0", "--gid", "0"]
-        for cap in CAPS:
-            args += ["--cap-add", cap]
+    validated; with ``image`` its root replaces the host's system. ``user_args``: the user
+    namespaces to set up in and run in (:func:`assay.sandbox.userns.bwrap_user_args`: a range
+    of ids mapped, none of them the host's root), else bubblewrap's own one-id namespace.
+    ``several_users``: the image's own users in ``/etc``."""
+    if user_args:
+        args = list(user_args)
     else:
         args = ["--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_GID)]
     args += [
@@ -385,14 +390,19 @@ def bwrap_options(
         workspace = image.workspace
         users = str(etc_dir())  # the synthetic passwd/group of this process's current copy
         binds = list(_image_args(str(image.rootfs), workspace))
-        if userns_fd is not None:  # several users: the image's own passwd and group
+        if several_users:  # the image's own passwd and group
             binds = _without_user_files(binds)
         args += [a.replace(_USERS, users, 1) if a.startswith(_USERS) else a for a in binds]
         if network == "host" and (image.rootfs / "etc" / "resolv.conf").is_file():
             args += ["--ro-bind-try", "/etc/resolv.conf", "/etc/resolv.conf"]
     args += ["--proc", "/proc", "--dev", "/dev"]
-    args += ["--size", str(tmp_bytes), "--tmpfs", "/dev/shm"]
-    args += ["--size", str(tmp_bytes), "--tmpfs", SANDBOX_TMP]
+    # made by the setup namespace's root, which the sandbox's users are not: open to all
+    # of them, as a container's /tmp is (one id: the sandbox user makes them, as before)
+    perms = ["--perms", "1777"] if user_args else []
+    args += [*perms, "--size", str(tmp_bytes), "--tmpfs", "/dev/shm"]
+    args += [*perms, "--size", str(tmp_bytes), "--tmpfs", SANDBOX_TMP]
+    if user_args:  # bubblewrap makes a mount point's missing parents 0700, for its own user
+        args += _open_parents([workspace, *(m.target for m in mounts)])
     args += ["--bind", str(workdir), workspace]
     for m in mounts:
         args += ["--bind" if m.writable else "--ro-bind", str(m.source), m.target]

@@ -234,6 +234,18 @@ def read_available(fd: int) -> bytes:
     return b"".join(chunks)
 
 
+def open_to_sandbox(socket_path: Path) -> None:
+    """Let every user connect to the socket (connecting needs write permission on it): the
+    sandbox's user is not the host's root when ids are mapped (:mod:`assay.sandbox.userns`).
+    Who else on the host can reach it is up to its folder (the relay's is private)."""
+    try:
+        mode = os.stat(socket_path).st_mode
+        if mode & 0o666 != 0o666:
+            os.chmod(socket_path, 0o666)
+    except OSError as exc:
+        raise SandboxFailed(f"gateway socket {socket_path}: {exc.strerror or exc}") from exc
+
+
 def start_proxy(target: ProxyTarget) -> ProxySession:
     """Everything the host needs before the sandbox starts. Raises :class:`SandboxFailed` with
     a readable reason when the proxy cannot be set up (the execution is then a sandbox_error)."""
@@ -249,6 +261,7 @@ def start_proxy(target: ProxyTarget) -> ProxySession:
             raise SandboxFailed(f"gateway socket {path}: {exc.strerror or exc}") from exc
         if not is_socket:
             raise SandboxFailed(f"gateway socket {path} is not a socket")
+        open_to_sandbox(path)
         return ProxySession(target, python, path, None)
     assert target.tcp is not None
     try:
@@ -256,6 +269,7 @@ def start_proxy(target: ProxyTarget) -> ProxySession:
     except OSError as exc:
         raise SandboxFailed(f"cannot start the proxy relay to {target.describe()}: {exc}") from exc
     try:
+        open_to_sandbox(relay.socket_path)
         return ProxySession(target, python, relay.socket_path, relay)
     except BaseException:
         relay.close()

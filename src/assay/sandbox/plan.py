@@ -13,11 +13,12 @@ actually enforced it, or ``"not_applied"`` with the reason:
     front and node aborts at start under any modest ``RLIMIT_AS``.
 ``pids``
     cgroup v2/v1 ``pids.max``, else ``RLIMIT_NPROC`` ("rlimit_nproc"). The kernel counts
-    RLIMIT_NPROC per *real uid*, host-wide, and never enforces it for real uid 0, so when the
-    sandbox runs as root (its processes map to host uid 0 even inside bubblewrap's user namespace)
-    it is reported ``not_applied``. For a non-root user it is set to the number of processes that
-    uid already has plus ``pids``, and the note says that the budget is shared with every other
-    process of that uid (including concurrent sandboxes). Both mechanisms count threads too.
+    RLIMIT_NPROC per *real uid*, host-wide, and never enforces it for real uid 0, so when assay
+    runs as root it is reported ``not_applied`` (the sandbox's mapped ids,
+    :mod:`assay.sandbox.userns`, would share one budget across every sandbox). For a non-root
+    user it is set to the number of processes that uid already has plus ``pids``, and the note
+    says that the budget is shared with every other process of that uid (including concurrent
+    sandboxes). Both mechanisms count threads too.
     bubblewrap's own monitor and PID-1 reaper run inside the cgroup, so the cgroup limit is set
     to ``pids + 2`` to give the command the full ``pids`` it asked for (``pids + 3`` with the
     model-proxy forwarder, which is not the command's either).
@@ -187,7 +188,8 @@ def plan_pids(pids: int | None, cgroup: str | None, why_not: str, *,
         return Planned(not_applied(
             pids,
             "no cgroup (" + why_not + "); RLIMIT_NPROC is not enforced for real "
-            "uid 0 and the sandbox runs as host root",
+            "uid 0, which assay runs as (the sandbox's mapped ids share one host uid across "
+            "sandboxes)",
         ))
     existing = _uid_process_count(uid)
     extra = 1 if forwarder else 0

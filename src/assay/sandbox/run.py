@@ -31,8 +31,10 @@ from typing import Any, Literal
 from assay.errors import SandboxFailed
 from assay.sandbox.bwrap import (
     DEFAULT_PATH,
+    SANDBOX_GID,
     SANDBOX_HOME,
     SANDBOX_TMP,
+    SANDBOX_UID,
     SANDBOX_WORKDIR,
     ImageRoot,
     Mount,
@@ -45,14 +47,23 @@ from assay.sandbox.bwrap import (
 )
 from assay.sandbox.diskimage import DiskImage, open_for
 from assay.sandbox.execute import KILL_GRACE_SECONDS, execute
-from assay.sandbox.host_runtime import host_python_argv, host_usr_mount
+from assay.sandbox.host_runtime import HOST_USR_MOUNT, host_python_argv, host_usr_mount, loader_argv
+from assay.sandbox.host_runtime import inside as host_inside
+from assay.sandbox.idmap import idmapped_view
 from assay.sandbox.limits import Limits
 from assay.sandbox.netproxy import ProxySession, ProxyTarget, read_available, start_proxy
 from assay.sandbox.outcome import REASONS
 from assay.sandbox.pipes import TAIL_BYTES, OutputSink
 from assay.sandbox.plan import LimitPlan, plan_limits
 from assay.sandbox.result import ExecResult, not_started
-from assay.sandbox.userns import several_users_fd
+from assay.sandbox.userns import (
+    EXEC_FAILED,
+    bwrap_user_args,
+    hand_over,
+    launch_argv,
+    mapped_userns,
+    switch_argv,
+)
 
 __all__ = ["KILL_GRACE_SECONDS", "REASONS", "TAIL_BYTES", "ExecResult", "run_sandboxed"]
 
@@ -69,6 +80,40 @@ def _resolve_plain(argv0: str, path: str, workdir: Path) -> str | None:
 
 def _proxy_failure(session: ProxySession, status_fd: int) -> str | None:
     return session.failure(read_available(status_fd))
+
+
+def _exec_failure(status_fd: int) -> str | None:
+    for line in read_available(status_fd).decode("utf-8", "replace").splitlines():
+        if line.startswith(EXEC_FAILED):
+            return "the command could not be executed: " + line[len(EXEC_FAILED):].strip()
+    return None
+
+
+def _switch_tools(in_image: bool) -> tuple[list[str], list[str]] | None:
+    """The host's ``setpriv`` and ``perl`` as the sandbox starts them (:mod:`assay.sandbox.userns`):
+    in an image through the host's loader from the host's /usr. None: no host loader to run
+    them with (the sandbox then keeps one id)."""
+    tools = [os.path.realpath(shutil.which(name) or f"/usr/bin/{name}")
+             for name in ("setpriv", "perl")]
+    if not in_image:
+        return [tools[0]], [tools[1]]
+    lent = [loader_argv([host_inside(tool)], 0) for tool in tools]
+    if lent[0] is None or lent[1] is None:
+        return None
+    return lent[0], lent[1]
+
+
+def _user_switch(tools: tuple[list[str], list[str]], several: bool, in_image: bool,
+                 mounts: list[Mount], inside: str, launch_fd: int | None) -> list[str]:
+    """The prefix that makes the command the sandbox's user: the host's ``setpriv``, then (with
+    ``launch_fd``) the launcher that reports a command it could not execute (in an image, the
+    host's /usr is mounted for them). The writable folders were handed over before."""
+    setpriv, perl = tools
+    if in_image and not any(m.target == HOST_USR_MOUNT for m in mounts):
+        mounts.append(host_usr_mount().validated(inside))
+    uid, gid = (0, 0) if several else (SANDBOX_UID, SANDBOX_GID)
+    prefix = switch_argv(setpriv, several=several, uid=uid, gid=gid)
+    return prefix if launch_fd is None else [*prefix, *launch_argv(perl, launch_fd)]
 
 
 def run_sandboxed(
@@ -182,6 +227,15 @@ def run_sandboxed(
         err = OutputSink(err_path, limits.output_bytes)
         sinks.append(err)
         writable = [workdir, *(m.source for m in checked_mounts if m.writable)]
+        several = image is not None and image.several_users
+        users, users_note = mapped_userns() if sandboxed else (None, "")
+        tools = _switch_tools(image is not None) if users is not None else None
+        if users is not None and tools is None:
+            users, users_note = None, "no host loader to start setpriv with in the image"
+        if users is not None:
+            # before the disk image: its overlays show the host folders' owners as they are then
+            # (changing a mounted overlay's lower layer is undefined)
+            hand_over(writable, users, *((0, 0) if several else (SANDBOX_UID, SANDBOX_GID)))
         no_image: str | None = "isolation='none': nothing to mount it in"
         workdir_bound = workdir
         if sandboxed and limits.disk_mib is not None:
@@ -232,13 +286,25 @@ def run_sandboxed(
                 extra_fds = (setup_w, report_w)
                 setup_check = functools.partial(_proxy_failure, session, setup_r)
 
-            userns_fd: int | None = None
-            if image is not None and image.several_users:
-                userns_fd, users_note = several_users_fd()
-                if userns_fd is None:
-                    warnings.append(f"several users asked for, one mapped: {users_note}")
-                else:
-                    parent_fds.append(userns_fd)
+            user_args: list[str] = []
+            if users is not None and tools is not None:
+                parent_fds += [users.setup_fd, users.final_fd]
+                launch_r: int | None = None
+                launch_w: int | None = None
+                if proxy is None:  # else the forwarder reports a command it cannot execute
+                    launch_r, launch_w = os.pipe()
+                    parent_fds += [launch_r, launch_w]
+                inner = [*_user_switch(tools, several, image is not None, checked_mounts,
+                                       inside, launch_w), *inner]
+                user_args = bwrap_user_args(users, several=several)
+                if image is not None:  # its root's files root's inside, as in a container
+                    image = dataclasses.replace(
+                        image, rootfs=idmapped_view(image.rootfs, users.final_fd))
+                if launch_r is not None and launch_w is not None:
+                    extra_fds = (*extra_fds, launch_w)
+                    setup_check = functools.partial(_exec_failure, launch_r)
+            if users is None and several:
+                warnings.append(f"several users asked for, one mapped: {users_note}")
             tmp_bytes = (limits.memory_mib or 1024) * _MIB
             opts = bwrap_options(
                 workdir=workdir_bound,
@@ -248,13 +314,14 @@ def run_sandboxed(
                 tmp_bytes=tmp_bytes,
                 status_fd=status_w,
                 image=image,
-                userns_fd=userns_fd,
+                user_args=user_args,
+                several_users=several and users is not None,
             )
             args_fd = options_fd(opts)
             parent_fds.append(args_fd)
             command = bwrap_argv(bwrap, args_fd, inner)
-            pass_fds: tuple[int, ...] = (status_w, args_fd, *extra_fds,
-                                         *((userns_fd,) if userns_fd is not None else ()))
+            pass_fds: tuple[int, ...] = (status_w, args_fd, *extra_fds, *(
+                (users.setup_fd, users.final_fd) if users is not None else ()))
             cwd = "/"
             popen_env = {"PATH": DEFAULT_PATH, "LANG": "C.UTF-8"}
         else:

@@ -63,13 +63,14 @@ class Environment(_Strict):
     base that cannot be pulled makes the task ``unsupported here: cannot pull REF (reason)``.
     ``task check --approximate-base`` and ``env build --approximate-base`` ask the same."""
     users: Literal["one", "several"] = "one"
-    """Users in the image's sandboxes. ``one``: the command runs as uid 1000, the only id
-    mapped (as before). ``several``: as root of a user namespace that maps ids 0-65535, as in
-    a container, with the image's own ``passwd``/``group``: a test can switch user (``su``,
-    ``runuser``, ``setpriv``, ``subprocess.run(user="nobody")``) and a 0600 file of root's is
-    unreadable to ``nobody``. Root there has a container root's capabilities, inside the
-    namespace only. Where the machine cannot map a range (assay not running as root), the
-    trial records a warning and runs with one user. Needs ``environment.image``."""
+    """Users in the image's sandboxes. Either way the sandbox's ids 0-65535 are unprivileged
+    host ids, never the host's root (as root; see docs/guide/security.md). ``one``: the command
+    runs as uid 1000 with no capability and cannot switch user (as before). ``several``: as
+    root, with a container root's capabilities (inside the sandbox only) and the image's own
+    ``passwd``/``group``: a test can switch user (``su``, ``runuser``, ``setpriv``,
+    ``subprocess.run(user="nobody")``) and a 0600 file of root's is unreadable to ``nobody``.
+    Where the machine cannot map a range (assay not running as root), the trial records a
+    warning and runs with one user. Needs ``environment.image``."""
     engine: Literal["bwrap", "docker", "podman"] = "bwrap"
     """What runs the pinned image: ``bwrap`` (assay's own sandbox with the image as its root,
     no daemon) or, on machines where they work, ``docker``/``podman`` (not implemented yet: a

@@ -45,6 +45,7 @@ from assay.grading.verify.canary_derive import (
 from assay.grading.verify.reward import RewardReading, read_reward
 from assay.records.workspace import copy_tree, scratch_beside, verify_prefix
 from assay.sandbox import ExecResult, Limits, Mount, run_sandboxed
+from assay.sandbox.userns import readable_by_all
 from assay.suites.bundle import Bundle, RewardFile
 from assay.suites.patterns import matches_any
 
@@ -268,6 +269,7 @@ def run_command(command: str, workspace: Path, bundle: Bundle, *, record_dir: Pa
         copy_tree(workspace, work)  # cp -a: a large tree costs a copy, not a Python loop
         if bundle.tests_dir.is_dir():
             shutil.copytree(bundle.tests_dir, tests, symlinks=True)
+            readable_by_all(tests)  # the sandbox's users are not the copy's owner
         else:
             tests.mkdir()
         home.mkdir()
