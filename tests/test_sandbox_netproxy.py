@@ -314,7 +314,9 @@ def test_keep_alive_reuses_one_connection_without_delay(
     workdir: Path, gateway: TcpGateway
 ) -> None:
     """Twenty requests on one connection: one connection at the gateway, and no hop holds the
-    responses back (a Nagle / delayed-ACK stall would cost ~40 ms each)."""
+    responses back. A Nagle / delayed-ACK stall costs ~40 ms on *every* request, so the fastest
+    of the twenty tells it; the median said it too, until a loaded machine (eight workers on two
+    cores) took it to 16 ms with no stall at all."""
     code = (
         "import http.client, json, statistics, time\n"
         f"c = http.client.HTTPConnection('127.0.0.1', {PORT}, timeout=10)\n"
@@ -324,13 +326,13 @@ def test_keep_alive_reuses_one_connection_without_delay(
         "    c.request('GET', f'/hello/{i}')\n"
         "    out.append(c.getresponse().read().decode())\n"
         "    ms.append((time.perf_counter() - t) * 1000)\n"
-        "print(json.dumps([len(set(out)), out[-1], statistics.median(ms)]))\n"
+        "print(json.dumps([len(set(out)), out[-1], min(ms), statistics.median(ms)]))\n"
     )
     res = py(code, workdir, gateway)
     assert res.reason == "ok", (res.detail, res.stderr_tail)
-    distinct, last, median_ms = json.loads(res.stdout_tail)
+    distinct, last, fastest_ms, median_ms = json.loads(res.stdout_tail)
     assert [distinct, last] == [20, "hello from the gateway /hello/19"]
-    assert median_ms < 15, median_ms
+    assert fastest_ms < 20, (fastest_ms, median_ms)
     assert gateway.connections == 1
     assert res.network_applied is not None and res.network_applied["connections"] == 1
 
