@@ -82,6 +82,9 @@ def base(tmp_path_factory: pytest.TempPathFactory):
 def _write_full_recipe(folder: Path) -> Path:
     (folder / "data").mkdir(parents=True, exist_ok=True)
     (folder / "data" / "notes.txt").write_text("copied from the recipe's folder\n")
+    # as a checkout made under umask 077 leaves it: a container's root reads it, and so must
+    # the build's root (an unprivileged host uid when assay runs as root)
+    (folder / "data" / "notes.txt").chmod(0o600)
     (folder / "scripts").mkdir(exist_ok=True)
     (folder / "scripts" / "hello.sh").write_text("#!/bin/sh\necho hello from a copied script\n")
     (folder / "scripts" / "hello.sh").chmod(0o644)  # the copy's mode makes it executable
@@ -246,6 +249,8 @@ def test_killed_build_leaves_no_image_then_full_recipe_builds(tmp_path) -> None:
         image.build_hosts)
     assert not any(h.startswith(("github.com", "example.com")) for h in image.build_hosts)
     assert any("user: nobody" in n for n in image.notes)
+    if os.geteuid() == 0:  # the steps ran as an unprivileged host uid, and the record says so
+        assert any("never the host's root" in n for n in image.notes), image.notes
     assert not (rootfs / ".assay-context").exists()
     assert not (rootfs / ".assay-host-ca.crt").exists()
     assert not (rootfs / "etc/apt/apt.conf.d/99assay-build").exists()

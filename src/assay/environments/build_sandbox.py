@@ -10,11 +10,24 @@ with ``--die-with-parent`` so a killed build leaves no process behind.
 
 Which user namespace: bubblewrap's own (``--unshare-user``) maps one uid, so a package whose
 files or maintainer scripts name another owner (``_apt``'s download folder, a log owned by
-group ``adm``) fails to install. When assay runs as root (CI, these machines), it makes the
-namespace itself instead (:func:`identity_userns`): a holder process in a fresh user namespace
-whose uids and gids 0-65535 map to the same ids outside, entered with ``nsenter`` before bwrap
-starts. Those ids own nothing but the image being built (nothing else of the host is mounted),
-and capabilities inside a user namespace grant nothing outside it.
+group ``adm``) fails to install. When assay runs as root (CI, these machines), the build
+uses the sandbox's two namespaces (:mod:`assay.sandbox.userns`): ids 0-65535 of the build are
+the host's ``BASE + n``, so a step is never the host's root, however it gets out. Its files
+must still be stored as the image says (root's files owned by 0 on disk, as every image of the
+store is), so the step's ``/`` is the staging folder seen through a writable idmapped mount
+(:func:`assay.sandbox.idmap.idmapped_mount`, the final namespace's map): what the disk says
+0 owns, the step sees as its own root's, and what the step's root writes lands owned by 0.
+bubblewrap makes the mounts in the setup namespace (host root there, so it reaches the staging
+folder under the store) and runs the step in the final one, whose root the host's ``setpriv``
+(lent from the host's ``/usr`` and started through the host's loader) makes the process before
+anything of the step runs, with every capability of that namespace and of no other. The
+recipe's own folder (a copy step's source) is shown through a read-only idmapped mount too,
+so a file of the checkout mode 0600 reads as it does to a container's root.
+Where the range cannot be mapped or the kernel cannot make the mount, a root-run build falls
+back to a namespace of its own mapping ids 0-65535 onto themselves (:func:`build_users`: a
+holder process entered with ``nsenter``), says why once, and the image's record says how its
+steps ran. Those ids own nothing but the image being built (nothing else of the host is
+mounted), but the step is then the host's root, with capabilities over that namespace only.
 
 Network (:class:`StepEgress`): a step that needs the network (pip, apt, a shell line: every
 step of a recipe) runs in a network namespace of its own (``--unshare-net``: loopback only, no
@@ -42,6 +55,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import dataclasses
+import logging
 import os
 import shutil
 import signal
@@ -54,8 +68,10 @@ from pathlib import Path
 
 from assay.errors import SandboxUnavailable
 from assay.sandbox.forwarder import EXEC_FAILED, FAILED, READY
-from assay.sandbox.host_runtime import host_python_argv
+from assay.sandbox.host_runtime import host_loader, host_python_argv, inside, loader_argv
+from assay.sandbox.idmap import idmapped_mount
 from assay.sandbox.netproxy import forwarder_source, read_available
+from assay.sandbox.userns import RANGE, MappedUsers, mapped_userns
 
 #: PATH of build steps and of images whose recipe sets none (Debian's root default).
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -63,12 +79,15 @@ BUILD_HOSTNAME = "assay-build"
 #: What the image holds of a step's output when it fails: the last lines, each cut short.
 TAIL_LINES = 40
 TAIL_LINE_CHARS = 400
-#: Where a step's network parts appear: inside bubblewrap's own ``/dev`` (see above).
+#: Where a step's lent host parts appear (its network's, and the ``setpriv`` of a mapped
+#: build): inside bubblewrap's own ``/dev`` (see above).
 EGRESS_USR = "/dev/.assay-host-usr"
 EGRESS_SOCKET = "/dev/.assay-registry.sock"
 #: The port the forwarder listens on in a step's own network namespace.
 EGRESS_PORT = 3128
 NO_PROXY = "localhost,127.0.0.1,::1"
+
+_log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -115,8 +134,8 @@ def bwrap_path() -> str:
     return found
 
 
-#: Ids a root-run build maps one-to-one into its user namespace.
-MAPPED_IDS = 65536
+#: Ids a root-run build maps onto the host's (:data:`assay.sandbox.userns.RANGE`).
+MAPPED_IDS = RANGE
 
 
 def _die_with_parent() -> None:
@@ -126,11 +145,103 @@ def _die_with_parent() -> None:
     ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)
 
 
+@dataclass(frozen=True)
+class BuildUsers:
+    """The user namespace a root-run build's steps run in (see the module's docstring).
+    Mapped: ``users`` holds the sandbox's two namespaces and ``view`` shows ``root``, the
+    staging folder, through the final one's idmap. The fallback: ``identity``, the
+    ``/proc/<pid>/ns/user`` of a namespace mapping ids onto themselves. ``note`` is what the
+    image's record says of it."""
+
+    root: Path
+    note: str
+    users: MappedUsers | None = None
+    view: Path | None = None
+    identity: str | None = None
+
+    def source(self, rootfs: Path) -> Path:
+        """What bubblewrap binds as ``/`` for ``rootfs`` (the view of it, when mapped)."""
+        if self.view is None:
+            return rootfs
+        if rootfs != self.root:
+            raise ValueError(f"{rootfs} is not the staging folder {self.root} of this build")
+        return self.view
+
+    def pass_fds(self) -> tuple[int, ...]:
+        return () if self.users is None else (self.users.setup_fd, self.users.final_fd)
+
+
+_said: set[str] = set()
+
+
+def _fallback_said(why: str) -> None:
+    if why not in _said:
+        _said.add(why)
+        _log.warning("image build steps run as the host's root in a user namespace of their "
+                     "own (%s)", why)
+
+
+@contextlib.contextmanager
+def build_users(rootfs: Path) -> Iterator[BuildUsers | None]:
+    """The namespace of a build into ``rootfs`` (the staging folder, empty or not), for the
+    duration of the build. Not root: None (the build uses bubblewrap's one-uid namespace,
+    which maps onto the building user, never onto root)."""
+    if os.geteuid() != 0:
+        yield None
+        return
+    users, why = mapped_userns()
+    setpriv = shutil.which("setpriv")
+    if users is not None and (setpriv is None
+                              or not os.path.realpath(setpriv).startswith("/usr/")
+                              or not host_loader(EGRESS_USR)):
+        users.close()
+        users, why = None, "the host's setpriv or its dynamic loader is not under /usr"
+    with contextlib.ExitStack() as stack:
+        if users is not None:
+            stack.callback(users.close)
+            try:
+                view = stack.enter_context(idmapped_mount(rootfs, users.final_fd,
+                                                          read_only=False))
+            except OSError as exc:
+                why = f"the staging folder cannot be shown through an idmapped mount ({exc})"
+            else:
+                yield BuildUsers(rootfs, f"build steps ran as the build's root, the host's uid "
+                                 f"{users.uid_base} (ids 0-{RANGE - 1} mapped from it), "
+                                 "never the host's root", users=users, view=view)
+                return
+    _fallback_said(why)
+    with identity_userns() as ns:
+        if ns is None:
+            yield None
+            return
+        yield BuildUsers(rootfs, f"build steps ran as the host's root in a user namespace of "
+                         f"their own ({why})", identity=ns)
+
+
+@contextlib.contextmanager
+def lent_context(folder: Path, ids: BuildUsers | None) -> Iterator[Path]:
+    """The recipe's folder as a copy step is shown it: through a read-only idmapped mount
+    when the build's ids are mapped (its files then read as they would to a container's
+    root), else as it is."""
+    if ids is None or ids.users is None:
+        yield folder
+        return
+    with contextlib.ExitStack() as stack:
+        try:
+            view = stack.enter_context(idmapped_mount(folder, ids.users.final_fd,
+                                                      read_only=True))
+        except OSError as exc:
+            _log.warning("the recipe's folder %s is shown as it is (%s): files only its "
+                         "owner may read are closed to the build's steps", folder, exc)
+            view = folder
+        yield view
+
+
 @contextlib.contextmanager
 def identity_userns() -> Iterator[str | None]:
     """A user namespace mapping ids 0-65535 to themselves, held open by a sleeping process for
-    the duration of a build: yields its ``/proc/<pid>/ns/user`` path. Not root: yields None
-    (the build then uses bubblewrap's one-uid namespace)."""
+    the duration of a build: yields its ``/proc/<pid>/ns/user`` path. Not root, or no
+    ``unshare``/``nsenter``: None (the build then uses bubblewrap's one-uid namespace)."""
     if os.geteuid() != 0 or shutil.which("unshare") is None or shutil.which("nsenter") is None:
         yield None
         return
@@ -160,24 +271,43 @@ def identity_userns() -> Iterator[str | None]:
         holder.wait()
 
 
+def _become_root() -> list[str]:
+    """The host's ``setpriv`` as a mapped step starts it: it makes the process the final
+    namespace's root (the host's ``BASE``) and keeps every capability bubblewrap left."""
+    setpriv = os.path.realpath(str(shutil.which("setpriv")))
+    lent = loader_argv([inside(setpriv, EGRESS_USR)], 0, EGRESS_USR)
+    if lent is None:  # build_users checked the loader; kept for the type checker
+        raise SandboxUnavailable("the host's dynamic loader is not under /usr")
+    return [*lent, "--reuid=0", "--regid=0", "--clear-groups", "--"]
+
+
 def build_argv(bwrap: str, rootfs: Path, command: Sequence[str], *, env: Mapping[str, str],
                cwd: str = "/", writable: bool = True, network: bool = True,
-               ro_binds: Sequence[tuple[Path, str]] = (), userns: str | None = None,
+               ro_binds: Sequence[tuple[Path, str]] = (), userns: BuildUsers | None = None,
                egress: StepEgress | None = None, status_fd: int | None = None
                ) -> list[str]:
     """The bwrap command line running ``command`` with ``rootfs`` as ``/``. ``ro_binds``
     are host paths shown read-only at the given places inside (their mount points must exist
-    in the root filesystem, or be under ``/dev``). ``userns``: a namespace from
-    :func:`identity_userns` to enter first, else bubblewrap makes a one-uid one. ``egress``
-    (with ``status_fd``, the launcher's status pipe): the step's network is the registry
-    proxy alone (``network`` is then ignored)."""
-    if userns is not None:
-        prefix = ["nsenter", f"--user={userns}", "--", bwrap]
+    in the root filesystem, or be under ``/dev``). ``userns``: the build's namespace from
+    :func:`build_users` (its descriptors must reach bwrap: :meth:`BuildUsers.pass_fds`), else
+    bubblewrap makes a one-uid one. ``egress`` (with ``status_fd``, the launcher's status
+    pipe): the step's network is the registry proxy alone (``network`` is then ignored)."""
+    users = None if userns is None else userns.users
+    if users is not None:
+        # bwrap's mount points, made here as the disk's root: bwrap itself is the setup
+        # namespace's root, whose writes the idmapped view refuses (its owner is unmapped)
+        for point in ("proc", "dev"):
+            (rootfs / point).mkdir(exist_ok=True)
+        prefix = [bwrap, "--userns", str(users.setup_fd), "--userns2", str(users.final_fd)]
         ids: list[str] = []
+    elif userns is not None and userns.identity is not None:
+        prefix = ["nsenter", f"--user={userns.identity}", "--", bwrap]
+        ids = []
     else:
         prefix = [bwrap]
         ids = ["--unshare-user", "--uid", "0", "--gid", "0"]
-    argv = [*prefix, "--bind" if writable else "--ro-bind", str(rootfs), "/",
+    source = rootfs if userns is None else userns.source(rootfs)
+    argv = [*prefix, "--bind" if writable else "--ro-bind", str(source), "/",
             "--proc", "/proc", "--dev", "/dev", *ids, "--cap-add", "ALL",
             "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
             "--hostname", BUILD_HOSTNAME, "--die-with-parent", "--new-session",
@@ -186,18 +316,21 @@ def build_argv(bwrap: str, rootfs: Path, command: Sequence[str], *, env: Mapping
         argv += ["--tmpfs", "/tmp"]
     if not network or egress is not None:
         argv.append("--unshare-net")
+    if egress is not None or users is not None:
+        argv += ["--ro-bind", "/usr", EGRESS_USR]
     if egress is not None:
         lent = host_python_argv(EGRESS_USR)
         if lent is None or status_fd is None:
             raise SandboxUnavailable("a build step's network needs the host's /usr/bin/python3 "
                                      "and its dynamic loader under /usr (for the forwarder)")
-        argv += ["--ro-bind", "/usr", EGRESS_USR, "--ro-bind", str(egress.socket),
-                 EGRESS_SOCKET]
+        argv += ["--ro-bind", str(egress.socket), EGRESS_SOCKET]
         command = [*lent, "-I", "-S", "-c", forwarder_source(), EGRESS_SOCKET,
                    str(egress.port), str(status_fd), "--", *command]
         env = {**env, **egress.env()}
-    for host, inside in ro_binds:
-        argv += ["--ro-bind", str(host), inside]
+    if users is not None:  # first of all: nothing of the step runs as the host's root
+        command = [*_become_root(), *command]
+    for host, inside_at in ro_binds:
+        argv += ["--ro-bind", str(host), inside_at]
     for key, value in env.items():
         argv += ["--setenv", key, value]
     return [*argv, "--", *command]
@@ -207,14 +340,15 @@ def run_in_root(rootfs: Path, command: Sequence[str], *, env: Mapping[str, str],
                 cwd: str = "/", writable: bool = True, network: bool = True,
                 ro_binds: Sequence[tuple[Path, str]] = (), timeout: float | None = None,
                 line: Callable[[str], object] | None = None,
-                userns: str | None = None, egress: StepEgress | None = None) -> StepRun:
+                userns: BuildUsers | None = None, egress: StepEgress | None = None) -> StepRun:
     """Run ``command`` in the build sandbox (:func:`run_streamed`: bwrap's PID namespace ends
     with its process group); with ``egress``, behind the forwarder (see the module's
     docstring), and a command that never started says why in :attr:`StepRun.egress_failure`."""
+    held = () if userns is None else userns.pass_fds()
     if egress is None:
         argv = build_argv(bwrap_path(), rootfs, command, env=env, cwd=cwd, writable=writable,
                           network=network, ro_binds=ro_binds, userns=userns)
-        return run_streamed(argv, timeout=timeout, line=line)
+        return run_streamed(argv, timeout=timeout, line=line, pass_fds=held)
     status_r, status_w = os.pipe()
     open_w = [status_w]
 
@@ -225,7 +359,7 @@ def run_in_root(rootfs: Path, command: Sequence[str], *, env: Mapping[str, str],
         argv = build_argv(bwrap_path(), rootfs, command, env=env, cwd=cwd, writable=writable,
                           network=False, ro_binds=ro_binds, userns=userns, egress=egress,
                           status_fd=status_w)
-        run = run_streamed(argv, timeout=timeout, line=line, pass_fds=(status_w,),
+        run = run_streamed(argv, timeout=timeout, line=line, pass_fds=(status_w, *held),
                            after_start=close_w)
         status = read_available(status_r).decode("utf-8", "replace").splitlines()
     finally:

@@ -41,8 +41,10 @@ from pathlib import Path
 from assay.environments.build_sandbox import (
     DEFAULT_PATH,
     EGRESS_PORT,
+    BuildUsers,
     StepEgress,
-    identity_userns,
+    build_users,
+    lent_context,
     run_in_root,
     run_streamed,
 )
@@ -184,9 +186,11 @@ def _build(recipe: Recipe, context: Path | None, store: ImageStore, source_kind:
         raise InfraError("mmdebstrap is not installed: run scripts/bootstrap.sh as root, or "
                          "apt-get install mmdebstrap")
     builder = _Builder(recipe, context, say, origin, dict(step_lines or {}))
-    with store.staging() as rootfs, identity_userns() as userns:
+    with store.staging() as rootfs, build_users(rootfs) as userns:
         builder.rootfs = rootfs
         builder.userns = userns
+        if userns is not None:
+            builder.notes.append(userns.note)
         try:
             builder.base(mmdebstrap)
             builder.pip()
@@ -248,7 +252,7 @@ class _Builder:
         self.origin = origin
         self.step_lines = step_lines
         self.rootfs = Path()
-        self.userns: str | None = None
+        self.userns: BuildUsers | None = None
         self.env: dict[str, str] = {"PATH": DEFAULT_PATH, **recipe.env}
         self.workdir = recipe.workdir
         self.user = recipe.user
@@ -436,10 +440,11 @@ class _Builder:
         self.reserve(CONTEXT_MOUNT, directory=True)
         src = f"{CONTEXT_MOUNT}/{spec.src}"
         try:
-            self.sandboxed_run(f"{label} (copy {spec.src})",
-                               ["/bin/sh", "-c", COPY_SCRIPT, "copy", src, spec.dest,
-                                spec.mode or ""],
-                               index=index, ro_binds=[(self.context, CONTEXT_MOUNT)])
+            with lent_context(self.context, self.userns) as shown:
+                self.sandboxed_run(f"{label} (copy {spec.src})",
+                                   ["/bin/sh", "-c", COPY_SCRIPT, "copy", src, spec.dest,
+                                    spec.mode or ""],
+                                   index=index, ro_binds=[(shown, CONTEXT_MOUNT)])
         finally:
             os.rmdir(mount)
             self.mounts.discard(CONTEXT_MOUNT)
@@ -508,7 +513,7 @@ def host_ca_bundle() -> Path | None:
     return None
 
 
-def _package_lines(rootfs: Path, userns: str | None) -> list[str]:
+def _package_lines(rootfs: Path, userns: BuildUsers | None) -> list[str]:
     """Every installed package as ``@pkg name\\tversion``, read inside the image (its dpkg
     database may name anything; read on the host it could be a link to a host file)."""
     lines: list[str] = []

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import contextlib
 import http
+import os
 import selectors
 import shutil
 import socket
@@ -167,6 +168,10 @@ class RegistryProxy:
         self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             self._listener.bind(str(self.socket_path))
+            # a root-run build's steps are an unprivileged host uid (its build namespace's
+            # root): the socket must take their connections; its 0700 folder keeps it the
+            # build's alone on the host
+            os.chmod(self.socket_path, 0o666)
             self._listener.listen(64)
         except BaseException:
             self._listener.close()

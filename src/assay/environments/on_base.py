@@ -33,7 +33,7 @@ import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
-from assay.environments.build_sandbox import identity_userns
+from assay.environments.build_sandbox import build_users
 from assay.environments.debian import (
     APT_BUILD_CONF,
     APT_BUILD_SETTINGS,
@@ -153,7 +153,7 @@ def _build(recipe: Recipe, context: Path | None, base: PullResult, store: ImageS
     """:func:`build_on_base`'s build, with the source's lock held."""
     builder = _Builder(recipe, context, say, origin, {})
     builder.env = {**base.image.config.env, **recipe.env}
-    with store.staging() as rootfs, identity_userns() as userns:
+    with store.staging() as rootfs, build_users(rootfs) as userns:
         say(f"base: {base.reference} ({base.manifest_digest}), root filesystem "
             f"{base.image.digest}")
         # cp -a keeps owners, modes, links and hard links as the base has them (assay runs
@@ -169,6 +169,8 @@ def _build(recipe: Recipe, context: Path | None, base: PullResult, store: ImageS
         builder.policy = policy_for([*archives])
         builder.rootfs = rootfs
         builder.userns = userns
+        if userns is not None:
+            builder.notes.append(userns.note)
         apt_dir = _inside(rootfs, "etc/apt/apt.conf.d")
         if apt_dir is not None and apt_dir.is_dir():
             (rootfs / APT_BUILD_CONF).write_text(APT_BUILD_SETTINGS)

@@ -30,16 +30,19 @@ and the image is bound as it is (its root's files then look owned by ``nobody``)
 from __future__ import annotations
 
 import atexit
+import contextlib
 import ctypes
+import itertools
 import logging
 import os
 import tempfile
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 from assay.records.workspace import dead_owners_folders, owner_tag
 
-__all__ = ["idmapped_view"]
+__all__ = ["idmapped_mount", "idmapped_view"]
 
 _SYS_OPEN_TREE, _SYS_MOVE_MOUNT, _SYS_MOUNT_SETATTR = 428, 429, 442  # one number on every arch
 _OPEN_TREE_CLONE, _AT_RECURSIVE, _AT_EMPTY_PATH = 1, 0x8000, 0x1000
@@ -51,6 +54,7 @@ _log = logging.getLogger(__name__)
 _lock = threading.Lock()
 _views: dict[str, Path] = {}
 _state: dict[str, object] = {}
+_numbers = itertools.count()  # next() on it is atomic under the GIL: no lock needed
 
 
 class _MountAttr(ctypes.Structure):
@@ -127,15 +131,16 @@ def _detach_all(home: Path) -> None:
         pass
 
 
-def _make(rootfs: Path, userns_fd: int) -> Path:
+def _make(rootfs: Path, userns_fd: int, *, read_only: bool = True) -> Path:
     libc = _libc()
     home = _home()
-    target = home / f"v{len(_views)}"
+    target = home / f"v{next(_numbers)}"
     target.mkdir()
     tree = _check(libc.syscall(_SYS_OPEN_TREE, _AT_FDCWD, str(rootfs).encode(),
                                _OPEN_TREE_CLONE | _AT_RECURSIVE | os.O_CLOEXEC), "open_tree")
     try:
-        attr = _MountAttr(_MOUNT_ATTR_IDMAP | _MOUNT_ATTR_RDONLY, 0, 0, userns_fd)
+        attr = _MountAttr(_MOUNT_ATTR_IDMAP | (_MOUNT_ATTR_RDONLY if read_only else 0), 0, 0,
+                          userns_fd)
         _check(libc.syscall(_SYS_MOUNT_SETATTR, tree, b"", _AT_EMPTY_PATH | _AT_RECURSIVE,
                             ctypes.byref(attr), ctypes.sizeof(attr)), "mount_setattr")
         _check(libc.syscall(_SYS_MOVE_MOUNT, tree, b"", _AT_FDCWD, str(target).encode(),
@@ -169,3 +174,19 @@ def idmapped_view(rootfs: Path, userns_fd: int) -> Path:
             return rootfs
         _views[key] = view
         return view
+
+
+@contextlib.contextmanager
+def idmapped_mount(folder: Path, userns_fd: int, *, read_only: bool) -> Iterator[Path]:
+    """A view of ``folder`` for as long as the block lasts, owners shifted by ``userns_fd``'s
+    map as in :func:`idmapped_view`; writable unless ``read_only``: what a process of that
+    namespace writes through it lands on disk under the namespace's own ids (sandbox root's
+    file is owned by 0 on disk). Raises OSError where the kernel or file system refuses: the
+    caller decides what to fall back to (an image build cannot just bind the folder as it is).
+    Detached when the block ends (or, after a SIGKILL, by the next process that makes one)."""
+    with _lock:
+        view = _make(folder, userns_fd, read_only=read_only)
+    try:
+        yield view
+    finally:
+        _detach(view)
