@@ -13,13 +13,21 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import SECRET, read_rows, run_cli, write_suite
 from support.scripted_server import Answer, ScriptedServer, Status, by_input, echo_label
 
-log_api = pytest.importorskip("inspect_ai.log",
-                              reason="Inspect (assay[inspect]) reads the log back here")
+
+@pytest.fixture(scope="module", autouse=True)
+def log_api() -> Any:
+    """Inspect's log reader; every test here skips without it. Imported when the first test
+    runs, not at collection: the import costs 1.3 s of CPU, paid by every make test worker
+    that collects this file (eight of them) where only one runs it."""
+    return pytest.importorskip("inspect_ai.log",
+                               reason="Inspect (assay[inspect]) reads the log back here")
+
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -35,7 +43,7 @@ def triage(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.mark.parametrize("suffix", [".eval", ".json"])
 def test_the_triage_log_reads_back_with_the_same_accuracy_and_scores(
-        triage: Path, tmp_path: Path, suffix: str) -> None:
+        triage: Path, tmp_path: Path, suffix: str, log_api: Any) -> None:
     target = tmp_path / f"triage{suffix}"
     res = run_cli(["report", str(triage), "--inspect-log", str(target)])
     assert res.code == 0, res.stderr
@@ -63,7 +71,8 @@ def test_the_triage_log_reads_back_with_the_same_accuracy_and_scores(
 
 def test_invalid_and_infra_errors_are_kept_as_metadata(tmp_path: Path,
                                                         server: ScriptedServer,
-                                                        endpoint_env: dict[str, str]) -> None:
+                                                        endpoint_env: dict[str, str],
+                                                        log_api: Any) -> None:
     cases = [("c1", "Title: crash\nBody: segfault", "bug"),
              ("c2", "Title: dark mode\nBody: please", "feature"),
              ("c3", "Title: how?\nBody: docs", "question"),
@@ -106,7 +115,7 @@ def test_without_inspect_the_error_names_the_extra(triage: Path, tmp_path: Path)
 
 
 def test_a_coding_run_as_an_inspect_log(tmp_path: Path, server: ScriptedServer,
-                                        endpoint_env: dict[str, str]) -> None:
+                                        endpoint_env: dict[str, str], log_api: Any) -> None:
     """Two samples of a unit task (one passes, one fails in the sandbox) and a rubric task
     (graded by people: an unscored sample); the headline is the run's pass@1."""
     tasks = tmp_path / "suite" / "tasks.jsonl"
