@@ -189,13 +189,10 @@ def build_users(rootfs: Path) -> Iterator[BuildUsers | None]:
     if os.geteuid() != 0:
         yield None
         return
-    users, why = mapped_userns()
-    setpriv = shutil.which("setpriv")
-    if users is not None and (setpriv is None
-                              or not os.path.realpath(setpriv).startswith("/usr/")
-                              or not host_loader(EGRESS_USR)):
+    users, why = mapped_userns()  # which also needs the host's setpriv under /usr
+    if users is not None and not host_loader(EGRESS_USR):
         users.close()
-        users, why = None, "the host's setpriv or its dynamic loader is not under /usr"
+        users, why = None, "the host's dynamic loader is not under /usr (to start setpriv)"
     with contextlib.ExitStack() as stack:
         if users is not None:
             stack.callback(users.close)
