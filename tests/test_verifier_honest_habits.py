@@ -199,6 +199,8 @@ HABITS = " && ".join([
     "printf 'from calc import add\\n\\ndef test_mine():\\n    assert add(1, 1) == 2\\n' "
     "> test_mine.py",
     FIX,
+    # and runs its code to see the fix work (more bytecode caches beside the source)
+    "PYTHONPATH=src .venv/bin/python test.py > run.txt",
     "git diff --stat > /dev/null && git add -A && git commit -q -m fix",
     "git diff --cached HEAD~1 --stat > /dev/null",
 ])
@@ -235,6 +237,8 @@ def test_a_venv_metadata_and_build_debris_beside_the_real_fix_are_accepted(
         member = tar.extractfile("git-log.txt")
         assert member is not None
         log = member.read().decode()
+        ran = tar.extractfile("run.txt")  # the agent ran its code on the fix, in the venv
+        assert ran is not None and ran.read() == b"5\n"
     assert log.split() == [record["workspace_git"]["commit"][:7], "starting", "tree"], log
 
 
