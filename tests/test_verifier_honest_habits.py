@@ -198,7 +198,10 @@ HABITS = " && ".join([
     "printf 'from calc import add\\nprint(add(2, 3))\\n' > test.py",
     "printf 'from calc import add\\n\\ndef test_mine():\\n    assert add(1, 1) == 2\\n' "
     "> test_mine.py",
-    FIX,
+    # the fix, with a note beside it: the line grows, so the bytecode the test run above
+    # cached is stale by its size too (the same-size FIX, made within the second that cache
+    # was written, left CPython trusting it: the run printed -1, once in three runs)
+    "sed -i 's/return a - b/return a + b  # was a - b/' src/calc/__init__.py",
     # and runs its code to see the fix work (more bytecode caches beside the source)
     "PYTHONPATH=src .venv/bin/python test.py > run.txt",
     "git diff --stat > /dev/null && git add -A && git commit -q -m fix",
