@@ -126,13 +126,17 @@ class Registry:
                  {"SSL_CERT_FILE": str(self.ca), "REGISTRY_AUTH_FILE": str(self.auth_file)})
         return {**os.environ, "CONTAINERS_REGISTRIES_CONF": str(self.conf), **extra}
 
-    def push(self, layout: Path, name: str, *, ref: str = "", all_images: bool = False) -> str:
+    def push(self, layout: Path, name: str, *, ref: str = "", all_images: bool = False,
+             gzip: bool = False) -> str:
         """Push an OCI layout (its one image, or ``ref``) as ``name`` (``repo:tag``); returns
-        the manifest digest the registry names it by."""
+        the manifest digest the registry names it by. Its blobs go as they are, or with
+        ``gzip`` its layers compressed by skopeo on the way (as registries serve images)."""
         digest_file = self.root / "pushed.digest"
         src = f"oci:{layout}" + (f":{ref}" if ref else "")
+        keep = ["--dest-compress", "--dest-compress-format=gzip"] if gzip else \
+            ["--preserve-digests"]
         done = subprocess.run(["skopeo", f"--registries-conf={self.conf}", "copy", "--quiet",
-                               "--preserve-digests", *(["--all"] if all_images else []),
+                               *keep, *(["--all"] if all_images else []),
                                f"--digestfile={digest_file}", src,
                                f"docker://{self.host}/{name}"],
                        check=False, env=self.env(), capture_output=True, timeout=120,
