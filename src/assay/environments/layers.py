@@ -36,11 +36,10 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
 
 from assay.environments.limits import ImportLimits
 from assay.environments.store import KnownFiles
-from assay.environments.tarstream import Member, TarStream
+from assay.environments.tarstream import Member, Readable, TarStream
 from assay.errors import ImageRefused
 from assay.suites.limits import describe_bytes
 
@@ -73,7 +72,7 @@ class CountingReader:
     """The decompressed layer stream, counted against the image's byte bound as it is read:
     a bomb is stopped at the bound, never inflated past it. Optionally hashed (the diff id)."""
 
-    def __init__(self, raw: IO[bytes], counts: UnpackCounts, limits: ImportLimits, what: str,
+    def __init__(self, raw: Readable, counts: UnpackCounts, limits: ImportLimits, what: str,
                  hasher: Callable[[bytes], object] | None = None) -> None:
         self.raw = raw
         self.counts = counts

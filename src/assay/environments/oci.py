@@ -41,6 +41,7 @@ from assay.environments.blobs import (
 from assay.environments.layers import CountingReader, Unpacker
 from assay.environments.limits import MAX_INDEX_DEPTH, ImportLimits
 from assay.environments.pull_progress import Ticker
+from assay.environments.readahead import ReadAhead
 from assay.environments.store import EnvironmentImage, ImageConfig, ImageStore
 from assay.errors import ImageRefused, InfraError
 from assay.records.environment import SourceKind
@@ -549,12 +550,15 @@ def unpack_layer(source: BlobSource, layer: LayerRef, which: str, unpacker: Unpa
         ticker = Ticker(f"unpacking {which}", layer.size, say)
 
         def hashed(data: bytes) -> None:
-            if diff is not None:
-                diff.update(data)
             ticker.tick(verifier.count)  # compressed bytes read, of the layer's size
-        stream = CountingReader(decoded, counts, limits, what, hashed)
+        # read, checked, inflated and hashed on a thread of its own while this one writes
+        ahead = ReadAhead(decoded, on_chunk=None if diff is None else diff.update)
+        stream = CountingReader(ahead, counts, limits, what, hashed)
         try:
-            unpacker.apply(stream, what)
+            try:
+                unpacker.apply(stream, what)
+            finally:
+                ahead.close()  # nothing reads the blob after this but the checks below
         except _decode_errors() as exc:
             verifier.finish()  # a damaged blob is named by its digest first
             raise ImageRefused(f"{what}: the compressed stream is damaged ({exc})") from None
