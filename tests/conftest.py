@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import functools
 import json
 import os
 import shutil
@@ -70,12 +71,37 @@ class CliResult:
     stderr: str
 
 
+@functools.cache
+def _cli_command() -> Any:
+    """The click command typer makes of assay's app, made once a process: typer reads every
+    command's signature again each time it is asked (40-70 ms of evaluating annotations, in
+    each of the suite's several hundred in-process runs)."""
+    from typer.main import get_command
+
+    from assay.cli import app
+
+    return get_command(app)
+
+
+class _CliRunner(CliRunner):
+    """typer's test runner, handed the command made once instead of the app."""
+
+    def invoke(self, app: Any, *args: Any, **kwargs: Any) -> Any:
+        import typer.testing
+
+        made = typer.testing._get_command
+        typer.testing._get_command = lambda _app: _cli_command()  # type: ignore[assignment]
+        try:
+            return super().invoke(app, *args, **kwargs)
+        finally:
+            typer.testing._get_command = made
+
+
 def run_cli(args: Sequence[str], env: dict[str, str] | None = None) -> CliResult:
     """The real CLI in-process (fast); subprocess tests cover signals and kill -9."""
     from assay.cli import app
 
-    runner = CliRunner()
-    result = runner.invoke(app, list(args), env=env, catch_exceptions=False)
+    result = _CliRunner().invoke(app, list(args), env=env, catch_exceptions=False)
     return CliResult(result.exit_code, result.stdout, result.stderr)
 
 
