@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from conftest import SECRET, run_cli
 from support.bundles import make_bundle
-from support.procscan import own_processes
+from support.procscan import describe, own_processes
 from support.scripted_server import ASK_THROUGH_GATEWAY, Answer, ScriptedServer
 
 from assay.sandbox import bwrap_available
@@ -282,7 +282,8 @@ def test_kill_9_mid_run_then_resume(tmp_path: Path, slow_first) -> None:
     deadline = time.monotonic() + 10  # the agent sleeps 25 s after its call
     while own_processes(tmp_path, "agent.py") and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert own_processes(tmp_path, "agent.py") == []
+    left = own_processes(tmp_path, "agent.py")
+    assert left == [], describe(left)
 
     res = subprocess.run([sys.executable, "-m", "assay", "exp", "run", str(exp), "--out",
                           str(out)], env=env, capture_output=True, text=True, timeout=300)

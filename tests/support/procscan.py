@@ -47,3 +47,24 @@ def own_processes(root: Path, needle: str | bytes) -> list[int]:
         if marker in cmd or marker in cwd or marker in _read(f"/proc/{entry.name}/mountinfo"):
             found.append(int(entry.name))
     return found
+
+
+
+def _cmdline(pid: int | str) -> str:
+    return _read(f"/proc/{pid}/cmdline").replace(b"\0", b" ")[:160].decode(errors="replace")
+
+
+def describe(pids: list[int]) -> str:
+    """What a failed check shows of each process left: its state, parent, namespaces' pids and
+    where the kernel has it waiting (a process the kernel is still taking down shows ``D`` or
+    ``Z`` and the call it is stuck in)."""
+    lines = []
+    for pid in pids:
+        status = {k: v.strip() for k, _, v in (
+            line.partition(":") for line in _read(f"/proc/{pid}/status").decode().splitlines())}
+        parent = status.get("PPid", "?")
+        wchan = _read(f"/proc/{pid}/wchan").decode(errors="replace")
+        lines.append(f"pid {pid}: state {status.get('State', '?')}, parent {parent} "
+                     f"({_cmdline(parent)}), NSpid {status.get('NSpid', '?')}, "
+                     f"wchan {wchan!r}, cmd {_cmdline(pid)}")
+    return "\n".join(lines)
