@@ -9,7 +9,6 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 from rich.rule import Rule
-from rich.syntax import Syntax
 from rich.table import Table
 from rich.text import Text
 
@@ -59,6 +58,8 @@ def trial_show(
         out.print(Text(view.change_note))
     if not view.changes and not view.change_note:
         out.print("no change to the starting tree")
+    from rich.syntax import Syntax  # here: pygments' lexers cost every command 35 ms to import
+
     for ch in view.changes:
         if ch.diff is not None:
             out.print(f"[bold]{ch.how}[/] {escape(ch.path)}", highlight=False)
