@@ -31,6 +31,11 @@ from skopeo's copy into an empty folder (what creating the image's files costs o
 in C, with none of assay's checks); and the CPU seconds of each pull. The rounds then also run
 the task pinned to the pulled image (``environment_image: 127.0.0.1:PORT/bench@sha256:…``),
 cached after its first pull, against the same +0.5 s target.
+
+On ext4 without a journal (this machine's root) the kernel scans the inodes freed in the last
+few minutes before it reuses one, so a bench run right after something deleted many files (the
+last run's temporary folder, a test session) creates files several times slower: leave the
+machine a few minutes after either, or compare figures from runs made the same way.
 """
 
 from __future__ import annotations
