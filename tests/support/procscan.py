@@ -6,6 +6,12 @@ live agents and fails a run that left nothing behind. A process is this test's w
 line holds the needle *and* it can be tied to the test's own temporary directory: its command
 line, its working directory, or one of its mounts (a sandbox binds its workspace, which lives
 under the test's directory, so ``/proc/PID/mountinfo`` names it even after the runner died).
+The mounts count only for a process in a mount namespace other than this one's: the host's
+own table lists what a killed runner left mounted there until the next start sweeps it (its
+workspace's disk image, as root), and then every host process whose command line holds the
+needle looked like the test's. Ray's raylet, whose command line names the dashboard's
+``agent.py``, failed a "nothing outlives the runner" check that way when the Ray tests ran
+beside it.
 """
 
 from __future__ import annotations
@@ -22,6 +28,14 @@ def _read(path: str) -> bytes:
         return b""
 
 
+def _namespace(pid: str) -> str:
+    """The process's mount namespace (empty where it cannot be read)."""
+    try:
+        return os.readlink(f"/proc/{pid}/ns/mnt")
+    except OSError:
+        return ""
+
+
 def _marker(root: Path) -> bytes:
     """The last two parts of the test's directory (``pytest-7/test_x0``): unique to one pytest
     session, and still found when the mount table shows the path relative to a tmpfs root."""
@@ -33,6 +47,7 @@ def own_processes(root: Path, needle: str | bytes) -> list[int]:
     """PIDs whose command line contains ``needle`` and that belong to ``root``'s test."""
     want = needle.encode() if isinstance(needle, str) else needle
     marker = _marker(root)
+    own_mounts = _namespace("self")
     found = []
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit() or int(entry.name) == os.getpid():
@@ -44,7 +59,9 @@ def own_processes(root: Path, needle: str | bytes) -> list[int]:
             cwd = os.readlink(f"/proc/{entry.name}/cwd").encode()
         except OSError:
             cwd = b""
-        if marker in cmd or marker in cwd or marker in _read(f"/proc/{entry.name}/mountinfo"):
+        if marker in cmd or marker in cwd or (
+                _namespace(entry.name) != own_mounts
+                and marker in _read(f"/proc/{entry.name}/mountinfo")):
             found.append(int(entry.name))
     return found
 
