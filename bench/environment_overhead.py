@@ -196,7 +196,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-pull", action="store_true", help="leave out the registry pull")
     ap.add_argument("--pull-rounds", type=int, default=2)
     ap.add_argument("--link-rates", default="0,100,50,25",
-                    help="MB/s of the link to the registry, comma-separated; 0: loopback")
+                    help="MB/s of the link to the registry, comma-separated (loopback, 0, is "
+                    "always measured)")
     ap.add_argument("--plain-layers", action="store_true",
                     help="push the layers uncompressed (registries serve gzip)")
     args = ap.parse_args(argv)
@@ -227,7 +228,8 @@ def main(argv: list[str] | None = None) -> int:
         pull: list[dict[str, float]] | None = None
         unpacked = 0
         if not args.no_pull and shutil.which("docker-registry") and shutil.which("skopeo"):
-            rates = sorted({float(r) for r in args.link_rates.split(",")},
+            # loopback always, first: its row holds the floors, and the trials use its pull
+            rates = sorted({0.0, *(float(r) for r in args.link_rates.split(","))},
                            key=lambda r: r or float("inf"), reverse=True)
             ref, pull, unpacked = _pull_figures(root, store.rootfs(image.digest),
                                                 args.pull_rounds, rates, args.plain_layers)
