@@ -168,10 +168,6 @@ def _pull_figures(root: Path, image_root: Path, rounds: int, rates: list[float],
         registry.stop()
 
 
-def describe_mib(n: int) -> str:
-    return f"{n / 2**20:.0f} MiB"
-
-
 def _trial(bundle_dir: Path, out: Path) -> dict[str, float]:
     from assay.agents import parse_agent
     from assay.runner.trial import run_trial
@@ -258,12 +254,14 @@ def main(argv: list[str] | None = None) -> int:
     verdict = "PASS" if added < TARGET_ADDED_SECONDS else "FAIL"
     print(f"{verdict}: {added:+.3f} s per trial in the image, median of {args.rounds} "
           f"(target < {TARGET_ADDED_SECONDS} s once cached)")
+    from assay.suites.limits import describe_bytes
+
     if pull is None:
         print("pull: not measured (--no-pull, or docker-registry/skopeo not installed)")
         return 0 if verdict == "PASS" else 1
     loop = pull[0]
-    print(f"pull of the image ({describe_mib(unpacked)} unpacked, "
-          f"{describe_mib(int(loop['blobs']))} of {'plain' if args.plain_layers else 'gzip'} "
+    print(f"pull of the image ({describe_bytes(unpacked)} unpacked, "
+          f"{describe_bytes(int(loop['blobs']))} of {'plain' if args.plain_layers else 'gzip'} "
           f"layers and config) from a registry on loopback, median of {args.pull_rounds} rounds "
           "each, both clients through the same link:")
     print(f"  {'link':<10} {'skopeo copy s':>13} {'assay env pull s':>17} {'ratio':>6}  "
