@@ -431,6 +431,12 @@ def test_docker_save_with_an_embedded_oci_layout_gzipped(tmp_path: Path,
     cut.write_bytes(gz.read_bytes()[:-100])
     with pytest.raises(ImageRefused, match="damaged compressed archive"):
         import_image(cut, ImageStore(tmp_path / "cut-store"))
+    # a gzip header, then a deflate block of the reserved type: data inflate cannot decode,
+    # not a short read (zlib's error is no OSError; it escaped as a traceback once)
+    mangled = tmp_path / "mangled.tar.gz"
+    mangled.write_bytes(b"\x1f\x8b\x08\x00" + bytes(6) + b"\x07" + bytes(64))
+    with pytest.raises(ImageRefused, match="damaged compressed archive.*invalid block type"):
+        import_image(mangled, ImageStore(tmp_path / "mangled-store"))
 
 
 def test_a_damaged_old_docker_layer_fails_its_diff_id(tmp_path: Path, store: ImageStore) -> None:
@@ -513,6 +519,29 @@ def test_a_blob_that_does_not_match_its_digest_is_refused(tmp_path: Path, store:
     with pytest.raises(ImageRefused, match="digest|descriptor gives") as err:
         import_image(built.path, store)
     assert target[:19] in str(err.value) or target in str(err.value)
+    assert leftovers(store) == []
+
+
+@pytest.mark.parametrize("damage", ["reserved-block", "crc", "cut"])
+def test_a_layer_whose_gzip_is_damaged_under_a_matching_digest_is_refused(
+        tmp_path: Path, store: ImageStore, damage: str) -> None:
+    """A builder or registry that wrote a broken layer and pinned it: the digests match, the
+    stream does not inflate. Each inflate failure is one message naming the layer, never a
+    traceback, and nothing is left in the store."""
+    raw = layer_tar(BASE)
+    good = gzip.compress(raw, mtime=0)
+    blob = {"reserved-block": b"\x1f\x8b\x08\x00" + bytes(6) + b"\x07" + bytes(64),
+            "crc": good[:-8] + bytes(4) + good[-4:],
+            "cut": good[:len(good) // 2]}[damage]
+    lay = Layout(tmp_path / "layout")
+    layer = {"mediaType": LAYER_GZIP, **lay.blob(blob)}
+    config = lay.blob(json.dumps(config_doc([sha(raw)])).encode())
+    manifest = {"schemaVersion": 2, "mediaType": OCI_MANIFEST,
+                "config": {"mediaType": OCI_CONFIG, **config}, "layers": [layer]}
+    lay.index([{"mediaType": OCI_MANIFEST, **lay.blob(json.dumps(manifest).encode())}])
+    with pytest.raises(ImageRefused, match="compressed stream is damaged") as err:
+        import_image(lay.root, store)
+    assert layer["digest"][:19] in str(err.value)
     assert leftovers(store) == []
 
 

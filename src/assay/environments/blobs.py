@@ -13,7 +13,6 @@ its end when its digest differs.
 from __future__ import annotations
 
 import bz2
-import gzip
 import hashlib
 import io
 import json
@@ -24,10 +23,13 @@ import re
 import stat
 import tarfile
 import tempfile
+import zlib
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
-from typing import IO, Any, Protocol
+from typing import IO, Any, Protocol, cast
+
+from zlib_ng import gzip_ng, zlib_ng
 
 from assay.environments.limits import ImportLimits
 from assay.errors import ImageRefused
@@ -38,6 +40,10 @@ _CHUNK = 1 << 20
 # Links between members of an archive tar (``docker save`` links identical layers) followed at
 # most this many times.
 _MAX_LINK_HOPS = 8
+#: What inflating a damaged gzip stream raises, with the standard library's zlib or zlib-ng's
+#: (whose type stub calls its error an instance: it is the class)
+INFLATE_ERRORS: tuple[type[BaseException], ...] = (
+    EOFError, zlib.error, cast("type[BaseException]", zlib_ng.error))
 
 
 def short(digest: str) -> str:
@@ -194,7 +200,8 @@ def _magic(path: Path) -> bytes:
         return fh.read(6)
 
 
-_COMPRESSED = {b"\x1f\x8b": gzip.open, b"\xfd7zXZ": lzma.open, b"BZh": bz2.open}
+_COMPRESSED = {b"\x1f\x8b": gzip_ng.open, b"\xfd7zXZ": lzma.open, b"BZh": bz2.open}
+_ARCHIVE_ERRORS: tuple[type[BaseException], ...] = (OSError, lzma.LZMAError, *INFLATE_ERRORS)
 
 
 @contextmanager
@@ -244,7 +251,7 @@ def _expand(src: Path, dst: Path, opener: Any, limits: ImportLimits) -> None:
                         f"{src}: expands past {describe_bytes(limits.archive_bytes)}, the limit "
                         "of an image archive")
                 fout.write(chunk)
-    except (OSError, EOFError, lzma.LZMAError) as exc:
+    except _ARCHIVE_ERRORS as exc:
         raise ImageRefused(f"{src}: a damaged compressed archive ({exc})") from None
 
 

@@ -47,6 +47,7 @@ WHITEOUT = ".wh."
 OPAQUE = ".wh..wh..opq"
 _CHUNK = 1 << 20
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 #: Folder fds kept open at once by one unpacker (well under any open-files limit).
 _MAX_CACHED_DIRS = 256
 
@@ -195,8 +196,11 @@ class Unpacker:
                 if len(os.fsencode(target)) > self.limits.link_target_bytes or "\0" in target:
                     raise self._refuse(info.name, "a symbolic link target longer than "
                                        f"{self.limits.link_target_bytes} bytes")
-                self._clear(dfd, base, info.name, keep_dir=False)
-                os.symlink(target, base, dir_fd=dfd)
+                try:
+                    os.symlink(target, base, dir_fd=dfd)
+                except FileExistsError:
+                    self._clear(dfd, base, info.name, keep_dir=False)
+                    os.symlink(target, base, dir_fd=dfd)
             elif info.islnk():
                 self._make_hardlink(info, dfd, base)
             else:
@@ -276,8 +280,11 @@ class Unpacker:
         return False
 
     def _make_dir(self, dfd: int, base: str, mode: int, name: str) -> None:
-        if not self._clear(dfd, base, name, keep_dir=True):
+        try:  # most names are new: a look before each would be a second lookup of nothing
             os.mkdir(base, 0o700, dir_fd=dfd)
+        except FileExistsError:
+            if not self._clear(dfd, base, name, keep_dir=True):
+                os.mkdir(base, 0o700, dir_fd=dfd)
         fd = os.open(base, _DIR_FLAGS, dir_fd=dfd)
         try:
             os.fchmod(fd, mode)
@@ -289,9 +296,11 @@ class Unpacker:
         if info.size > self.limits.file_bytes:
             raise self._refuse(info.name, f"a file of {describe_bytes(info.size)}, larger than "
                                f"the {describe_bytes(self.limits.file_bytes)} limit of one file")
-        self._clear(dfd, base, info.name, keep_dir=False)
-        fd = os.open(base, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                     0o600, dir_fd=dfd)
+        try:  # O_EXCL fails on whatever stands at the name (a link too): cleared, made again
+            fd = os.open(base, _NEW_FILE, 0o600, dir_fd=dfd)
+        except FileExistsError:
+            self._clear(dfd, base, info.name, keep_dir=False)
+            fd = os.open(base, _NEW_FILE, 0o600, dir_fd=dfd)
         content = hashlib.sha256()
         with os.fdopen(fd, "wb", buffering=0) as out:
             written = 0
