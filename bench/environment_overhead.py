@@ -32,10 +32,20 @@ in C, with none of assay's checks); and the CPU seconds of each pull. The rounds
 the task pinned to the pulled image (``environment_image: 127.0.0.1:PORT/bench@sha256:…``),
 cached after its first pull, against the same +0.5 s target.
 
-On ext4 without a journal (this machine's root) the kernel scans the inodes freed in the last
-few minutes before it reuses one, so a bench run right after something deleted many files (the
-last run's temporary folder, a test session) creates files several times slower: leave the
-machine a few minutes after either, or compare figures from runs made the same way.
+The pulls run with assay's modules and its dependencies' compiled, as an install by pip (which
+compiles them) or any later run (which caches them) has them: before the timed rounds the
+modules a pull imports are compiled (``compileall`` of assay and of what ``env pull`` loaded,
+untimed), because where ``PYTHONDONTWRITEBYTECODE`` is set (this machine, many containers) and
+the installer did not compile (uv by default) every run compiles them again, 0.3 s more of
+start (reported by the cached pull's floor when it happens).
+
+On ext4 without a journal (this machine's root) the kernel will not reuse an inode freed in the
+last 60 s, or in the last 6 minutes while its inode table block is not yet written back
+(``recently_deleted`` in fs/ext4/ialloc.c), and checks each candidate it passes over, so a
+bench run within minutes of something that deleted many files (the last run's temporary
+folder, a test session) creates files several times slower (``tar -x`` of this image: 0.67 s
+against 2.6-5.2 s): leave the machine six minutes after either, or compare figures from runs
+made the same way.
 """
 
 from __future__ import annotations
@@ -95,6 +105,24 @@ def _timed(argv: list[str], env: dict[str, str]) -> tuple[float, float]:
     return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
+def _compile_pull_modules(ref: str, env: dict[str, str], scratch: Path) -> None:
+    """Compile, untimed, the modules ``assay env pull`` imports (one pull into ``scratch``
+    lists them), where a user's install has them compiled; see the module's docstring."""
+    import compileall
+    import subprocess
+
+    listing = scratch / "modules.txt"
+    code = ("import atexit, sys, runpy; out = sys.argv[1]; atexit.register(lambda: open(out, "
+            "'w').write('\\n'.join(str(getattr(m, '__file__', '')) for m in "
+            "list(sys.modules.values())))); sys.argv = ['assay', *sys.argv[2:]]; "
+            "runpy.run_module('assay', run_name='__main__')")
+    subprocess.run([sys.executable, "-c", code, str(listing), "env", "pull", ref], check=True,
+                   env={**env, "ASSAY_CACHE_DIR": str(scratch / "cache")}, capture_output=True)
+    for name in listing.read_text().splitlines():
+        if name.endswith(".py"):
+            compileall.compile_file(name, quiet=2)
+
+
 def _untar_seconds(copy: Path, dest: Path) -> float:
     """GNU tar -x of the layers of skopeo's ``dir:`` copy, in order, into an empty folder
     (gzip layers through gzip, as tar does)."""
@@ -137,6 +165,8 @@ def _pull_figures(root: Path, image_root: Path, rounds: int, rates: list[float],
                                 f'"{link.host}"\ninsecure = true\n')
                 env = {**registry.env(), "CONTAINERS_REGISTRIES_CONF": str(conf)}
                 ref = f"{host}/bench@{digest}"
+                if not rate:
+                    _compile_pull_modules(ref, env, root / "compile")
                 rows: dict[str, list[float]] = {
                     k: [] for k in ("assay", "skopeo", "cached", "untar", "assay_cpu",
                                     "skopeo_cpu")}
