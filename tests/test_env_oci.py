@@ -301,12 +301,22 @@ def test_layers_unpack_with_whiteouts_links_and_stripped_bits(tmp_path: Path,
 def test_a_later_layer_replaces_what_a_lower_one_made(tmp_path: Path,
                                                        store: ImageStore) -> None:
     lower = [d("bin"), f("bin/sh", "lower sh"), sym("lib", "usr/lib"), f("conf", "file"),
-             f("usr/lib/libc.so", "libc", 0o755), d("keep"), f("keep/lower", "lower")]
+             f("usr/lib/libc.so", "libc", 0o755), d("keep"), f("keep/lower", "lower"),
+             sym("redirect", "usr/lib/libc.so"), f("same", "lower"), d("wasdir"),
+             f("wasdir/x", "x")]
     upper = [sym("bin", "usr/bin"), d("lib"), f("lib/new", "in a real folder now"),
              d("conf"), f("conf/inner", "a folder now"), hard("libc-link", "usr/lib/libc.so"),
-             f("keep/upper", "upper"), f("keep/.wh..wh..opq"), sym("keep/upper", "lower")]
+             f("keep/upper", "upper"), f("keep/.wh..wh..opq"), sym("keep/upper", "lower"),
+             f("redirect", "a file now"), f("same", "upper"), f("wasdir", "a file now"),
+             f("twice", "first"), f("twice", "second")]
     image = import_image(make_oci(tmp_path / "layout", [lower, upper]).path, store)
     root = store.rootfs(image.digest)
+    # a file over a link replaces the link, never writes through it
+    assert not (root / "redirect").is_symlink()
+    assert (root / "redirect").read_text() == "a file now"
+    assert (root / "usr/lib/libc.so").read_text() == "libc"
+    assert (root / "same").read_text() == "upper" and (root / "wasdir").is_file()
+    assert (root / "twice").read_text() == "second"  # the later member of one layer wins
     assert os.readlink(root / "bin") == "usr/bin"
     assert not (root / "lib").is_symlink() and (root / "lib/new").is_file()
     assert (root / "conf/inner").is_file()
