@@ -89,8 +89,10 @@ done
 if [ "$missing" = 1 ]; then
   if [ -n "$uv" ]; then
     # no --compile-bytecode: it compiles all of Ray and Inspect (13 s of a fresh clone's setup);
-    # what runs is compiled on its first import instead (make test's one collection, and its
-    # import check of Ray, mypy and Inspect, do that before the test workers start)
+    # what runs is compiled on its first import instead. Where PYTHONDONTWRITEBYTECODE is set
+    # (this machine) nothing is cached that way, except by make test's processes, which cache
+    # what they import (tests/conftest.py): every other run compiles what it imports again,
+    # 0.3 s of each assay command's start (UV_COMPILE_BYTECODE=1 before this script avoids it)
     "$uv" pip install -q --python .venv/bin/python -e ".[$extras]"
   else
     .venv/bin/python -m pip install -q --upgrade pip
