@@ -32,12 +32,12 @@ in C, with none of assay's checks); and the CPU seconds of each pull. The rounds
 the task pinned to the pulled image (``environment_image: 127.0.0.1:PORT/bench@sha256:…``),
 cached after its first pull, against the same +0.5 s target.
 
-The pulls run with assay's modules and its dependencies' compiled, as an install by pip (which
-compiles them) or any later run (which caches them) has them: before the timed rounds the
-modules a pull imports are compiled (``compileall`` of assay and of what ``env pull`` loaded,
-untimed), because where ``PYTHONDONTWRITEBYTECODE`` is set (this machine, many containers) and
-the installer did not compile (uv by default) every run compiles them again, 0.3 s more of
-start (reported by the cached pull's floor when it happens).
+The pulls run with assay and its dependencies compiled to bytecode, as a user's install has
+them (pip compiles at install; otherwise the first run caches what it imports): before the
+timed rounds, every module one untimed ``env pull`` imported is compiled (``compileall``).
+Where ``PYTHONDONTWRITEBYTECODE`` is set (this machine, many containers) and the installer
+did not compile (uv, by default), every run would compile them again: 0.3 s more of start,
+which the cached pull's floor shows when it happens.
 
 On ext4 without a journal (this machine's root) the kernel will not reuse an inode freed in the
 last 60 s, or in the last 6 minutes while its inode table block is not yet written back
