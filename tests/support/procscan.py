@@ -66,7 +66,6 @@ def own_processes(root: Path, needle: str | bytes) -> list[int]:
     return found
 
 
-
 def _cmdline(pid: int | str) -> str:
     return _read(f"/proc/{pid}/cmdline").replace(b"\0", b" ")[:160].decode(errors="replace")
 

@@ -23,7 +23,6 @@ import re
 import stat
 import tarfile
 import tempfile
-import zlib
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
@@ -40,10 +39,10 @@ _CHUNK = 1 << 20
 # Links between members of an archive tar (``docker save`` links identical layers) followed at
 # most this many times.
 _MAX_LINK_HOPS = 8
-#: What inflating a damaged gzip stream raises, with the standard library's zlib or zlib-ng's
-#: (whose type stub calls its error an instance: it is the class)
+#: What inflating a damaged gzip stream with zlib-ng raises besides gzip's own OSError (its
+#: type stub calls its error an instance: it is the class)
 INFLATE_ERRORS: tuple[type[BaseException], ...] = (
-    EOFError, zlib.error, cast("type[BaseException]", zlib_ng.error))
+    EOFError, cast("type[BaseException]", zlib_ng.error))
 
 
 def short(digest: str) -> str:

@@ -71,15 +71,16 @@ class UnpackCounts:
 
 class CountingReader:
     """The decompressed layer stream, counted against the image's byte bound as it is read:
-    a bomb is stopped at the bound, never inflated past it. Optionally hashed (the diff id)."""
+    a bomb is stopped at the bound, never inflated past it. ``on_read`` sees each piece read
+    (the unpack's progress)."""
 
     def __init__(self, raw: Readable, counts: UnpackCounts, limits: ImportLimits, what: str,
-                 hasher: Callable[[bytes], object] | None = None) -> None:
+                 on_read: Callable[[bytes], object] | None = None) -> None:
         self.raw = raw
         self.counts = counts
         self.limits = limits
         self.what = what
-        self.hasher = hasher
+        self.on_read = on_read
 
     def read(self, n: int = -1) -> bytes:
         if n is None or n < 0:
@@ -90,8 +91,8 @@ class CountingReader:
             raise ImageRefused(
                 f"{self.what}: the layers expand past {describe_bytes(self.limits.image_bytes)},"
                 " the limit of an unpacked image (a decompression bomb, or an image too large)")
-        if self.hasher is not None:
-            self.hasher(data)
+        if self.on_read is not None:
+            self.on_read(data)
         return data
 
     def drain(self) -> None:

@@ -552,16 +552,13 @@ def unpack_layer(source: BlobSource, layer: LayerRef, which: str, unpacker: Unpa
         diff = hashlib.sha256() if decoded is not buffered else None
         ticker = Ticker(f"unpacking {which}", layer.size, say)
 
-        def hashed(data: bytes) -> None:
+        def progress(_data: bytes) -> None:
             ticker.tick(verifier.count)  # compressed bytes read, of the layer's size
-        # read, checked, inflated and hashed on a thread of its own while this one writes
-        ahead = ReadAhead(decoded, on_chunk=None if diff is None else diff.update)
-        stream = CountingReader(ahead, counts, limits, what, hashed)
         try:
-            try:
-                unpacker.apply(stream, what)
-            finally:
-                ahead.close()  # nothing reads the blob after this but the checks below
+            # read, checked, inflated and hashed on a thread of its own while this one writes;
+            # the thread has stopped when the checks below read the blob's counts
+            with ReadAhead(decoded, on_chunk=None if diff is None else diff.update) as ahead:
+                unpacker.apply(CountingReader(ahead, counts, limits, what, progress), what)
         except _decode_errors() as exc:
             verifier.finish()  # a damaged blob is named by its digest first
             raise ImageRefused(f"{what}: the compressed stream is damaged ({exc})") from None
